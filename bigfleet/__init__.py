@@ -1,0 +1,1 @@
+"""BigFleet's pure core: everything that decides, with no Temporal import and no I/O."""

@@ -1,0 +1,172 @@
+"""What both engines share: the decision record, cross-cycle memory and the tie-break rules.
+
+Both engines implement the same rules (docs/engine.md); the fast one over profile counts and
+numpy columns, the reference one over a plain list of machine objects. The rules that are pure
+arithmetic over a few numbers live here so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ..cost import effective_cost
+from ..models import Action, MachineState, NodeSelectorRequirement, Shortfall
+from ..needs import Need
+from ..policy import Policy
+from ..profiles import Profile
+
+# Claimable states of a cluster's own machines, in the order a need claims them.
+CLAIM_ORDER = (MachineState.CONFIGURED, MachineState.CONFIGURING, MachineState.CREATING)
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    machine_id: str
+    victim_cluster: str
+    victim_priority: int
+    preemptor_cluster: str
+    preemptor_priority: int
+    grace_seconds: float
+
+
+@dataclass
+class Decision:
+    """One cycle's output. `satisfied` counts, per need key, the machines it holds or has on the
+    way (claimed plus newly assigned); `earmarked` counts supply it waits for (draining or excess
+    machines, preemption victims)."""
+
+    actions: list[Action] = field(default_factory=list)
+    shortfalls: list[Shortfall] = field(default_factory=list)
+    satisfied: dict[str, int] = field(default_factory=dict)
+    earmarked: dict[str, int] = field(default_factory=dict)
+    preemptions: list[Preemption] = field(default_factory=list)
+    timed_out: list[str] = field(default_factory=list)
+
+    def count(self, kind: str) -> int:
+        return sum(
+            len(a.machine_ids) if a.kind == "create" else 1 for a in self.actions if a.kind == kind
+        )
+
+
+@dataclass
+class EngineMemory:
+    """What a shard remembers between cycles: shortfall ages and the demand forecast."""
+
+    shortfall_age: dict[str, int] = field(default_factory=dict)
+    forecast: dict[str, float] = field(default_factory=dict)
+
+    def wants_soon(self, profile: Profile, policy: Policy) -> bool:
+        return self.forecast.get(profile.name, 0.0) >= policy.forecast_hold
+
+    def observe_demand(self, demand: Mapping[str, int], policy: Policy) -> None:
+        """Decayed average of machines wanted per profile per cycle."""
+        decay = policy.forecast_decay
+        for name in set(self.forecast) | set(demand):
+            value = decay * self.forecast.get(name, 0.0) + (1 - decay) * demand.get(name, 0)
+            if value < 1e-3:
+                self.forecast.pop(name, None)
+            else:
+                self.forecast[name] = value
+
+
+def claim_key(need: Need, profile: Profile) -> tuple[float, str]:
+    """Among a cluster's machines of one state, a need keeps the cheapest for it."""
+    return (
+        effective_cost(
+            profile.price_per_hour, profile.interruption_probability, need.spec.interruption_penalty
+        ),
+        profile.name,
+    )
+
+
+def supply_key(need: Need, profile: Profile) -> tuple[float, str]:
+    """Idle, speculative, draining and excess supply: cheapest effective cost for this need."""
+    return claim_key(need, profile)
+
+
+def need_matches(need: Need, profile: Profile, matches: bool) -> bool:
+    """`matches` is requirement and resource matching; a `Same` need also needs the key."""
+    return matches and (need.spec.same is None or profile.label(need.spec.same) is not None)
+
+
+def domain_of(need: Need, profile: Profile) -> str | None:
+    return profile.label(need.spec.same) if need.spec.same else None
+
+
+def pick_same_domain(
+    need: Need, claimed: Mapping[str, int], supply: Mapping[str, int], deficit: int
+) -> str | None:
+    """The one domain a `Same` need grows in: where it already is, else the one with the most
+    free supply that can hold the whole deficit (ties by name). None: no domain can."""
+    if claimed:
+        home = max(sorted(claimed), key=lambda d: claimed[d])
+        return home if supply.get(home, 0) >= deficit else None
+    fits = [d for d in sorted(supply) if supply[d] >= deficit]
+    return max(fits, key=lambda d: supply[d]) if fits else None
+
+
+def pick_same_wait_domain(
+    claimed_domains: Iterable[str],
+    incoming: Mapping[str, int],
+    victims: Mapping[str, int],
+    deficit: int,
+) -> str | None:
+    """Where a `Same` need that Phase 1 could not place waits or preempts: its own domain if it
+    has one, else the domain needing the fewest victims (ties by name). None: no domain can."""
+    domains = sorted(set(claimed_domains)) or sorted(set(incoming) | set(victims))
+    best: tuple[int, str] | None = None
+    for d in domains:
+        have, take = incoming.get(d, 0), victims.get(d, 0)
+        if have + take >= deficit and (best is None or max(0, deficit - have) < best[0]):
+            best = (max(0, deficit - have), d)
+    return best[1] if best else None
+
+
+def pick_spread_domain(
+    current: Mapping[str, int], supply: Mapping[str, int], eligible: Iterable[str], max_skew: int
+) -> str | None:
+    """Next domain for a spread need: the least-filled one with supply, unless that would put
+    it more than `max_skew` above the least-filled eligible domain."""
+    open_domains = [d for d in sorted(supply) if supply[d] > 0]
+    if not open_domains:
+        return None
+    best = min(open_domains, key=lambda d: current.get(d, 0))
+    floor = min((current.get(d, 0) for d in eligible), default=0)
+    if current.get(best, 0) + 1 - floor > max_skew:
+        return None
+    return best
+
+
+def describe(requirements: Iterable[NodeSelectorRequirement]) -> str:
+    parts = [f"{r.key} {r.operator.value} {','.join(r.values)}".strip() for r in requirements]
+    return "; ".join(parts) or "any machine"
+
+
+def age_shortfalls(
+    memory: EngineMemory,
+    policy: Policy,
+    unmet: list[tuple[Need, int, str]],
+) -> list[Shortfall]:
+    """Turn this cycle's unmet needs (table order) into aged, bounded shortfalls (seed §9)."""
+    ages: dict[str, int] = {}
+    out: list[Shortfall] = []
+    for need, deficit, profile in unmet:
+        ident = f"{need.key}|{need.arrival}"
+        age = memory.shortfall_age.get(ident, 0) + 1
+        ages[ident] = age
+        if len(out) < policy.max_shortfalls:
+            out.append(
+                Shortfall(
+                    cluster=need.cluster,
+                    profile=profile,
+                    requirements=list(need.requirements),
+                    priority=need.priority,
+                    count=deficit,
+                    age=age,
+                    interruption_penalty=need.spec.interruption_penalty,
+                    escalated=age > policy.escalate_after_cycles,
+                )
+            )
+    memory.shortfall_age = ages
+    return out

@@ -1,0 +1,88 @@
+"""Picking the rows an action names: one vectorised scan per cycle, whatever the action count."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from ..inventory import CODE, Inventory
+from ..models import MachineState
+
+S = MachineState
+
+
+def _group(rows: np.ndarray, keys: np.ndarray) -> dict[int, np.ndarray]:
+    if not len(rows):
+        return {}
+    order = np.argsort(keys, kind="stable")
+    rows, keys = rows[order], keys[order]
+    cuts = np.flatnonzero(np.diff(keys)) + 1
+    return {
+        int(chunk_keys[0]): chunk
+        for chunk, chunk_keys in zip(np.split(rows, cuts), np.split(keys, cuts), strict=True)
+    }
+
+
+class RowPicker:
+    """Rows for (state, profile) free-capacity picks and (cluster, profile) configured segments.
+
+    Orders are the engine's tie-breaks: idle machines by lowest reclamation value then row,
+    speculative slots by row, a cluster's configured machines by highest reclamation value
+    then row (so claims keep the valuable ones and the tail is the excess).
+    """
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        free: Iterable[tuple[MachineState, int]],
+        configured: Iterable[tuple[str, int]],
+    ) -> None:
+        self.inv = inventory
+        self._free = self._scan_free(set(free))
+        self._free_used: dict[tuple[MachineState, int], int] = {}
+        self._configured = self._scan_configured(set(configured))
+
+    def _scan_free(self, wanted: set[tuple[MachineState, int]]) -> dict[int, np.ndarray]:
+        inv = self.inv
+        if not wanted:
+            return {}
+        n = inv.rows_used
+        pids = np.array(sorted({p for _, p in wanted}), dtype=np.int64)
+        state = inv.state[:n]
+        mask = ((state == CODE[S.IDLE]) | (state == CODE[S.SPECULATIVE])) & np.isin(
+            inv.profile[:n], pids
+        )
+        rows = np.flatnonzero(mask)
+        keys = state[rows].astype(np.int64) * 65536 + inv.profile[rows]
+        groups = _group(rows, keys)
+        idle = CODE[S.IDLE] * 65536
+        for key, chunk in groups.items():
+            if key // 65536 * 65536 == idle:
+                groups[key] = chunk[np.argsort(inv.holder_reclamation[chunk], kind="stable")]
+        return groups
+
+    def _scan_configured(self, wanted: set[tuple[str, int]]) -> dict[int, np.ndarray]:
+        inv = self.inv
+        if not wanted:
+            return {}
+        n = inv.rows_used
+        keys_wanted = np.array(
+            sorted(inv.clusters.get(c) * 65536 + p for c, p in wanted), dtype=np.int64
+        )
+        composite = inv.cluster[:n].astype(np.int64) * 65536 + inv.profile[:n]
+        rows = np.flatnonzero((inv.state[:n] == CODE[S.CONFIGURED]) & np.isin(composite, keys_wanted))
+        groups = _group(rows, composite[rows])
+        for key, chunk in groups.items():
+            groups[key] = chunk[np.argsort(-inv.holder_reclamation[chunk], kind="stable")]
+        return groups
+
+    def take_free(self, state: MachineState, profile: int, count: int) -> np.ndarray:
+        key = CODE[state] * 65536 + profile
+        start = self._free_used.get((state, profile), 0)
+        self._free_used[(state, profile)] = start + count
+        return self._free.get(key, np.zeros(0, dtype=np.int64))[start : start + count]
+
+    def configured(self, cluster: str, profile: int, offset: int, count: int) -> np.ndarray:
+        key = self.inv.clusters.get(cluster) * 65536 + profile
+        return self._configured.get(key, np.zeros(0, dtype=np.int64))[offset : offset + count]

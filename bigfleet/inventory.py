@@ -1,0 +1,303 @@
+"""The shard's columnar inventory (seed §9, DESIGN §6): one numpy row per machine.
+
+Per-machine Python objects cost about a kilobyte; a row here costs under 48 bytes. Counts per
+(state, profile) and per (cluster, profile, state) are kept up to date on every move, so a cycle
+asks "how many" without touching machines and scans columns only when it must pick rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from . import labels as L
+from .machine_ids import MachineIds
+from .models import HostRef, Machine, MachineState
+from .profiles import Profile, ProfileTable
+from .states import check_transition, has_host
+
+STATES: tuple[MachineState, ...] = tuple(MachineState)
+CODE: dict[MachineState, int] = {s: i for i, s in enumerate(STATES)}
+GONE = 255
+NONE16 = 0xFFFF
+# The states whose machines a cluster holds or is about to hold, in the order `held` counts them.
+HELD_STATES = (
+    MachineState.CONFIGURED,
+    MachineState.CONFIGURING,
+    MachineState.CREATING,
+    MachineState.DRAINING,
+    MachineState.FAILED,
+)
+HELD_SLOT = {s: i for i, s in enumerate(HELD_STATES)}
+
+_COLUMNS: dict[str, tuple[type, int]] = {
+    "state": (np.uint8, GONE),
+    "cluster": (np.uint16, NONE16),
+    "profile": (np.uint16, 0),
+    "provider": (np.uint8, 0),
+    "price": (np.float32, 0),
+    "interruption": (np.float32, 0),
+    "domain": (np.uint16, NONE16),
+    "since": (np.uint32, 0),
+    "holder_priority": (np.int32, 0),
+    "holder_interruption": (np.float32, 0),
+    "holder_reclamation": (np.float32, 0),
+    "missed": (np.uint8, 0),
+    "failed_from": (np.uint8, GONE),
+}
+
+
+class Interner:
+    """Names to small integers, both ways."""
+
+    def __init__(self, limit: int) -> None:
+        self.names: list[str] = []
+        self._ids: dict[str, int] = {}
+        self._limit = limit
+
+    def intern(self, name: str) -> int:
+        idx = self._ids.get(name)
+        if idx is None:
+            if len(self.names) >= self._limit:
+                raise ValueError(f"more than {self._limit} distinct names: {name!r}")
+            idx = len(self.names)
+            self.names.append(name)
+            self._ids[name] = idx
+        return idx
+
+    def get(self, name: str) -> int | None:
+        return self._ids.get(name)
+
+
+class MachineNotFound(KeyError):
+    def __str__(self) -> str:
+        return f"machine {self.args[0]} is not in this shard's inventory"
+
+
+class Inventory:
+    def __init__(self, capacity: int = 1024) -> None:
+        self.capacity = capacity
+        self.ids = MachineIds(capacity)
+        self.profiles = ProfileTable()
+        self.clusters = Interner(NONE16)
+        self.providers = Interner(255)
+        self.domains = Interner(NONE16)
+        for name, (dtype, fill) in _COLUMNS.items():
+            setattr(self, name, np.full(capacity, fill, dtype=dtype))
+        self.rows_used = 0
+        self._free: list[int] = []
+        self.counts = np.zeros((len(STATES), 0), dtype=np.int64)
+        self.held: dict[int, dict[int, list[int]]] = {}
+        self.cluster_version: dict[int, int] = {}
+        self.version = 0
+        self.last_error: dict[int, str] = {}
+
+    # ---- adding and removing machines -------------------------------------------------------
+
+    def _grow(self, needed: int) -> None:
+        if needed <= self.capacity:
+            return
+        capacity = max(needed, 2 * self.capacity)
+        for name in _COLUMNS:
+            old = getattr(self, name)
+            grown = np.full(capacity, _COLUMNS[name][1], dtype=old.dtype)
+            grown[: len(old)] = old
+            setattr(self, name, grown)
+        self.ids.resize(capacity, self.live_rows())
+        self.capacity = capacity
+
+    def add(self, machines: Sequence[Machine], now: float) -> np.ndarray:
+        """Take ownership of machines reported by a provider (or handed over by another shard)."""
+        reuse = [self._free.pop() for _ in range(min(len(self._free), len(machines)))]
+        fresh = len(machines) - len(reuse)
+        self._grow(self.rows_used + fresh)
+        rows = np.array(
+            reuse + list(range(self.rows_used, self.rows_used + fresh)), dtype=np.int64
+        )
+        self.ids.add(rows, [m.id for m in machines])
+        self.rows_used += fresh
+        for row, machine in zip(rows.tolist(), machines, strict=True):
+            self._fill(row, machine, now)
+        self.version += 1
+        return rows
+
+    def _fill(self, row: int, m: Machine, now: float) -> None:
+        pid = self.profiles.intern(Profile.of(m))
+        if pid >= self.counts.shape[1]:
+            grown = np.zeros((len(STATES), max(pid + 1, 2 * self.counts.shape[1])), np.int64)
+            grown[:, : self.counts.shape[1]] = self.counts
+            self.counts = grown
+        profile = self.profiles.profiles[pid]
+        self.profile[row] = pid
+        self.provider[row] = self.providers.intern(profile.provider)
+        self.price[row] = m.price_per_hour
+        self.interruption[row] = m.interruption_probability
+        rack = m.labels.get(L.RACK)
+        self.domain[row] = self.domains.intern(rack) if rack else NONE16
+        self.since[row] = int(m.transition_started_unix or now)
+        self.holder_priority[row] = 0
+        self.holder_interruption[row] = 0
+        self.holder_reclamation[row] = 0
+        self.missed[row] = 0
+        self.failed_from[row] = GONE
+        self.cluster[row] = self.clusters.intern(m.cluster) if m.cluster else NONE16
+        self.state[row] = CODE[m.state]
+        if m.state is MachineState.FAILED:
+            self.last_error[row] = m.last_error
+        self._count(row, +1)
+
+    def remove(self, machine_id: str) -> Machine:
+        """Give a machine up (to another shard, or back to its provider); returns its record."""
+        row = self.row(machine_id)
+        record = self.machine(row)
+        self._count(row, -1)
+        self.ids.forget(machine_id)
+        self.state[row] = GONE
+        self.cluster[row] = NONE16
+        self.last_error.pop(row, None)
+        self._free.append(row)
+        self.version += 1
+        return record
+
+    # ---- lookups ----------------------------------------------------------------------------
+
+    def row(self, machine_id: str) -> int:
+        row = self.ids.find(machine_id)
+        if row < 0:
+            raise MachineNotFound(machine_id)
+        return row
+
+    def machine_id(self, row: int) -> str:
+        return self.ids.id_of(row)
+
+    def state_of(self, row: int) -> MachineState:
+        return STATES[int(self.state[row])]
+
+    def cluster_of(self, row: int) -> str | None:
+        c = int(self.cluster[row])
+        return None if c == NONE16 else self.clusters.names[c]
+
+    def profile_of(self, row: int) -> Profile:
+        return self.profiles.profiles[int(self.profile[row])]
+
+    def live_rows(self) -> np.ndarray:
+        return np.flatnonzero(self.state[: self.rows_used] != GONE)
+
+    def __len__(self) -> int:
+        return self.rows_used - len(self._free)
+
+    def rows_in(self, state: MachineState, profiles: Iterable[int] | None = None) -> np.ndarray:
+        """Rows in `state` (optionally of the given profiles), in row order."""
+        mask = self.state[: self.rows_used] == CODE[state]
+        if profiles is not None:
+            mask &= np.isin(self.profile[: self.rows_used], np.fromiter(profiles, np.int64))
+        return np.flatnonzero(mask)
+
+    def machine(self, row: int) -> Machine:
+        state = self.state_of(row)
+        profile = self.profile_of(row)
+        # The shard addresses a real host through its provider by machine id; the provider's
+        # own reference (an instance id, a serial) lives with the provider, not in this row.
+        hosted = has_host(state) or (
+            state is MachineState.FAILED
+            and int(self.failed_from[row]) not in (CODE[MachineState.CREATING], GONE)
+        )
+        host = HostRef(provider=profile.provider, ref=self.machine_id(row)) if hosted else None
+        cluster = self.cluster_of(row)
+        bound = state in (MachineState.CONFIGURED, MachineState.DRAINING)
+        return Machine(
+            id=self.machine_id(row),
+            state=state,
+            host=host,
+            instance_type=profile.instance_type,
+            zone=profile.zone,
+            capacity_type=profile.capacity_type,
+            price_per_hour=float(self.price[row]),
+            interruption_probability=float(self.interruption[row]),
+            resources=profile.resources,
+            labels=profile.label_map,
+            transition_started_unix=int(self.since[row]) if state in _TIMED else 0,
+            last_error=self.last_error.get(row, ""),
+            cluster=cluster if bound and host is not None else None,
+        )
+
+    # ---- moves ------------------------------------------------------------------------------
+
+    def move(
+        self,
+        row: int,
+        target: MachineState,
+        now: float,
+        cluster: str | None = None,
+        error: str = "",
+    ) -> None:
+        """Move a machine along a legal edge of the state machine; keeps every index current.
+
+        `cluster` names the destination when a machine starts CONFIGURING (or CREATING for a
+        need). Reaching SPECULATIVE or IDLE unbinds it; SPECULATIVE also drops the host.
+        """
+        state = self.state_of(row)
+        check_transition(self.machine_id(row), state, target)
+        if target is MachineState.CONFIGURING and cluster is None and self.cluster[row] == NONE16:
+            raise ValueError(f"machine {self.machine_id(row)}: configuring needs a cluster")
+        self._count(row, -1)
+        if target is MachineState.FAILED:
+            self.failed_from[row] = CODE[state]
+            self.last_error[row] = error or f"{state} timed out"
+        else:
+            self.last_error.pop(row, None)
+            if state is not MachineState.FAILED:
+                self.failed_from[row] = GONE
+        if target in (MachineState.SPECULATIVE, MachineState.IDLE):
+            self.cluster[row] = NONE16
+            self.missed[row] = 0
+        elif cluster is not None:
+            self.cluster[row] = self.clusters.intern(cluster)
+        self.state[row] = CODE[target]
+        self.since[row] = int(now)
+        self._count(row, +1)
+        self.version += 1
+
+    def set_holder(
+        self, rows: np.ndarray, priority: int, interruption: float, reclamation: float
+    ) -> None:
+        """Record which need a machine serves: its priority and penalties (victim scoring)."""
+        self.holder_priority[rows] = priority
+        self.holder_interruption[rows] = interruption
+        self.holder_reclamation[rows] = reclamation
+
+    def _count(self, row: int, delta: int) -> None:
+        code = int(self.state[row])
+        pid = int(self.profile[row])
+        self.counts[code, pid] += delta
+        c = int(self.cluster[row])
+        slot = HELD_SLOT.get(STATES[code])
+        if c == NONE16 or slot is None:
+            return
+        per_profile = self.held.setdefault(c, {})
+        tally = per_profile.setdefault(pid, [0] * len(HELD_STATES))
+        tally[slot] += delta
+        if not any(tally):
+            del per_profile[pid]
+        self.cluster_version[c] = self.cluster_version.get(c, 0) + 1
+
+    # ---- accounting -------------------------------------------------------------------------
+
+    def nbytes(self) -> int:
+        """Bytes held for machines: every column plus the id store and its lookup table."""
+        rows = self.capacity
+        return sum(getattr(self, name)[:rows].nbytes for name in _COLUMNS) + self.ids.nbytes(
+            rows
+        )
+
+
+_TIMED = frozenset(
+    {
+        MachineState.CREATING,
+        MachineState.CONFIGURING,
+        MachineState.DRAINING,
+        MachineState.DELETING,
+        MachineState.FAILED,
+    }
+)

@@ -1,0 +1,314 @@
+"""Wire models: what crosses a boundary (roll-ups, provider replies, engine actions).
+
+Field names follow the seed (§5, §7, §8, §9, §13). Every model is strict: a wrong type, an unknown
+field or an out-of-range number is rejected with a pydantic error that names the field.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+INT32_MIN = -(2**31)
+INT32_MAX = 2**31 - 1
+
+Int32 = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)]
+Count = Annotated[int, Field(ge=0, le=INT32_MAX)]
+Dollars = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Probability = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Name = Annotated[str, Field(min_length=1, max_length=253)]
+
+
+class Wire(BaseModel):
+    """Base of every wire model: strict types, unknown fields rejected, immutable."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class MachineState(StrEnum):
+    SPECULATIVE = "SPECULATIVE"
+    CREATING = "CREATING"
+    IDLE = "IDLE"
+    CONFIGURING = "CONFIGURING"
+    CONFIGURED = "CONFIGURED"
+    DRAINING = "DRAINING"
+    DELETING = "DELETING"
+    FAILED = "FAILED"
+
+
+class CapacityType(StrEnum):
+    ON_DEMAND = "on-demand"
+    SPOT = "spot"
+    RESERVED = "reserved"
+    BARE_METAL = "bare-metal"
+
+
+class Transition(StrEnum):
+    """The four lifecycle operations of seed §5; each is one workflow in Temporal."""
+
+    CREATE = "create"
+    CONFIGURE = "configure"
+    DRAIN = "drain"
+    DELETE = "delete"
+
+
+class Resources(Wire):
+    cpu: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    memory_gib: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    gpu: Annotated[int, Field(ge=0, le=INT32_MAX)] = 0
+
+    def covers(self, minimum: Resources) -> bool:
+        return (
+            self.cpu >= minimum.cpu
+            and self.memory_gib >= minimum.memory_gib
+            and self.gpu >= minimum.gpu
+        )
+
+
+class HostRef(Wire):
+    provider: Name
+    ref: Name
+
+
+class Machine(Wire):
+    """A machine as a provider reports it (seed §7 `Machine`).
+
+    `cluster` is BigFleet's extension: the cluster a CONFIGURED or DRAINING machine is bound to.
+    The seed's core invariant holds here: no host, no cluster.
+    """
+
+    id: Name
+    state: MachineState
+    host: HostRef | None = None
+    instance_type: Name
+    zone: Name
+    capacity_type: CapacityType
+    price_per_hour: Dollars
+    interruption_probability: Probability
+    resources: Resources = Resources()
+    labels: dict[str, str] = Field(default_factory=dict)
+    transition_started_unix: Annotated[int, Field(ge=0)] = 0
+    last_error: str = ""
+    cluster: str | None = None
+
+    @model_validator(mode="after")
+    def _no_host_no_cluster(self) -> Machine:
+        if self.host is None and self.cluster:
+            raise ValueError(
+                f"machine {self.id}: cluster {self.cluster!r} set without a host "
+                "(a machine must be bound to a real host before it is configured)"
+            )
+        if self.host is None and self.state in HOSTED_STATES:
+            raise ValueError(f"machine {self.id}: state {self.state} requires a host")
+        return self
+
+
+HOSTED_STATES = frozenset(
+    {
+        MachineState.IDLE,
+        MachineState.CONFIGURING,
+        MachineState.CONFIGURED,
+        MachineState.DRAINING,
+        MachineState.DELETING,
+    }
+)
+
+
+class TransitionAck(Wire):
+    operation_id: Name
+    machine: Machine
+
+
+class ListFilter(Wire):
+    states: list[MachineState] = Field(default_factory=list)
+    zone: str = ""
+    instance_type: str = ""
+    max_results: Annotated[int, Field(ge=0, le=INT32_MAX)] = 0
+
+
+class FencingToken(Wire):
+    """The shard's token on every provider call (seed §11): a stale epoch is rejected."""
+
+    shard_id: Annotated[int, Field(ge=0)]
+    shard_epoch: Annotated[int, Field(ge=0)]
+    seq: Annotated[int, Field(ge=0)]
+
+
+class Operator(StrEnum):
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+    GT = "Gt"
+    LT = "Lt"
+
+
+class NodeSelectorRequirement(Wire):
+    """A Kubernetes `NodeSelectorRequirement`, validated as the API server would."""
+
+    key: Name
+    operator: Operator
+    values: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> NodeSelectorRequirement:
+        op = self.operator
+        if op in (Operator.IN, Operator.NOT_IN) and not self.values:
+            raise ValueError(f"values: operator {op} needs at least one value")
+        if op in (Operator.EXISTS, Operator.DOES_NOT_EXIST) and self.values:
+            raise ValueError(f"values: operator {op} takes no values")
+        if op in (Operator.GT, Operator.LT):
+            if len(self.values) != 1:
+                raise ValueError(f"values: operator {op} takes exactly one integer value")
+            try:
+                int(self.values[0])
+            except ValueError:
+                raise ValueError(
+                    f"values: operator {op} needs an integer, got {self.values[0]!r}"
+                ) from None
+        return self
+
+
+class TopologySpread(Wire):
+    """Spread the need's machines over the domains of `key`, at most `max_skew` apart."""
+
+    key: Name
+    max_skew: Annotated[int, Field(ge=1, le=INT32_MAX)] = 1
+
+
+class CapacityNeed(Wire):
+    """One entry of a roll-up: `count` machines matching `requirements`, at `priority`."""
+
+    requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
+    resources: Resources = Resources()
+    priority: Int32
+    count: Count
+    same: str | None = Field(
+        default=None,
+        description="Topology key whose single domain must hold all machines (e.g. a rack).",
+    )
+    spread: list[TopologySpread] = Field(default_factory=list)
+    interruption_penalty: Dollars = 0.0
+    reclamation_penalty: Dollars = 0.0
+    drain_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+
+    @field_validator("same")
+    @classmethod
+    def _same_is_a_key(cls, value: str | None) -> str | None:
+        if value is not None and not value:
+            raise ValueError("same: must be a label key, not empty")
+        return value
+
+
+class NodeHealth(Wire):
+    """What the operator saw of the cluster's nodes: the machine ids present and Ready."""
+
+    machine_ids: list[str] = Field(default_factory=list)
+
+
+class ClusterCapacityNeeds(Wire):
+    """A roll-up: all needs of one cluster, replacing the previous roll-up (seed §8).
+
+    `generation` rises with each roll-up the operator sends; an older or repeated one is ignored.
+    """
+
+    cluster: Name
+    generation: Annotated[int, Field(ge=0)]
+    needs: list[CapacityNeed] = Field(default_factory=list)
+    health: NodeHealth | None = None
+
+
+class Shortfall(Wire):
+    """A need the shard could not serve from its own inventory (seed §9)."""
+
+    cluster: str
+    profile: str
+    requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
+    priority: Int32
+    count: Count
+    age: Annotated[int, Field(ge=0)]
+    interruption_penalty: Dollars = 0.0
+    escalated: bool = False
+
+
+class BootstrapRequest(Wire):
+    cluster: Name
+    machine_id: Name
+    requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class BootstrapBlob(Wire):
+    user_data: bytes
+    ttl_seconds: Annotated[int, Field(gt=0, le=INT32_MAX)]
+
+
+class DrainReason(StrEnum):
+    PREEMPT = "preempt"
+    EXCESS = "excess"
+    UNHEALTHY = "unhealthy"
+    TRANSFER = "transfer"
+
+
+class DeleteReason(StrEnum):
+    IDLE_TIMEOUT = "idle-timeout"
+    FAILED = "failed"
+    UNHEALTHY = "unhealthy"
+
+
+class CreateAction(Wire):
+    """Create a batch of speculative machines of one provider (≤ 64 per call).
+
+    `cluster` is set when the machines are provisioned for a need: the pipeline configures them
+    for that cluster once they are idle (the seed's `provisionAndBootstrap`).
+    """
+
+    kind: Literal["create"] = "create"
+    provider: str
+    machine_ids: list[str]
+    cluster: str | None = None
+    requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
+    priority: Int32 = 0
+
+
+class ConfigureAction(Wire):
+    kind: Literal["configure"] = "configure"
+    provider: str
+    machine_id: str
+    cluster: str
+    requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
+    priority: Int32 = 0
+
+
+class DrainAction(Wire):
+    kind: Literal["drain"] = "drain"
+    provider: str
+    machine_id: str
+    cluster: str
+    grace_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    reason: DrainReason
+    preemptor_cluster: str | None = None
+    preemptor_priority: Int32 | None = None
+    victim_priority: Int32 | None = None
+    force: bool = False
+
+
+class DeleteAction(Wire):
+    kind: Literal["delete"] = "delete"
+    provider: str
+    machine_id: str
+    reason: DeleteReason
+
+
+class VerifyAction(Wire):
+    """Ask the provider (`Get`) whether a machine the cluster stopped reporting is alive."""
+
+    kind: Literal["verify"] = "verify"
+    provider: str
+    machine_id: str
+    cluster: str
+
+
+Action = CreateAction | ConfigureAction | DrainAction | DeleteAction | VerifyAction

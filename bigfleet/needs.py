@@ -1,0 +1,157 @@
+"""The needs table of seed §8: every need of every cluster's latest roll-up, priority-sorted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sortedcontainers import SortedList
+
+from .models import CapacityNeed, ClusterCapacityNeeds, NodeHealth, NodeSelectorRequirement
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """One need in the table. `arrival` orders needs of equal priority (earlier first)."""
+
+    cluster: str
+    index: int
+    arrival: int
+    spec: CapacityNeed
+    signature: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.cluster}#{self.index}"
+
+    @property
+    def priority(self) -> int:
+        return self.spec.priority
+
+    @property
+    def count(self) -> int:
+        return self.spec.count
+
+    @property
+    def requirements(self) -> tuple[NodeSelectorRequirement, ...]:
+        return tuple(self.spec.requirements)
+
+    def sort_key(self) -> tuple[int, int, str, int]:
+        return (-self.spec.priority, self.arrival, self.cluster, self.index)
+
+
+def _identity(need: CapacityNeed) -> str:
+    """What makes a need 'the same need' across roll-ups: everything but its count."""
+    return need.model_dump_json(exclude={"count"})
+
+
+@dataclass(slots=True)
+class _ClusterEntry:
+    generation: int
+    last_seen: float
+    needs: list[Need]
+    health: NodeHealth | None = None
+    health_generation: int = 0
+
+
+@dataclass
+class NeedsTable:
+    """Full-replacement semantics: a roll-up replaces all of its cluster's entries.
+
+    A roll-up whose generation is not above the cluster's last one is a replay and is ignored.
+    A cluster silent for longer than `max_silence_seconds` ages out of the table.
+    """
+
+    max_silence_seconds: float = 300.0
+    _sorted: SortedList = field(default_factory=lambda: SortedList(key=Need.sort_key))
+    _clusters: dict[str, _ClusterEntry] = field(default_factory=dict)
+    _arrivals: int = 0
+    version: int = 0
+
+    def apply(self, rollup: ClusterCapacityNeeds, now: float) -> bool:
+        """Take a validated roll-up; False if it is stale (same or older generation)."""
+        entry = self._clusters.get(rollup.cluster)
+        if entry is not None and rollup.generation <= entry.generation:
+            return False
+        if entry is not None and [n.spec for n in entry.needs] == rollup.needs:
+            # The operator re-sent what it sent before: nothing for the cycle to redo.
+            entry.generation = rollup.generation
+            entry.last_seen = now
+            if rollup.health is not None:
+                entry.health = rollup.health
+                entry.health_generation += 1
+            return True
+        previous: Mapping[str, int] = {}
+        if entry is not None:
+            previous = {n.signature: n.arrival for n in entry.needs}
+            for need in entry.needs:
+                self._sorted.remove(need)
+        fresh: list[Need] = []
+        for index, spec in enumerate(rollup.needs):
+            ident = _identity(spec)
+            arrival = previous.get(ident)
+            if arrival is None:
+                self._arrivals += 1
+                arrival = self._arrivals
+            fresh.append(Need(rollup.cluster, index, arrival, spec, ident))
+        self._sorted.update(fresh)
+        health_gen = entry.health_generation if entry else 0
+        if rollup.health is not None:
+            health_gen += 1
+        self._clusters[rollup.cluster] = _ClusterEntry(
+            generation=rollup.generation,
+            last_seen=now,
+            needs=fresh,
+            health=rollup.health if rollup.health is not None else (entry and entry.health),
+            health_generation=health_gen,
+        )
+        self.version += 1
+        return True
+
+    def submit(self, raw: Mapping[str, Any] | ClusterCapacityNeeds, now: float) -> bool:
+        """Validate then apply. A malformed roll-up raises and leaves the table untouched."""
+        rollup = (
+            raw
+            if isinstance(raw, ClusterCapacityNeeds)
+            else ClusterCapacityNeeds.model_validate(raw, strict=False)
+        )
+        return self.apply(rollup, now)
+
+    def expire(self, now: float) -> list[str]:
+        """Drop clusters that stopped sending; returns their names."""
+        gone = [
+            c for c, e in self._clusters.items() if now - e.last_seen > self.max_silence_seconds
+        ]
+        for cluster in gone:
+            for need in self._clusters.pop(cluster).needs:
+                self._sorted.remove(need)
+        if gone:
+            self.version += 1
+        return gone
+
+    def __iter__(self) -> Iterator[Need]:
+        return iter(self._sorted)
+
+    def __len__(self) -> int:
+        return len(self._sorted)
+
+    def clusters(self) -> list[str]:
+        return list(self._clusters)
+
+    def needs_of(self, cluster: str) -> list[Need]:
+        entry = self._clusters.get(cluster)
+        return list(entry.needs) if entry else []
+
+    def generation(self, cluster: str) -> int:
+        entry = self._clusters.get(cluster)
+        return entry.generation if entry else -1
+
+    def health(self, cluster: str) -> tuple[int, NodeHealth | None]:
+        """(how many health reports so far, the latest one) for a cluster."""
+        entry = self._clusters.get(cluster)
+        return (entry.health_generation, entry.health) if entry else (0, None)
+
+    def last_seen(self, cluster: str) -> float | None:
+        entry = self._clusters.get(cluster)
+        return entry.last_seen if entry else None

@@ -1,0 +1,51 @@
+"""Tuning knobs of the decision cycle, validated like any other input."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .models import CapacityType, MachineState
+
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=True)]
+
+
+class Policy(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cycle_seconds: Seconds = 10.0
+    # Cap of one provider Create call (seed §7: "64 machines at once, not 1").
+    create_batch: Annotated[int, Field(ge=1, le=64)] = 64
+    # Grace for draining machines no need claims any more (a full graceful shutdown).
+    excess_grace_seconds: Annotated[float, Field(ge=0)] = 600.0
+    # Drain time assumed for a need that gave no estimate.
+    default_drain_seconds: Seconds = 60.0
+    # How long an idle machine of each capacity type is held before going back to speculative.
+    # Bare metal is never deleted; reserved capacity is paid for whether held or not.
+    idle_timeout_seconds: dict[CapacityType, Seconds] = Field(
+        default_factory=lambda: {
+            CapacityType.ON_DEMAND: 300.0,
+            CapacityType.SPOT: 120.0,
+            CapacityType.RESERVED: float("inf"),
+            CapacityType.BARE_METAL: float("inf"),
+        }
+    )
+    # A transition older than this is stuck: the machine is marked FAILED (seed §5, §9).
+    transition_timeout_seconds: dict[MachineState, Seconds] = Field(
+        default_factory=lambda: {
+            MachineState.CREATING: 900.0,
+            MachineState.CONFIGURING: 600.0,
+            MachineState.DRAINING: 4 * 3600.0,
+            MachineState.DELETING: 900.0,
+        }
+    )
+    # Demand forecast: per-cycle decay of the per-profile average, and the level that holds idle.
+    forecast_decay: Annotated[float, Field(gt=0, lt=1)] = 0.9
+    forecast_hold: Annotated[float, Field(ge=0)] = 0.5
+    max_shortfalls: Annotated[int, Field(ge=0)] = 100
+    escalate_after_cycles: Annotated[int, Field(ge=1)] = 5
+    # Consecutive cluster reports a configured machine may be missing from before it is verified.
+    health_missed_reports: Annotated[int, Field(ge=1, le=255)] = 3
+    # Clusters silent this long age out of the needs table.
+    max_silence_seconds: Seconds = 300.0

@@ -1,0 +1,125 @@
+"""Machine profiles (instance type × zone × capacity type × labels), interned once.
+
+A shard holds up to hundreds of thousands of machines but only hundreds or a few thousand distinct
+profiles; requirements are matched against profiles, never against machines, and the result is
+cached per distinct requirement set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from . import labels as L
+from .models import CapacityType, Machine, NodeSelectorRequirement, Resources
+from .requirements import all_match
+
+
+@dataclass(frozen=True)
+class Profile:
+    provider: str
+    instance_type: str
+    zone: str
+    capacity_type: CapacityType
+    price_per_hour: float
+    interruption_probability: float
+    resources: Resources
+    labels: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, machine: Machine) -> Profile:
+        provider = machine.host.provider if machine.host else machine.labels.get(L.PROVIDER, "")
+        merged = dict(machine.labels)
+        merged[L.INSTANCE_TYPE] = machine.instance_type
+        merged[L.ZONE] = machine.zone
+        merged[L.CAPACITY_TYPE] = machine.capacity_type.value
+        if provider:
+            merged[L.PROVIDER] = provider
+        return cls(
+            provider=provider,
+            instance_type=machine.instance_type,
+            zone=machine.zone,
+            capacity_type=machine.capacity_type,
+            price_per_hour=float(machine.price_per_hour),
+            interruption_probability=float(machine.interruption_probability),
+            resources=machine.resources,
+            labels=tuple(sorted(merged.items())),
+        )
+
+    def label(self, key: str) -> str | None:
+        for k, v in self.labels:
+            if k == key:
+                return v
+        return None
+
+    @cached_property
+    def name(self) -> str:
+        """Human-readable and unique: the canonical tie-break between equal profiles."""
+        extra = ",".join(
+            f"{k}={v}"
+            for k, v in self.labels
+            if k not in (L.INSTANCE_TYPE, L.ZONE, L.CAPACITY_TYPE, L.PROVIDER)
+        )
+        base = (
+            f"{self.provider}/{self.instance_type}/{self.zone}/{self.capacity_type.value}"
+            f"@{self.price_per_hour:g}~{self.interruption_probability:g}"
+        )
+        return f"{base}[{extra}]" if extra else base
+
+    @cached_property
+    def label_map(self) -> dict[str, str]:
+        return dict(self.labels)
+
+
+
+class ProfileTable:
+    """Profile interning plus per-profile numeric columns the engine vectorises over."""
+
+    def __init__(self) -> None:
+        self.profiles: list[Profile] = []
+        self._ids: dict[Profile, int] = {}
+        self.price = np.zeros(0, dtype=np.float64)
+        self.interruption = np.zeros(0, dtype=np.float64)
+        self._match_cache: dict[str, tuple[int, np.ndarray]] = {}
+
+    def __len__(self) -> int:
+        return len(self.profiles)
+
+    def intern(self, profile: Profile) -> int:
+        pid = self._ids.get(profile)
+        if pid is None:
+            pid = len(self.profiles)
+            self.profiles.append(profile)
+            self._ids[profile] = pid
+            self.price = np.append(self.price, profile.price_per_hour)
+            self.interruption = np.append(self.interruption, profile.interruption_probability)
+        return pid
+
+    def matching(
+        self,
+        key: str,
+        requirements: tuple[NodeSelectorRequirement, ...],
+        resources: Resources,
+    ) -> np.ndarray:
+        """Ids of the profiles that satisfy `requirements` and offer at least `resources`.
+
+        `key` identifies the requirement set (a need's signature): the answer is cached under it
+        and only profiles interned since are examined on the next call.
+        """
+        cached = self._match_cache.get(key)
+        if cached is not None and cached[0] == len(self.profiles):
+            return cached[1]
+        start = cached[0] if cached else 0
+        found = [
+            pid
+            for pid in range(start, len(self.profiles))
+            if self.profiles[pid].resources.covers(resources)
+            and all_match(requirements, self.profiles[pid].label_map)
+        ]
+        ids = np.concatenate([cached[1], np.array(found, dtype=np.int64)]) if cached else (
+            np.array(found, dtype=np.int64)
+        )
+        self._match_cache[key] = (len(self.profiles), ids)
+        return ids

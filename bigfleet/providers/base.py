@@ -1,0 +1,160 @@
+"""The `CapacityProvider` contract of seed §7: six methods, and the errors a caller branches on.
+
+Like Karpenter's `pkg/cloudprovider/types.go`, one module holds the interface and its typed errors,
+so a caller reacts to *what went wrong* (stale token, no quota, throttled) without parsing text.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import ValidationError
+
+from ..models import (
+    BootstrapBlob,
+    FencingToken,
+    ListFilter,
+    Machine,
+    MachineState,
+    TransitionAck,
+)
+
+MAX_CREATE_BATCH = 64
+"""Machines per `create` call: the seed batches Create 64 at a time, one API call per batch."""
+
+
+@runtime_checkable
+class CapacityProvider(Protocol):
+    """A capacity backend. Lifecycle calls return at once; progress is observed via get/list."""
+
+    name: str
+
+    def create(
+        self, machine_ids: builtins.list[str], token: FencingToken
+    ) -> builtins.list[TransitionAck]: ...
+
+    def configure(
+        self, machine_id: str, blob: BootstrapBlob, cluster: str, token: FencingToken
+    ) -> TransitionAck: ...
+
+    def drain(
+        self, machine_id: str, grace_seconds: float, token: FencingToken, force: bool = False
+    ) -> TransitionAck: ...
+
+    def delete(self, machine_id: str, token: FencingToken) -> TransitionAck: ...
+
+    def get(self, machine_id: str) -> Machine: ...
+
+    def list(self, filter: ListFilter) -> builtins.list[Machine]: ...
+
+
+class ProviderError(Exception):
+    """Base of every error a provider raises on purpose; `provider` names the backend."""
+
+    def __init__(self, provider: str, message: str) -> None:
+        super().__init__(message)
+        self.provider = provider
+
+
+class StaleFencingToken(ProviderError):
+    """A call from a shard epoch older than one the provider has already seen (seed §11)."""
+
+    def __init__(self, provider: str, shard_id: int, presented: int, highest: int) -> None:
+        super().__init__(
+            provider,
+            f"provider {provider}: stale fencing token for shard {shard_id}: epoch {presented} presented, "
+            f"epoch {highest} already seen; a newer owner of the shard is running",
+        )
+        self.shard_id = shard_id
+        self.presented = presented
+        self.highest = highest
+
+
+class MachineNotFound(ProviderError):
+    def __init__(self, provider: str, machine_id: str) -> None:
+        super().__init__(provider, f"provider {provider}: no machine {machine_id}")
+        self.machine_id = machine_id
+
+
+class QuotaExhausted(ProviderError):
+    """The slot a caller named was withdrawn because the quota behind it shrank."""
+
+    def __init__(self, provider: str, machine_id: str, pool: str) -> None:
+        super().__init__(
+            provider, f"provider {provider}: quota for {pool} is exhausted: slot {machine_id} no longer exists"
+        )
+        self.machine_id = machine_id
+        self.pool = pool
+
+
+class NotSupported(ProviderError):
+    """The backend has no such operation at all (e.g. delete on bare metal)."""
+
+    def __init__(self, provider: str, call: str, why: str) -> None:
+        super().__init__(provider, f"provider {provider}: {call} is not supported: {why}")
+        self.call = call
+
+
+class InvalidTransition(ProviderError):
+    """The machine is not in a state the call can start from."""
+
+    def __init__(
+        self,
+        provider: str,
+        machine_id: str,
+        state: MachineState,
+        call: str,
+        why: str = "",
+        failed_from: MachineState | None = None,
+    ) -> None:
+        where = f"{state} (failed in {failed_from})" if failed_from else str(state)
+        super().__init__(
+            provider,
+            f"provider {provider}: machine {machine_id} is {where}; {call} cannot start there"
+            + (f": {why}" if why else ""),
+        )
+        self.machine_id = machine_id
+        self.state = state
+        self.call = call
+        self.failed_from = failed_from
+
+
+class RateLimited(ProviderError):
+    """The provider's API budget is spent; the same call succeeds after `retry_after` seconds."""
+
+    def __init__(self, provider: str, call: str, retry_after: float) -> None:
+        super().__init__(
+            provider, f"provider {provider}: {call} throttled; retry after {retry_after:.2f} s"
+        )
+        self.call = call
+        self.retry_after = retry_after
+
+
+class ProviderReplyError(ProviderError):
+    """A provider answered with a record that is not a valid `Machine`; `fields` names the culprits."""
+
+    def __init__(self, provider: str, problems: builtins.list[tuple[str, str]]) -> None:
+        detail = "; ".join(f"{field}: {msg}" if field else msg for field, msg in problems)
+        super().__init__(provider, f"provider {provider} sent a bad machine: {detail}")
+        self.fields = [field for field, _ in problems if field]
+
+
+def parse_machine_reply(raw: dict[str, Any], provider: str) -> Machine:
+    """Validate a provider's raw reply as a `Machine`.
+
+    The reply is wire data, so it is checked as JSON: enum fields arrive as their string values,
+    while a number sent as a string or an unknown field is still rejected.
+    """
+    if not isinstance(raw, dict):
+        raise ProviderReplyError(provider, [("", f"expected an object, got {type(raw).__name__}")])
+    try:
+        text = json.dumps(raw)
+    except (TypeError, ValueError) as err:
+        raise ProviderReplyError(provider, [("", f"not JSON-shaped: {err}")]) from None
+    try:
+        return Machine.model_validate_json(text)
+    except ValidationError as err:
+        problems = [(".".join(str(p) for p in e["loc"]), e["msg"]) for e in err.errors()]
+        raise ProviderReplyError(provider, problems) from None

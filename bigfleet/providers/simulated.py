@@ -1,0 +1,441 @@
+"""What every simulated provider shares: machines moving through seed §5's states in virtual time.
+
+A lifecycle call only starts an operation; `advance(now)` (and every call, which first catches up
+with the clock) completes operations whose latency has passed, fails those past their timeout and
+fires spot interruptions, in time order. All randomness comes from one seeded `random.Random`,
+so a run is a function of the seed and the calls made.
+"""
+
+from __future__ import annotations
+
+import builtins
+import heapq
+import itertools
+import math
+import random
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from ..models import (
+    BootstrapBlob,
+    CapacityType,
+    FencingToken,
+    HostRef,
+    ListFilter,
+    Machine,
+    MachineState,
+    Resources,
+    Transition,
+    TransitionAck,
+)
+from ..states import START_OF, TARGET_OF, TRANSITIONAL, check_transition
+from .base import (
+    MAX_CREATE_BATCH,
+    InvalidTransition,
+    MachineNotFound,
+    QuotaExhausted,
+    StaleFencingToken,
+)
+
+S = MachineState
+T = Transition
+
+DEFAULT_TIMEOUTS: dict[MachineState, float] = {
+    S.CREATING: 600.0,
+    S.CONFIGURING: 300.0,
+    S.DRAINING: 600.0,  # beyond the drain's own grace period
+    S.DELETING: 600.0,
+}
+
+# The stable state each call starts from, and which failures it corrects (seed §7), keyed by
+# the state the FAILED machine failed in.
+_STARTS_FROM: dict[Transition, MachineState] = {
+    T.CREATE: S.SPECULATIVE,
+    T.CONFIGURE: S.IDLE,
+    T.DRAIN: S.CONFIGURED,
+    T.DELETE: S.IDLE,
+}
+_CORRECTS: dict[Transition, frozenset[MachineState]] = {
+    T.CREATE: frozenset(),
+    T.CONFIGURE: frozenset({S.CONFIGURING}),  # retry with a fresh blob
+    T.DRAIN: frozenset({S.CONFIGURING, S.DRAINING}),  # forced: give up, or terminate
+    T.DELETE: frozenset({S.CREATING, S.IDLE, S.CONFIGURED}),  # clean up a half-made or dead host
+}
+_INTERRUPTIBLE = frozenset({S.IDLE, S.CONFIGURED})
+
+
+def slot_id(*parts: str) -> str:
+    """Join parts into a machine id; anything but letters, digits and dashes becomes a dash."""
+    return re.sub(r"[^A-Za-z0-9-]", "-", "-".join(parts))
+
+
+@dataclass
+class Pool:
+    """Interchangeable slots (a quota line, a rack): what their machines are and how many."""
+
+    key: str
+    id_prefix: str
+    instance_type: str
+    zone: str
+    capacity_type: CapacityType
+    price_per_hour: float
+    interruption_probability: float
+    resources: Resources
+    labels: dict[str, str]
+    quota: int
+    create_latency: tuple[float, float]
+    create_allowance: float = 0.0  # added to the CREATING timeout for a create slow by design
+    members: dict[int, _Slot] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class _Op:
+    id: str
+    transition: Transition
+    started: float
+    due: float | None  # None: the operation hangs until its deadline
+    deadline: float
+    grace_end: float = math.inf  # drains only: when the grace period runs out
+    cluster: str | None = None  # configures only
+
+
+@dataclass
+class _Slot:
+    id: str
+    pool: Pool
+    index: int
+    state: MachineState = S.SPECULATIVE
+    host: str | None = None
+    cluster: str | None = None
+    op: _Op | None = None
+    since: float = 0.0  # when the current transitional or FAILED state began
+    last_error: str = ""
+    clock_generation: int = 0  # the interruption clock armed last; older ones are void
+
+
+class SimulatedProvider:
+    """Base of the simulated providers; subclasses add pools and say how hosts are named."""
+
+    def __init__(
+        self,
+        name: str,
+        clock: Callable[[], float],
+        seed: int,
+        *,
+        configure_latency: float,
+        delete_latency: float,
+        drain_latency: float = 60.0,
+        timeouts: Mapping[MachineState, float] | None = None,
+        failure_rates: Mapping[Transition | str, float] | None = None,
+    ) -> None:
+        self.name = name
+        self.calls: Counter[str] = Counter()
+        self.started: Counter[Transition] = Counter()
+        self.fail_next: Counter[Transition] = Counter()
+        self.failure_rates = {T(k): v for k, v in (failure_rates or {}).items()}
+        self.timeouts = {**DEFAULT_TIMEOUTS, **(timeouts or {})}
+        self.failed_from: dict[str, MachineState] = {}
+        self._latency = {T.CONFIGURE: configure_latency, T.DELETE: delete_latency}
+        self._drain_latency = drain_latency
+        self._clock = clock
+        self._rng = random.Random(seed)
+        self._epochs: dict[int, int] = {}
+        self._slots: dict[str, _Slot] = {}
+        self._retired: dict[str, Pool] = {}
+        self._events: builtins.list[tuple[float, int, str, str, str | int]] = []
+        self._event_seq = itertools.count()
+        self._op_seq = itertools.count(1)
+
+    def _new_host_ref(self, slot: _Slot) -> str:
+        raise NotImplementedError
+
+    # -- the CapacityProvider calls ---------------------------------------------------------
+
+    def create(
+        self, machine_ids: builtins.list[str], token: FencingToken
+    ) -> builtins.list[TransitionAck]:
+        if len(machine_ids) > MAX_CREATE_BATCH:
+            raise ValueError(
+                f"create takes at most {MAX_CREATE_BATCH} machine ids per call, "
+                f"got {len(machine_ids)}"
+            )
+        self._admit("create", token)
+        slots = [self._slot(machine_id) for machine_id in machine_ids]
+        # All or nothing, like RunInstances: one bad id starts none of the batch.
+        for slot in slots:
+            if not self._in_flight(slot, T.CREATE):
+                self._check_start(slot, T.CREATE)
+        for slot in slots:
+            if not self._in_flight(slot, T.CREATE):
+                self._begin(slot, T.CREATE)
+        return [self._ack(slot) for slot in slots]
+
+    def configure(
+        self, machine_id: str, blob: BootstrapBlob, cluster: str, token: FencingToken
+    ) -> TransitionAck:
+        self._admit("configure", token)
+        slot = self._slot(machine_id)
+        if not self._in_flight(slot, T.CONFIGURE, cluster):
+            self._check_start(slot, T.CONFIGURE)
+            self._begin(slot, T.CONFIGURE, cluster=cluster, ttl=blob.ttl_seconds)
+        return self._ack(slot)
+
+    def drain(
+        self, machine_id: str, grace_seconds: float, token: FencingToken, force: bool = False
+    ) -> TransitionAck:
+        if not grace_seconds >= 0:
+            raise ValueError(f"drain of {machine_id}: grace_seconds must be >= 0, got {grace_seconds}")
+        self._admit("drain", token)
+        slot = self._slot(machine_id)
+        grace = 0.0 if force else grace_seconds
+        if self._in_flight(slot, T.DRAIN):
+            self._escalate(slot, grace)
+        else:
+            self._check_start(slot, T.DRAIN, force)
+            self._begin(slot, T.DRAIN, grace=grace)
+        return self._ack(slot)
+
+    def delete(self, machine_id: str, token: FencingToken) -> TransitionAck:
+        self._admit("delete", token)
+        slot = self._slot(machine_id)
+        if not self._in_flight(slot, T.DELETE):
+            self._check_start(slot, T.DELETE)
+            slot.cluster = None  # a dead configured host leaves its cluster once cleanup starts
+            self._begin(slot, T.DELETE)
+        return self._ack(slot)
+
+    def get(self, machine_id: str) -> Machine:
+        self.calls["get"] += 1
+        self.advance(self._clock())
+        slot = self._slots.get(machine_id)
+        if slot is None:
+            raise MachineNotFound(self.name, machine_id)
+        return self._snapshot(slot)
+
+    def list(self, filter: ListFilter) -> builtins.list[Machine]:
+        self.calls["list"] += 1
+        self.advance(self._clock())
+        states = set(filter.states)
+        found = []
+        for machine_id in sorted(self._slots):
+            slot = self._slots[machine_id]
+            if states and slot.state not in states:
+                continue
+            if filter.zone and slot.pool.zone != filter.zone:
+                continue
+            if filter.instance_type and slot.pool.instance_type != filter.instance_type:
+                continue
+            found.append(self._snapshot(slot))
+            if len(found) == filter.max_results:
+                break
+        return found
+
+    # -- virtual time ----------------------------------------------------------------------
+
+    def advance(self, now: float) -> None:
+        """Apply, in time order, every completion, timeout and interruption due by `now`."""
+        while self._events and self._events[0][0] <= now:
+            at, _, kind, machine_id, ref = heapq.heappop(self._events)
+            slot = self._slots.get(machine_id)
+            if slot is None:
+                continue
+            if kind == "interrupt":
+                if ref == slot.clock_generation and slot.state in _INTERRUPTIBLE:
+                    self._fail(slot, at, "spot interruption")
+                continue
+            op = slot.op
+            # Events of a finished or escalated operation are stale; only the current one counts.
+            if op is None or op.id != ref:
+                continue
+            if kind == "done" and op.due == at:
+                self._complete(slot, op, at)
+            elif kind == "timeout" and op.deadline == at:
+                self._fail(slot, at, f"{op.transition} timed out after {at - op.started:.0f} s")
+
+    # -- machinery -------------------------------------------------------------------------
+
+    def _admit(self, call: str, token: FencingToken) -> None:
+        """Every lifecycle call passes here first: counted, caught up with the clock, fenced."""
+        self.calls[call] += 1
+        self.advance(self._clock())
+        highest = self._epochs.get(token.shard_id, token.shard_epoch)
+        if token.shard_epoch < highest:
+            raise StaleFencingToken(self.name, token.shard_id, token.shard_epoch, highest)
+        self._epochs[token.shard_id] = token.shard_epoch
+
+    def _slot(self, machine_id: str) -> _Slot:
+        slot = self._slots.get(machine_id)
+        if slot is not None:
+            return slot
+        if machine_id in self._retired:
+            raise QuotaExhausted(self.name, machine_id, self._retired[machine_id].key)
+        raise MachineNotFound(self.name, machine_id)
+
+    def _in_flight(self, slot: _Slot, call: Transition, cluster: str | None = None) -> bool:
+        """True if this very operation is already running (the idempotent repeat)."""
+        op = slot.op
+        if op is None:
+            return False
+        if op.transition is call and op.cluster == cluster:
+            return True
+        target = f" for cluster {op.cluster}" if op.cluster else ""
+        raise InvalidTransition(
+            self.name, slot.id, slot.state, str(call), f"{op.transition}{target} is in flight ({op.id})"
+        )
+
+    def _check_start(self, slot: _Slot, call: Transition, force: bool = False) -> None:
+        if slot.state is _STARTS_FROM[call]:
+            return
+        origin = self.failed_from.get(slot.id)
+        why = ""
+        if origin in _CORRECTS[call]:
+            if call is not T.DRAIN or force:
+                return
+            why = "a failed machine is only drained with force=True"
+        elif origin is S.DELETING:
+            why = "a failed delete is held for an operator"
+        raise InvalidTransition(self.name, slot.id, slot.state, str(call), why, origin)
+
+    def _begin(
+        self,
+        slot: _Slot,
+        call: Transition,
+        *,
+        grace: float = 0.0,
+        cluster: str | None = None,
+        ttl: float = math.inf,
+    ) -> None:
+        now = self._clock()
+        state = START_OF[call]
+        allowance = 0.0
+        if call is T.CREATE:
+            latency = self._rng.uniform(*slot.pool.create_latency)
+            allowance = slot.pool.create_allowance
+            slot.host = self._new_host_ref(slot)
+        elif call is T.DRAIN:
+            latency = min(grace, self._drain_latency)
+            allowance = grace
+        else:
+            latency = self._latency[call]
+        # A kubelet whose join token expired before it booted never joins.
+        hangs = self._injected_failure(call) or (call is T.CONFIGURE and latency > ttl)
+        op = _Op(
+            id=f"{self.name}-op-{next(self._op_seq):06d}",
+            transition=call,
+            started=now,
+            due=None if hangs else now + latency,
+            deadline=now + allowance + self.timeouts[state],
+            grace_end=now + grace if call is T.DRAIN else math.inf,
+            cluster=cluster,
+        )
+        self._move(slot, state, now)
+        slot.op = op
+        self.started[call] += 1
+        if op.due is not None:
+            self._schedule(op.due, "done", slot.id, op.id)
+        self._schedule(op.deadline, "timeout", slot.id, op.id)
+
+    def _injected_failure(self, call: Transition) -> bool:
+        if self.fail_next[call] > 0:
+            self.fail_next[call] -= 1
+            return True
+        rate = self.failure_rates.get(call, 0.0)
+        return rate > 0 and self._rng.random() < rate
+
+    def _escalate(self, slot: _Slot, grace: float) -> None:
+        """A shorter grace on a running drain pulls its end (and its timeout) forward."""
+        op = slot.op
+        assert op is not None
+        grace_end = self._clock() + grace
+        if grace_end >= op.grace_end:
+            return
+        op.grace_end = grace_end
+        if op.due is not None and op.due > grace_end:
+            op.due = grace_end
+            self._schedule(op.due, "done", slot.id, op.id)
+        op.deadline = min(op.deadline, grace_end + self.timeouts[S.DRAINING])
+        self._schedule(op.deadline, "timeout", slot.id, op.id)
+
+    def _complete(self, slot: _Slot, op: _Op, at: float) -> None:
+        slot.op = None
+        if op.transition is T.CONFIGURE:
+            slot.cluster = op.cluster
+        elif op.transition is T.DRAIN:
+            slot.cluster = None
+        elif op.transition is T.DELETE:
+            slot.host = None
+        self._move(slot, TARGET_OF[op.transition], at)
+        if op.transition is T.DELETE:
+            # The quota may have shrunk while the machine ran; its slot then goes away.
+            self._resize_pool(slot.pool, slot.pool.quota)
+
+    def _fail(self, slot: _Slot, at: float, error: str) -> None:
+        origin = slot.state
+        slot.op = None
+        self._move(slot, S.FAILED, at)
+        self.failed_from[slot.id] = origin
+        slot.last_error = error
+
+    def _move(self, slot: _Slot, state: MachineState, at: float) -> None:
+        check_transition(slot.id, slot.state, state)  # a provider bug, never a caller's
+        if slot.state is S.FAILED:
+            del self.failed_from[slot.id]
+            slot.last_error = ""
+        slot.state = state
+        slot.since = at
+        if state in _INTERRUPTIBLE:
+            self._arm_interruption(slot, at)
+
+    def _arm_interruption(self, slot: _Slot, at: float) -> None:
+        """A fresh exponential clock on each entry to IDLE or CONFIGURED (memoryless, so exact)."""
+        slot.clock_generation += 1
+        p = slot.pool.interruption_probability
+        if slot.pool.capacity_type is not CapacityType.SPOT or p <= 0:
+            return
+        # Hourly probability p means rate -ln(1 - p) per hour: P(interrupted within 1 h) = p.
+        delay = 0.0 if p >= 1 else self._rng.expovariate(-math.log1p(-p) / 3600.0)
+        self._schedule(at + delay, "interrupt", slot.id, slot.clock_generation)
+
+    def _schedule(self, at: float, kind: str, machine_id: str, ref: str | int) -> None:
+        heapq.heappush(self._events, (at, next(self._event_seq), kind, machine_id, ref))
+
+    def _resize_pool(self, pool: Pool, quota: int) -> None:
+        """Hold `quota - running` speculative slots; running machines are never removed."""
+        pool.quota = quota
+        slots = sorted(pool.members.values(), key=lambda s: s.index)
+        speculative = [s for s in slots if s.state is S.SPECULATIVE]
+        want = max(0, quota - (len(slots) - len(speculative)))
+        for slot in speculative[want:]:
+            del pool.members[slot.index], self._slots[slot.id]
+            self._retired[slot.id] = pool
+        free = (i for i in itertools.count() if i not in pool.members)
+        for index in itertools.islice(free, max(0, want - len(speculative))):
+            slot = _Slot(id=f"{pool.id_prefix}-{index:05d}", pool=pool, index=index)
+            pool.members[index] = self._slots[slot.id] = slot
+            self._retired.pop(slot.id, None)
+
+    def _ack(self, slot: _Slot) -> TransitionAck:
+        assert slot.op is not None
+        return TransitionAck(operation_id=slot.op.id, machine=self._snapshot(slot))
+
+    def _snapshot(self, slot: _Slot) -> Machine:
+        pool = slot.pool
+        shows_host = slot.host is not None and slot.state not in (S.SPECULATIVE, S.CREATING)
+        moving = slot.state in TRANSITIONAL or slot.state is S.FAILED
+        return Machine(
+            id=slot.id,
+            state=slot.state,
+            host=HostRef(provider=self.name, ref=slot.host) if shows_host else None,
+            instance_type=pool.instance_type,
+            zone=pool.zone,
+            capacity_type=pool.capacity_type,
+            price_per_hour=pool.price_per_hour,
+            interruption_probability=pool.interruption_probability,
+            resources=pool.resources,
+            labels=pool.labels,
+            transition_started_unix=int(max(0.0, slot.since)) if moving else 0,
+            last_error=slot.last_error,
+            cluster=slot.cluster,
+        )

@@ -1,0 +1,434 @@
+"""The reference engine: the seed's pseudo-code, plainly (one object per machine, linear scans).
+
+It is deliberately slow and obvious. It is the oracle the fast engine is property-tested against
+and the baseline `bigfleet bench engine` measures it against. Same rules as docs/engine.md.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .cost import (
+    DELETABLE,
+    drain_grace_period,
+    shard_pressure,
+    victim_merit,
+    victim_weights,
+)
+from .engine.common import (
+    CLAIM_ORDER,
+    Decision,
+    EngineMemory,
+    Preemption,
+    age_shortfalls,
+    claim_key,
+    describe,
+    domain_of,
+    need_matches,
+    pick_same_domain,
+    pick_same_wait_domain,
+    pick_spread_domain,
+    supply_key,
+)
+from .models import (
+    ConfigureAction,
+    CreateAction,
+    DeleteAction,
+    DeleteReason,
+    DrainAction,
+    DrainReason,
+    Machine,
+    MachineState,
+    VerifyAction,
+)
+from .needs import Need
+from .policy import Policy
+from .profiles import Profile
+from .requirements import all_match
+from .states import check_transition
+
+S = MachineState
+
+
+@dataclass(eq=False)
+class Rec:
+    ordinal: int
+    id: str
+    state: MachineState
+    cluster: str | None
+    profile: Profile
+    since: float
+    holder_priority: int = 0
+    holder_interruption: float = 0.0
+    holder_reclamation: float = 0.0
+    missed: int = 0
+
+
+class ReferenceEngine:
+    def __init__(self, machines: Iterable[Machine], policy: Policy, now: float = 0.0) -> None:
+        self.policy = policy
+        self.memory = EngineMemory()
+        self._claimed: dict[int, Need] = {}
+        self.machines: list[Rec] = []
+        for m in machines:
+            self.add(m, now)
+
+    def add(self, m: Machine, now: float) -> Rec:
+        rec = Rec(
+            ordinal=len(self.machines),
+            id=m.id,
+            state=m.state,
+            cluster=m.cluster,
+            profile=Profile.of(m),
+            since=float(m.transition_started_unix or now),
+        )
+        self.machines.append(rec)
+        return rec
+
+    def find(self, machine_id: str) -> Rec:
+        for rec in self.machines:
+            if rec.id == machine_id:
+                return rec
+        raise KeyError(machine_id)
+
+    def _matches(self, need: Need, rec: Rec) -> bool:
+        ok = rec.profile.resources.covers(need.spec.resources) and all_match(
+            need.spec.requirements, rec.profile.label_map
+        )
+        return need_matches(need, rec.profile, ok)
+
+    # ---- the cycle --------------------------------------------------------------------------
+
+    def decide(self, needs: Iterable[Need], now: float) -> Decision:
+        needs = list(needs)
+        policy = self.policy
+        out = Decision()
+        taken: set[int] = set()
+        claims: dict[str, list[Rec]] = {}
+        holder: dict[int, Need] = {}
+
+        # Claims: each need keeps the cluster's own machines that match it.
+        for need in needs:
+            cands = [
+                m
+                for m in self.machines
+                if m.state in CLAIM_ORDER
+                and m.cluster == need.cluster
+                and m.ordinal not in taken
+                and self._matches(need, m)
+            ]
+            if need.spec.same:
+                per_domain: dict[str, int] = defaultdict(int)
+                for m in cands:
+                    per_domain[domain_of(need, m.profile)] += 1
+                if per_domain:
+                    home = max(sorted(per_domain), key=lambda d: per_domain[d])
+                    cands = [m for m in cands if domain_of(need, m.profile) == home]
+            cands.sort(
+                key=lambda m: (
+                    CLAIM_ORDER.index(m.state),
+                    claim_key(need, m.profile),
+                    -m.holder_reclamation,
+                    m.ordinal,
+                )
+            )
+            claims[need.key] = cands[: need.count]
+            for m in claims[need.key]:
+                taken.add(m.ordinal)
+                holder[m.ordinal] = need
+
+        # Phase 1: fill deficits from idle machines, then speculative ones (seed §8).
+        assigned: dict[str, int] = {}
+        creates: dict[tuple[str, str], list[Rec]] = defaultdict(list)
+        demand: dict[str, int] = defaultdict(int)
+        for need in needs:
+            deficit = need.count - len(claims[need.key])
+            if deficit <= 0:
+                continue
+            idle = [
+                m
+                for m in self.machines
+                if m.state is S.IDLE and m.ordinal not in taken and self._matches(need, m)
+            ]
+            spec = [
+                m
+                for m in self.machines
+                if m.state is S.SPECULATIVE and m.ordinal not in taken and self._matches(need, m)
+            ]
+            idle.sort(key=lambda m: (supply_key(need, m.profile), m.holder_reclamation, m.ordinal))
+            spec.sort(key=lambda m: (supply_key(need, m.profile), m.ordinal))
+            chosen = self._choose(need, claims[need.key], idle + spec, deficit)
+            for m in chosen:
+                taken.add(m.ordinal)
+                holder[m.ordinal] = need
+                demand[m.profile.name] += 1
+                if m.state is S.IDLE:
+                    out.actions.append(self._configure(need, m))
+                else:
+                    creates[(m.profile.provider, need.key)].append(m)
+            assigned[need.key] = len(chosen)
+        for (provider, _), recs in creates.items():
+            need = holder[recs[0].ordinal]
+            for i in range(0, len(recs), policy.create_batch):
+                batch = recs[i : i + policy.create_batch]
+                out.actions.append(
+                    CreateAction(
+                        provider=provider,
+                        machine_ids=[m.id for m in batch],
+                        cluster=need.cluster,
+                        requirements=list(need.requirements),
+                        priority=need.priority,
+                    )
+                )
+
+        # Phase 2: inversions. Supply on its way first, then strictly lower priorities.
+        free = sum(1 for m in self.machines if m.state in (S.IDLE, S.SPECULATIVE))
+        usable = sum(1 for m in self.machines if m.state is not S.FAILED)
+        weights = victim_weights(shard_pressure(free, usable))
+        preempted: set[int] = set()
+        earmarked: set[int] = set()
+        unmet = []
+        for need in needs:
+            have = len(claims[need.key]) - sum(
+                1 for m in claims[need.key] if m.ordinal in preempted
+            )
+            deficit = need.count - have - assigned.get(need.key, 0)
+            if deficit <= 0:
+                out.satisfied[need.key] = have + assigned.get(need.key, 0)
+                continue
+
+            def open_supply(state: S, need: Need = need) -> list[Rec]:
+                rows = [
+                    m
+                    for m in self.machines
+                    if m.state is state
+                    and m.ordinal not in earmarked
+                    and m.ordinal not in preempted
+                    and (state is not S.CONFIGURED or m.ordinal not in holder)
+                    and self._matches(need, m)
+                ]
+                return sorted(rows, key=lambda m: (supply_key(need, m.profile), m.ordinal))
+
+            incoming = open_supply(S.DRAINING) + open_supply(S.CONFIGURED)
+            if need.spec.same:
+                incoming = [
+                    m for m in open_supply(S.IDLE) + open_supply(S.SPECULATIVE)
+                    if m.ordinal not in taken
+                ] + incoming
+            victims = [
+                m
+                for m in self.machines
+                if m.state is S.CONFIGURED
+                and m.ordinal in holder
+                and m.ordinal not in preempted
+                and holder[m.ordinal].priority < need.priority
+                and self._matches(need, m)
+            ]
+
+            def victim_key(m: Rec) -> tuple:
+                h = holder[m.ordinal]
+                merit = victim_merit(
+                    weights,
+                    h.priority,
+                    h.spec.drain_seconds or policy.default_drain_seconds,
+                    h.spec.interruption_penalty,
+                    h.spec.reclamation_penalty,
+                )
+                return (-merit, h.priority, h.sort_key(), m.profile.name, m.ordinal)
+
+            victims.sort(key=victim_key)
+            if need.spec.same:
+                incoming, victims = self._same_supply(
+                    need, claims[need.key], incoming, victims, deficit
+                )
+            took = incoming[:deficit]
+            for m in took:
+                earmarked.add(m.ordinal)
+            deficit -= len(took)
+            hits = victims[:deficit] if not need.spec.same or len(victims) >= deficit else []
+            for m in hits:
+                h = holder[m.ordinal]
+                preempted.add(m.ordinal)
+                grace = drain_grace_period(need.priority, h.priority)
+                out.actions.append(
+                    DrainAction(
+                        provider=m.profile.provider,
+                        machine_id=m.id,
+                        cluster=m.cluster or "",
+                        grace_seconds=grace,
+                        reason=DrainReason.PREEMPT,
+                        preemptor_cluster=need.cluster,
+                        preemptor_priority=need.priority,
+                        victim_priority=h.priority,
+                    )
+                )
+                out.preemptions.append(
+                    Preemption(m.id, h.cluster, h.priority, need.cluster, need.priority, grace)
+                )
+            deficit -= len(hits)
+            out.earmarked[need.key] = len(took) + len(hits)
+            out.satisfied[need.key] = have + assigned.get(need.key, 0)
+            if deficit > 0:
+                matching = sorted(
+                    (m.profile for m in self.machines if self._matches(need, m)),
+                    key=lambda p: supply_key(need, p),
+                )
+                label = matching[0].name if matching else describe(need.requirements)
+                unmet.append((need, deficit, label))
+                demand[matching[0].name if matching else label] += deficit
+        out.shortfalls = age_shortfalls(self.memory, policy, unmet)
+
+        # Phase 3: excess configured machines drain, most expensive first (seed §8).
+        excess = [
+            m
+            for m in self.machines
+            if m.state is S.CONFIGURED and m.ordinal not in holder and m.ordinal not in preempted
+        ]
+        excess.sort(key=lambda m: (-m.profile.price_per_hour, m.holder_reclamation, m.ordinal))
+        for m in excess:
+            out.actions.append(
+                DrainAction(
+                    provider=m.profile.provider,
+                    machine_id=m.id,
+                    cluster=m.cluster or "",
+                    grace_seconds=policy.excess_grace_seconds,
+                    reason=DrainReason.EXCESS,
+                )
+            )
+        self.memory.observe_demand(demand, policy)
+        self._idle_and_upkeep(out, taken, now)
+        self._claimed = holder
+        return out
+
+    def _choose(self, need: Need, claimed: list[Rec], supply: list[Rec], deficit: int) -> list[Rec]:
+        if need.spec.same:
+            have = defaultdict(int)
+            for m in claimed:
+                have[domain_of(need, m.profile)] += 1
+            free = defaultdict(int)
+            for m in supply:
+                free[domain_of(need, m.profile)] += 1
+            home = pick_same_domain(need, have, free, deficit)
+            if home is None:
+                return []
+            return [m for m in supply if domain_of(need, m.profile) == home][:deficit]
+        if need.spec.spread:
+            key = need.spec.spread[0].key
+            current: dict[str, int] = defaultdict(int)
+            for m in claimed:
+                current[m.profile.label(key) or ""] += 1
+            eligible = {
+                m.profile.label(key)
+                for m in self.machines
+                if m.state is not S.FAILED and m.profile.label(key) and self._matches(need, m)
+            }
+            pools: dict[str, list[Rec]] = defaultdict(list)
+            for m in supply:
+                if m.profile.label(key):
+                    pools[m.profile.label(key)].append(m)
+            chosen = []
+            while len(chosen) < deficit:
+                d = pick_spread_domain(
+                    current,
+                    {k: len(v) for k, v in pools.items()},
+                    eligible,
+                    need.spec.spread[0].max_skew,
+                )
+                if d is None:
+                    break
+                chosen.append(pools[d].pop(0))
+                current[d] += 1
+            return chosen
+        return supply[:deficit]
+
+    def _same_supply(
+        self,
+        need: Need,
+        claimed: list[Rec],
+        incoming: list[Rec],
+        victims: list[Rec],
+        deficit: int,
+    ) -> tuple[list[Rec], list[Rec]]:
+        """A `Same` need waits or preempts only inside the one domain that can hold it whole."""
+
+        def tally(recs: list[Rec]) -> dict[str, int]:
+            out: dict[str, int] = defaultdict(int)
+            for m in recs:
+                out[domain_of(need, m.profile)] += 1
+            return out
+
+        home = pick_same_wait_domain(
+            {domain_of(need, m.profile) for m in claimed}, tally(incoming), tally(victims), deficit
+        )
+        return (
+            [m for m in incoming if domain_of(need, m.profile) == home],
+            [m for m in victims if domain_of(need, m.profile) == home],
+        )
+
+    def _configure(self, need: Need, m: Rec) -> ConfigureAction:
+        return ConfigureAction(
+            provider=m.profile.provider,
+            machine_id=m.id,
+            cluster=need.cluster,
+            requirements=list(need.requirements),
+            priority=need.priority,
+        )
+
+    def _idle_and_upkeep(self, out: Decision, taken: set[int], now: float) -> None:
+        policy = self.policy
+        for m in self.machines:
+            if m.state is S.IDLE and m.ordinal not in taken:
+                timeout = policy.idle_timeout_seconds[m.profile.capacity_type]
+                if (
+                    m.profile.capacity_type in DELETABLE
+                    and now - m.since >= timeout
+                    and not self.memory.wants_soon(m.profile, policy)
+                ):
+                    out.actions.append(
+                        DeleteAction(
+                            provider=m.profile.provider,
+                            machine_id=m.id,
+                            reason=DeleteReason.IDLE_TIMEOUT,
+                        )
+                    )
+            limit = policy.transition_timeout_seconds.get(m.state)
+            if limit is not None and now - m.since > limit:
+                out.timed_out.append(m.id)
+            if m.state is S.CONFIGURED and m.missed >= policy.health_missed_reports:
+                out.actions.append(
+                    VerifyAction(provider=m.profile.provider, machine_id=m.id, cluster=m.cluster)
+                )
+
+    # ---- applying a decision ----------------------------------------------------------------
+
+    def apply(self, decision: Decision, now: float) -> None:
+        """Start every transition the decision asked for, as the shard would."""
+        for need_ord, need in self._claimed.items():
+            m = self.machines[need_ord]
+            m.holder_priority = need.priority
+            m.holder_interruption = need.spec.interruption_penalty
+            m.holder_reclamation = need.spec.reclamation_penalty
+        for action in decision.actions:
+            if action.kind == "create":
+                for mid in action.machine_ids:
+                    self._move(self.find(mid), S.CREATING, now, action.cluster)
+            elif action.kind == "configure":
+                self._move(self.find(action.machine_id), S.CONFIGURING, now, action.cluster)
+            elif action.kind == "drain":
+                self._move(self.find(action.machine_id), S.DRAINING, now)
+            elif action.kind == "delete":
+                self._move(self.find(action.machine_id), S.DELETING, now)
+        for mid in decision.timed_out:
+            self._move(self.find(mid), S.FAILED, now)
+
+    def _move(self, m: Rec, target: S, now: float, cluster: str | None = None) -> None:
+        check_transition(m.id, m.state, target)
+        m.state = target
+        m.since = now
+        if target in (S.IDLE, S.SPECULATIVE):
+            m.cluster = None
+        elif cluster is not None:
+            m.cluster = cluster
+
