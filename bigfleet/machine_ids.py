@@ -46,8 +46,7 @@ class MachineIds:
         return f"{text}{int(self.number[row]):0{width}d}"
 
     def _hash(self, keys: np.ndarray) -> np.ndarray:
-        mask = np.uint64(len(self._table) - 1)
-        return ((keys.astype(np.uint64) * _MULT) >> np.uint64(20)) & mask
+        return ((keys.astype(np.uint64) * _MULT) >> np.uint64(20)) % np.uint64(len(self._table))
 
     def _keys(self, rows: np.ndarray) -> np.ndarray:
         return (self.prefix[rows].astype(np.uint64) << np.uint64(32)) | self.number[rows]
@@ -74,10 +73,10 @@ class MachineIds:
         """Vectorised linear probing: each round places one row per free slot."""
         pending = rows.astype(np.int64)
         probe = np.zeros(len(pending), dtype=np.uint64)
-        mask = np.uint64(len(self._table) - 1)
+        size = np.uint64(len(self._table))
         home = self._hash(self._keys(pending))
         while len(pending):
-            slot = ((home + probe) & mask).astype(np.int64)
+            slot = ((home + probe) % size).astype(np.int64)
             free = self._table[slot] < 0
             slot_free, rows_free = slot[free], pending[free]
             _, first = np.unique(slot_free, return_index=True)
@@ -95,7 +94,7 @@ class MachineIds:
         if pid is None:
             return -1
         key = np.array([(pid << 32) | (int(digits) if digits else 0)], dtype=np.uint64)
-        mask = len(self._table) - 1
+        size = len(self._table)
         slot = int(self._hash(key)[0])
         while True:
             row = int(self._table[slot])
@@ -105,7 +104,7 @@ class MachineIds:
                 key[0] & np.uint64(0xFFFFFFFF)
             ):
                 return row
-            slot = (slot + 1) & mask
+            slot = (slot + 1) % size
 
     def forget(self, machine_id: str) -> int:
         """Remove an id (the machine left the shard); returns its row."""
@@ -123,7 +122,5 @@ class MachineIds:
 
 
 def _table_size(capacity: int) -> int:
-    size = 1
-    while size < 2 * max(capacity, 1):
-        size *= 2
-    return size
+    """Load factor at most ~0.77 when full: short probes, ~5 bytes a machine."""
+    return max(16, capacity * 13 // 10 + 1)

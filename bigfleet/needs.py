@@ -20,25 +20,22 @@ class Need:
     arrival: int
     spec: CapacityNeed
     signature: str = ""
+    # Copies of hot fields: the cycle reads them for every need, every cycle.
+    key: str = field(init=False)
+    priority: int = field(init=False)
+    count: int = field(init=False)
 
-    @property
-    def key(self) -> str:
-        return f"{self.cluster}#{self.index}"
-
-    @property
-    def priority(self) -> int:
-        return self.spec.priority
-
-    @property
-    def count(self) -> int:
-        return self.spec.count
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.cluster}#{self.index}")
+        object.__setattr__(self, "priority", self.spec.priority)
+        object.__setattr__(self, "count", self.spec.count)
 
     @property
     def requirements(self) -> tuple[NodeSelectorRequirement, ...]:
         return tuple(self.spec.requirements)
 
     def sort_key(self) -> tuple[int, int, str, int]:
-        return (-self.spec.priority, self.arrival, self.cluster, self.index)
+        return (-self.priority, self.arrival, self.cluster, self.index)
 
 
 def _identity(need: CapacityNeed) -> str:

@@ -91,7 +91,27 @@ class _Held:
     used: int = 0
 
 
-def _victim_pool(engine: FastEngine, claims: dict[str, ClusterClaims]) -> list[_Held]:
+class _VictimPool:
+    """Lower-priority configured claims, per profile, each list best victim first."""
+
+    def __init__(self, entries: list[_Held]) -> None:
+        entries.sort(key=lambda e: e.sort)
+        self.by_profile: dict[int, list[_Held]] = defaultdict(list)
+        for e in entries:
+            self.by_profile[e.profile].append(e)
+        self.floor = {p: min(e.need.priority for e in es) for p, es in self.by_profile.items()}
+
+    def candidates(self, priority: int, matching: frozenset[int]) -> list[_Held]:
+        pids = [p for p in self.by_profile if p in matching and self.floor[p] < priority]
+        found = [
+            e for p in pids for e in self.by_profile[p] if e.left > 0 and e.need.priority < priority
+        ]
+        if len(pids) > 1:
+            found.sort(key=lambda e: e.sort)
+        return found
+
+
+def _victim_pool(engine: FastEngine, claims: dict[str, ClusterClaims]) -> _VictimPool:
     inv, policy = engine.inventory, engine.policy
     counts = inv.counts
     free = int(counts[CODE[S.IDLE]].sum() + counts[CODE[S.SPECULATIVE]].sum())
@@ -114,8 +134,7 @@ def _victim_pool(engine: FastEngine, claims: dict[str, ClusterClaims]) -> list[_
                 )
                 key = (-merit, h.priority, h.sort_key(), profiles[c.profile].name)
                 pool.append(_Held(key, h, c.profile, c.offset, c.count))
-    pool.sort(key=lambda e: e.sort)
-    return pool
+    return _VictimPool(pool)
 
 
 def resolve_inversions(
@@ -136,7 +155,7 @@ def resolve_inversions(
     for cc in claims.values():
         for p, (_, n) in cc.excess.items():
             excess[p] += n
-    held: list[_Held] | None = None
+    held: _VictimPool | None = None
     lost: dict[str, int] = defaultdict(int)
     victims: list[Victim] = []
     unmet = []
@@ -158,9 +177,7 @@ def resolve_inversions(
             incoming = order(engine.idle_left) + order(engine.spec_left) + incoming
         if held is None:
             held = _victim_pool(engine, claims)
-        candidates = [
-            e for e in held if e.left > 0 and e.need.priority < need.priority and e.profile in matching
-        ]
+        candidates = held.candidates(need.priority, matching)
         if need.spec.same:
             incoming, candidates = _same_domain(need, cc, incoming, candidates, deficit, profiles)
         took = 0

@@ -64,8 +64,9 @@ class StaleFencingToken(ProviderError):
     def __init__(self, provider: str, shard_id: int, presented: int, highest: int) -> None:
         super().__init__(
             provider,
-            f"provider {provider}: stale fencing token for shard {shard_id}: epoch {presented} presented, "
-            f"epoch {highest} already seen; a newer owner of the shard is running",
+            f"provider {provider}: stale fencing token for shard {shard_id}: "
+            f"epoch {presented} presented, epoch {highest} already seen "
+            "(a newer owner of the shard is running)",
         )
         self.shard_id = shard_id
         self.presented = presented
@@ -83,7 +84,9 @@ class QuotaExhausted(ProviderError):
 
     def __init__(self, provider: str, machine_id: str, pool: str) -> None:
         super().__init__(
-            provider, f"provider {provider}: quota for {pool} is exhausted: slot {machine_id} no longer exists"
+            provider,
+            f"provider {provider}: quota for {pool} is exhausted: "
+            f"slot {machine_id} no longer exists",
         )
         self.machine_id = machine_id
         self.pool = pool
@@ -133,7 +136,7 @@ class RateLimited(ProviderError):
 
 
 class ProviderReplyError(ProviderError):
-    """A provider answered with a record that is not a valid `Machine`; `fields` names the culprits."""
+    """A provider's reply is not a valid `Machine`; `fields` names the offending fields."""
 
     def __init__(self, provider: str, problems: builtins.list[tuple[str, str]]) -> None:
         detail = "; ".join(f"{field}: {msg}" if field else msg for field, msg in problems)

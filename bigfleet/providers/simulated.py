@@ -87,7 +87,7 @@ class Pool:
     quota: int
     create_latency: tuple[float, float]
     create_allowance: float = 0.0  # added to the CREATING timeout for a create slow by design
-    members: dict[int, _Slot] = field(default_factory=dict, repr=False)
+    members: dict[int, Slot] = field(default_factory=dict, repr=False)
 
 
 @dataclass
@@ -102,7 +102,7 @@ class _Op:
 
 
 @dataclass
-class _Slot:
+class Slot:
     id: str
     pool: Pool
     index: int
@@ -142,13 +142,13 @@ class SimulatedProvider:
         self._clock = clock
         self._rng = random.Random(seed)
         self._epochs: dict[int, int] = {}
-        self._slots: dict[str, _Slot] = {}
+        self._slots: dict[str, Slot] = {}
         self._retired: dict[str, Pool] = {}
         self._events: builtins.list[tuple[float, int, str, str, str | int]] = []
         self._event_seq = itertools.count()
         self._op_seq = itertools.count(1)
 
-    def _new_host_ref(self, slot: _Slot) -> str:
+    def _new_host_ref(self, slot: Slot) -> str:
         raise NotImplementedError
 
     # -- the CapacityProvider calls ---------------------------------------------------------
@@ -186,7 +186,9 @@ class SimulatedProvider:
         self, machine_id: str, grace_seconds: float, token: FencingToken, force: bool = False
     ) -> TransitionAck:
         if not grace_seconds >= 0:
-            raise ValueError(f"drain of {machine_id}: grace_seconds must be >= 0, got {grace_seconds}")
+            raise ValueError(
+                f"drain of {machine_id}: grace_seconds must be >= 0, got {grace_seconds}"
+            )
         self._admit("drain", token)
         slot = self._slot(machine_id)
         grace = 0.0 if force else grace_seconds
@@ -265,7 +267,7 @@ class SimulatedProvider:
             raise StaleFencingToken(self.name, token.shard_id, token.shard_epoch, highest)
         self._epochs[token.shard_id] = token.shard_epoch
 
-    def _slot(self, machine_id: str) -> _Slot:
+    def _slot(self, machine_id: str) -> Slot:
         slot = self._slots.get(machine_id)
         if slot is not None:
             return slot
@@ -273,7 +275,7 @@ class SimulatedProvider:
             raise QuotaExhausted(self.name, machine_id, self._retired[machine_id].key)
         raise MachineNotFound(self.name, machine_id)
 
-    def _in_flight(self, slot: _Slot, call: Transition, cluster: str | None = None) -> bool:
+    def _in_flight(self, slot: Slot, call: Transition, cluster: str | None = None) -> bool:
         """True if this very operation is already running (the idempotent repeat)."""
         op = slot.op
         if op is None:
@@ -281,11 +283,10 @@ class SimulatedProvider:
         if op.transition is call and op.cluster == cluster:
             return True
         target = f" for cluster {op.cluster}" if op.cluster else ""
-        raise InvalidTransition(
-            self.name, slot.id, slot.state, str(call), f"{op.transition}{target} is in flight ({op.id})"
-        )
+        why = f"{op.transition}{target} is in flight ({op.id})"
+        raise InvalidTransition(self.name, slot.id, slot.state, str(call), why)
 
-    def _check_start(self, slot: _Slot, call: Transition, force: bool = False) -> None:
+    def _check_start(self, slot: Slot, call: Transition, force: bool = False) -> None:
         if slot.state is _STARTS_FROM[call]:
             return
         origin = self.failed_from.get(slot.id)
@@ -300,7 +301,7 @@ class SimulatedProvider:
 
     def _begin(
         self,
-        slot: _Slot,
+        slot: Slot,
         call: Transition,
         *,
         grace: float = 0.0,
@@ -344,7 +345,7 @@ class SimulatedProvider:
         rate = self.failure_rates.get(call, 0.0)
         return rate > 0 and self._rng.random() < rate
 
-    def _escalate(self, slot: _Slot, grace: float) -> None:
+    def _escalate(self, slot: Slot, grace: float) -> None:
         """A shorter grace on a running drain pulls its end (and its timeout) forward."""
         op = slot.op
         assert op is not None
@@ -358,7 +359,7 @@ class SimulatedProvider:
         op.deadline = min(op.deadline, grace_end + self.timeouts[S.DRAINING])
         self._schedule(op.deadline, "timeout", slot.id, op.id)
 
-    def _complete(self, slot: _Slot, op: _Op, at: float) -> None:
+    def _complete(self, slot: Slot, op: _Op, at: float) -> None:
         slot.op = None
         if op.transition is T.CONFIGURE:
             slot.cluster = op.cluster
@@ -371,14 +372,14 @@ class SimulatedProvider:
             # The quota may have shrunk while the machine ran; its slot then goes away.
             self._resize_pool(slot.pool, slot.pool.quota)
 
-    def _fail(self, slot: _Slot, at: float, error: str) -> None:
+    def _fail(self, slot: Slot, at: float, error: str) -> None:
         origin = slot.state
         slot.op = None
         self._move(slot, S.FAILED, at)
         self.failed_from[slot.id] = origin
         slot.last_error = error
 
-    def _move(self, slot: _Slot, state: MachineState, at: float) -> None:
+    def _move(self, slot: Slot, state: MachineState, at: float) -> None:
         check_transition(slot.id, slot.state, state)  # a provider bug, never a caller's
         if slot.state is S.FAILED:
             del self.failed_from[slot.id]
@@ -388,7 +389,7 @@ class SimulatedProvider:
         if state in _INTERRUPTIBLE:
             self._arm_interruption(slot, at)
 
-    def _arm_interruption(self, slot: _Slot, at: float) -> None:
+    def _arm_interruption(self, slot: Slot, at: float) -> None:
         """A fresh exponential clock on each entry to IDLE or CONFIGURED (memoryless, so exact)."""
         slot.clock_generation += 1
         p = slot.pool.interruption_probability
@@ -412,15 +413,15 @@ class SimulatedProvider:
             self._retired[slot.id] = pool
         free = (i for i in itertools.count() if i not in pool.members)
         for index in itertools.islice(free, max(0, want - len(speculative))):
-            slot = _Slot(id=f"{pool.id_prefix}-{index:05d}", pool=pool, index=index)
+            slot = Slot(id=f"{pool.id_prefix}-{index:05d}", pool=pool, index=index)
             pool.members[index] = self._slots[slot.id] = slot
             self._retired.pop(slot.id, None)
 
-    def _ack(self, slot: _Slot) -> TransitionAck:
+    def _ack(self, slot: Slot) -> TransitionAck:
         assert slot.op is not None
         return TransitionAck(operation_id=slot.op.id, machine=self._snapshot(slot))
 
-    def _snapshot(self, slot: _Slot) -> Machine:
+    def _snapshot(self, slot: Slot) -> Machine:
         pool = slot.pool
         shows_host = slot.host is not None and slot.state not in (S.SPECULATIVE, S.CREATING)
         moving = slot.state in TRANSITIONAL or slot.state is S.FAILED

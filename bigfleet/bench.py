@@ -1,0 +1,185 @@
+"""`bigfleet bench engine`: cycle times and memory of the fast engine beside the reference.
+
+Numbers, not assertions: the machines this runs on are shared and noisy, so it prints what it
+measured and the README quotes it with the command.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import statistics
+import time
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+from .engine import FastEngine
+from .inventory import Inventory
+from .models import ClusterCapacityNeeds
+from .needs import NeedsTable
+from .policy import Policy
+from .reference import ReferenceEngine
+from .synthetic import fleet, need, rollups
+
+CLUSTERS = 100
+NEEDS_PER_CLUSTER = 15
+
+
+def _cycle(engine: Any, table: NeedsTable, now: float) -> float:
+    start = time.perf_counter()
+    decision = engine.decide(table, now)
+    engine.apply(decision, now)
+    return (time.perf_counter() - start) * 1000
+
+
+class _Scenario:
+    """The same roll-up history for both engines, so they face identical work."""
+
+    def __init__(self, seed: int, machines: int) -> None:
+        self.seed = seed
+        self.machines = machines
+        self.scale = max(2, machines // 1250)
+
+    def initial(self) -> list[ClusterCapacityNeeds]:
+        return rollups(random.Random(self.seed), CLUSTERS, NEEDS_PER_CLUSTER, self.scale)
+
+    def churned(self, rng: random.Random, table: NeedsTable, generation: int) -> list:
+        """10 % of all needs change: new counts or new needs, in the clusters that hold them."""
+        out = []
+        changes = CLUSTERS * NEEDS_PER_CLUSTER // 10
+        touched: dict[str, list] = {}
+        for _ in range(changes):
+            cluster = f"c{rng.randrange(CLUSTERS):03d}"
+            specs = touched.setdefault(cluster, [n.spec for n in table.needs_of(cluster)])
+            if specs:
+                i = rng.randrange(len(specs))
+                specs[i] = specs[i].model_copy(update={"count": rng.randint(0, self.scale)})
+        for cluster, specs in touched.items():
+            out.append(ClusterCapacityNeeds(cluster=cluster, generation=generation, needs=specs))
+        return out
+
+    def arrival(self, rng: random.Random, table: NeedsTable, generation: int) -> list:
+        """Every cluster asks for a burst of new demand at once."""
+        return [
+            ClusterCapacityNeeds(
+                cluster=cluster,
+                generation=generation,
+                needs=[n.spec for n in table.needs_of(cluster)]
+                + [need(rng, self.scale * 4) for _ in range(3)],
+            )
+            for cluster in table.clusters()
+        ]
+
+
+def measure(
+    make: Callable[[list], Any], scenario: _Scenario, repeats: int
+) -> dict[str, float]:
+    machines = fleet(random.Random(scenario.seed), scenario.machines, CLUSTERS)
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    engine = make(machines)
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del machines
+    table = NeedsTable(max_silence_seconds=float("inf"))
+    now = 0.0
+    for rollup in scenario.initial():
+        table.apply(rollup, now)
+    for _ in range(3):  # settle: the first cycles start everything the roll-ups ask for
+        now += 10
+        _cycle(engine, table, now)
+    generation = 2
+    steady = []
+    for _ in range(repeats):
+        now += 10
+        for cluster in table.clusters():
+            table.apply(
+                ClusterCapacityNeeds(
+                    cluster=cluster,
+                    generation=generation,
+                    needs=[n.spec for n in table.needs_of(cluster)],
+                ),
+                now,
+            )
+        generation += 1
+        steady.append(_cycle(engine, table, now))
+    rng = random.Random(scenario.seed + 1)
+    churn = []
+    for _ in range(repeats):
+        now += 10
+        for rollup in scenario.churned(rng, table, generation):
+            table.apply(rollup, now)
+        generation += 1
+        churn.append(_cycle(engine, table, now))
+    now += 10
+    for rollup in scenario.arrival(rng, table, generation):
+        table.apply(rollup, now)
+    arrival = _cycle(engine, table, now)
+    return {
+        "steady_ms": round(statistics.median(steady), 3),
+        "churn_ms": round(statistics.median(churn), 3),
+        "arrival_ms": round(arrival, 3),
+        "bytes_per_machine": round(_bytes(engine, after - before) / scenario.machines, 1),
+    }
+
+
+def _bytes(engine: Any, traced: int) -> float:
+    if isinstance(engine, FastEngine):
+        return float(engine.inventory.nbytes())
+    return float(traced)
+
+
+def run(sizes: list[int], reference_max: int, seed: int = 7) -> dict[str, Any]:
+    policy = Policy()
+    rows = []
+    for size in sizes:
+        scenario = _Scenario(seed, size)
+
+        def fast(machines: list, size: int = size) -> FastEngine:
+            inventory = Inventory(capacity=size)
+            inventory.add(machines, 0)
+            return FastEngine(inventory, policy)
+
+        row: dict[str, Any] = {
+            "machines": size,
+            "clusters": CLUSTERS,
+            "needs": CLUSTERS * NEEDS_PER_CLUSTER,
+            "fast": measure(fast, scenario, repeats=7),
+            "reference": None,
+            "speedup_steady": None,
+            "speedup_churn": None,
+        }
+        if size <= reference_max:
+            ref = measure(lambda ms: ReferenceEngine(ms, policy), scenario, repeats=2)
+            row["reference"] = ref
+            row["speedup_steady"] = round(ref["steady_ms"] / row["fast"]["steady_ms"], 1)
+            row["speedup_churn"] = round(ref["churn_ms"] / row["fast"]["churn_ms"], 1)
+        rows.append(row)
+    return {"rows": rows}
+
+
+def render(result: dict[str, Any]) -> str:
+    head = (
+        f"{'machines':>9} {'engine':>9} {'steady ms':>10} {'churn ms':>9} {'arrival ms':>11} "
+        f"{'B/machine':>10} {'speedup':>14}"
+    )
+    lines = [head, "-" * len(head)]
+    for row in result["rows"]:
+        for name in ("fast", "reference"):
+            m = row[name]
+            if m is None:
+                lines.append(f"{row['machines']:>9} {name:>9} {'(skipped: see --reference-max)':>46}")
+                continue
+            speed = (
+                f"{row['speedup_steady']}x/{row['speedup_churn']}x"
+                if name == "reference" and row["speedup_steady"]
+                else ""
+            )
+            lines.append(
+                f"{row['machines']:>9} {name:>9} {m['steady_ms']:>10} {m['churn_ms']:>9} "
+                f"{m['arrival_ms']:>11} {m['bytes_per_machine']:>10} {speed:>14}"
+            )
+    lines.append("speedup = reference ÷ fast, steady/churn; ms are medians of decide()+apply()")
+    return "\n".join(lines)

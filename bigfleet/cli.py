@@ -1,0 +1,53 @@
+"""`bigfleet` command line: one verb per job people run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(s) for s in text.split(",") if s]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sizes: expected numbers like 5000,50000: {text!r}")
+    if not sizes or any(s <= 0 for s in sizes):
+        raise argparse.ArgumentTypeError(f"--sizes: expected positive numbers: {text!r}")
+    return sizes
+
+
+def _bench_engine(args: argparse.Namespace) -> int:
+    from .bench import render, run
+
+    result = run(args.sizes, args.reference_max, seed=args.seed)
+    print(json.dumps(result) if args.json else render(result))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="bigfleet", description="Fleet-level autoscaler")
+    verbs = top.add_subparsers(dest="verb", required=True)
+    bench = verbs.add_parser("bench", help="measure BigFleet's speed and memory")
+    what = bench.add_subparsers(dest="what", required=True)
+    engine = what.add_parser("engine", help="decision-cycle time: fast engine vs reference")
+    engine.add_argument("--sizes", type=_sizes, default=[5000, 50000, 500000])
+    engine.add_argument(
+        "--reference-max",
+        type=int,
+        default=50000,
+        help="largest fleet the (slow, O(needs × machines)) reference engine is run on",
+    )
+    engine.add_argument("--seed", type=int, default=7)
+    engine.add_argument("--json", action="store_true", help="print one JSON object")
+    engine.set_defaults(run=_bench_engine)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""A simulated bare-metal fleet (seed §7 "Bare-metal providers"): racks of owned machines.
+
+Every machine of a rack is SPECULATIVE until claimed; Create claims it in about a second if the
+rack is commissioned, or after commissioning (firmware, OS, burn-in: hours) if not. There is no
+Delete: bare metal stays in inventory, and an idle machine is simply reused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Annotated
+
+from pydantic import Field
+
+from .. import labels
+from ..models import (
+    CapacityType,
+    Count,
+    Dollars,
+    FencingToken,
+    MachineState,
+    Name,
+    Resources,
+    Transition,
+    TransitionAck,
+    Wire,
+)
+from .base import NotSupported
+from .simulated import Pool, SimulatedProvider, Slot, slot_id
+
+CLAIM_SECONDS = 1.0
+"""Create on a commissioned rack: bookkeeping in the provider, nothing boots."""
+
+
+class RackSpec(Wire):
+    rack: Name
+    zone: Name
+    region: Name
+    instance_type: Name
+    count: Count
+    price_per_hour: Dollars = 0.0  # owned hardware; an amortised cost if the operator wants one
+    commissioned: bool = True
+    commissioning_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 4 * 3600.0
+    resources: Resources = Resources()
+    arch: Name = "amd64"
+
+
+class SimulatedBareMetalProvider(SimulatedProvider):
+    """Racks as pools of slots; a failed create is held for a human, as nothing can delete it."""
+
+    def __init__(
+        self,
+        name: str,
+        racks: list[RackSpec],
+        clock: Callable[[], float],
+        seed: int,
+        *,
+        configure_latency: float = 120.0,
+        drain_latency: float = 60.0,
+        timeouts: Mapping[MachineState, float] | None = None,
+        failure_rates: Mapping[Transition | str, float] | None = None,
+    ) -> None:
+        super().__init__(
+            name,
+            clock,
+            seed,
+            configure_latency=configure_latency,
+            delete_latency=0.0,  # never used: delete is refused before anything starts
+            drain_latency=drain_latency,
+            timeouts=timeouts,
+            failure_rates=failure_rates,
+        )
+        seen: set[str] = set()
+        for spec in racks:
+            if spec.rack in seen:
+                raise ValueError(f"provider {name}: rack {spec.rack} listed twice")
+            seen.add(spec.rack)
+            pool = self._pool(spec)
+            self._resize_pool(pool, spec.count)
+
+    def delete(self, machine_id: str, token: FencingToken) -> TransitionAck:
+        self.calls["delete"] += 1
+        raise NotSupported(
+            self.name,
+            "delete",
+            f"bare metal stays in inventory; idle machine {machine_id} is reused, not released",
+        )
+
+    def _new_host_ref(self, slot: Slot) -> str:
+        # A serial number: the same physical box every time this slot is claimed.
+        return slot_id(slot.pool.key, f"sn{slot.index:05d}")
+
+    def _pool(self, spec: RackSpec) -> Pool:
+        claim = CLAIM_SECONDS if spec.commissioned else spec.commissioning_seconds
+        return Pool(
+            key=spec.rack,
+            id_prefix=slot_id(self.name, spec.rack),
+            instance_type=spec.instance_type,
+            zone=spec.zone,
+            capacity_type=CapacityType.BARE_METAL,
+            price_per_hour=spec.price_per_hour,
+            interruption_probability=0.0,
+            resources=spec.resources,
+            labels={
+                labels.INSTANCE_TYPE: spec.instance_type,
+                labels.ZONE: spec.zone,
+                labels.REGION: spec.region,
+                labels.ARCH: spec.arch,
+                labels.CAPACITY_TYPE: str(CapacityType.BARE_METAL),
+                labels.PROVIDER: self.name,
+                labels.RACK: spec.rack,
+            },
+            quota=spec.count,
+            create_latency=(claim, claim),
+            # Commissioning is slow by design, not stuck: the CREATING timeout starts after it.
+            create_allowance=0.0 if spec.commissioned else spec.commissioning_seconds,
+        )
