@@ -170,7 +170,8 @@ def render(result: dict[str, Any]) -> str:
         for name in ("fast", "reference"):
             m = row[name]
             if m is None:
-                lines.append(f"{row['machines']:>9} {name:>9} {'(skipped: see --reference-max)':>46}")
+                skipped = "(skipped: see --reference-max)"
+                lines.append(f"{row['machines']:>9} {name:>9} {skipped:>46}")
                 continue
             speed = (
                 f"{row['speedup_steady']}x/{row['speedup_churn']}x"

@@ -11,7 +11,9 @@ def _sizes(text: str) -> list[int]:
     try:
         sizes = [int(s) for s in text.split(",") if s]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--sizes: expected numbers like 5000,50000: {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"--sizes: expected numbers like 5000,50000: {text!r}"
+        ) from None
     if not sizes or any(s <= 0 for s in sizes):
         raise argparse.ArgumentTypeError(f"--sizes: expected positive numbers: {text!r}")
     return sizes

@@ -108,7 +108,15 @@ class Inventory:
         self.capacity = capacity
 
     def add(self, machines: Sequence[Machine], now: float) -> np.ndarray:
-        """Take ownership of machines reported by a provider (or handed over by another shard)."""
+        """Take ownership of machines reported by a provider (or handed over by another shard).
+
+        All or nothing: a duplicate id (within the batch or already owned) changes nothing.
+        """
+        seen: set[str] = set()
+        for m in machines:
+            if m.id in seen or self.ids.find(m.id) >= 0:
+                raise ValueError(f"machine {m.id} is already in the inventory")
+            seen.add(m.id)
         reuse = [self._free.pop() for _ in range(min(len(self._free), len(machines)))]
         fresh = len(machines) - len(reuse)
         self._grow(self.rows_used + fresh)

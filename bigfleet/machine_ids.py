@@ -62,10 +62,8 @@ class MachineIds:
             self._insert(live_rows)
 
     def add(self, rows: np.ndarray, machine_ids: list[str]) -> None:
-        """Record ids for fresh rows; raises if an id is already present."""
+        """Record ids for fresh rows (the caller has checked they are new)."""
         for row, machine_id in zip(rows.tolist(), machine_ids, strict=True):
-            if self.find(machine_id) >= 0:
-                raise ValueError(f"machine {machine_id} is already in the inventory")
             self.prefix[row], self.number[row] = self._split(machine_id)
         self._insert(rows)
 

@@ -70,7 +70,8 @@ class ReferenceEngine:
     def __init__(self, machines: Iterable[Machine], policy: Policy, now: float = 0.0) -> None:
         self.policy = policy
         self.memory = EngineMemory()
-        self._claimed: dict[int, Need] = {}
+        # Machines assigned this cycle, and the need each was assigned to (set on apply).
+        self._assigned: dict[int, Need] = {}
         self.machines: list[Rec] = []
         for m in machines:
             self.add(m, now)
@@ -105,6 +106,7 @@ class ReferenceEngine:
         needs = list(needs)
         policy = self.policy
         out = Decision()
+        self._assigned = {}
         taken: set[int] = set()
         claims: dict[str, list[Rec]] = {}
         holder: dict[int, Need] = {}
@@ -163,6 +165,7 @@ class ReferenceEngine:
             for m in chosen:
                 taken.add(m.ordinal)
                 holder[m.ordinal] = need
+                self._assigned[m.ordinal] = need
                 demand[m.profile.name] += 1
                 if m.state is S.IDLE:
                     out.actions.append(self._configure(need, m))
@@ -299,7 +302,6 @@ class ReferenceEngine:
             )
         self.memory.observe_demand(demand, policy)
         self._idle_and_upkeep(out, taken, now)
-        self._claimed = holder
         return out
 
     def _choose(self, need: Need, claimed: list[Rec], supply: list[Rec], deficit: int) -> list[Rec]:
@@ -405,7 +407,7 @@ class ReferenceEngine:
 
     def apply(self, decision: Decision, now: float) -> None:
         """Start every transition the decision asked for, as the shard would."""
-        for need_ord, need in self._claimed.items():
+        for need_ord, need in self._assigned.items():
             m = self.machines[need_ord]
             m.holder_priority = need.priority
             m.holder_interruption = need.spec.interruption_penalty

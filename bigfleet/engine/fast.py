@@ -144,10 +144,9 @@ class FastEngine:
         excess: list[tuple[float, float, int, str]] = []
         for cluster, cc in claims.items():
             for pid, (first, count) in cc.excess.items():
+                price = profiles[pid].price_per_hour
                 for r in picker.configured(cluster, pid, first, count).tolist():
-                    excess.append(
-                        (-profiles[pid].price_per_hour, float(inv.holder_reclamation[r]), r, cluster)
-                    )
+                    excess.append((-price, float(inv.holder_reclamation[r]), r, cluster))
         excess.sort()
         for _, _, r, cluster in excess:
             out.actions.append(

@@ -49,6 +49,13 @@ def open_profiles(pool: dict[int, int], matching: frozenset[int]) -> list[int]:
     return [p for p in matching if pool.get(p, 0) > 0]
 
 
+def by_supply(
+    pool: dict[int, int], matching: frozenset[int], need: Need, profiles: list
+) -> list[int]:
+    """Matching profiles with supply left in `pool`, cheapest for `need` first."""
+    return sorted(open_profiles(pool, matching), key=lambda p: supply_key(need, profiles[p]))
+
+
 def assign_free_capacity(
     engine: FastEngine,
     needs: list[Need],
@@ -66,14 +73,8 @@ def assign_free_capacity(
         if deficit <= 0 or not (idle or spec):
             continue
         matching = engine.matching(need)
-
-        def order(pool: dict[int, int], need: Need = need) -> list[int]:
-            return sorted(
-                open_profiles(pool, matching), key=lambda p: supply_key(need, profiles[p])
-            )
-
-        supply = [(S.IDLE, p, idle) for p in order(idle)] + [
-            (S.SPECULATIVE, p, spec) for p in order(spec)
+        supply = [(S.IDLE, p, idle) for p in by_supply(idle, matching, need, profiles)] + [
+            (S.SPECULATIVE, p, spec) for p in by_supply(spec, matching, need, profiles)
         ]
         if not supply:
             continue

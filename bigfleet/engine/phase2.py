@@ -20,7 +20,7 @@ from .common import (
     pick_same_wait_domain,
     supply_key,
 )
-from .phase1 import Assignment, free_pool, open_profiles
+from .phase1 import Assignment, by_supply, free_pool
 
 if TYPE_CHECKING:
     from .fast import FastEngine
@@ -167,14 +167,12 @@ def resolve_inversions(
         if deficit <= 0:
             continue
         matching = engine.matching(need)
-
-        def order(pool: dict[int, int], need: Need = need) -> list[tuple[dict, int]]:
-            ps = sorted(open_profiles(pool, matching), key=lambda p: supply_key(need, profiles[p]))
-            return [(pool, p) for p in ps]
-
-        incoming = order(draining) + order(excess)
+        pools = [draining, excess]
         if need.spec.same:
-            incoming = order(engine.idle_left) + order(engine.spec_left) + incoming
+            pools = [engine.idle_left, engine.spec_left, *pools]
+        incoming = [
+            (pool, p) for pool in pools for p in by_supply(pool, matching, need, profiles)
+        ]
         if held is None:
             held = _victim_pool(engine, claims)
         candidates = held.candidates(need.priority, matching)

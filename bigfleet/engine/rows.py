@@ -71,7 +71,8 @@ class RowPicker:
             sorted(inv.clusters.get(c) * 65536 + p for c, p in wanted), dtype=np.int64
         )
         composite = inv.cluster[:n].astype(np.int64) * 65536 + inv.profile[:n]
-        rows = np.flatnonzero((inv.state[:n] == CODE[S.CONFIGURED]) & np.isin(composite, keys_wanted))
+        configured = inv.state[:n] == CODE[S.CONFIGURED]
+        rows = np.flatnonzero(configured & np.isin(composite, keys_wanted))
         groups = _group(rows, composite[rows])
         for key, chunk in groups.items():
             groups[key] = chunk[np.argsort(-inv.holder_reclamation[chunk], kind="stable")]

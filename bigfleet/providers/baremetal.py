@@ -26,7 +26,8 @@ from ..models import (
     Wire,
 )
 from .base import NotSupported
-from .simulated import Pool, SimulatedProvider, Slot, slot_id
+from .simulated import SimulatedProvider
+from .slots import Pool, Slot, slot_id
 
 CLAIM_SECONDS = 1.0
 """Create on a commissioned rack: bookkeeping in the provider, nothing boots."""
@@ -76,7 +77,7 @@ class SimulatedBareMetalProvider(SimulatedProvider):
                 raise ValueError(f"provider {name}: rack {spec.rack} listed twice")
             seen.add(spec.rack)
             pool = self._pool(spec)
-            self._resize_pool(pool, spec.count)
+            self._slots.resize(pool, spec.count)
 
     def delete(self, machine_id: str, token: FencingToken) -> TransitionAck:
         self.calls["delete"] += 1

@@ -25,7 +25,8 @@ from ..models import (
     Wire,
 )
 from .base import RateLimited
-from .simulated import Pool, SimulatedProvider, Slot, slot_id
+from .simulated import SimulatedProvider
+from .slots import Pool, Slot, slot_id
 
 
 class QuotaSpec(Wire):
@@ -110,7 +111,7 @@ class SimulatedCloudProvider(SimulatedProvider):
             if key in self._pools:
                 raise ValueError(f"provider {name}: two quota lines for {'/'.join(key)}")
             self._pools[key] = pool = self._pool(spec, create_latency)
-            self._resize_pool(pool, spec.count)
+            self._slots.resize(pool, spec.count)
 
     def set_quota(
         self,
@@ -129,7 +130,7 @@ class SimulatedCloudProvider(SimulatedProvider):
                 f"provider {self.name}: quota for {pool.key} must be >= 0, got {count}"
             )
         self.advance(self._clock())
-        self._resize_pool(pool, count)
+        self._slots.resize(pool, count)
 
     def _admit(self, call: str, token: FencingToken) -> None:
         # Fencing first: a stale shard learns it is stale without spending the live one's budget.

@@ -13,31 +13,27 @@ import heapq
 import itertools
 import math
 import random
-import re
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 
 from ..models import (
     BootstrapBlob,
     CapacityType,
     FencingToken,
-    HostRef,
     ListFilter,
     Machine,
     MachineState,
-    Resources,
     Transition,
     TransitionAck,
 )
-from ..states import START_OF, TARGET_OF, TRANSITIONAL, check_transition
+from ..states import START_OF, TARGET_OF, check_transition
 from .base import (
     MAX_CREATE_BATCH,
     InvalidTransition,
     MachineNotFound,
-    QuotaExhausted,
     StaleFencingToken,
 )
+from .slots import Op, Slot, SlotTable, snapshot
 
 S = MachineState
 T = Transition
@@ -66,55 +62,6 @@ _CORRECTS: dict[Transition, frozenset[MachineState]] = {
 _INTERRUPTIBLE = frozenset({S.IDLE, S.CONFIGURED})
 
 
-def slot_id(*parts: str) -> str:
-    """Join parts into a machine id; anything but letters, digits and dashes becomes a dash."""
-    return re.sub(r"[^A-Za-z0-9-]", "-", "-".join(parts))
-
-
-@dataclass
-class Pool:
-    """Interchangeable slots (a quota line, a rack): what their machines are and how many."""
-
-    key: str
-    id_prefix: str
-    instance_type: str
-    zone: str
-    capacity_type: CapacityType
-    price_per_hour: float
-    interruption_probability: float
-    resources: Resources
-    labels: dict[str, str]
-    quota: int
-    create_latency: tuple[float, float]
-    create_allowance: float = 0.0  # added to the CREATING timeout for a create slow by design
-    members: dict[int, Slot] = field(default_factory=dict, repr=False)
-
-
-@dataclass
-class _Op:
-    id: str
-    transition: Transition
-    started: float
-    due: float | None  # None: the operation hangs until its deadline
-    deadline: float
-    grace_end: float = math.inf  # drains only: when the grace period runs out
-    cluster: str | None = None  # configures only
-
-
-@dataclass
-class Slot:
-    id: str
-    pool: Pool
-    index: int
-    state: MachineState = S.SPECULATIVE
-    host: str | None = None
-    cluster: str | None = None
-    op: _Op | None = None
-    since: float = 0.0  # when the current transitional or FAILED state began
-    last_error: str = ""
-    clock_generation: int = 0  # the interruption clock armed last; older ones are void
-
-
 class SimulatedProvider:
     """Base of the simulated providers; subclasses add pools and say how hosts are named."""
 
@@ -135,6 +82,8 @@ class SimulatedProvider:
         self.started: Counter[Transition] = Counter()
         self.fail_next: Counter[Transition] = Counter()
         self.failure_rates = {T(k): v for k, v in (failure_rates or {}).items()}
+        if not all(0 <= p <= 1 for p in self.failure_rates.values()):
+            raise ValueError(f"provider {name}: failure rates must be in [0, 1]: {failure_rates}")
         self.timeouts = {**DEFAULT_TIMEOUTS, **(timeouts or {})}
         self.failed_from: dict[str, MachineState] = {}
         self._latency = {T.CONFIGURE: configure_latency, T.DELETE: delete_latency}
@@ -142,8 +91,7 @@ class SimulatedProvider:
         self._clock = clock
         self._rng = random.Random(seed)
         self._epochs: dict[int, int] = {}
-        self._slots: dict[str, Slot] = {}
-        self._retired: dict[str, Pool] = {}
+        self._slots = SlotTable(name)
         self._events: builtins.list[tuple[float, int, str, str, str | int]] = []
         self._event_seq = itertools.count()
         self._op_seq = itertools.count(1)
@@ -156,13 +104,14 @@ class SimulatedProvider:
     def create(
         self, machine_ids: builtins.list[str], token: FencingToken
     ) -> builtins.list[TransitionAck]:
+        # A malformed request is refused before it leaves the client: not counted, not throttled.
         if len(machine_ids) > MAX_CREATE_BATCH:
             raise ValueError(
                 f"create takes at most {MAX_CREATE_BATCH} machine ids per call, "
                 f"got {len(machine_ids)}"
             )
         self._admit("create", token)
-        slots = [self._slot(machine_id) for machine_id in machine_ids]
+        slots = [self._slots[machine_id] for machine_id in machine_ids]
         # All or nothing, like RunInstances: one bad id starts none of the batch.
         for slot in slots:
             if not self._in_flight(slot, T.CREATE):
@@ -176,7 +125,7 @@ class SimulatedProvider:
         self, machine_id: str, blob: BootstrapBlob, cluster: str, token: FencingToken
     ) -> TransitionAck:
         self._admit("configure", token)
-        slot = self._slot(machine_id)
+        slot = self._slots[machine_id]
         if not self._in_flight(slot, T.CONFIGURE, cluster):
             self._check_start(slot, T.CONFIGURE)
             self._begin(slot, T.CONFIGURE, cluster=cluster, ttl=blob.ttl_seconds)
@@ -190,7 +139,7 @@ class SimulatedProvider:
                 f"drain of {machine_id}: grace_seconds must be >= 0, got {grace_seconds}"
             )
         self._admit("drain", token)
-        slot = self._slot(machine_id)
+        slot = self._slots[machine_id]
         grace = 0.0 if force else grace_seconds
         if self._in_flight(slot, T.DRAIN):
             self._escalate(slot, grace)
@@ -201,7 +150,7 @@ class SimulatedProvider:
 
     def delete(self, machine_id: str, token: FencingToken) -> TransitionAck:
         self._admit("delete", token)
-        slot = self._slot(machine_id)
+        slot = self._slots[machine_id]
         if not self._in_flight(slot, T.DELETE):
             self._check_start(slot, T.DELETE)
             slot.cluster = None  # a dead configured host leaves its cluster once cleanup starts
@@ -211,28 +160,15 @@ class SimulatedProvider:
     def get(self, machine_id: str) -> Machine:
         self.calls["get"] += 1
         self.advance(self._clock())
-        slot = self._slots.get(machine_id)
+        slot = self._slots.find(machine_id)
         if slot is None:
             raise MachineNotFound(self.name, machine_id)
-        return self._snapshot(slot)
+        return snapshot(slot, self.name)
 
     def list(self, filter: ListFilter) -> builtins.list[Machine]:
         self.calls["list"] += 1
         self.advance(self._clock())
-        states = set(filter.states)
-        found = []
-        for machine_id in sorted(self._slots):
-            slot = self._slots[machine_id]
-            if states and slot.state not in states:
-                continue
-            if filter.zone and slot.pool.zone != filter.zone:
-                continue
-            if filter.instance_type and slot.pool.instance_type != filter.instance_type:
-                continue
-            found.append(self._snapshot(slot))
-            if len(found) == filter.max_results:
-                break
-        return found
+        return [snapshot(slot, self.name) for slot in self._slots.select(filter)]
 
     # -- virtual time ----------------------------------------------------------------------
 
@@ -240,7 +176,7 @@ class SimulatedProvider:
         """Apply, in time order, every completion, timeout and interruption due by `now`."""
         while self._events and self._events[0][0] <= now:
             at, _, kind, machine_id, ref = heapq.heappop(self._events)
-            slot = self._slots.get(machine_id)
+            slot = self._slots.find(machine_id)
             if slot is None:
                 continue
             if kind == "interrupt":
@@ -266,14 +202,6 @@ class SimulatedProvider:
         if token.shard_epoch < highest:
             raise StaleFencingToken(self.name, token.shard_id, token.shard_epoch, highest)
         self._epochs[token.shard_id] = token.shard_epoch
-
-    def _slot(self, machine_id: str) -> Slot:
-        slot = self._slots.get(machine_id)
-        if slot is not None:
-            return slot
-        if machine_id in self._retired:
-            raise QuotaExhausted(self.name, machine_id, self._retired[machine_id].key)
-        raise MachineNotFound(self.name, machine_id)
 
     def _in_flight(self, slot: Slot, call: Transition, cluster: str | None = None) -> bool:
         """True if this very operation is already running (the idempotent repeat)."""
@@ -322,7 +250,7 @@ class SimulatedProvider:
             latency = self._latency[call]
         # A kubelet whose join token expired before it booted never joins.
         hangs = self._injected_failure(call) or (call is T.CONFIGURE and latency > ttl)
-        op = _Op(
+        op = Op(
             id=f"{self.name}-op-{next(self._op_seq):06d}",
             transition=call,
             started=now,
@@ -356,10 +284,11 @@ class SimulatedProvider:
         if op.due is not None and op.due > grace_end:
             op.due = grace_end
             self._schedule(op.due, "done", slot.id, op.id)
-        op.deadline = min(op.deadline, grace_end + self.timeouts[S.DRAINING])
-        self._schedule(op.deadline, "timeout", slot.id, op.id)
+        if grace_end + self.timeouts[S.DRAINING] < op.deadline:
+            op.deadline = grace_end + self.timeouts[S.DRAINING]
+            self._schedule(op.deadline, "timeout", slot.id, op.id)
 
-    def _complete(self, slot: Slot, op: _Op, at: float) -> None:
+    def _complete(self, slot: Slot, op: Op, at: float) -> None:
         slot.op = None
         if op.transition is T.CONFIGURE:
             slot.cluster = op.cluster
@@ -370,7 +299,7 @@ class SimulatedProvider:
         self._move(slot, TARGET_OF[op.transition], at)
         if op.transition is T.DELETE:
             # The quota may have shrunk while the machine ran; its slot then goes away.
-            self._resize_pool(slot.pool, slot.pool.quota)
+            self._slots.resize(slot.pool, slot.pool.quota)
 
     def _fail(self, slot: Slot, at: float, error: str) -> None:
         origin = slot.state
@@ -402,41 +331,6 @@ class SimulatedProvider:
     def _schedule(self, at: float, kind: str, machine_id: str, ref: str | int) -> None:
         heapq.heappush(self._events, (at, next(self._event_seq), kind, machine_id, ref))
 
-    def _resize_pool(self, pool: Pool, quota: int) -> None:
-        """Hold `quota - running` speculative slots; running machines are never removed."""
-        pool.quota = quota
-        slots = sorted(pool.members.values(), key=lambda s: s.index)
-        speculative = [s for s in slots if s.state is S.SPECULATIVE]
-        want = max(0, quota - (len(slots) - len(speculative)))
-        for slot in speculative[want:]:
-            del pool.members[slot.index], self._slots[slot.id]
-            self._retired[slot.id] = pool
-        free = (i for i in itertools.count() if i not in pool.members)
-        for index in itertools.islice(free, max(0, want - len(speculative))):
-            slot = Slot(id=f"{pool.id_prefix}-{index:05d}", pool=pool, index=index)
-            pool.members[index] = self._slots[slot.id] = slot
-            self._retired.pop(slot.id, None)
-
     def _ack(self, slot: Slot) -> TransitionAck:
         assert slot.op is not None
-        return TransitionAck(operation_id=slot.op.id, machine=self._snapshot(slot))
-
-    def _snapshot(self, slot: Slot) -> Machine:
-        pool = slot.pool
-        shows_host = slot.host is not None and slot.state not in (S.SPECULATIVE, S.CREATING)
-        moving = slot.state in TRANSITIONAL or slot.state is S.FAILED
-        return Machine(
-            id=slot.id,
-            state=slot.state,
-            host=HostRef(provider=self.name, ref=slot.host) if shows_host else None,
-            instance_type=pool.instance_type,
-            zone=pool.zone,
-            capacity_type=pool.capacity_type,
-            price_per_hour=pool.price_per_hour,
-            interruption_probability=pool.interruption_probability,
-            resources=pool.resources,
-            labels=pool.labels,
-            transition_started_unix=int(max(0.0, slot.since)) if moving else 0,
-            last_error=slot.last_error,
-            cluster=slot.cluster,
-        )
+        return TransitionAck(operation_id=slot.op.id, machine=snapshot(slot, self.name))

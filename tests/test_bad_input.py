@@ -1,0 +1,103 @@
+"""Bad roll-ups (DESIGN §8): a clear error naming the field, and the last good roll-up stands."""
+
+import copy
+
+import pytest
+from pydantic import ValidationError
+
+from bigfleet.needs import NeedsTable
+from tests.fleet import ENGINES, S, bare_metal, configured, many, need, rollup, table
+
+GOOD = rollup("a", 1, need(2, 1000))
+
+
+def _broken(path: tuple, value) -> dict:
+    """The good roll-up's successor (generation 2, 5 machines) with one value replaced."""
+    raw = copy.deepcopy(rollup("a", 2, need(5, 1000)))
+    target = raw
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+    return raw
+
+
+BAD = {
+    "negative count": (_broken(("needs", 0, "count"), -1), "count"),
+    "NaN interruption penalty": (
+        _broken(("needs", 0, "interruption_penalty"), float("nan")),
+        "interruption_penalty",
+    ),
+    "infinite reclamation penalty": (
+        _broken(("needs", 0, "reclamation_penalty"), float("inf")),
+        "reclamation_penalty",
+    ),
+    "priority above int32": (_broken(("needs", 0, "priority"), 2**31), "priority"),
+    "priority below int32": (_broken(("needs", 0, "priority"), -(2**31) - 1), "priority"),
+    "unknown operator": (_broken(("needs", 0, "requirements", 0, "operator"), "Like"), "operator"),
+    "In without values": (_broken(("needs", 0, "requirements", 0, "values"), []), "values"),
+    "Gt with a non-integer": (
+        _broken(
+            ("needs", 0, "requirements", 0),
+            {"key": "bigfleet.io/gpus", "operator": "Gt", "values": ["eight"]},
+        ),
+        "values",
+    ),
+    "unknown need field": (_broken(("needs", 0, "urgency"), "high"), "urgency"),
+    "unknown roll-up field": (_broken(("shard",), 3), "shard"),
+}
+
+
+@ENGINES
+@pytest.mark.parametrize(("raw", "field"), list(BAD.values()), ids=list(BAD))
+def test_bad_rollup_is_rejected_naming_the_field_and_the_last_good_one_stands(
+    make_shard, raw, field
+):
+    needs = table(GOOD)
+    before = [n.spec for n in needs.needs_of("a")]
+
+    with pytest.raises(ValidationError) as err:
+        needs.submit(raw, 10)
+
+    assert field in str(err.value)
+    # Named by the error itself (its location or message), not only echoed in the input.
+    errors = err.value.errors()
+    assert any(field in e["loc"] or f"{field}:" in e["msg"] for e in errors), errors
+    assert [n.spec for n in needs.needs_of("a")] == before
+    assert needs.generation("a") == 1
+    shard = make_shard(many(bare_metal, 8))
+    assert len(configured(shard.decide(needs, 20))) == 2
+
+
+def test_replayed_rollup_is_ignored():
+    needs = table(GOOD, rollup("a", 2, need(3, 1000)))
+
+    assert needs.submit(rollup("a", 2, need(7, 1000)), 20) is False
+    assert needs.submit(rollup("a", 1, need(9, 1000)), 30) is False
+
+    assert [n.count for n in needs.needs_of("a")] == [3]
+    assert needs.generation("a") == 2
+
+
+@ENGINES
+def test_replayed_rollup_does_not_change_what_is_served(make_shard):
+    needs = table(GOOD, rollup("a", 2, need(3, 1000)))
+    needs.submit(rollup("a", 1, need(6, 1000)), 30)
+
+    decision = make_shard(many(bare_metal, 8, state=S.IDLE)).decide(needs, 40)
+
+    assert len(configured(decision)) == 3
+
+
+def test_silent_cluster_ages_out():
+    needs = NeedsTable(max_silence_seconds=300)
+    needs.submit(GOOD, 0)
+    needs.submit(rollup("b", 1, need(1, 1000)), 0)
+    needs.submit(rollup("b", 2, need(1, 1000)), 250)
+
+    assert needs.expire(300) == []
+    assert needs.expire(301) == ["a"]
+
+    assert needs.needs_of("a") == []
+    assert [n.cluster for n in needs] == ["b"]
+    assert needs.expire(551) == ["b"]
+    assert len(needs) == 0
