@@ -228,6 +228,9 @@ class Inventory:
             transition_started_unix=int(self.since[row]) if state in _TIMED else 0,
             last_error=self.last_error.get(row, ""),
             cluster=cluster if bound and host is not None else None,
+            failed_from=STATES[int(self.failed_from[row])]
+            if state is MachineState.FAILED and self.failed_from[row] != GONE
+            else None,
         )
 
     # ---- moves ------------------------------------------------------------------------------

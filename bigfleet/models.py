@@ -75,8 +75,11 @@ class HostRef(Wire):
 class Machine(Wire):
     """A machine as a provider reports it (seed §7 `Machine`).
 
-    `cluster` is BigFleet's extension: the cluster a CONFIGURED or DRAINING machine is bound to.
-    The seed's core invariant holds here: no host, no cluster.
+    BigFleet's extensions: `cluster`, the cluster a CONFIGURED or DRAINING machine is bound to,
+    and `failed_from`, the transitional state a FAILED machine failed in, which picks its
+    corrective path (seed §7) for whoever reads the record, a restarted shard included.
+    The seed's core invariant holds here: no host, no cluster. A FAILED machine may keep its
+    host (a half-made instance still has to be cleaned up) or have none.
     """
 
     id: Name
@@ -92,6 +95,7 @@ class Machine(Wire):
     transition_started_unix: Annotated[int, Field(ge=0)] = 0
     last_error: str = ""
     cluster: str | None = None
+    failed_from: MachineState | None = None
 
     @model_validator(mode="after")
     def _no_host_no_cluster(self) -> Machine:

@@ -15,6 +15,7 @@ from typing import Annotated, Protocol, runtime_checkable
 import yaml
 from pydantic import Field
 
+from . import labels as L
 from .models import (
     BootstrapBlob,
     BootstrapRequest,
@@ -26,7 +27,7 @@ from .models import (
 )
 from .requirements import requirement_matches
 
-KUBELET_VERSION = "bigfleet.io/kubelet-version"
+KUBELET_VERSION = L.KUBELET_VERSION
 """Node label holding the kubelet's minor version, as "1.NN" or "NN"."""
 
 BOOTSTRAP_TTL_SECONDS = 3600

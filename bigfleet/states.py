@@ -34,7 +34,9 @@ LEGAL: dict[tuple[S, S], str] = {
     (S.CONFIGURED, S.FAILED): "found dead",
 }
 
-# Which operation starts in which state, and the state it aims at.
+# Which operation starts in which state, and the state it aims at. CREATE and DRAIN both aim at
+# IDLE, so idempotency is keyed on (machine, transition): the seed's (machine, target state) key
+# cannot tell "create it" from "drain it".
 TRANSITION_OF: dict[S, Transition] = {
     S.CREATING: Transition.CREATE,
     S.CONFIGURING: Transition.CONFIGURE,
