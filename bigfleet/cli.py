@@ -27,6 +27,24 @@ def _bench_engine(args: argparse.Namespace) -> int:
     return 0
 
 
+def _simulate(args: argparse.Namespace) -> int:
+    from .simulation.report import render_text
+    from .simulation.run import run_scenario
+    from .simulation.scenario import ScenarioError, load
+
+    try:
+        scenario = load(args.scenario)
+    except ScenarioError as err:
+        print(f"bigfleet simulate: {err}", file=sys.stderr)
+        return 2
+    report = run_scenario(scenario, seed=args.seed)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(render_text(report, log_lines=args.log_lines))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="bigfleet", description="Fleet-level autoscaler")
     verbs = top.add_subparsers(dest="verb", required=True)
@@ -43,6 +61,13 @@ def parser() -> argparse.ArgumentParser:
     engine.add_argument("--seed", type=int, default=7)
     engine.add_argument("--json", action="store_true", help="print one JSON object")
     engine.set_defaults(run=_bench_engine)
+
+    sim = verbs.add_parser("simulate", help="run a scenario in virtual time and report")
+    sim.add_argument("scenario", help="scenario YAML file (see examples/)")
+    sim.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    sim.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    sim.add_argument("--log-lines", type=int, default=20, help="action-log lines in the text")
+    sim.set_defaults(run=_simulate)
     return top
 
 

@@ -6,8 +6,9 @@ field or an out-of-range number is rejected with a pydantic error that names the
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -25,6 +26,19 @@ class Wire(BaseModel):
     """Base of every wire model: strict types, unknown fields rejected, immutable."""
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+W = TypeVar("W", bound=BaseModel)
+
+
+def from_wire(model: type[W], raw: Any) -> W:
+    """Validate data from outside (a decoded signal, YAML, a provider reply) as its JSON form:
+    enums arrive as their string values, but every type stays strict ("5" is not a count)."""
+    try:
+        text = json.dumps(raw)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{model.__name__}: not JSON-shaped data: {err}") from None
+    return model.model_validate_json(text)
 
 
 class MachineState(StrEnum):
@@ -273,6 +287,7 @@ class CreateAction(Wire):
     provider: str
     machine_ids: list[str]
     cluster: str | None = None
+    need: str | None = None
     requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
     priority: Int32 = 0
 
@@ -282,6 +297,7 @@ class ConfigureAction(Wire):
     provider: str
     machine_id: str
     cluster: str
+    need: str | None = None
     requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
     priority: Int32 = 0
 

@@ -8,7 +8,13 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from .models import CapacityNeed, ClusterCapacityNeeds, NodeHealth, NodeSelectorRequirement
+from .models import (
+    CapacityNeed,
+    ClusterCapacityNeeds,
+    NodeHealth,
+    NodeSelectorRequirement,
+    from_wire,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +117,7 @@ class NeedsTable:
         rollup = (
             raw
             if isinstance(raw, ClusterCapacityNeeds)
-            else ClusterCapacityNeeds.model_validate(raw, strict=False)
+            else from_wire(ClusterCapacityNeeds, raw)
         )
         return self.apply(rollup, now)
 

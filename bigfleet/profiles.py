@@ -69,6 +69,11 @@ class Profile:
         return f"{base}[{extra}]" if extra else base
 
     @cached_property
+    def short_name(self) -> str:
+        """provider/instance-type/zone/capacity-type: how people name a kind of machine."""
+        return f"{self.provider}/{self.instance_type}/{self.zone}/{self.capacity_type.value}"
+
+    @cached_property
     def label_map(self) -> dict[str, str]:
         return dict(self.labels)
 

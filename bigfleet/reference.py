@@ -181,6 +181,7 @@ class ReferenceEngine:
                         provider=provider,
                         machine_ids=[m.id for m in batch],
                         cluster=need.cluster,
+                        need=need.key,
                         requirements=list(need.requirements),
                         priority=need.priority,
                     )
@@ -278,7 +279,7 @@ class ReferenceEngine:
                     (m.profile for m in self.machines if self._matches(need, m)),
                     key=lambda p: supply_key(need, p),
                 )
-                label = matching[0].name if matching else describe(need.requirements)
+                label = matching[0].short_name if matching else describe(need.requirements)
                 unmet.append((need, deficit, label))
                 demand[matching[0].name if matching else label] += deficit
         out.shortfalls = age_shortfalls(self.memory, policy, unmet)
@@ -374,6 +375,7 @@ class ReferenceEngine:
             provider=m.profile.provider,
             machine_id=m.id,
             cluster=need.cluster,
+            need=need.key,
             requirements=list(need.requirements),
             priority=need.priority,
         )

@@ -16,7 +16,7 @@ from ..inventory import CODE, NONE16, Inventory
 from ..models import CreateAction, DeleteAction, DeleteReason, MachineState, VerifyAction
 from ..needs import Need
 from ..policy import Policy
-from .claims import ClusterClaims, claim_cluster
+from .claims import CONFIGURED_SLOT, ClusterClaims, claim_cluster
 from .common import Decision, EngineMemory, need_matches
 from .phase1 import Assignment, assign_free_capacity
 from .phase2 import Victim, resolve_inversions
@@ -33,6 +33,7 @@ class FastEngine:
         self._match: dict[str, tuple[int, frozenset[int]]] = {}
         self._claims: dict[str, tuple[tuple, ClusterClaims]] = {}
         self._holders: list[tuple[np.ndarray, Need]] = []
+        self.claims: dict[str, ClusterClaims] = {}
 
     def matching(self, need: Need) -> frozenset[int]:
         table = self.inventory.profiles
@@ -45,6 +46,12 @@ class FastEngine:
         )
         self._match[need.signature] = (len(table), found)
         return found
+
+    def ready(self, need: Need) -> int:
+        """Configured machines the need held at the last cycle."""
+        cc = self.claims.get(need.cluster)
+        taken = cc.claims.get(need.key, []) if cc else []
+        return sum(c.count for c in taken if c.slot == CONFIGURED_SLOT)
 
     def _cluster_claims(self, cluster: str, needs: list[Need]) -> ClusterClaims:
         cidx = self.inventory.clusters.get(cluster)
@@ -67,6 +74,7 @@ class FastEngine:
             by_cluster.setdefault(inv.clusters.names[cidx], [])
         claims = {c: self._cluster_claims(c, ns) for c, ns in by_cluster.items()}
         self._claims = {c: v for c, v in self._claims.items() if c in by_cluster}
+        self.claims = claims
 
         out = Decision()
         demand: dict[str, int] = defaultdict(int)
@@ -120,6 +128,7 @@ class FastEngine:
                         provider=provider,
                         machine_ids=ids[i : i + batch],
                         cluster=need.cluster,
+                        need=need.key,
                         requirements=list(need.requirements),
                         priority=need.priority,
                     )

@@ -32,6 +32,7 @@ class Assignment:
             provider=provider,
             machine_id=machine_id,
             cluster=self.need.cluster,
+            need=self.need.key,
             requirements=list(self.need.requirements),
             priority=self.need.priority,
         )

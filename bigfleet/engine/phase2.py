@@ -202,9 +202,9 @@ def resolve_inversions(
         if deficit > 0:
             known = [p for p in matching if p < inv.counts.shape[1] and inv.counts[:, p].sum() > 0]
             best = min(known, key=lambda p: supply_key(need, profiles[p]), default=None)
-            label = profiles[best].name if best is not None else describe(need.requirements)
+            label = profiles[best].short_name if best is not None else describe(need.requirements)
             unmet.append((need, deficit, label))
-            demand[label] += deficit
+            demand[profiles[best].name if best is not None else label] += deficit
     return victims, age_shortfalls(engine.memory, engine.policy, unmet)
 
 

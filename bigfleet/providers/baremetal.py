@@ -36,7 +36,7 @@ CLAIM_SECONDS = 1.0
 class RackSpec(Wire):
     rack: Name
     zone: Name
-    region: Name
+    region: Name | None = None  # defaults to the zone without its last part: ams-1 -> ams
     instance_type: Name
     count: Count
     price_per_hour: Dollars = 0.0  # owned hardware; an amortised cost if the operator wants one
@@ -105,7 +105,7 @@ class SimulatedBareMetalProvider(SimulatedProvider):
             labels={
                 labels.INSTANCE_TYPE: spec.instance_type,
                 labels.ZONE: spec.zone,
-                labels.REGION: spec.region,
+                labels.REGION: spec.region or spec.zone.rsplit("-", 1)[0],
                 labels.ARCH: spec.arch,
                 labels.CAPACITY_TYPE: str(CapacityType.BARE_METAL),
                 labels.PROVIDER: self.name,

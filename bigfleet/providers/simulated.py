@@ -95,6 +95,7 @@ class SimulatedProvider:
         self._events: builtins.list[tuple[float, int, str, str, str | int]] = []
         self._event_seq = itertools.count()
         self._op_seq = itertools.count(1)
+        self._changed: set[str] = set()
 
     def _new_host_ref(self, slot: Slot) -> str:
         raise NotImplementedError
@@ -191,6 +192,16 @@ class SimulatedProvider:
                 self._complete(slot, op, at)
             elif kind == "timeout" and op.deadline == at:
                 self._fail(slot, at, f"{op.transition} timed out after {at - op.started:.0f} s")
+
+    def next_event_at(self) -> float | None:
+        """When the next completion, timeout or interruption is due (for a simulator's clock)."""
+        return self._events[0][0] if self._events else None
+
+    def changes(self) -> builtins.list[str]:
+        """Ids of machines whose state moved since the last call: the simulator's stand-in for a
+        watch on `list`, so it looks at what changed instead of every machine."""
+        changed, self._changed = sorted(self._changed), set()
+        return changed
 
     # -- machinery -------------------------------------------------------------------------
 
@@ -315,6 +326,7 @@ class SimulatedProvider:
             slot.last_error = ""
         slot.state = state
         slot.since = at
+        self._changed.add(slot.id)
         if state in _INTERRUPTIBLE:
             self._arm_interruption(slot, at)
 

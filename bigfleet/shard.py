@@ -1,0 +1,203 @@
+"""A shard (seed §5, §6 tier 2): its clusters' needs, its machines, its decision cycle.
+
+Whatever executes the actions (the simulator's executor, Temporal transition workflows) reports
+back what the providers say of each machine through `observe`; the shard folds that into its
+inventory. Nothing here does I/O or knows about Temporal.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from .engine import Decision, FastEngine
+from .inventory import CODE, Inventory, MachineNotFound
+from .models import (
+    ClusterCapacityNeeds,
+    FencingToken,
+    Machine,
+    MachineState,
+    NodeHealth,
+    Shortfall,
+    from_wire,
+)
+from .needs import NeedsTable
+from .policy import Policy
+from .states import LEGAL
+
+S = MachineState
+
+
+def explain(err: ValidationError) -> str:
+    """One line per problem, each naming the field: `needs.0.count: Input should be >= 0`."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '(roll-up)'}: {e['msg']}" for e in err.errors()
+    )
+
+
+class Shard:
+    def __init__(
+        self, shard_id: int, policy: Policy | None = None, epoch: int = 1, capacity: int = 1024
+    ) -> None:
+        self.id = shard_id
+        self.epoch = epoch
+        self.seq = 0
+        self.policy = policy or Policy()
+        self.needs = NeedsTable(self.policy.max_silence_seconds)
+        self.inventory = Inventory(capacity)
+        self.engine = FastEngine(self.inventory, self.policy)
+        self.rejections: deque[str] = deque(maxlen=50)
+        self.refusals: dict[tuple[str, int], tuple[float, str]] = {}
+        self.last: Decision = Decision()
+        self.cycles = 0
+
+    def token(self) -> FencingToken:
+        """The fencing token for the next provider call (seed §11)."""
+        self.seq += 1
+        return FencingToken(shard_id=self.id, shard_epoch=self.epoch, seq=self.seq)
+
+    # ---- roll-ups ---------------------------------------------------------------------------
+
+    def receive(self, raw: Mapping[str, Any] | ClusterCapacityNeeds, now: float) -> str | None:
+        """Take a roll-up. Returns None if accepted (or a harmless replay), else why not; a
+        rejected roll-up changes nothing and the cluster's previous one stays in force."""
+        try:
+            rollup = (
+                raw
+                if isinstance(raw, ClusterCapacityNeeds)
+                else from_wire(ClusterCapacityNeeds, raw)
+            )
+        except ValidationError as err:
+            cluster = raw.get("cluster", "?") if isinstance(raw, Mapping) else "?"
+            reason = f"roll-up from cluster {cluster} rejected: {explain(err)}"
+            self.rejections.append(reason)
+            return reason
+        if self.needs.apply(rollup, now) and rollup.health is not None:
+            self.reconcile_health(rollup.cluster, rollup.health)
+        return None
+
+    def reconcile_health(self, cluster: str, health: NodeHealth) -> None:
+        """A configured machine missing from the cluster's report gets one more miss (seed §9)."""
+        inv = self.inventory
+        cidx = inv.clusters.get(cluster)
+        if cidx is None:
+            return
+        n = inv.rows_used
+        rows = np.flatnonzero((inv.cluster[:n] == cidx) & (inv.state[:n] == CODE[S.CONFIGURED]))
+        present = set(health.machine_ids)
+        for r in rows.tolist():
+            if inv.machine_id(r) in present:
+                inv.missed[r] = 0
+            elif inv.missed[r] < 255:
+                inv.missed[r] += 1
+
+    def refuse(self, cluster: str, priority: int, reason: str, until: float) -> None:
+        """The operator refused to bootstrap for this need (seed §13): it is unsatisfiable for
+        a while, and shows as a shortfall instead of being retried every cycle."""
+        self.refusals[(cluster, priority)] = (until, reason)
+
+    # ---- machines ---------------------------------------------------------------------------
+
+    def adopt(self, machines: Iterable[Machine], now: float) -> int:
+        fresh = [m for m in machines if self.inventory.ids.find(m.id) < 0]
+        if fresh:
+            self.inventory.add(fresh, now)
+        return len(fresh)
+
+    def release(self, machine_ids: Iterable[str]) -> list[Machine]:
+        return [self.inventory.remove(mid) for mid in machine_ids]
+
+    def observe(self, machine: Machine, now: float) -> bool:
+        """Fold in what a provider says of a machine. True if the shard's view changed."""
+        inv = self.inventory
+        try:
+            row = inv.row(machine.id)
+        except MachineNotFound:
+            return False
+        have = inv.state_of(row)
+        if have is machine.state:
+            return False
+        if (have, machine.state) in LEGAL:
+            inv.move(row, machine.state, now, cluster=machine.cluster, error=machine.last_error)
+        else:
+            # The provider is the source of truth for hosts: a jump we did not see step by step
+            # (an interrupted machine cleaned up between two looks) replaces the row outright.
+            inv.remove(machine.id)
+            inv.add([machine], now)
+        return True
+
+    def begin_configure(self, machine_id: str, cluster: str, now: float) -> None:
+        """A machine created for a need is configured for it as soon as it is up."""
+        inv = self.inventory
+        inv.move(inv.row(machine_id), S.CONFIGURING, now, cluster=cluster)
+
+    # ---- the cycle --------------------------------------------------------------------------
+
+    def cycle(self, now: float) -> Decision:
+        self.needs.expire(now)
+        self.refusals = {k: v for k, v in self.refusals.items() if v[0] > now}
+        needs = [n for n in self.needs if (n.cluster, n.priority) not in self.refusals]
+        decision = self.engine.decide(needs, now)
+        self.engine.apply(decision, now)
+        decision.shortfalls.extend(self._refused_shortfalls(now))
+        self.last = decision
+        self.cycles += 1
+        return decision
+
+    def _refused_shortfalls(self, now: float) -> list[Shortfall]:
+        out = []
+        for need in self.needs:
+            refusal = self.refusals.get((need.cluster, need.priority))
+            if refusal is not None and need.count > 0:
+                out.append(
+                    Shortfall(
+                        cluster=need.cluster,
+                        profile=f"refused by operator: {refusal[1]}",
+                        requirements=list(need.requirements),
+                        priority=need.priority,
+                        count=need.count,
+                        age=1,
+                        interruption_penalty=need.spec.interruption_penalty,
+                    )
+                )
+        return out
+
+    # ---- what people and operators ask ------------------------------------------------------
+
+    def machines_by_state(self) -> dict[str, int]:
+        totals = self.inventory.counts.sum(axis=1)
+        return {s.value: int(totals[CODE[s]]) for s in S}
+
+    def cluster_view(self, cluster: str) -> dict[str, Any]:
+        """What the cluster's operator needs (seed §14): upcoming nodes, reclaims with their
+        grace periods, and capacity available to it."""
+        inv = self.inventory
+        upcoming, reclaims = [], []
+        cidx = inv.clusters.get(cluster)
+        if cidx is not None:
+            n = inv.rows_used
+            for r in np.flatnonzero(inv.cluster[:n] == cidx).tolist():
+                state = inv.state_of(r)
+                if state in (S.CREATING, S.CONFIGURING):
+                    upcoming.append(
+                        {"machine": inv.machine_id(r), "instance_type": inv.profile_of(r).instance_type}
+                    )
+        for action in self.last.actions:
+            if action.kind == "drain" and action.cluster == cluster:
+                reclaims.append({"machine": action.machine_id, "grace_seconds": action.grace_seconds})
+        available: Counter[str] = Counter()
+        for p, profile in enumerate(inv.profiles.profiles):
+            free = inv.counts[CODE[S.IDLE], p] + inv.counts[CODE[S.SPECULATIVE], p]
+            if free:
+                available[profile.instance_type] += int(free)
+        return {
+            "cluster": cluster,
+            "upcoming": upcoming,
+            "reclaims": reclaims,
+            "available": dict(available),
+            "needs": [n.spec.model_dump(mode="json") for n in self.needs.needs_of(cluster)],
+        }

@@ -1,0 +1,1 @@
+"""`bigfleet simulate`: the real engine against simulated providers, in virtual time."""

@@ -1,0 +1,224 @@
+"""The simulator (the seed's Fauxmaster, §3.1): the real shards and engine against simulated
+providers and operators, in virtual time, deterministic for a seed."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import Any
+
+from ..models import CapacityNeed, ClusterCapacityNeeds, ListFilter, MachineState
+from ..operators import SimulatedOperator
+from ..providers.baremetal import SimulatedBareMetalProvider
+from ..providers.cloud import SimulatedCloudProvider
+from ..providers.simulated import SimulatedProvider
+from ..shard import Shard
+from .executor import Executor
+from .recorder import Recorder
+from .report import build_report
+from .scenario import BareMetalProviderSpec, CloudProviderSpec, Scenario
+from .workload import rollups_from_trace
+
+S = MachineState
+
+
+class Simulation:
+    def __init__(self, scenario: Scenario, seed: int | None = None) -> None:
+        self.scenario = scenario
+        self.seed = scenario.seed if seed is None else seed
+        self.now = 0.0
+        self.policy = scenario.make_policy()
+        self.recorder = Recorder()
+        self.providers = {
+            spec.name: self._provider(spec, i) for i, spec in enumerate(scenario.providers)
+        }
+        self.operators = {
+            c.name: SimulatedOperator(
+                c.name,
+                c.endpoint or f"https://{c.name}.k8s.example:6443",
+                kubelet_version=c.kubelet_version,
+                seed=self.seed * 7919 + i,
+            )
+            for i, c in enumerate(scenario.clusters)
+        }
+        self.shards = [Shard(i, self.policy) for i in range(scenario.shards)]
+        self.executors = [
+            Executor(s, self.providers, self.operators, self.recorder) for s in self.shards
+        ]
+        self.owner: dict[str, int] = {}
+        self.cluster_shard: dict[str, int] = {}
+        self._distribute_machines()
+        self._timeline = self._rollup_timeline()
+        self.latest: dict[str, list[CapacityNeed]] = {}
+        self.generation: dict[str, int] = {}
+
+    # ---- set-up -----------------------------------------------------------------------------
+
+    def _provider(self, spec: Any, index: int) -> SimulatedProvider:
+        seed = self.seed * 1_000_003 + index
+        clock = self._clock
+        if isinstance(spec, CloudProviderSpec):
+            region = spec.region or spec.quota[0].zone.rstrip("abcdefghijklmnopqrstuvwxyz")
+            return SimulatedCloudProvider(
+                spec.name,
+                region,
+                spec.quota,
+                clock,
+                seed,
+                api_calls_per_second=spec.api_calls_per_second,
+                create_latency=spec.create_latency,
+                configure_latency=spec.configure_latency,
+                delete_latency=spec.delete_latency,
+                drain_latency=spec.drain_latency,
+                failure_rates=spec.failure_rates,
+            )
+        assert isinstance(spec, BareMetalProviderSpec)
+        return SimulatedBareMetalProvider(
+            spec.name,
+            spec.racks,
+            clock,
+            seed,
+            configure_latency=spec.configure_latency,
+            drain_latency=spec.drain_latency,
+            failure_rates=spec.failure_rates,
+        )
+
+    def _clock(self) -> float:
+        return self.now
+
+    def _distribute_machines(self) -> None:
+        """Whole racks to shards in turn (a `Same`-rack need stays satisfiable); cloud quota
+        slot by slot (seed §5 machine assignment)."""
+        n = len(self.shards)
+        turn = itertools.cycle(range(n))
+        for provider in self.providers.values():
+            machines = provider.list(ListFilter())
+            by_domain: dict[str, list] = {}
+            for m in machines:
+                rack = m.labels.get("bigfleet.io/rack")
+                by_domain.setdefault(rack or m.id, []).append(m)
+            for group in by_domain.values():
+                shard = next(turn)
+                self.shards[shard].adopt(group, 0.0)
+                for m in group:
+                    self.owner[m.id] = shard
+
+    def _rollup_timeline(self) -> list[tuple[float, int, str, list[CapacityNeed]]]:
+        events: list[tuple[float, int, str, list[CapacityNeed]]] = []
+        seq = itertools.count()
+        for cluster in self.scenario.clusters:
+            if cluster.workload is not None:
+                timed = rollups_from_trace(
+                    cluster.workload, self.scenario.cycle_seconds, self.scenario.duration_seconds
+                )
+            else:
+                timed = [(r.at, r.needs) for r in cluster.rollups]
+            for at, needs in sorted(timed, key=lambda x: x[0]):
+                events.append((at, next(seq), cluster.name, needs))
+        heapq.heapify(events)
+        return events
+
+    # ---- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        sc = self.scenario
+        next_cycle, next_sample = 0.0, 0.0
+        quota_changes = sorted(
+            (c.at, spec.name, c)
+            for spec in sc.providers
+            if isinstance(spec, CloudProviderSpec)
+            for c in spec.quota_changes
+        )
+        while True:
+            candidates = [next_cycle]
+            if self._timeline:
+                candidates.append(self._timeline[0][0])
+            if quota_changes:
+                candidates.append(quota_changes[0][0])
+            candidates += [
+                t for p in self.providers.values() if (t := p.next_event_at()) is not None
+            ]
+            t = min(candidates)
+            if t > sc.duration_seconds:
+                break
+            self._bill(t - self.now)
+            self.now = t
+            self._observe_providers()
+            while quota_changes and quota_changes[0][0] <= t:
+                _, name, change = quota_changes.pop(0)
+                self._change_quota(name, change)
+            while self._timeline and self._timeline[0][0] <= t:
+                _, _, cluster, needs = heapq.heappop(self._timeline)
+                self.latest[cluster] = needs
+                self._deliver(cluster, needs)
+            if t >= next_cycle:
+                # Operators re-send their roll-up every cycle; unchanged ones cost nothing.
+                for cluster, needs in self.latest.items():
+                    self._deliver(cluster, needs)
+                sample = t >= next_sample
+                for shard, executor in zip(self.shards, self.executors, strict=True):
+                    decision = shard.cycle(t)
+                    executor.execute(decision.actions, t)
+                    self.recorder.cycle(t, shard, decision, sample)
+                if sample:
+                    next_sample += sc.sample_seconds
+                next_cycle += sc.cycle_seconds
+        self._bill(sc.duration_seconds - self.now)
+        self.now = sc.duration_seconds
+        return build_report(self)
+
+    def _bill(self, seconds: float) -> None:
+        if seconds > 0:
+            for shard in self.shards:
+                self.recorder.bill(shard, seconds)
+
+    def _observe_providers(self) -> None:
+        for provider in self.providers.values():
+            provider.advance(self.now)
+            for machine_id in provider.changes():
+                shard = self.owner.get(machine_id)
+                if shard is not None:
+                    self.executors[shard].observe(provider.get(machine_id), self.now)
+
+    def _deliver(self, cluster: str, needs: list[CapacityNeed]) -> None:
+        self.generation[cluster] = self.generation.get(cluster, 0) + 1
+        rollup = ClusterCapacityNeeds(
+            cluster=cluster, generation=self.generation[cluster], needs=needs
+        )
+        shard = self.cluster_shard.get(rollup.cluster)
+        if shard is None:
+            # First contact: the least-loaded shard, permanently (seed §5, §16).
+            load = [0] * len(self.shards)
+            for assigned in self.cluster_shard.values():
+                load[assigned] += 1
+            shard = min(range(len(self.shards)), key=lambda i: (load[i], i))
+            self.cluster_shard[rollup.cluster] = shard
+        reason = self.shards[shard].receive(rollup, self.now)
+        if reason:
+            self.recorder.rejected_rollups.append(reason)
+        else:
+            self.recorder.rollup(self.now, rollup)
+
+    def _change_quota(self, name: str, change: Any) -> None:
+        provider = self.providers[name]
+        assert isinstance(provider, SimulatedCloudProvider)
+        provider.set_quota(change.instance_type, change.zone, change.capacity_type, change.count)
+        listed = {m.id: m for m in provider.list(ListFilter(states=[S.SPECULATIVE]))}
+        for mid, shard in list(self.owner.items()):
+            inv = self.shards[shard].inventory
+            row = inv.ids.find(mid)
+            if row < 0 or mid in listed or inv.profile_of(row).provider != name:
+                continue
+            if inv.state_of(row) is S.SPECULATIVE:
+                self.shards[shard].release([mid])
+                del self.owner[mid]
+        fresh = [m for mid, m in listed.items() if mid not in self.owner]
+        for m in fresh:
+            shard = min(range(len(self.shards)), key=lambda i: (len(self.shards[i].inventory), i))
+            self.shards[shard].adopt([m], self.now)
+            self.owner[m.id] = shard
+
+
+def run_scenario(scenario: Scenario, seed: int | None = None) -> dict[str, Any]:
+    return Simulation(scenario, seed).run()
+

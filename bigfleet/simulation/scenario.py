@@ -1,0 +1,147 @@
+"""Scenario files for `bigfleet simulate`: validated, with errors that name the field."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..models import CapacityNeed, Count, Name, Transition, from_wire
+from ..policy import Policy
+from ..providers.baremetal import RackSpec
+from ..providers.cloud import QuotaSpec
+
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class QuotaChange(Spec):
+    at: Seconds
+    instance_type: Name
+    zone: Name
+    capacity_type: str
+    count: Count
+
+
+class CloudProviderSpec(Spec):
+    name: Name
+    kind: Literal["cloud"]
+    region: str | None = None  # defaults to the first quota line's zone without its letter
+    api_calls_per_second: Annotated[float, Field(gt=0)] = 2.0
+    create_latency: tuple[Seconds, Seconds] = (30.0, 90.0)
+    configure_latency: Seconds = 30.0
+    delete_latency: Seconds = 5.0
+    drain_latency: Seconds = 60.0
+    failure_rates: dict[Transition, Annotated[float, Field(ge=0, le=1)]] = Field(
+        default_factory=dict
+    )
+    quota: list[QuotaSpec]
+    quota_changes: list[QuotaChange] = Field(default_factory=list)
+
+
+class BareMetalProviderSpec(Spec):
+    name: Name
+    kind: Literal["bare-metal"]
+    configure_latency: Seconds = 120.0
+    drain_latency: Seconds = 60.0
+    failure_rates: dict[Transition, Annotated[float, Field(ge=0, le=1)]] = Field(
+        default_factory=dict
+    )
+    racks: list[RackSpec]
+
+
+ProviderSpec = Annotated[CloudProviderSpec | BareMetalProviderSpec, Field(discriminator="kind")]
+
+
+class TimedRollup(Spec):
+    at: Seconds
+    needs: list[CapacityNeed]
+
+
+class WorkloadSpec(Spec):
+    """Roll-ups derived from a pod trace (see `bigfleet.simulation.workload`)."""
+
+    trace: str
+    nodes: str | None = None
+    time_scale: Annotated[float, Field(gt=0)] = 1.0
+    clusters: Annotated[int, Field(ge=1)] = 1
+    index: Annotated[int, Field(ge=0)] = 0
+    gpu_instance_type: Name = "gpu-8xh100"
+    gpus_per_node: Annotated[int, Field(ge=1)] = 8
+    cpu_instance_type: Name = "cpu-64"
+    cpus_per_node: Annotated[int, Field(ge=1)] = 64
+
+
+class ClusterSpec(Spec):
+    name: Name
+    endpoint: str | None = None
+    kubelet_version: str = "1.33"
+    rollups: list[TimedRollup] = Field(default_factory=list)
+    workload: WorkloadSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ClusterSpec:
+        if self.rollups and self.workload:
+            raise ValueError("give either rollups or workload, not both")
+        return self
+
+
+class Scenario(Spec):
+    name: Name
+    seed: int = 1
+    cycle_seconds: Annotated[float, Field(gt=0)] = 10.0
+    duration_seconds: Annotated[float, Field(gt=0)]
+    shards: Annotated[int, Field(ge=1, le=64)] = 1
+    providers: list[ProviderSpec]
+    clusters: list[ClusterSpec]
+    policy: dict[str, Any] = Field(default_factory=dict)
+    sample_seconds: Annotated[float, Field(gt=0)] = 60.0
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Scenario:
+        for kind, names in (
+            ("provider", [p.name for p in self.providers]),
+            ("cluster", [c.name for c in self.clusters]),
+        ):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"{kind} names must be unique: {', '.join(dupes)}")
+        Policy(cycle_seconds=self.cycle_seconds, **self.policy)
+        return self
+
+    def make_policy(self) -> Policy:
+        return Policy(cycle_seconds=self.cycle_seconds, **self.policy)
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be run; the message names the file and every bad field."""
+
+
+def load(path: str | pathlib.Path) -> Scenario:
+    path = pathlib.Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise ScenarioError(f"{path}: cannot read: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise ScenarioError(f"{path}: not valid YAML: {err}") from None
+    try:
+        scenario = from_wire(Scenario, raw)
+    except ValidationError as err:
+        lines = [
+            f"  {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
+            for e in err.errors()
+        ]
+        raise ScenarioError(f"{path}: invalid scenario:\n" + "\n".join(lines)) from None
+    for cluster in scenario.clusters:
+        if cluster.workload is not None:
+            trace = (path.parent / cluster.workload.trace).resolve()
+            cluster.workload.trace = str(trace)
+            if cluster.workload.nodes:
+                cluster.workload.nodes = str((path.parent / cluster.workload.nodes).resolve())
+    return scenario
