@@ -183,12 +183,12 @@ class Shard:
             for r in np.flatnonzero(inv.cluster[:n] == cidx).tolist():
                 state = inv.state_of(r)
                 if state in (S.CREATING, S.CONFIGURING):
-                    upcoming.append(
-                        {"machine": inv.machine_id(r), "instance_type": inv.profile_of(r).instance_type}
-                    )
+                    kind = inv.profile_of(r).instance_type
+                    upcoming.append({"machine": inv.machine_id(r), "instance_type": kind})
         for action in self.last.actions:
             if action.kind == "drain" and action.cluster == cluster:
-                reclaims.append({"machine": action.machine_id, "grace_seconds": action.grace_seconds})
+                grace = action.grace_seconds
+                reclaims.append({"machine": action.machine_id, "grace_seconds": grace})
         available: Counter[str] = Counter()
         for p, profile in enumerate(inv.profiles.profiles):
             free = inv.counts[CODE[S.IDLE], p] + inv.counts[CODE[S.SPECULATIVE], p]

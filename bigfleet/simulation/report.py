@@ -100,7 +100,10 @@ def render_text(report: dict[str, Any], log_lines: int = 20) -> str:
     out.append("")
     out.append("time to ready (arrival of demand -> machine configured), per priority band:")
     for b, p in report["time_to_ready_by_priority_band"].items():
-        out.append(f"  {b:>14}: p50 {p['p50']} s  p90 {p['p90']} s  p99 {p['p99']} s  ({p['machines']} machines)")
+        out.append(
+            f"  {b:>14}: p50 {p['p50']} s  p90 {p['p90']} s  p99 {p['p99']} s"
+            f"  ({p['machines']} machines)"
+        )
     cost = report["cost"]
     out += [
         "",
@@ -117,11 +120,13 @@ def render_text(report: dict[str, Any], log_lines: int = 20) -> str:
         for (victim, preemptor, grace), n in sorted(graces.items()):
             out.append(f"  {n} machines of {victim} for {preemptor}, grace {grace:g} s")
     if report["shortfalls"]:
-        out.append(f"shortfalls ({len(report['shortfalls'])}, {len(report['escalations'])} escalated):")
+        escalated = len(report["escalations"])
+        out.append(f"shortfalls ({len(report['shortfalls'])}, {escalated} escalated):")
         for s in report["shortfalls"][:10]:
+            flag = ", escalated" if s["escalated"] else ""
             out.append(
-                f"  {s['cluster']} priority {s['priority']}: up to {s['max_count']} x {s['profile']}"
-                f" (age {s['max_age']}{', escalated' if s['escalated'] else ''})"
+                f"  {s['cluster']} priority {s['priority']}: up to {s['max_count']} x "
+                f"{s['profile']} (age {s['max_age']}{flag})"
             )
     out.append("provider API calls:")
     for name, p in report["providers"].items():
