@@ -8,3 +8,7 @@ CAPACITY_TYPE = "bigfleet.io/capacity-type"
 PROVIDER = "bigfleet.io/provider"
 RACK = "bigfleet.io/rack"
 KUBELET_VERSION = "bigfleet.io/kubelet-version"
+
+# Labels that describe the machine itself. A requirement on any other key the machine does not
+# carry (a kubelet version, a feature gate) is for the operator's bootstrap to satisfy (seed §13).
+MACHINE_KEYS = frozenset({INSTANCE_TYPE, ZONE, REGION, ARCH, CAPACITY_TYPE, PROVIDER, RACK})

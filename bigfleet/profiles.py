@@ -49,10 +49,7 @@ class Profile:
         )
 
     def label(self, key: str) -> str | None:
-        for k, v in self.labels:
-            if k == key:
-                return v
-        return None
+        return self.label_map.get(key)
 
     @cached_property
     def name(self) -> str:

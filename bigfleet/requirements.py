@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from .labels import MACHINE_KEYS
 from .models import NodeSelectorRequirement, Operator
 
 
@@ -34,4 +35,11 @@ def requirement_matches(req: NodeSelectorRequirement, labels: Mapping[str, str])
 
 
 def all_match(reqs: Iterable[NodeSelectorRequirement], labels: Mapping[str, str]) -> bool:
-    return all(requirement_matches(r, labels) for r in reqs)
+    """Does a machine with these labels fit? A requirement on a key the machine does not carry
+    and that is not one of the machine's own keys (`MACHINE_KEYS`) is left to the operator:
+    the node gets that label from its bootstrap blob, or the operator refuses (seed §13)."""
+    return all(
+        requirement_matches(r, labels)
+        for r in reqs
+        if r.key in labels or r.key in MACHINE_KEYS
+    )

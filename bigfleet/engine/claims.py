@@ -7,12 +7,15 @@ machines change, so a steady shard recomputes nothing here.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..inventory import HELD_SLOT, Inventory
 from ..needs import Need
-from .common import CLAIM_ORDER, claim_key
+from .common import CLAIM_ORDER
+
+if TYPE_CHECKING:
+    from .fast import FastEngine
 
 CLAIM_SLOTS = tuple(HELD_SLOT[s] for s in CLAIM_ORDER)
 CONFIGURED_SLOT = HELD_SLOT[CLAIM_ORDER[0]]
@@ -42,7 +45,7 @@ def claim_cluster(
     inventory: Inventory,
     cluster: str,
     needs: list[Need],
-    match: Callable[[Need], frozenset[int]],
+    engine: FastEngine,
 ) -> ClusterClaims:
     cidx = inventory.clusters.get(cluster)
     held = inventory.held.get(cidx, {}) if cidx is not None else {}
@@ -50,8 +53,8 @@ def claim_cluster(
     remaining = {pid: list(tally) for pid, tally in held.items()}
     out = ClusterClaims()
     for need in needs:
-        matching = match(need)
-        open_pids = [p for p in remaining if p in matching]
+        rank = engine.supply_rank(need)
+        open_pids = [p for p in remaining if p in rank]
         if need.spec.same:
             key = need.spec.same
             per_domain: dict[str, int] = defaultdict(int)
@@ -67,8 +70,7 @@ def claim_cluster(
             if want == 0:
                 break
             for p in sorted(
-                (p for p in open_pids if remaining[p][slot] > 0),
-                key=lambda p: claim_key(need, profiles[p]),
+                (p for p in open_pids if remaining[p][slot] > 0), key=rank.__getitem__
             ):
                 n = min(want, remaining[p][slot])
                 taken.append(Claim(need, p, slot, n, held[p][slot] - remaining[p][slot]))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -17,12 +18,24 @@ from ..models import CreateAction, DeleteAction, DeleteReason, MachineState, Ver
 from ..needs import Need
 from ..policy import Policy
 from .claims import CONFIGURED_SLOT, ClusterClaims, claim_cluster
-from .common import Decision, EngineMemory, need_matches
+from .common import Decision, EngineMemory, age_shortfalls, need_matches, supply_key
 from .phase1 import Assignment, assign_free_capacity
 from .phase2 import Victim, resolve_inversions
 from .rows import RowPicker
 
 S = MachineState
+
+
+@dataclass
+class _Quiet:
+    """The outcome of a cycle whose phases asked for nothing, and what it was computed from."""
+
+    version: int
+    needs: list[Need]
+    satisfied: dict[str, int]
+    earmarked: dict[str, int]
+    unmet: list
+    demand: dict[str, int]
 
 
 class FastEngine:
@@ -31,6 +44,8 @@ class FastEngine:
         self.policy = policy
         self.memory = EngineMemory()
         self._match: dict[str, tuple[int, frozenset[int]]] = {}
+        self._rank: dict[str, tuple[int, dict[int, int]]] = {}
+        self._quiet: _Quiet | None = None
         self._claims: dict[str, tuple[tuple, ClusterClaims]] = {}
         self._holders: list[tuple[np.ndarray, Need]] = []
         self.claims: dict[str, ClusterClaims] = {}
@@ -47,6 +62,18 @@ class FastEngine:
         self._match[need.signature] = (len(table), found)
         return found
 
+    def supply_rank(self, need: Need) -> dict[int, int]:
+        """Matching profiles in the order the need prefers them (cheapest effective cost, then
+        name), as profile -> rank; dicts keep that order for iteration too."""
+        table = self.inventory.profiles
+        cached = self._rank.get(need.signature)
+        if cached is not None and cached[0] == len(table):
+            return cached[1]
+        order = sorted(self.matching(need), key=lambda p: supply_key(need, table.profiles[p]))
+        rank = {p: i for i, p in enumerate(order)}
+        self._rank[need.signature] = (len(table), rank)
+        return rank
+
     def ready(self, need: Need) -> int:
         """Configured machines the need held at the last cycle."""
         cc = self.claims.get(need.cluster)
@@ -60,13 +87,21 @@ class FastEngine:
         cached = self._claims.get(cluster)
         if cached is not None and cached[0] == key:
             return cached[1]
-        result = claim_cluster(self.inventory, cluster, needs, self.matching)
+        result = claim_cluster(self.inventory, cluster, needs, self)
         self._claims[cluster] = (key, result)
         return result
 
     def decide(self, needs: Iterable[Need], now: float) -> Decision:
         inv, policy = self.inventory, self.policy
         needs = list(needs)
+        quiet = self._quiet
+        if (
+            quiet is not None
+            and quiet.version == inv.version
+            and len(quiet.needs) == len(needs)
+            and all(a is b for a, b in zip(quiet.needs, needs, strict=True))
+        ):
+            return self._repeat(quiet, now)
         by_cluster: dict[str, list[Need]] = defaultdict(list)
         for need in needs:
             by_cluster[need.cluster].append(need)
@@ -79,10 +114,8 @@ class FastEngine:
         out = Decision()
         demand: dict[str, int] = defaultdict(int)
         assignments = assign_free_capacity(self, needs, claims, demand)
-        victims, unmet_shortfalls = resolve_inversions(
-            self, needs, claims, assignments, out, demand
-        )
-        out.shortfalls = unmet_shortfalls
+        victims, unmet = resolve_inversions(self, needs, claims, assignments, out, demand)
+        out.shortfalls = age_shortfalls(self.memory, policy, unmet)
         self.memory.observe_demand(demand, policy)
 
         picker = RowPicker(
@@ -97,6 +130,22 @@ class FastEngine:
             [r for rows, _ in self._holders for r in rows.tolist()], dtype=np.int64
         )
         self._upkeep(out, taken, now)
+        changes = any(a.kind in ("create", "configure", "drain") for a in out.actions)
+        self._quiet = (
+            None
+            if changes
+            else _Quiet(inv.version, needs, dict(out.satisfied), dict(out.earmarked), unmet, demand)
+        )
+        return out
+
+    def _repeat(self, quiet: _Quiet, now: float) -> Decision:
+        """Nothing the phases read has changed since a cycle that changed nothing: its
+        outcome stands. Only what time alone moves is redone: ages, forecast, upkeep."""
+        out = Decision(satisfied=dict(quiet.satisfied), earmarked=dict(quiet.earmarked))
+        out.shortfalls = age_shortfalls(self.memory, self.policy, quiet.unmet)
+        self.memory.observe_demand(quiet.demand, self.policy)
+        self._holders = []
+        self._upkeep(out, np.zeros(0, dtype=np.int64), now)
         return out
 
     # ---- turning counts into actions --------------------------------------------------------

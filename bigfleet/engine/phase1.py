@@ -12,7 +12,7 @@ from ..inventory import CODE
 from ..models import ConfigureAction, MachineState
 from ..needs import Need
 from .claims import ClusterClaims
-from .common import pick_same_domain, pick_spread_domain, supply_key
+from .common import pick_same_domain, pick_spread_domain
 
 if TYPE_CHECKING:
     from .fast import FastEngine
@@ -43,18 +43,11 @@ def free_pool(counts: np.ndarray, state: MachineState) -> dict[int, int]:
     return {int(p): int(row[p]) for p in np.flatnonzero(row)}
 
 
-def open_profiles(pool: dict[int, int], matching: frozenset[int]) -> list[int]:
-    """Profiles of `pool` with supply left that match; walks the smaller of the two sets."""
-    if len(pool) <= len(matching):
-        return [p for p, n in pool.items() if n > 0 and p in matching]
-    return [p for p in matching if pool.get(p, 0) > 0]
-
-
-def by_supply(
-    pool: dict[int, int], matching: frozenset[int], need: Need, profiles: list
-) -> list[int]:
-    """Matching profiles with supply left in `pool`, cheapest for `need` first."""
-    return sorted(open_profiles(pool, matching), key=lambda p: supply_key(need, profiles[p]))
+def by_supply(pool: dict[int, int], rank: dict[int, int]) -> list[int]:
+    """Matching profiles (those `rank`ed) with supply left in `pool`, cheapest first."""
+    if len(pool) < len(rank):
+        return sorted((p for p, n in pool.items() if n > 0 and p in rank), key=rank.__getitem__)
+    return [p for p in rank if pool.get(p, 0) > 0]
 
 
 def assign_free_capacity(
@@ -73,9 +66,9 @@ def assign_free_capacity(
         deficit = need.count - cc.claimed[need.key]
         if deficit <= 0 or not (idle or spec):
             continue
-        matching = engine.matching(need)
-        supply = [(S.IDLE, p, idle) for p in by_supply(idle, matching, need, profiles)] + [
-            (S.SPECULATIVE, p, spec) for p in by_supply(spec, matching, need, profiles)
+        rank = engine.supply_rank(need)
+        supply = [(S.IDLE, p, idle) for p in by_supply(idle, rank)] + [
+            (S.SPECULATIVE, p, spec) for p in by_supply(spec, rank)
         ]
         if not supply:
             continue

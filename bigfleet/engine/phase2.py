@@ -9,13 +9,12 @@ from typing import TYPE_CHECKING
 
 from ..cost import drain_grace_period, shard_pressure, victim_merit, victim_weights
 from ..inventory import CODE
-from ..models import DrainAction, DrainReason, MachineState, Shortfall
+from ..models import DrainAction, DrainReason, MachineState
 from ..needs import Need
 from .claims import CONFIGURED_SLOT, ClusterClaims
 from .common import (
     Decision,
     Preemption,
-    age_shortfalls,
     describe,
     pick_same_wait_domain,
     supply_key,
@@ -144,7 +143,7 @@ def resolve_inversions(
     assignments: list[Assignment],
     out: Decision,
     demand: dict[str, int],
-) -> tuple[list[Victim], list[Shortfall]]:
+) -> tuple[list[Victim], list[tuple[Need, int, str]]]:
     inv = engine.inventory
     profiles = inv.profiles.profiles
     assigned: dict[str, int] = defaultdict(int)
@@ -170,9 +169,8 @@ def resolve_inversions(
         pools = [draining, excess]
         if need.spec.same:
             pools = [engine.idle_left, engine.spec_left, *pools]
-        incoming = [
-            (pool, p) for pool in pools for p in by_supply(pool, matching, need, profiles)
-        ]
+        rank = engine.supply_rank(need)
+        incoming = [(pool, p) for pool in pools for p in by_supply(pool, rank)]
         if held is None:
             held = _victim_pool(engine, claims)
         candidates = held.candidates(need.priority, matching)
@@ -205,7 +203,7 @@ def resolve_inversions(
             label = profiles[best].short_name if best is not None else describe(need.requirements)
             unmet.append((need, deficit, label))
             demand[profiles[best].name if best is not None else label] += deficit
-    return victims, age_shortfalls(engine.memory, engine.policy, unmet)
+    return victims, unmet
 
 
 def _same_domain(

@@ -64,17 +64,35 @@ class TimedRollup(Spec):
 
 
 class WorkloadSpec(Spec):
-    """Roll-ups derived from a pod trace (see `bigfleet.simulation.workload`)."""
+    """Roll-ups derived from a pod trace (see `bigfleet.simulation.workload`).
+
+    `time_scale` is trace seconds per simulated second; `start` the trace second that becomes
+    simulated second 0 (default: the first pod creation of the trace's busiest 34 days);
+    `demand_scale` multiplies every pod's GPUs and CPUs (each trace pod stands for that many).
+    The trace's pods are split into `clusters` groups by a stable hash of the pod name, and this
+    cluster replays group `index`.
+    """
 
     trace: str
     nodes: str | None = None
-    time_scale: Annotated[float, Field(gt=0)] = 1.0
+    time_scale: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    start: Seconds | None = None
+    demand_scale: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
     clusters: Annotated[int, Field(ge=1)] = 1
     index: Annotated[int, Field(ge=0)] = 0
     gpu_instance_type: Name = "gpu-8xh100"
     gpus_per_node: Annotated[int, Field(ge=1)] = 8
     cpu_instance_type: Name = "cpu-64"
     cpus_per_node: Annotated[int, Field(ge=1)] = 64
+
+    @model_validator(mode="after")
+    def _index_in_range(self) -> WorkloadSpec:
+        if self.index >= self.clusters:
+            raise ValueError(
+                f"index {self.index} is not a group of {self.clusters} cluster(s) "
+                f"(0..{self.clusters - 1})"
+            )
+        return self
 
 
 class ClusterSpec(Spec):
