@@ -30,18 +30,22 @@ class Need:
     key: str = field(init=False)
     priority: int = field(init=False)
     count: int = field(init=False)
+    order: tuple[int, int, str, int] = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", f"{self.cluster}#{self.index}")
         object.__setattr__(self, "priority", self.spec.priority)
         object.__setattr__(self, "count", self.spec.count)
+        object.__setattr__(
+            self, "order", (-self.spec.priority, self.arrival, self.cluster, self.index)
+        )
 
     @property
     def requirements(self) -> tuple[NodeSelectorRequirement, ...]:
         return tuple(self.spec.requirements)
 
     def sort_key(self) -> tuple[int, int, str, int]:
-        return (-self.priority, self.arrival, self.cluster, self.index)
+        return self.order
 
 
 def _identity(need: CapacityNeed) -> str:

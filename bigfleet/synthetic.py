@@ -84,13 +84,17 @@ def fleet(
     speculative, a few mid-transition; fixed machines in racks of `rack_size`."""
     out = []
     names = [f"c{c:03d}" for c in range(clusters)]
+    block = rack_size * len(OFFERS)
+    # A fleet BigFleet grew fills racks in order, so neighbours mostly serve the same cluster.
+    owners = [rng.choice(names) for _ in range(machines // block + 1)]
     for i in range(machines):
         offer = OFFERS[i % len(OFFERS)]
         fixed = offer.capacity_type is CapacityType.BARE_METAL
-        rack = f"{offer.zone}-r{i // (rack_size * len(OFFERS)):04d}" if fixed else None
+        rack = f"{offer.zone}-r{i // block:04d}" if fixed else None
         roll = rng.random()
         if roll < busy:
-            state, cluster = MachineState.CONFIGURED, rng.choice(names)
+            owner = owners[i // block] if rng.random() < 0.9 else rng.choice(names)
+            state, cluster = MachineState.CONFIGURED, owner
         elif roll < busy + transitional:
             state = rng.choice([MachineState.CONFIGURING, MachineState.DRAINING])
             cluster = rng.choice(names)

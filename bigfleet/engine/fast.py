@@ -46,6 +46,7 @@ class FastEngine:
         self._match: dict[str, tuple[int, frozenset[int]]] = {}
         self._rank: dict[str, tuple[int, dict[int, int]]] = {}
         self._quiet: _Quiet | None = None
+        self._rows: dict[str, int] = {}
         self._claims: dict[str, tuple[tuple, ClusterClaims]] = {}
         self._holders: list[tuple[np.ndarray, Need]] = []
         self.claims: dict[str, ClusterClaims] = {}
@@ -161,7 +162,7 @@ class FastEngine:
             rows = picker.take_free(a.state, a.profile, a.count)
             self._holders.append((rows, a.need))
             provider = profiles[a.profile].provider
-            ids = [self.inventory.machine_id(r) for r in rows.tolist()]
+            ids = [self._name(r) for r in rows.tolist()]
             if a.state is S.IDLE:
                 out.actions.extend(a.configure(provider, mid) for mid in ids)
             else:
@@ -196,7 +197,7 @@ class FastEngine:
             rows = picker.configured(v.cluster, v.profile, v.offset, v.count)
             provider = profiles[v.profile].provider
             for r in rows.tolist():
-                mid = inv.machine_id(r)
+                mid = self._name(r)
                 out.actions.append(v.drain(provider, mid))
                 out.preemptions.append(v.preemption(mid))
         excess: list[tuple[float, float, int, str]] = []
@@ -210,7 +211,7 @@ class FastEngine:
             out.actions.append(
                 Victim.excess_drain(
                     profiles[int(inv.profile[r])].provider,
-                    inv.machine_id(r),
+                    self._name(r),
                     cluster,
                     policy.excess_grace_seconds,
                 )
@@ -240,7 +241,7 @@ class FastEngine:
                 out.actions.append(
                     DeleteAction(
                         provider=profiles[int(inv.profile[r])].provider,
-                        machine_id=inv.machine_id(r),
+                        machine_id=self._name(r),
                         reason=DeleteReason.IDLE_TIMEOUT,
                     )
                 )
@@ -248,7 +249,7 @@ class FastEngine:
         for s, limit in policy.transition_timeout_seconds.items():
             limits[CODE[s]] = limit
         for r in np.flatnonzero(age > limits[state]).tolist():
-            out.timed_out.append(inv.machine_id(r))
+            out.timed_out.append(self._name(r))
         sick = np.flatnonzero(
             (inv.missed[:n] >= policy.health_missed_reports) & (state == CODE[S.CONFIGURED])
         )
@@ -264,9 +265,20 @@ class FastEngine:
 
     # ---- applying a decision ----------------------------------------------------------------
 
+    def _name(self, row: int) -> str:
+        """The id of a row an action names, remembered so `apply` need not look it up."""
+        machine_id = self.inventory.machine_id(row)
+        self._rows[machine_id] = row
+        return machine_id
+
     def apply(self, decision: Decision, now: float) -> None:
         """Start every transition the decision asked for, as the shard does."""
         inv = self.inventory
+        named, self._rows = self._rows, {}
+
+        def row(machine_id: str) -> int:
+            found = named.get(machine_id)
+            return inv.row(machine_id) if found is None else found
         for rows, need in self._holders:
             inv.set_holder(
                 rows, need.priority, need.spec.interruption_penalty, need.spec.reclamation_penalty
@@ -275,12 +287,12 @@ class FastEngine:
         for action in decision.actions:
             if action.kind == "create":
                 for mid in action.machine_ids:
-                    inv.move(inv.row(mid), S.CREATING, now, cluster=action.cluster)
+                    inv.move(row(mid), S.CREATING, now, cluster=action.cluster)
             elif action.kind == "configure":
-                inv.move(inv.row(action.machine_id), S.CONFIGURING, now, cluster=action.cluster)
+                inv.move(row(action.machine_id), S.CONFIGURING, now, cluster=action.cluster)
             elif action.kind == "drain":
-                inv.move(inv.row(action.machine_id), S.DRAINING, now)
+                inv.move(row(action.machine_id), S.DRAINING, now)
             elif action.kind == "delete":
-                inv.move(inv.row(action.machine_id), S.DELETING, now)
+                inv.move(row(action.machine_id), S.DELETING, now)
         for mid in decision.timed_out:
-            inv.move(inv.row(mid), S.FAILED, now, error="transition timed out")
+            inv.move(row(mid), S.FAILED, now, error="transition timed out")

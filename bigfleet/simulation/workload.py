@@ -244,10 +244,8 @@ def rollups_from_trace(
             pods = in_band & (is_gpu if gpu else ~is_gpu)
             weights = trace.gpu_milli[pods] if gpu else trace.cpu_milli[pods]
             milli = _live_sum(weights, trace.creation[pods], trace.deletion[pods], at)
-            machines = np.ceil(
-                milli * (spec.demand_scale / (1000.0 * per_node)) - _EPSILON
-            ).astype(np.int64)
-            machines = np.maximum(machines, 0)
+            per_milli = spec.demand_scale / (1000.0 * per_node)  # machines per milli-unit
+            machines = np.maximum(np.ceil(milli * per_milli - _EPSILON), 0).astype(np.int64)
             if not machines.any():
                 continue
             columns.append(machines)
