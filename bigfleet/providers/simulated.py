@@ -164,12 +164,12 @@ class SimulatedProvider:
         slot = self._slots.find(machine_id)
         if slot is None:
             raise MachineNotFound(self.name, machine_id)
-        return snapshot(slot, self.name)
+        return self._snapshot(slot)
 
     def list(self, filter: ListFilter) -> builtins.list[Machine]:
         self.calls["list"] += 1
         self.advance(self._clock())
-        return [snapshot(slot, self.name) for slot in self._slots.select(filter)]
+        return [self._snapshot(slot) for slot in self._slots.select(filter)]
 
     # -- virtual time ----------------------------------------------------------------------
 
@@ -343,6 +343,9 @@ class SimulatedProvider:
     def _schedule(self, at: float, kind: str, machine_id: str, ref: str | int) -> None:
         heapq.heappush(self._events, (at, next(self._event_seq), kind, machine_id, ref))
 
+    def _snapshot(self, slot: Slot) -> Machine:
+        return snapshot(slot, self.name, self.failed_from.get(slot.id))
+
     def _ack(self, slot: Slot) -> TransitionAck:
         assert slot.op is not None
-        return TransitionAck(operation_id=slot.op.id, machine=snapshot(slot, self.name))
+        return TransitionAck(operation_id=slot.op.id, machine=self._snapshot(slot))

@@ -129,7 +129,7 @@ class SlotTable:
             self._withdrawn.pop(slot.id, None)
 
 
-def snapshot(slot: Slot, provider: str) -> Machine:
+def snapshot(slot: Slot, provider: str, failed_from: MachineState | None = None) -> Machine:
     """The slot as the provider reports it: no host until a create has finished or failed."""
     pool = slot.pool
     shows_host = slot.host is not None and slot.state not in (S.SPECULATIVE, S.CREATING)
@@ -148,4 +148,5 @@ def snapshot(slot: Slot, provider: str) -> Machine:
         transition_started_unix=int(max(0.0, slot.since)) if moving else 0,
         last_error=slot.last_error,
         cluster=slot.cluster,
+        failed_from=failed_from if slot.state is S.FAILED else None,
     )

@@ -1,0 +1,43 @@
+"""Cluster-operator callbacks as activities (seed §13): bootstrap blobs, and what was decided."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from bigfleet.models import BootstrapRequest
+from bigfleet.operators import BootstrapRefused, ClusterOperator, OperatorUpdate
+from workflows.types import BootstrapAnswer, BootstrapCall
+
+
+class OperatorActivities:
+    def __init__(self, operators: Mapping[str, ClusterOperator]) -> None:
+        self.operators = dict(operators)
+
+    def _operator(self, cluster: str) -> ClusterOperator:
+        operator = self.operators.get(cluster)
+        if operator is None:
+            raise ApplicationError(
+                f"no operator for cluster {cluster!r} on this worker", non_retryable=True
+            )
+        return operator
+
+    @activity.defn(name="generate_bootstrap")
+    async def generate_bootstrap(self, call: BootstrapCall) -> BootstrapAnswer:
+        """A refusal is an answer, not an error: the need is unsatisfiable for now."""
+        operator = self._operator(call.cluster)
+        try:
+            blob = operator.generate_bootstrap(
+                BootstrapRequest(
+                    cluster=call.cluster, machine_id=call.machine_id, requirements=call.requirements
+                )
+            )
+        except BootstrapRefused as refused:
+            return BootstrapAnswer(refused=str(refused))
+        return BootstrapAnswer(user_data=blob.user_data, ttl_seconds=blob.ttl_seconds)
+
+    @activity.defn(name="notify_operator")
+    async def notify(self, update: OperatorUpdate) -> None:
+        self._operator(update.cluster).notify(update)

@@ -1,0 +1,100 @@
+"""Provider calls as activities, thin over the `CapacityProvider` contract (seed §7)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from bigfleet.models import BootstrapBlob, ListFilter, Machine, MachineState, Transition
+from bigfleet.providers.base import (
+    CapacityProvider,
+    InvalidTransition,
+    ProviderError,
+    RateLimited,
+)
+from bigfleet.states import TARGET_OF
+from workflows.types import ProviderCall, ProviderRead
+
+T = Transition
+
+
+class VirtualClock:
+    """A simulated provider's clock, moved forward by the time its callers say it is.
+
+    Workflows pass their own `workflow.now()` with every call, so a simulated provider lives on
+    workflow time: real time in `bigfleet dev`, skipped time in a time-skipping test.
+    """
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def catch_up(self, now: float) -> None:
+        self.now = max(self.now, now)
+
+
+class ProviderActivities:
+    def __init__(
+        self,
+        providers: Mapping[str, CapacityProvider],
+        clocks: Mapping[str, VirtualClock] | None = None,
+    ) -> None:
+        self.providers = dict(providers)
+        self.clocks = dict(clocks or {})
+
+    def _provider(self, name: str, now: float) -> CapacityProvider:
+        provider = self.providers.get(name)
+        if provider is None:
+            raise ApplicationError(f"no provider named {name!r} on this worker", non_retryable=True)
+        clock = self.clocks.get(name)
+        if clock is not None:
+            clock.catch_up(now)
+        return provider
+
+    @activity.defn(name="provider_call")
+    async def call(self, c: ProviderCall) -> list[Machine]:
+        """One lifecycle call; returns the machines as the provider acknowledged them."""
+        p = self._provider(c.provider, c.now)
+        try:
+            if c.transition is T.CREATE:
+                return [ack.machine for ack in p.create(c.machine_ids, c.token)]
+            (mid,) = c.machine_ids
+            if c.transition is T.CONFIGURE:
+                blob = BootstrapBlob(user_data=c.user_data, ttl_seconds=c.ttl_seconds)
+                return [p.configure(mid, blob, c.cluster or "", c.token).machine]
+            if c.transition is T.DRAIN:
+                return [p.drain(mid, c.grace_seconds, c.token, force=c.force).machine]
+            return [p.delete(mid, c.token).machine]
+        except RateLimited as err:
+            # Retried by Temporal after the provider's own hint; the queue's rate limit should
+            # make this rare.
+            raise ApplicationError(
+                str(err), type="RateLimited", next_retry_delay=timedelta(seconds=err.retry_after)
+            ) from err
+        except InvalidTransition as err:
+            # A retry of a call that already went through finds the machine at its target.
+            machines = [p.get(mid) for mid in c.machine_ids]
+            if all(m.state is TARGET_OF[c.transition] for m in machines):
+                return machines
+            raise ApplicationError(str(err), type=type(err).__name__, non_retryable=True) from err
+        except ProviderError as err:
+            raise ApplicationError(str(err), type=type(err).__name__, non_retryable=True) from err
+
+    @activity.defn(name="provider_get")
+    async def get(self, r: ProviderRead) -> list[Machine]:
+        p = self._provider(r.provider, r.now)
+        try:
+            return [p.get(mid) for mid in r.machine_ids]
+        except ProviderError as err:
+            raise ApplicationError(str(err), type=type(err).__name__, non_retryable=True) from err
+
+    @activity.defn(name="provider_list")
+    async def list(self, r: ProviderRead) -> list[Machine]:
+        p = self._provider(r.provider, r.now)
+        states = [MachineState(s) for s in r.states]
+        return p.list(ListFilter(states=states))

@@ -1,0 +1,172 @@
+"""A shard's state in a compact form that crosses continue-as-new (DESIGN §3).
+
+Columns travel as raw numpy bytes, not as a JSON list of machines: ~45 bytes a machine. Counts,
+per-cluster indexes and the id lookup table are rebuilt from the columns on restore.
+"""
+
+from __future__ import annotations
+
+import base64
+import zlib
+from typing import Any
+
+import numpy as np
+
+from .engine import EngineMemory, FastEngine
+from .inventory import _COLUMNS, GONE, Inventory
+from .models import CapacityType, ClusterCapacityNeeds, NodeHealth, Resources, from_wire
+from .needs import NeedsTable
+from .profiles import Profile
+from .shard import Shard
+
+
+def _pack(array: np.ndarray) -> str:
+    return base64.b64encode(zlib.compress(array.tobytes(), 1)).decode()
+
+
+def _unpack(text: str, dtype: Any) -> np.ndarray:
+    return np.frombuffer(zlib.decompress(base64.b64decode(text)), dtype=dtype).copy()
+
+
+def inventory_state(inv: Inventory) -> dict[str, Any]:
+    n = inv.rows_used
+    return {
+        "rows": n,
+        "columns": {name: _pack(getattr(inv, name)[:n]) for name in _COLUMNS},
+        "id_prefix": _pack(inv.ids.prefix[:n]),
+        "id_number": _pack(inv.ids.number[:n]),
+        "id_prefixes": [list(p) for p in inv.ids._prefixes],
+        "profiles": [
+            {
+                "provider": p.provider,
+                "instance_type": p.instance_type,
+                "zone": p.zone,
+                "capacity_type": p.capacity_type.value,
+                "price_per_hour": p.price_per_hour,
+                "interruption_probability": p.interruption_probability,
+                "resources": p.resources.model_dump(),
+                "labels": [list(kv) for kv in p.labels],
+            }
+            for p in inv.profiles.profiles
+        ],
+        "clusters": inv.clusters.names,
+        "providers": inv.providers.names,
+        "domains": inv.domains.names,
+        "last_error": {str(r): e for r, e in inv.last_error.items()},
+    }
+
+
+def restore_inventory(state: dict[str, Any]) -> Inventory:
+    n = state["rows"]
+    inv = Inventory(capacity=max(n, 16))
+    for name, (dtype, _) in _COLUMNS.items():
+        getattr(inv, name)[:n] = _unpack(state["columns"][name], dtype)
+    inv.ids.prefix[:n] = _unpack(state["id_prefix"], np.uint16)
+    inv.ids.number[:n] = _unpack(state["id_number"], np.uint32)
+    for text, width in state["id_prefixes"]:
+        inv.ids._prefix_ids[(text, width)] = len(inv.ids._prefixes)
+        inv.ids._prefixes.append((text, width))
+    for p in state["profiles"]:
+        inv.profiles.intern(
+            Profile(
+                provider=p["provider"],
+                instance_type=p["instance_type"],
+                zone=p["zone"],
+                capacity_type=CapacityType(p["capacity_type"]),
+                price_per_hour=p["price_per_hour"],
+                interruption_probability=p["interruption_probability"],
+                resources=Resources(**p["resources"]),
+                labels=tuple((k, v) for k, v in p["labels"]),
+            )
+        )
+    for name in state["clusters"]:
+        inv.clusters.intern(name)
+    for name in state["providers"]:
+        inv.providers.intern(name)
+    for name in state["domains"]:
+        inv.domains.intern(name)
+    inv.last_error = {int(r): e for r, e in state["last_error"].items()}
+    inv.rows_used = n
+    live = np.flatnonzero(inv.state[:n] != GONE)
+    inv._free = np.flatnonzero(inv.state[:n] == GONE).tolist()
+    inv.ids._insert(live)
+    inv.counts = np.zeros((inv.counts.shape[0], max(len(inv.profiles), 1)), dtype=np.int64)
+    for row in live.tolist():
+        inv._count(row, +1)
+    return inv
+
+
+def needs_state(table: NeedsTable) -> list[dict[str, Any]]:
+    out = []
+    for cluster in table.clusters():
+        entry = table._clusters[cluster]
+        out.append(
+            {
+                "cluster": cluster,
+                "generation": entry.generation,
+                "last_seen": entry.last_seen,
+                "needs": [n.spec.model_dump(mode="json") for n in entry.needs],
+                "arrivals": [n.arrival for n in entry.needs],
+                "health": entry.health.model_dump(mode="json") if entry.health else None,
+                "health_generation": entry.health_generation,
+            }
+        )
+    return out
+
+
+def restore_needs(state: list[dict[str, Any]], max_silence: float) -> NeedsTable:
+    table = NeedsTable(max_silence_seconds=max_silence)
+    for c in state:
+        rollup = from_wire(
+            ClusterCapacityNeeds,
+            {"cluster": c["cluster"], "generation": c["generation"], "needs": c["needs"]},
+        )
+        table.apply(rollup, c["last_seen"])
+        entry = table._clusters[c["cluster"]]
+        for need, arrival in zip(entry.needs, c["arrivals"], strict=True):
+            table._sorted.remove(need)
+            object.__setattr__(need, "arrival", arrival)
+            object.__setattr__(
+                need, "order", (-need.priority, arrival, need.cluster, need.index)
+            )
+            table._sorted.add(need)
+        table._arrivals = max([table._arrivals, *c["arrivals"]])
+        if c["health"] is not None:
+            entry.health = NodeHealth(**c["health"])
+        entry.health_generation = c["health_generation"]
+    return table
+
+
+def shard_state(shard: Shard) -> dict[str, Any]:
+    return {
+        "id": shard.id,
+        "epoch": shard.epoch,
+        "seq": shard.seq,
+        "cycles": shard.cycles,
+        "inventory": inventory_state(shard.inventory),
+        "needs": needs_state(shard.needs),
+        "memory": {
+            "shortfall_age": shard.engine.memory.shortfall_age,
+            "forecast": shard.engine.memory.forecast,
+        },
+        "refusals": [[c, p, until, why] for (c, p), (until, why) in shard.refusals.items()],
+        "rejections": list(shard.rejections),
+    }
+
+
+def restore_shard(state: dict[str, Any], shard: Shard) -> Shard:
+    """Fill a freshly made `shard` (its policy already set) from `state`."""
+    shard.id = state["id"]
+    shard.epoch = state["epoch"]
+    shard.seq = state["seq"]
+    shard.cycles = state["cycles"]
+    shard.inventory = restore_inventory(state["inventory"])
+    shard.needs = restore_needs(state["needs"], shard.policy.max_silence_seconds)
+    shard.engine = FastEngine(shard.inventory, shard.policy)
+    shard.engine.memory = EngineMemory(
+        shortfall_age=dict(state["memory"]["shortfall_age"]),
+        forecast=dict(state["memory"]["forecast"]),
+    )
+    shard.refusals = {(c, p): (until, why) for c, p, until, why in state["refusals"]}
+    shard.rejections.extend(state["rejections"])
+    return shard

@@ -1,0 +1,1 @@
+"""Process entry points: workers against any Temporal server, and `bigfleet dev`."""

@@ -1,0 +1,184 @@
+"""`bigfleet worker`: the workers of a fleet against any Temporal server.
+
+Roles: `shards` (shard workflows and the activity that starts transitions), `transitions`
+(machine transition workflows and operator callbacks), `providers` (provider activities, one
+rate-limited task queue per provider). A process may take any set of roles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import Iterable
+
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from activities.operators import OperatorActivities
+from activities.providers import ProviderActivities, VirtualClock
+from activities.starter import StarterActivities
+from bigfleet.operators import SimulatedOperator
+from bigfleet.providers.baremetal import SimulatedBareMetalProvider
+from bigfleet.providers.cloud import SimulatedCloudProvider
+from bigfleet.simulation.scenario import CloudProviderSpec, Scenario
+from workflows.shard import ShardWorkflow
+from workflows.transition import MachineTransitionWorkflow
+from workflows.types import (
+    SHARD_TASK_QUEUE,
+    TRANSITION_TASK_QUEUE,
+    ShardConfig,
+    ShardInput,
+    provider_task_queue,
+    shard_workflow_id,
+)
+
+ROLES = ("shards", "transitions", "providers")
+
+RUNNER = SandboxedWorkflowRunner(
+    restrictions=SandboxRestrictions.default.with_passthrough_modules(
+        "numpy", "sortedcontainers", "yaml", "bigfleet"
+    )
+)
+
+
+class SimulatedFleet:
+    """The simulated providers and operators a fleet file describes, on workflow time."""
+
+    def __init__(self, fleet: Scenario) -> None:
+        self.fleet = fleet
+        self.clocks: dict[str, VirtualClock] = {}
+        self.providers = {}
+        for i, spec in enumerate(fleet.providers):
+            clock = self.clocks[spec.name] = VirtualClock()
+            seed = fleet.seed * 1_000_003 + i
+            if isinstance(spec, CloudProviderSpec):
+                region = spec.region or spec.quota[0].zone.rstrip("abcdefghijklmnopqrstuvwxyz")
+                self.providers[spec.name] = SimulatedCloudProvider(
+                    spec.name, region, spec.quota, clock, seed,
+                    api_calls_per_second=spec.api_calls_per_second,
+                    create_latency=spec.create_latency,
+                    configure_latency=spec.configure_latency,
+                    delete_latency=spec.delete_latency,
+                    drain_latency=spec.drain_latency,
+                    failure_rates=spec.failure_rates,
+                )
+            else:
+                self.providers[spec.name] = SimulatedBareMetalProvider(
+                    spec.name, spec.racks, clock, seed,
+                    configure_latency=spec.configure_latency,
+                    drain_latency=spec.drain_latency,
+                    failure_rates=spec.failure_rates,
+                )
+        self.operators = {
+            c.name: SimulatedOperator(
+                c.name,
+                c.endpoint or f"https://{c.name}.k8s.example:6443",
+                kubelet_version=c.kubelet_version,
+                seed=fleet.seed * 7919 + i,
+            )
+            for i, c in enumerate(fleet.clusters)
+        }
+
+    def rate(self, provider: str) -> float | None:
+        spec = next(p for p in self.fleet.providers if p.name == provider)
+        return spec.api_calls_per_second if isinstance(spec, CloudProviderSpec) else None
+
+
+def shard_config(fleet: Scenario, shard: int, **overrides: object) -> ShardConfig:
+    return ShardConfig(
+        shard=shard,
+        shards=fleet.shards,
+        providers=[p.name for p in fleet.providers],
+        cycle_seconds=fleet.cycle_seconds,
+        policy=fleet.policy,
+        **overrides,
+    )
+
+
+def shard_of(cluster: str, shards: int) -> int:
+    """Until a coordinator assigns clusters, a cluster's shard follows from its name."""
+    return zlib.crc32(cluster.encode()) % shards
+
+
+async def ensure_shards(client: Client, fleet: Scenario, **overrides: object) -> None:
+    """Start every shard workflow that is not already running (idempotent)."""
+    for shard in range(fleet.shards):
+        await client.start_workflow(
+            ShardWorkflow.run,
+            ShardInput(config=shard_config(fleet, shard, **overrides)),
+            id=shard_workflow_id(shard),
+            task_queue=SHARD_TASK_QUEUE,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary=f"BigFleet shard {shard} of {fleet.shards}",
+        )
+
+
+def build_workers(
+    client: Client, sim: SimulatedFleet, roles: Iterable[str] = ROLES
+) -> list[Worker]:
+    roles = set(roles)
+    unknown = roles - set(ROLES)
+    if unknown:
+        raise ValueError(f"--role: unknown {sorted(unknown)}; choose from {', '.join(ROLES)}")
+    workers = []
+    if "shards" in roles:
+        workers.append(
+            Worker(
+                client,
+                task_queue=SHARD_TASK_QUEUE,
+                workflows=[ShardWorkflow],
+                activities=[StarterActivities(client).start_transitions],
+                workflow_runner=RUNNER,
+            )
+        )
+    if "transitions" in roles:
+        workers.append(
+            Worker(
+                client,
+                task_queue=TRANSITION_TASK_QUEUE,
+                workflows=[MachineTransitionWorkflow],
+                activities=[
+                    OperatorActivities(sim.operators).generate_bootstrap,
+                    OperatorActivities(sim.operators).notify,
+                ],
+                workflow_runner=RUNNER,
+            )
+        )
+    if "providers" in roles:
+        acts = ProviderActivities(sim.providers, sim.clocks)
+        for name in sim.providers:
+            workers.append(
+                Worker(
+                    client,
+                    task_queue=provider_task_queue(name),
+                    activities=[acts.call],
+                    max_task_queue_activities_per_second=sim.rate(name),
+                )
+            )
+            workers.append(
+                Worker(
+                    client, task_queue=provider_task_queue(name) + "-read",
+                    activities=[acts.get, acts.list],
+                )
+            )
+    return workers
+
+
+async def run_workers(workers: list[Worker], stop: asyncio.Event) -> None:
+    async with _all(workers):
+        await stop.wait()
+
+
+class _all:
+    def __init__(self, workers: list[Worker]) -> None:
+        self.workers = workers
+
+    async def __aenter__(self) -> None:
+        for w in self.workers:
+            await w.__aenter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        for w in reversed(self.workers):
+            await w.__aexit__(*exc)

@@ -1,0 +1,132 @@
+"""Coordinator instructions a shard accepts (seed §6, §11): fenced updates, and shard reports.
+
+Every instruction carries (coordinator_term, seq). A stale term, a replayed seq, or one that
+would touch more than `MAX_SHARE` of the shard's machines is refused before it changes anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from bigfleet.engine import Decision
+    from bigfleet.models import Machine, MachineState, Transition
+    from bigfleet.shard import Shard
+    from workflows.types import Instruction
+
+S = MachineState
+MAX_SHARE = 0.10
+COORDINATOR_ID = "coordinator"
+
+
+class InstructionHandlers:
+    shard: Shard
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self.term = int(state.get("term", 0))
+        self.instruction_seq = int(state.get("instruction_seq", 0))
+        self.last_report = 0.0
+
+    def instruction_state(self) -> dict[str, Any]:
+        return {"term": self.term, "instruction_seq": self.instruction_seq}
+
+    def _fence(self, ins: Instruction, touched: int) -> None:
+        if ins.term < self.term or (ins.term == self.term and ins.seq <= self.instruction_seq):
+            raise ApplicationError(
+                f"stale instruction (term {ins.term}, seq {ins.seq}): shard {self.shard.id} "
+                f"has seen term {self.term}, seq {self.instruction_seq}",
+                type="StaleInstruction",
+                non_retryable=True,
+            )
+        limit = max(1, int(len(self.shard.inventory) * MAX_SHARE))
+        if touched > limit:
+            raise ApplicationError(
+                f"instruction touches {touched} machines, more than {MAX_SHARE:.0%} of shard "
+                f"{self.shard.id}'s {len(self.shard.inventory)} (limit {limit})",
+                type="InstructionTooLarge",
+                non_retryable=True,
+            )
+
+    def _accept(self, ins: Instruction) -> None:
+        self.term, self.instruction_seq = ins.term, ins.seq
+
+    @workflow.update
+    def adopt(self, ins: Instruction) -> int:
+        """Take ownership of machines another shard released (or new capacity)."""
+        self._accept(ins)
+        return self.shard.adopt(ins.machines, workflow.now().timestamp())
+
+    @adopt.validator
+    def _adopt_ok(self, ins: Instruction) -> None:
+        self._fence(ins, len(ins.machines))
+
+    @workflow.update
+    def release(self, ins: Instruction) -> list[Machine]:
+        """Give up idle or speculative machines; returns their records for the receiver."""
+        self._accept(ins)
+        return self.shard.release(ins.machine_ids)
+
+    @release.validator
+    def _release_ok(self, ins: Instruction) -> None:
+        self._fence(ins, len(ins.machine_ids))
+        inv = self.shard.inventory
+        for mid in ins.machine_ids:
+            row = inv.ids.find(mid)
+            if row < 0:
+                raise ApplicationError(f"machine {mid} is not owned by shard {self.shard.id}")
+            if inv.state_of(row) not in (S.IDLE, S.SPECULATIVE):
+                raise ApplicationError(
+                    f"machine {mid} is {inv.state_of(row)}: only idle or speculative machines "
+                    "move between shards"
+                )
+
+    @workflow.update
+    def drain_for_transfer(self, ins: Instruction) -> list[str]:
+        """Drain configured machines so they can be handed over (cross-shard preemption)."""
+        self._accept(ins)
+        now = workflow.now().timestamp()
+        inv = self.shard.inventory
+        for mid in ins.machine_ids:
+            inv.move(inv.row(mid), S.DRAINING, now)
+            self.pipeline.append(  # type: ignore[attr-defined]
+                self._input(  # type: ignore[attr-defined]
+                    Transition.DRAIN,
+                    [mid],
+                    cluster=inv.cluster_of(inv.row(mid)),
+                    grace_seconds=ins.grace_seconds,
+                    reason="transfer",
+                )
+            )
+        return ins.machine_ids
+
+    @drain_for_transfer.validator
+    def _drain_ok(self, ins: Instruction) -> None:
+        self._fence(ins, len(ins.machine_ids))
+        inv = self.shard.inventory
+        for mid in ins.machine_ids:
+            row = inv.ids.find(mid)
+            if row < 0 or inv.state_of(row) is not S.CONFIGURED:
+                raise ApplicationError(f"machine {mid} is not a configured machine of this shard")
+
+    async def report(self, decision: Decision) -> None:
+        """Summary and shortfalls to the coordinator every 30 s, if one runs (static stability:
+        without one the shard carries on alone)."""
+        now = workflow.now().timestamp()
+        if now - self.last_report < self.cfg.report_seconds:  # type: ignore[attr-defined]
+            return
+        self.last_report = now
+        report = {
+            "shard": self.shard.id,
+            "machines": self.shard.machines_by_state(),
+            "clusters": len(self.shard.needs.clusters()),
+            "shortfalls": [s.model_dump(mode="json") for s in decision.shortfalls],
+        }
+        try:
+            await workflow.get_external_workflow_handle(COORDINATOR_ID).signal(
+                "shard_report", report
+            )
+        except Exception:  # no coordinator running: nothing to tell
+            pass

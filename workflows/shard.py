@@ -1,0 +1,313 @@
+"""The shard controller (seed §5, §6 tier 2) as a long-running workflow, one per shard.
+
+State lives in memory (needs table + columnar inventory) and crosses continue-as-new as a compact
+snapshot. Roll-ups arrive as signals, transition results as signals from the transition
+workflows, coordinator instructions as fenced updates. Every cycle (a durable timer) runs the
+pure `decide()` and starts the transition workflows it asks for.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from bigfleet.engine import Decision
+    from bigfleet.models import (
+        Action,
+        CreateAction,
+        DeleteAction,
+        DeleteReason,
+        DrainAction,
+        DrainReason,
+        Machine,
+        MachineState,
+        Transition,
+    )
+    from bigfleet.policy import Policy
+    from bigfleet.shard import Shard
+    from bigfleet.snapshot import restore_shard, shard_state
+    from workflows.instructions import InstructionHandlers
+    from workflows.types import (
+        SHARD_TASK_QUEUE,
+        ProviderRead,
+        ShardInput,
+        TransitionInput,
+        TransitionResult,
+        provider_task_queue,
+    )
+
+S = MachineState
+T = Transition
+QUICK = dict(
+    start_to_close_timeout=timedelta(seconds=60),
+    retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=10),
+)
+REFUSAL_BACKOFF_SECONDS = 300.0
+
+
+@workflow.defn(name="Shard")
+class ShardWorkflow(InstructionHandlers):
+    @workflow.init
+    def __init__(self, inp: ShardInput) -> None:
+        self.cfg = inp.config
+        self.shard = Shard(
+            self.cfg.shard, Policy(cycle_seconds=self.cfg.cycle_seconds, **self.cfg.policy)
+        )
+        self.fresh = inp.state is None
+        if inp.state is not None:
+            restore_shard(inp.state, self.shard)
+        InstructionHandlers.__init__(self, inp.state or {})
+        self.results = [TransitionResult.model_validate(p) for p in inp.pending]
+        self.pipeline: list[TransitionInput] = []
+        self.last_cycle_ms = 0.0
+        self.started: dict[str, int] = {}
+
+    # ---- what people and operators send and ask ---------------------------------------------
+
+    @workflow.signal
+    def rollup(self, raw: dict[str, Any]) -> None:
+        """A cluster's roll-up. An invalid one is logged and dropped; the previous stands."""
+        reason = self.shard.receive(raw, workflow.now().timestamp())
+        if reason:
+            workflow.logger.warning(reason)
+
+    @workflow.signal
+    def transition_done(self, result: TransitionResult) -> None:
+        self.results.append(result)
+
+    @workflow.query
+    def status(self) -> dict[str, Any]:
+        last = self.shard.last
+        return {
+            "shard": self.shard.id,
+            "epoch": self.shard.epoch,
+            "cycles": self.shard.cycles,
+            "last_cycle_ms": round(self.last_cycle_ms, 3),
+            "machines": self.shard.machines_by_state(),
+            "clusters": self.shard.needs.clusters(),
+            "needs": len(self.shard.needs),
+            "shortfalls": [s.model_dump(mode="json") for s in last.shortfalls],
+            "rejections": list(self.shard.rejections)[-10:],
+            "coordinator_term": self.term,
+        }
+
+    @workflow.query
+    def cluster(self, name: str) -> dict[str, Any]:
+        return self.shard.cluster_view(name)
+
+    # ---- the loop ---------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, inp: ShardInput) -> None:
+        if self.fresh:
+            # A shard started from scratch fences out every earlier incarnation (seed §11).
+            self.shard.epoch = int(workflow.now().timestamp() * 1000)
+            await self._adopt_from_providers()
+        cycles_this_run = 0
+        next_reconcile = workflow.now().timestamp() + self.cfg.reconcile_seconds
+        while True:
+            await workflow.sleep(self.cfg.cycle_seconds)
+            now = workflow.now().timestamp()
+            self._fold_results(now)
+            decision = self._cycle(now)
+            await self._verify(decision, now)
+            starts = self.pipeline + [self._transition(a) for a in decision.actions]
+            self.pipeline = []
+            starts = [s for s in starts if s is not None]
+            if starts:
+                await workflow.execute_activity(
+                    "start_transitions", starts, task_queue=SHARD_TASK_QUEUE, **QUICK
+                )
+            if now >= next_reconcile:
+                await self._reconcile(now)
+                next_reconcile = now + self.cfg.reconcile_seconds
+            await self.report(decision)
+            cycles_this_run += 1
+            if (
+                workflow.info().is_continue_as_new_suggested()
+                or cycles_this_run >= self.cfg.max_cycles_per_run
+            ):
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                self._fold_results(workflow.now().timestamp())
+                state = shard_state(self.shard)
+                state.update(self.instruction_state())
+                workflow.continue_as_new(ShardInput(config=self.cfg, state=state))
+
+    def _cycle(self, now: float) -> Decision:
+        with workflow.unsafe.sandbox_unrestricted():
+            start = time.perf_counter()
+        decision = self.shard.cycle(now)
+        with workflow.unsafe.sandbox_unrestricted():
+            self.last_cycle_ms = (time.perf_counter() - start) * 1000
+        meter = workflow.metric_meter().with_additional_attributes({"shard": str(self.shard.id)})
+        meter.create_histogram_float(
+            "bigfleet_decision_cycle_ms", "decide() plus applying its actions", "ms"
+        ).record(self.last_cycle_ms)
+        for kind in ("create", "configure", "drain", "delete", "verify"):
+            n = decision.count(kind)
+            if n:
+                meter.create_counter("bigfleet_actions", "actions decided").add(n, {"kind": kind})
+        for state, n in self.shard.machines_by_state().items():
+            meter.create_gauge("bigfleet_machines", "machines by state").set(n, {"state": state})
+        meter.create_gauge("bigfleet_shortfalls", "unserved needs").set(len(decision.shortfalls))
+        return decision
+
+    # ---- machines coming and going ----------------------------------------------------------
+
+    async def _adopt_from_providers(self) -> None:
+        """Take this shard's share of every provider's machines: whole racks, cloud slots by id
+        (seed §5). A restarted shard adopts machines as they are, mid-transition included."""
+        for provider in self.cfg.providers:
+            machines: list[Machine] = await workflow.execute_activity(
+                "provider_list",
+                ProviderRead(provider=provider, now=workflow.now().timestamp()),
+                task_queue=provider_task_queue(provider) + "-read",
+                result_type=list[Machine],
+                **QUICK,
+            )
+            mine = [m for m in machines if self._owns(m)]
+            self.shard.adopt(mine, workflow.now().timestamp())
+
+    def _owns(self, m: Machine) -> bool:
+        group = m.labels.get("bigfleet.io/rack") or m.id
+        return zlib.crc32(group.encode()) % self.cfg.shards == self.cfg.shard
+
+    def _fold_results(self, now: float) -> None:
+        results, self.results = self.results, []
+        for result in results:
+            for m in result.machines:
+                inv = self.shard.inventory
+                row = inv.ids.find(m.id)
+                destination = inv.cluster_of(row) if row >= 0 else None
+                self.shard.observe(m, now)
+                if result.refused and result.cluster:
+                    self.shard.refuse(
+                        result.cluster,
+                        result.priority,
+                        result.refused,
+                        now + REFUSAL_BACKOFF_SECONDS,
+                    )
+                elif result.transition is T.CREATE and m.state is S.IDLE and destination:
+                    # Created for a need: configure it for that need's cluster right away.
+                    self.shard.begin_configure(m.id, destination, now)
+                    self.pipeline.append(
+                        self._input(
+                            T.CONFIGURE,
+                            [m.id],
+                            cluster=destination,
+                            need=result.need,
+                            priority=result.priority,
+                            requirements=result.requirements,
+                        )
+                    )
+
+    async def _verify(self, decision: Decision, now: float) -> None:
+        """Machines a cluster stopped reporting: ask their provider; dead ones are replaced."""
+        suspects: dict[str, list[str]] = {}
+        for a in decision.actions:
+            if a.kind == "verify":
+                suspects.setdefault(a.provider, []).append(a.machine_id)
+        for provider, ids in suspects.items():
+            machines: list[Machine] = await workflow.execute_activity(
+                "provider_get",
+                ProviderRead(provider=provider, machine_ids=ids, now=now),
+                task_queue=provider_task_queue(provider) + "-read",
+                result_type=list[Machine],
+                **QUICK,
+            )
+            inv = self.shard.inventory
+            for m in machines:
+                if m.state is S.CONFIGURED:
+                    inv.missed[inv.row(m.id)] = 0
+                else:
+                    self.shard.observe(m, now)
+
+    async def _reconcile(self, now: float) -> None:
+        """Machines that failed while nobody watched (a spot interruption): fold them in and
+        clean them up so their need gets a replacement."""
+        for provider in self.cfg.providers:
+            failed: list[Machine] = await workflow.execute_activity(
+                "provider_list",
+                ProviderRead(provider=provider, now=now, states=[S.FAILED.value]),
+                task_queue=provider_task_queue(provider) + "-read",
+                result_type=list[Machine],
+                **QUICK,
+            )
+            inv = self.shard.inventory
+            for m in failed:
+                row = inv.ids.find(m.id)
+                if row < 0 or m.failed_from not in (S.IDLE, S.CONFIGURED, None):
+                    continue  # a failed transition: its own workflow takes the corrective path
+                if inv.state_of(row) is not S.FAILED:
+                    self.shard.observe(m, now)
+                    if m.capacity_type.value != "bare-metal":
+                        self.pipeline.append(
+                            self._input(T.DELETE, [m.id], reason=DeleteReason.FAILED.value)
+                        )
+
+    # ---- actions to workflow inputs ---------------------------------------------------------
+
+    def _transition(self, a: Action) -> TransitionInput | None:
+        if isinstance(a, CreateAction):
+            return self._input(
+                T.CREATE,
+                a.machine_ids,
+                cluster=a.cluster,
+                need=a.need,
+                priority=a.priority,
+                requirements=list(a.requirements),
+            )
+        if a.kind == "configure":
+            return self._input(
+                T.CONFIGURE,
+                [a.machine_id],
+                cluster=a.cluster,
+                need=a.need,
+                priority=a.priority,
+                requirements=list(a.requirements),
+            )
+        if isinstance(a, DrainAction):
+            return self._input(
+                T.DRAIN,
+                [a.machine_id],
+                cluster=a.cluster,
+                grace_seconds=a.grace_seconds,
+                force=a.force,
+                reason=a.reason.value,
+            )
+        if isinstance(a, DeleteAction):
+            return self._input(T.DELETE, [a.machine_id], reason=a.reason.value)
+        return None
+
+    def _input(
+        self, transition: Transition, machine_ids: list[str], **fields: Any
+    ) -> TransitionInput:
+        inv = self.shard.inventory
+        profile = inv.profile_of(inv.row(machine_ids[0]))
+        timeout = self.shard.policy.transition_timeout_seconds.get(
+            {T.CREATE: S.CREATING, T.CONFIGURE: S.CONFIGURING, T.DRAIN: S.DRAINING}.get(
+                transition, S.DELETING
+            ),
+            900.0,
+        )
+        if transition is T.DRAIN:
+            timeout = min(timeout, 600.0)  # beyond the grace period itself
+        return TransitionInput(
+            shard=self.shard.id,
+            transition=transition,
+            machine_ids=machine_ids,
+            provider=profile.provider,
+            capacity_type=profile.capacity_type.value,
+            token=self.shard.token(),
+            timeout_seconds=timeout,
+            poll_seconds=self.cfg.transition_poll_seconds,
+            **fields,
+        )
+
+    _ = DrainReason  # reasons travel as their string values

@@ -1,0 +1,212 @@
+"""One machine transition (seed §5, §7) as a workflow: call the provider, watch the machine on
+durable timers until it settles or times out, and take the corrective path when it fails."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from bigfleet.models import CapacityType, Machine, MachineState, Transition
+    from bigfleet.states import TARGET_OF, TRANSITIONAL
+    from bigfleet.transitions import Corrective, corrective
+    from workflows.types import (
+        RESULT_STATE,
+        BootstrapAnswer,
+        BootstrapCall,
+        ProviderCall,
+        ProviderRead,
+        TransitionInput,
+        TransitionResult,
+        provider_task_queue,
+        shard_workflow_id,
+    )
+
+S = MachineState
+T = Transition
+CALL = dict(
+    start_to_close_timeout=timedelta(seconds=30),
+    retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=20),
+)
+# How long a forced drain or a cleanup may take after the transition itself gave up.
+CORRECTIVE_SECONDS = 600.0
+
+
+@workflow.defn(name="MachineTransition")
+class MachineTransitionWorkflow:
+    def __init__(self) -> None:
+        self._escalation: float | None = None
+        self._grace: float | None = None
+        self._machines: list[Machine] = []
+
+    @workflow.signal
+    def escalate_drain(self, grace_seconds: float) -> None:
+        """A shorter grace for a running drain (0 = forced). A longer one changes nothing."""
+        if self._grace is None or grace_seconds < self._grace:
+            self._escalation = max(0.0, grace_seconds)
+
+    @workflow.query
+    def machines(self) -> list[Machine]:
+        return self._machines
+
+    @workflow.run
+    async def run(self, t: TransitionInput) -> TransitionResult:
+        self.t = t
+        self._grace = t.grace_seconds if t.transition is T.DRAIN else None
+        result = TransitionResult(transition=t.transition, machines=[])
+        if t.transition is T.CONFIGURE:
+            answer = await self._bootstrap(t.machine_ids[0])
+            if answer.refused:
+                result.refused = answer.refused
+                result.machines = await self._read(t.machine_ids)
+                return await self._finish(result)
+            await self._call(T.CONFIGURE, t.machine_ids, answer=answer)
+        else:
+            await self._call(t.transition, t.machine_ids, grace=t.grace_seconds, force=t.force)
+        timeout = t.timeout_seconds + (t.grace_seconds if t.transition is T.DRAIN else 0.0)
+        machines = await self._watch(t.machine_ids, TARGET_OF[t.transition], timeout)
+        attempts = 1
+        for _ in range(3):  # a corrective path may itself fail once more; then it is held
+            failed = [m for m in machines if m.state is S.FAILED]
+            if not failed:
+                break
+            fixed = []
+            for m in failed:
+                path = corrective(m.failed_from, CapacityType(t.capacity_type), attempts)
+                result.corrective.append(f"{m.id}: {path.value}")
+                fixed += await self._correct(m, path)
+            attempts += 1
+            done = {m.id for m in fixed}
+            machines = [m for m in machines if m.id not in done] + fixed
+        result.machines = machines
+        return await self._finish(result)
+
+    # ---- steps ------------------------------------------------------------------------------
+
+    async def _bootstrap(self, machine_id: str) -> BootstrapAnswer:
+        return await workflow.execute_activity(
+            "generate_bootstrap",
+            BootstrapCall(
+                cluster=self.t.cluster or "",
+                machine_id=machine_id,
+                requirements=self.t.requirements,
+            ),
+            result_type=BootstrapAnswer,
+            **CALL,
+        )
+
+    async def _call(
+        self,
+        transition: Transition,
+        machine_ids: list[str],
+        answer: BootstrapAnswer | None = None,
+        grace: float = 0.0,
+        force: bool = False,
+    ) -> list[Machine]:
+        t = self.t
+        call = ProviderCall(
+            provider=t.provider,
+            transition=transition,
+            machine_ids=machine_ids,
+            token=t.token,
+            now=workflow.now().timestamp(),
+            cluster=t.cluster,
+            user_data=answer.user_data if answer else b"",
+            ttl_seconds=answer.ttl_seconds if answer else 3600,
+            grace_seconds=grace,
+            force=force,
+        )
+        return await workflow.execute_activity(
+            "provider_call",
+            call,
+            task_queue=provider_task_queue(t.provider),
+            result_type=list[Machine],
+            **CALL,
+        )
+
+    async def _read(self, machine_ids: list[str]) -> list[Machine]:
+        read = ProviderRead(
+            provider=self.t.provider, machine_ids=machine_ids, now=workflow.now().timestamp()
+        )
+        self._machines = await workflow.execute_activity(
+            "provider_get",
+            read,
+            task_queue=provider_task_queue(self.t.provider) + "-read",
+            result_type=list[Machine],
+            **CALL,
+        )
+        return self._machines
+
+    async def _watch(
+        self, machine_ids: list[str], target: MachineState, timeout: float
+    ) -> list[Machine]:
+        """Poll on durable timers until every machine is at `target` or FAILED, or time is up.
+        A drain that outlasts its time is escalated to forced termination (seed §7)."""
+        deadline = workflow.now() + timedelta(seconds=timeout)
+        forced = False
+        while True:
+            try:
+                await workflow.wait_condition(
+                    lambda: self._escalation is not None, timeout=self.t.poll_seconds
+                )
+            except TimeoutError:
+                pass
+            if self._escalation is not None and self.t.transition is T.DRAIN:
+                grace, self._escalation = self._escalation, None
+                self._grace = grace
+                workflow.logger.info("drain of %s escalated to %s s grace", machine_ids, grace)
+                await self._call(T.DRAIN, machine_ids, grace=grace, force=grace == 0)
+            machines = await self._read(machine_ids)
+            settled = [m for m in machines if m.state in (target, S.FAILED)]
+            if len(settled) == len(machines):
+                return machines
+            if workflow.now() >= deadline:
+                if self.t.transition is T.DRAIN and not forced:
+                    forced = True
+                    workflow.logger.warning("drain of %s outlasted its time: forcing", machine_ids)
+                    stuck = [m.id for m in machines if m.state in TRANSITIONAL]
+                    for mid in stuck:
+                        await self._call(T.DRAIN, [mid], grace=0.0, force=True)
+                    deadline = workflow.now() + timedelta(seconds=CORRECTIVE_SECONDS)
+                    continue
+                return machines
+
+    async def _correct(self, m: Machine, path: Corrective) -> list[Machine]:
+        try:
+            if path is Corrective.CLEANUP:
+                await self._call(T.DELETE, [m.id])
+                return await self._watch([m.id], S.SPECULATIVE, CORRECTIVE_SECONDS)
+            if path is Corrective.RETRY_CONFIGURE:
+                answer = await self._bootstrap(m.id)
+                if answer.refused is None:
+                    await self._call(T.CONFIGURE, [m.id], answer=answer)
+                    return await self._watch([m.id], S.CONFIGURED, self.t.timeout_seconds)
+            if path in (Corrective.GIVE_UP, Corrective.FORCE_DRAIN, Corrective.RETRY_CONFIGURE):
+                await self._call(T.DRAIN, [m.id], grace=0.0, force=True)
+                return await self._watch([m.id], S.IDLE, CORRECTIVE_SECONDS)
+        except ActivityError as err:
+            workflow.logger.warning("corrective %s of %s failed: %s", path, m.id, err)
+        return [m]
+
+    async def _finish(self, result: TransitionResult) -> TransitionResult:
+        states = sorted({m.state.value for m in result.machines})
+        workflow.upsert_search_attributes([RESULT_STATE.value_set(",".join(states))])
+        workflow.set_current_details(
+            f"**{self.t.transition.value}** → {', '.join(states)}"
+            + (f"  \ncorrective: {'; '.join(result.corrective)}" if result.corrective else "")
+            + (f"  \nrefused: {result.refused}" if result.refused else "")
+        )
+        result.cluster = self.t.cluster
+        result.need = self.t.need
+        result.priority = self.t.priority
+        result.requirements = self.t.requirements
+        try:
+            await workflow.get_external_workflow_handle(shard_workflow_id(self.t.shard)).signal(
+                "transition_done", result
+            )
+        except Exception as err:  # the shard may be restarting: it reconciles from providers
+            workflow.logger.warning("could not tell shard %s: %s", self.t.shard, err)
+        return result

@@ -1,0 +1,136 @@
+"""Names, search attributes and the one input/result model of each workflow and activity."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from temporalio.common import SearchAttributeKey
+
+from bigfleet.models import FencingToken, Machine, NodeSelectorRequirement, Transition
+
+SHARD_TASK_QUEUE = "bigfleet-shards"
+TRANSITION_TASK_QUEUE = "bigfleet-transitions"
+
+
+def provider_task_queue(provider: str) -> str:
+    """One queue per provider account-region: the server enforces its API rate limit there."""
+    return f"bigfleet-provider-{provider}"
+
+
+def shard_workflow_id(shard: int) -> str:
+    return f"shard-{shard}"
+
+
+def transition_workflow_id(machine_id: str, transition: Transition, seq: int) -> str:
+    """Same machine, same transition, same operation: the same workflow (seed §7 idempotency)."""
+    return f"machine-{machine_id}-{transition.value}-{seq}"
+
+
+# Typed search attributes: a machine's whole life is `BigFleetMachineIds = "m-…"` in the UI.
+MACHINE_IDS = SearchAttributeKey.for_keyword_list("BigFleetMachineIds")
+SHARD = SearchAttributeKey.for_keyword("BigFleetShard")
+CLUSTER = SearchAttributeKey.for_keyword("BigFleetCluster")
+PROVIDER = SearchAttributeKey.for_keyword("BigFleetProvider")
+TRANSITION = SearchAttributeKey.for_keyword("BigFleetTransition")
+RESULT_STATE = SearchAttributeKey.for_keyword("BigFleetState")
+SEARCH_ATTRIBUTES = (MACHINE_IDS, SHARD, CLUSTER, PROVIDER, TRANSITION, RESULT_STATE)
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TransitionInput(Model):
+    """One machine transition (or one batched create of up to 64 machines)."""
+
+    shard: int
+    transition: Transition
+    machine_ids: list[str]
+    provider: str
+    capacity_type: str
+    token: FencingToken
+    cluster: str | None = None
+    need: str | None = None
+    priority: int = 0
+    requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
+    grace_seconds: float = 0.0
+    force: bool = False
+    reason: str | None = None
+    timeout_seconds: float = 900.0
+    poll_seconds: float = 5.0
+
+
+class TransitionResult(Model):
+    transition: Transition
+    machines: list[Machine]
+    corrective: list[str] = Field(default_factory=list)
+    refused: str | None = None
+    # Echoed from the input: what a created machine is to be configured for next.
+    cluster: str | None = None
+    need: str | None = None
+    priority: int = 0
+    requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
+
+
+class ProviderCall(Model):
+    """A lifecycle call to a provider. `now` is the caller's (workflow) time: simulated
+    providers keep their clock by it, so time-skipping tests skip their time too."""
+
+    provider: str
+    transition: Transition
+    machine_ids: list[str]
+    token: FencingToken
+    now: float
+    cluster: str | None = None
+    user_data: bytes = b""
+    ttl_seconds: int = 3600
+    grace_seconds: float = 0.0
+    force: bool = False
+
+
+class ProviderRead(Model):
+    provider: str
+    machine_ids: list[str] = Field(default_factory=list)
+    now: float
+    states: list[str] = Field(default_factory=list)
+
+
+class BootstrapCall(Model):
+    cluster: str
+    machine_id: str
+    requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
+
+
+class BootstrapAnswer(Model):
+    user_data: bytes = b""
+    ttl_seconds: int = 0
+    refused: str | None = None
+
+
+class ShardConfig(Model):
+    shard: int
+    shards: int = 1
+    providers: list[str]
+    cycle_seconds: float = 10.0
+    report_seconds: float = 30.0
+    reconcile_seconds: float = 30.0
+    max_cycles_per_run: int = 500
+    policy: dict[str, Any] = Field(default_factory=dict)
+    transition_poll_seconds: float = 5.0
+
+
+class ShardInput(Model):
+    config: ShardConfig
+    state: dict[str, Any] | None = None
+    pending: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Instruction(Model):
+    """A coordinator instruction, fenced by (coordinator_term, seq) (seed §11)."""
+
+    term: int
+    seq: int
+    machine_ids: list[str] = Field(default_factory=list)
+    machines: list[Machine] = Field(default_factory=list)
+    grace_seconds: float = 600.0
