@@ -268,6 +268,7 @@ class DrainReason(StrEnum):
     EXCESS = "excess"
     UNHEALTHY = "unhealthy"
     TRANSFER = "transfer"
+    FAILED = "failed"
 
 
 class DeleteReason(StrEnum):

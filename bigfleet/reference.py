@@ -143,6 +143,8 @@ class ReferenceEngine:
 
         # Phase 1: fill deficits from idle machines, then speculative ones (seed §8).
         assigned: dict[str, int] = {}
+        reserved: dict[str, int] = defaultdict(int)
+        kept: set[int] = set()
         creates: dict[tuple[str, str], list[Rec]] = defaultdict(list)
         demand: dict[str, int] = defaultdict(int)
         for need in needs:
@@ -162,6 +164,12 @@ class ReferenceEngine:
             idle.sort(key=lambda m: (supply_key(need, m.profile), m.holder_reclamation, m.ordinal))
             spec.sort(key=lambda m: (supply_key(need, m.profile), m.ordinal))
             chosen = self._choose(need, claims[need.key], idle + spec, deficit)
+            if need.spec.same and not chosen:
+                held = self._reserve_same(need, claims[need.key], idle + spec, holder, deficit)
+                reserved[need.key] = len(held)
+                for m in held:
+                    taken.add(m.ordinal)
+                    kept.add(m.ordinal)
             for m in chosen:
                 taken.add(m.ordinal)
                 holder[m.ordinal] = need
@@ -192,15 +200,17 @@ class ReferenceEngine:
         usable = sum(1 for m in self.machines if m.state is not S.FAILED)
         weights = victim_weights(shard_pressure(free, usable))
         preempted: set[int] = set()
-        earmarked: set[int] = set()
+        earmarked: set[int] = set(kept)
         unmet = []
         for need in needs:
             have = len(claims[need.key]) - sum(
                 1 for m in claims[need.key] if m.ordinal in preempted
             )
-            deficit = need.count - have - assigned.get(need.key, 0)
+            deficit = need.count - have - assigned.get(need.key, 0) - reserved[need.key]
+            out.satisfied[need.key] = have + assigned.get(need.key, 0)
+            if reserved[need.key]:
+                out.earmarked[need.key] = reserved[need.key]
             if deficit <= 0:
-                out.satisfied[need.key] = have + assigned.get(need.key, 0)
                 continue
 
             def open_supply(state: S, need: Need = need) -> list[Rec]:
@@ -272,8 +282,7 @@ class ReferenceEngine:
                     Preemption(m.id, h.cluster, h.priority, need.cluster, need.priority, grace)
                 )
             deficit -= len(hits)
-            out.earmarked[need.key] = len(took) + len(hits)
-            out.satisfied[need.key] = have + assigned.get(need.key, 0)
+            out.earmarked[need.key] = reserved[need.key] + len(took) + len(hits)
             if deficit > 0:
                 matching = sorted(
                     (m.profile for m in self.machines if self._matches(need, m)),
@@ -345,6 +354,31 @@ class ReferenceEngine:
                 current[d] += 1
             return chosen
         return supply[:deficit]
+
+    def _reserve_same(
+        self,
+        need: Need,
+        claimed: list[Rec],
+        free: list[Rec],
+        holder: dict[int, Need],
+        deficit: int,
+    ) -> list[Rec]:
+        """A `Same` need that cannot be placed yet keeps the free machines of the domain it is
+        waiting on (draining and excess machines will complete it), so lower priorities do not
+        take them in the meantime."""
+        coming: dict[str, int] = defaultdict(int)
+        for m in free:
+            coming[domain_of(need, m.profile)] += 1
+        for m in self.machines:
+            on_its_way = m.state is S.DRAINING or (
+                m.state is S.CONFIGURED and m.ordinal not in holder
+            )
+            if on_its_way and self._matches(need, m):
+                coming[domain_of(need, m.profile)] += 1
+        home = pick_same_wait_domain(
+            {domain_of(need, m.profile) for m in claimed}, coming, {}, deficit
+        )
+        return [m for m in free if domain_of(need, m.profile) == home][:deficit] if home else []
 
     def _same_supply(
         self,

