@@ -33,7 +33,7 @@ KUBELET_VERSION = L.KUBELET_VERSION
 BOOTSTRAP_TTL_SECONDS = 3600
 
 
-class _CloudInitDumper(yaml.SafeDumper):
+class _CloudInitDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
     """Multi-line strings as `|` blocks and no line folding, as cloud-init files are written."""
 
 
