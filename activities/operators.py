@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.metrics import BOOTSTRAPS
 from bigfleet.models import BootstrapRequest
 from bigfleet.operators import BootstrapRefused, ClusterOperator, OperatorUpdate
 from workflows.types import BootstrapAnswer, BootstrapCall
@@ -35,7 +36,9 @@ class OperatorActivities:
                 )
             )
         except BootstrapRefused as refused:
+            BOOTSTRAPS.labels(call.cluster, "refused").inc()
             return BootstrapAnswer(refused=str(refused))
+        BOOTSTRAPS.labels(call.cluster, "ok").inc()
         return BootstrapAnswer(user_data=blob.user_data, ttl_seconds=blob.ttl_seconds)
 
     @activity.defn(name="notify_operator")

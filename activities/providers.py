@@ -8,6 +8,7 @@ from datetime import timedelta
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.metrics import PROVIDER_CALL_SECONDS, PROVIDER_CALLS
 from bigfleet.models import BootstrapBlob, ListFilter, Machine, MachineState, Transition
 from bigfleet.providers.base import (
     CapacityProvider,
@@ -59,6 +60,16 @@ class ProviderActivities:
     @activity.defn(name="provider_call")
     async def call(self, c: ProviderCall) -> list[Machine]:
         """One lifecycle call; returns the machines as the provider acknowledged them."""
+        outcome = "error"
+        try:
+            with PROVIDER_CALL_SECONDS.labels(c.provider, c.transition.value).time():
+                machines = self._call(c)
+            outcome = "ok"
+            return machines
+        finally:
+            PROVIDER_CALLS.labels(c.provider, c.transition.value, outcome).inc()
+
+    def _call(self, c: ProviderCall) -> list[Machine]:
         p = self._provider(c.provider, c.now)
         try:
             if c.transition is T.CREATE:

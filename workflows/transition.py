@@ -193,6 +193,20 @@ class MachineTransitionWorkflow:
 
     async def _finish(self, result: TransitionResult) -> TransitionResult:
         states = sorted({m.state.value for m in result.machines})
+        outcome = "refused" if result.refused else ("corrected" if result.corrective else "ok")
+        if any(m.state is S.FAILED for m in result.machines):
+            outcome = "failed"
+        meter = workflow.metric_meter().with_additional_attributes(
+            {"transition": self.t.transition.value, "provider": self.t.provider}
+        )
+        elapsed = (workflow.now() - workflow.info().start_time).total_seconds()
+        meter.create_histogram_float(
+            "bigfleet_transition_seconds", "machine transition time, start to settled", "s"
+        ).record(elapsed, {"outcome": outcome})
+        if outcome != "ok":
+            meter.create_counter(
+                "bigfleet_transition_failures", "transitions that failed, were refused or corrected"
+            ).add(1, {"outcome": outcome})
         workflow.upsert_search_attributes([RESULT_STATE.value_set(",".join(states))])
         workflow.set_current_details(
             f"**{self.t.transition.value}** → {', '.join(states)}"
