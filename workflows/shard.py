@@ -8,6 +8,7 @@ pure `decide()` and starts the transition workflows it asks for.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import zlib
 from datetime import timedelta
@@ -49,6 +50,7 @@ QUICK = dict(
     retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=10),
 )
 REFUSAL_BACKOFF_SECONDS = 300.0
+START_BATCH = 200
 
 
 @workflow.defn(name="Shard")
@@ -120,10 +122,18 @@ class ShardWorkflow(InstructionHandlers):
             starts = self.pipeline + [self._transition(a) for a in decision.actions]
             self.pipeline = []
             starts = [s for s in starts if s is not None]
-            if starts:
-                await workflow.execute_activity(
-                    "start_transitions", starts, task_queue=SHARD_TASK_QUEUE, **QUICK
+            # Batches keep each activity's payload far below Temporal's 2 MB limit.
+            await asyncio.gather(
+                *(
+                    workflow.execute_activity(
+                        "start_transitions",
+                        starts[i : i + START_BATCH],
+                        task_queue=SHARD_TASK_QUEUE,
+                        **QUICK,
+                    )
+                    for i in range(0, len(starts), START_BATCH)
                 )
+            )
             if now >= next_reconcile:
                 await self._reconcile(now)
                 next_reconcile = now + self.cfg.reconcile_seconds
