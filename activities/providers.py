@@ -70,7 +70,10 @@ class ProviderActivities:
             PROVIDER_CALLS.labels(c.provider, c.transition.value, outcome).inc()
 
     def _call(self, c: ProviderCall) -> list[Machine]:
-        p = self._provider(c.provider, c.now)
+        # `now` was fixed when the workflow scheduled the call; a retry happens later.
+        info = activity.info()
+        late = (info.current_attempt_scheduled_time - info.scheduled_time).total_seconds()
+        p = self._provider(c.provider, c.now + max(0.0, late))
         try:
             if c.transition is T.CREATE:
                 return [ack.machine for ack in p.create(c.machine_ids, c.token)]

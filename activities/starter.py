@@ -42,7 +42,7 @@ class StarterActivities:
     async def start_transitions(self, transitions: list[TransitionInput]) -> list[str]:
         ids = []
         for t in transitions:
-            workflow_id = transition_workflow_id(t.machine_ids[0], t.transition, t.token.seq)
+            workflow_id = transition_workflow_id(t.machine_ids[0], t.transition, t.token)
             await self.client.start_workflow(
                 "MachineTransition",
                 t,

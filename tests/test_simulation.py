@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import zlib
 from collections import Counter
 from typing import Any
 
@@ -479,24 +480,31 @@ def test_a_missing_scenario_file_exits_2(tmp_path, capsys):
 # ---- several shards --------------------------------------------------------------------------
 
 
+def one_per_shard(candidates: list[str]) -> list[str]:
+    """A name that the assignment rule puts on shard 0, then one for shard 1."""
+    return [next(n for n in candidates if zlib.crc32(n.encode()) % 2 == i) for i in (0, 1)]
+
+
 def test_two_shards_each_take_a_cluster_and_a_rack():
+    names = one_per_shard([f"c{i}" for i in range(20)])
+    racks_by_shard = one_per_shard([f"r{i}" for i in range(20)])
     raw = scenario(
-        [bare_metal(rack("r1", 8, "cpu-64"), rack("r2", 8, "cpu-64"))],
-        [cluster(name, (0, [need(500000, 6)])) for name in ("c1", "c2")],
+        [bare_metal(*(rack(r, 8, "cpu-64") for r in racks_by_shard))],
+        [cluster(name, (0, [need(500000, 6)])) for name in names],
         900,
         shards=2,
     )
     sim, report = simulate(raw)
     assert report["shards"] == 2
-    shards = {name: report["clusters"][name]["shard"] for name in ("c1", "c2")}
+    shards = {name: report["clusters"][name]["shard"] for name in names}
     assert sorted(shards.values()) == [0, 1]
     racks = {}
-    for name in ("c1", "c2"):
+    for name in names:
         assert need_of(report, name)["satisfied"] == 6
         made = created_for(report, name)
         assert {a["shard"] for a in made} == {shards[name]}
         (racks[name],) = {a["machine"].rsplit("-", 1)[0] for a in made}
-    assert racks["c1"] != racks["c2"]  # one whole rack per shard, both used
+    assert racks[names[0]] != racks[names[1]]  # one whole rack per shard, both used
     for shard in sim.shards:
         assert shard.machines_by_state()["CONFIGURED"] == 6
 

@@ -8,7 +8,6 @@ rate-limited task queue per provider). A process may take any set of roles.
 from __future__ import annotations
 
 import asyncio
-import zlib
 from collections.abc import Iterable
 
 from temporalio.client import Client
@@ -19,6 +18,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities.operators import OperatorActivities
 from activities.providers import ProviderActivities, VirtualClock
 from activities.starter import StarterActivities
+from bigfleet.assignment import cluster_shard
 from bigfleet.operators import SimulatedOperator
 from bigfleet.providers.baremetal import SimulatedBareMetalProvider
 from bigfleet.providers.cloud import SimulatedCloudProvider
@@ -97,9 +97,7 @@ def shard_config(fleet: Scenario, shard: int, **overrides: object) -> ShardConfi
     )
 
 
-def shard_of(cluster: str, shards: int) -> int:
-    """Until a coordinator assigns clusters, a cluster's shard follows from its name."""
-    return zlib.crc32(cluster.encode()) % shards
+shard_of = cluster_shard
 
 
 async def ensure_shards(client: Client, fleet: Scenario, **overrides: object) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import zlib
 from datetime import timedelta
 from typing import Any
 
@@ -18,6 +17,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
+    from bigfleet.assignment import machine_shard
     from bigfleet.engine import Decision
     from bigfleet.models import (
         Action,
@@ -181,12 +181,9 @@ class ShardWorkflow(InstructionHandlers):
                 result_type=list[Machine],
                 **QUICK,
             )
-            mine = [m for m in machines if self._owns(m)]
+            shards = self.cfg.shards
+            mine = [m for m in machines if machine_shard(m, shards) == self.cfg.shard]
             self.shard.adopt(mine, workflow.now().timestamp())
-
-    def _owns(self, m: Machine) -> bool:
-        group = m.labels.get("bigfleet.io/rack") or m.id
-        return zlib.crc32(group.encode()) % self.cfg.shards == self.cfg.shard
 
     def _fold_results(self, now: float) -> None:
         results, self.results = self.results, []

@@ -22,9 +22,11 @@ def shard_workflow_id(shard: int) -> str:
     return f"shard-{shard}"
 
 
-def transition_workflow_id(machine_id: str, transition: Transition, seq: int) -> str:
-    """Same machine, same transition, same operation: the same workflow (seed §7 idempotency)."""
-    return f"machine-{machine_id}-{transition.value}-{seq}"
+def transition_workflow_id(machine_id: str, transition: Transition, token: FencingToken) -> str:
+    """Same machine, same transition, same operation: the same workflow (seed §7 idempotency).
+    The shard's epoch is part of the operation: a shard started from scratch never attaches to
+    an earlier incarnation's workflow."""
+    return f"machine-{machine_id}-{transition.value}-{token.shard_epoch}-{token.seq}"
 
 
 # Typed search attributes: a machine's whole life is `BigFleetMachineIds = "m-…"` in the UI.

@@ -7,6 +7,7 @@ import heapq
 import itertools
 from typing import Any
 
+from ..assignment import cluster_shard, machine_shard
 from ..models import CapacityNeed, ClusterCapacityNeeds, ListFilter, MachineState
 from ..operators import SimulatedOperator
 from ..providers.baremetal import SimulatedBareMetalProvider
@@ -87,21 +88,13 @@ class Simulation:
         return self.now
 
     def _distribute_machines(self) -> None:
-        """Whole racks to shards in turn (a `Same`-rack need stays satisfiable); cloud quota
-        slot by slot (seed §5 machine assignment)."""
+        """Whole racks and cloud slots to shards, by the same rule the shard workflows use."""
         n = len(self.shards)
-        turn = itertools.cycle(range(n))
         for provider in self.providers.values():
-            machines = provider.list(ListFilter())
-            by_domain: dict[str, list] = {}
-            for m in machines:
-                rack = m.labels.get("bigfleet.io/rack")
-                by_domain.setdefault(rack or m.id, []).append(m)
-            for group in by_domain.values():
-                shard = next(turn)
-                self.shards[shard].adopt(group, 0.0)
-                for m in group:
-                    self.owner[m.id] = shard
+            for m in provider.list(ListFilter()):
+                shard = machine_shard(m, n)
+                self.shards[shard].adopt([m], 0.0)
+                self.owner[m.id] = shard
 
     def _rollup_timeline(self) -> list[tuple[float, int, str, list[CapacityNeed]]]:
         events: list[tuple[float, int, str, list[CapacityNeed]]] = []
@@ -187,12 +180,7 @@ class Simulation:
         )
         shard = self.cluster_shard.get(rollup.cluster)
         if shard is None:
-            # First contact: the least-loaded shard, permanently (seed §5, §16).
-            load = [0] * len(self.shards)
-            for assigned in self.cluster_shard.values():
-                load[assigned] += 1
-            shard = min(range(len(self.shards)), key=lambda i: (load[i], i))
-            self.cluster_shard[rollup.cluster] = shard
+            shard = self.cluster_shard[cluster] = cluster_shard(cluster, len(self.shards))
         reason = self.shards[shard].receive(rollup, self.now)
         if reason:
             self.recorder.rejected_rollups.append(reason)

@@ -1,0 +1,439 @@
+"""The `bigfleet` command line (workers/cli.py), without a Temporal server.
+
+Bad arguments and bad files exit 2 with a message naming what is wrong, before anything connects;
+the offline verbs of bigfleet.cli stay reachable; the dev server and docker-compose register the
+search attributes the workflows use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import re
+import zlib
+
+import pytest
+import yaml
+
+import workers.connect
+from bigfleet.models import ListFilter
+from bigfleet.simulation.scenario import load
+from workers import cli
+from workers.cli import main
+from workflows.types import SEARCH_ATTRIBUTES
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+GPU = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["gpu-8xh100"]}]
+
+
+@pytest.fixture
+def no_server(monkeypatch):
+    """Any attempt to reach Temporal fails the test."""
+
+    async def refuse(*args, **kwargs):
+        raise AssertionError("connected to Temporal, but the input was bad")
+
+    monkeypatch.setattr(workers.connect, "connect", refuse)
+
+
+def usage_error(capsys, argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    return capsys.readouterr().err
+
+
+def rollup(**changes) -> dict:
+    raw = {
+        "cluster": "a",
+        "generation": 7,
+        "needs": [{"requirements": GPU, "priority": 500000, "count": 8}],
+    }
+    raw.update(changes)
+    return raw
+
+
+# ---- arguments --------------------------------------------------------------------------------
+
+
+def test_roles_are_the_workers_roles():
+    from workers.worker import ROLES
+
+    assert cli.ROLES == ROLES
+
+
+def test_role_list_parses_in_canonical_order():
+    assert cli.roles("providers, shards,providers") == ["shards", "providers"]
+
+
+def test_unknown_role_fails_clearly(capsys):
+    err = usage_error(capsys, ["worker", "--fleet", "f.yaml", "--role", "shards,scheduler"])
+    assert "--role" in err
+    assert "'scheduler'" in err
+    assert "shards, transitions, providers" in err
+
+
+def test_empty_role_list_fails(capsys):
+    assert "--role" in usage_error(capsys, ["worker", "--fleet", "f.yaml", "--role", ","])
+
+
+def test_worker_needs_a_fleet(capsys):
+    assert "--fleet" in usage_error(capsys, ["worker"])
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "soon"])
+def test_drain_grace_must_be_seconds(capsys, value):
+    err = usage_error(capsys, ["drain", "escalate", "m-1", "--grace", value])
+    assert "--grace" in err
+
+
+def test_drain_needs_a_grace(capsys):
+    assert "--grace" in usage_error(capsys, ["drain", "escalate", "m-1"])
+
+
+def test_machine_id_with_a_quote_is_refused(capsys):
+    err = usage_error(capsys, ["machine", "history", 'm-1" OR "x'])
+    assert "MACHINE_ID" in err
+
+
+@pytest.mark.parametrize(
+    "argv, name",
+    [
+        (["status", "--shard", "-1"], "--shard"),
+        (["status", "--shard", "one"], "--shard"),
+        (["cluster", "a", "--shards", "0"], "--shards"),
+        (["dev", "--port", "70000"], "--port"),
+        (["dev", "--ui-port", "http"], "--ui-port"),
+        (["worker", "--fleet", "f.yaml", "--metrics-port", "-5"], "--metrics-port"),
+        (["rollup", "send"], "FILE"),
+    ],
+)
+def test_bad_numbers_and_missing_arguments_name_the_argument(capsys, argv, name):
+    assert name in usage_error(capsys, argv)
+
+
+def test_machine_query_names_the_machine():
+    assert cli.machine_query("m-1") == 'BigFleetMachineIds = "m-1"'
+    assert cli.machine_query("m-1", 'ExecutionStatus = "Running"') == (
+        'BigFleetMachineIds = "m-1" AND ExecutionStatus = "Running"'
+    )
+
+
+# ---- roll-up files ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw, field",
+    [
+        (rollup(needs=[{"requirements": GPU, "priority": 1, "count": -1}]), "needs.0.count"),
+        (rollup(needs=[{"requirements": GPU, "priority": 2**31, "count": 1}]), "priority"),
+        (
+            rollup(
+                needs=[
+                    {"requirements": [{"key": "k", "operator": "Like"}], "priority": 1, "count": 1}
+                ]
+            ),
+            "operator",
+        ),
+        (rollup(needs=[{"priority": 1, "count": "5"}]), "needs.0.count"),
+        (rollup(generation=-1), "generation"),
+        (rollup(cluster=""), "cluster"),
+        (rollup(colour="blue"), "colour"),
+        ({"generation": 1, "needs": []}, "cluster"),
+    ],
+)
+def test_malformed_rollup_exits_2_naming_the_field_before_connecting(
+    tmp_path, capsys, no_server, raw, field
+):
+    path = tmp_path / "rollup.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["rollup", "send", str(path), "--address", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid roll-up" in err
+    assert field in err
+
+
+def test_json_rollup_is_read_too(tmp_path):
+    path = tmp_path / "rollup.json"
+    path.write_text(json.dumps(rollup()))
+    assert cli.load_rollup(str(path)).needs[0].count == 8
+
+
+def test_rollup_without_generation_gets_a_rising_one(tmp_path):
+    path = tmp_path / "rollup.yaml"
+    raw = rollup()
+    del raw["generation"]
+    path.write_text(yaml.safe_dump(raw))
+    first = cli.load_rollup(str(path)).generation
+    assert first > 1_600_000_000_000  # milliseconds since the epoch
+    assert cli.load_rollup(str(path)).generation >= first
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("- just\n- a list\n", "mapping"),
+        ("cluster: [unclosed\n", "not valid JSON or YAML"),
+    ],
+)
+def test_rollup_file_that_is_not_a_rollup(tmp_path, capsys, no_server, text, words):
+    path = tmp_path / "rollup.yaml"
+    path.write_text(text)
+    assert main(["rollup", "send", str(path)]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_missing_rollup_file(tmp_path, capsys, no_server):
+    assert main(["rollup", "send", str(tmp_path / "nope.yaml")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_worker_with_a_bad_fleet_exits_2_before_connecting(tmp_path, capsys, no_server):
+    path = tmp_path / "fleet.yaml"
+    path.write_text("name: f\nduration_seconds: 10\nproviders: []\nclusters: [{name: ''}]\n")
+    assert main(["worker", "--fleet", str(path), "--metrics-port", "0"]) == 2
+    assert "clusters.0.name" in capsys.readouterr().err
+
+
+# ---- the offline verbs still work -------------------------------------------------------------
+
+
+def test_simulate_is_reachable(capsys):
+    assert main(["simulate", str(ROOT / "examples/preemption-walkthrough.yaml"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["scenario"] == "preemption-walkthrough"
+
+
+def test_simulate_bad_scenario_exits_2(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\n")
+    assert main(["simulate", str(path)]) == 2
+    assert "duration_seconds" in capsys.readouterr().err
+
+
+def test_bench_is_reachable(monkeypatch, capsys):
+    import bigfleet.bench
+
+    monkeypatch.setattr(bigfleet.bench, "run", lambda sizes, ref, seed: {"rows": sizes})
+    assert main(["bench", "engine", "--sizes", "300", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"rows": [300]}
+
+
+def test_bench_bad_sizes_exit_2(capsys):
+    assert "--sizes" in usage_error(capsys, ["bench", "engine", "--sizes", "lots"])
+
+
+# ---- text output ------------------------------------------------------------------------------
+
+
+def test_status_text():
+    text = cli.render_status(
+        {
+            "shard": 1,
+            "epoch": 5,
+            "cycles": 3,
+            "last_cycle_ms": 0.4,
+            "coordinator_term": 0,
+            "machines": {"SPECULATIVE": 0, "CONFIGURED": 8, "DRAINING": 2},
+            "clusters": ["a", "b"],
+            "needs": 2,
+            "shortfalls": [
+                {
+                    "cluster": "a",
+                    "requirements": GPU,
+                    "priority": 500000,
+                    "count": 4,
+                    "age": 6,
+                    "escalated": True,
+                }
+            ],
+            "rejections": ["roll-up from cluster c rejected: needs.0.count: bad"],
+        }
+    )
+    assert "shard-1" in text
+    assert "CONFIGURED 8, DRAINING 2" in text and "SPECULATIVE" not in text
+    assert "a: 4 × instance-type In [gpu-8xh100] at priority 500000" in text
+    assert "ESCALATED" in text
+    assert "needs.0.count" in text
+
+
+def test_cluster_text():
+    text = cli.render_cluster(
+        {
+            "shard": 0,
+            "cluster": "a",
+            "needs": [
+                {"requirements": GPU, "priority": 9, "count": 3, "interruption_penalty": 5.0}
+            ],
+            "upcoming": [{"machine": "m-1", "instance_type": "gpu-8xh100"}],
+            "reclaims": [{"machine": "m-2", "grace_seconds": 30.0}],
+            "available": {"gpu-8xh100": 4},
+        }
+    )
+    assert "cluster a (shard-0)" in text
+    assert "3 × instance-type In [gpu-8xh100] at priority 9 (interruption penalty 5)" in text
+    assert "m-2 grace 30 s" in text
+    assert "gpu-8xh100 4" in text
+
+
+# ---- search attributes: dev server, docker-compose, the fix-it hint ---------------------------
+
+
+def test_dev_server_registers_every_search_attribute_with_its_type(tmp_path):
+    from workers.dev import server_command
+
+    cmd = server_command(pathlib.Path("temporal"), 7233, 8233, tmp_path / "temporal.db")
+    pairs = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--search-attribute"]
+    assert pairs == [f"{k.name}={cli.search_attribute_type(k)}" for k in SEARCH_ATTRIBUTES]
+    assert "BigFleetMachineIds=KeywordList" in pairs
+    assert cmd[cmd.index("--db-filename") + 1] == str(tmp_path / "temporal.db")
+    assert "journal_mode=wal" in cmd
+
+
+def test_fix_it_commands_register_one_attribute_each():
+    # Given several --name flags, the temporal CLI registers only the first.
+    commands = cli.search_attribute_commands(SEARCH_ATTRIBUTES, "prod")
+    assert len(commands) == len(SEARCH_ATTRIBUTES)
+    for key, command in zip(SEARCH_ATTRIBUTES, commands, strict=True):
+        words = command.split()
+        assert words.count("--name") == 1 and words.count("--type") == 1
+        assert words[words.index("--name") + 1] == key.name
+        assert words[words.index("--type") + 1] == cli.search_attribute_type(key)
+        assert words[words.index("--namespace") + 1] == "prod"
+
+
+def test_docker_compose_registers_the_same_search_attributes():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    script = compose["services"]["register-search-attributes"]["command"][0]
+    registered = dict(re.findall(r"\b(BigFleet\w+)=(\w+)\b", script))
+    assert registered == {k.name: cli.search_attribute_type(k) for k in SEARCH_ATTRIBUTES}
+    assert "--name \"$${attribute%%=*}\" --type \"$${attribute#*=}\"" in script
+    worker = compose["services"]["bigfleet-worker"]
+    assert worker["command"][:3] == ["worker", "--fleet", "examples/dev-fleet.yaml"]
+    assert "temporal:7233" in worker["command"]
+
+
+# ---- the dev fleet and the dev operators ------------------------------------------------------
+
+
+def test_dev_fleet_puts_each_clusters_machines_on_its_shard():
+    """Until a coordinator exists, a cluster only gets machines its own shard owns."""
+    from workers.worker import SimulatedFleet, shard_of
+
+    fleet = load(ROOT / "examples/dev-fleet.yaml")
+    sim = SimulatedFleet(fleet)
+    owned: dict[tuple[int, str], int] = {}
+    for provider in sim.providers.values():
+        for m in provider.list(ListFilter()):
+            group = m.labels.get("bigfleet.io/rack") or m.id
+            key = (zlib.crc32(group.encode()) % fleet.shards, m.instance_type)
+            owned[key] = owned.get(key, 0) + 1
+    wanted: dict[tuple[int, str], int] = {}
+    for c in fleet.clusters:
+        shard = shard_of(c.name, fleet.shards)
+        for r in c.rollups:
+            for n in r.needs:
+                kind = n.requirements[0].values[0]
+                wanted[(shard, kind)] = max(wanted.get((shard, kind), 0), n.count)
+    for key, count in wanted.items():
+        assert owned.get(key, 0) >= min(count, 8), key
+
+
+class _Handle:
+    def __init__(self, sent: list, wid: str) -> None:
+        self.sent, self.wid = sent, wid
+
+    async def signal(self, name, arg):
+        self.sent.append((self.wid, name, arg))
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    def get_workflow_handle(self, wid):
+        return _Handle(self.sent, wid)
+
+
+def test_dev_operators_send_rollups_in_order_with_rising_generations(tmp_path):
+    from workers.dev import Operators
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "f",
+                "cycle_seconds": 0.05,
+                "duration_seconds": 1,
+                "shards": 2,
+                "providers": [
+                    {
+                        "name": "dc",
+                        "kind": "bare-metal",
+                        "racks": [
+                            {"rack": "r1", "zone": "z-1", "instance_type": "gpu-8xh100", "count": 2}
+                        ],
+                    }
+                ],
+                "clusters": [
+                    {
+                        "name": "a",
+                        "rollups": [
+                            {"at": 0, "needs": [{"requirements": GPU, "priority": 1, "count": 2}]},
+                            {"at": 0.2, "needs": []},
+                        ],
+                    },
+                    {"name": "quiet"},
+                ],
+            }
+        )
+    )
+    fleet = load(path)
+    client = _Client()
+
+    async def play() -> None:
+        stop = asyncio.Event()
+        ops = Operators(client, fleet)
+        task = asyncio.create_task(ops.run(stop))
+        while not any(not arg["needs"] for _, _, arg in client.sent):
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.12)
+        stop.set()
+        await task
+
+    asyncio.run(asyncio.wait_for(play(), 10))
+    from workers.worker import shard_of
+
+    assert {wid for wid, _, _ in client.sent} == {f"shard-{shard_of('a', 2)}"}
+    assert {name for _, name, _ in client.sent} == {"rollup"}
+    rollups = [arg for _, _, arg in client.sent]
+    assert all(r["cluster"] == "a" for r in rollups)
+    generations = [r["generation"] for r in rollups]
+    assert generations == sorted(set(generations))  # strictly rising
+    counts = [len(r["needs"]) for r in rollups]
+    first_empty = counts.index(0)
+    assert (
+        first_empty >= 1 and set(counts[:first_empty]) == {1} and set(counts[first_empty:]) == {0}
+    )
+    assert len(counts) - first_empty >= 2  # the latest is re-sent every cycle
+
+
+def test_dev_logs_a_failed_activity_attempt_in_one_line():
+    import logging
+
+    from workers.dev import _one_line
+
+    try:
+        raise RuntimeError("configure throttled")
+    except RuntimeError:
+        import sys
+
+        record = logging.LogRecord(
+            "temporalio.activity", logging.WARNING, __file__, 1, "Completing %s as failed",
+            ("activity",), sys.exc_info(),
+        )
+    assert _one_line(record)
+    assert record.exc_info is None
+    assert record.getMessage() == (
+        "Completing activity as failed: RuntimeError: configure throttled"
+    )

