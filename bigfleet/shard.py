@@ -26,6 +26,7 @@ from .models import (
     from_wire,
 )
 from .needs import NeedsTable
+from .operators import OperatorUpdate, Reclaim, UpcomingNode
 from .policy import Policy
 from .states import LEGAL
 
@@ -172,6 +173,53 @@ class Shard:
         totals = self.inventory.counts.sum(axis=1)
         return {s.value: int(totals[CODE[s]]) for s in S}
 
+    def operator_updates(self, decision: Decision) -> list[OperatorUpdate]:
+        """What each cluster touched by this cycle's actions hears (seed §6 step 7, §13 step 6):
+        nodes on their way, machines being reclaimed with their grace periods, and capacity
+        still available."""
+        upcoming: dict[str, list[UpcomingNode]] = {}
+        reclaims: dict[str, list[Reclaim]] = {}
+        profile_of = self.inventory.profile_of
+        row = self.inventory.row
+        for a in decision.actions:
+            if a.kind == "create" and a.cluster:
+                upcoming.setdefault(a.cluster, []).extend(
+                    UpcomingNode(machine_id=m, instance_type=profile_of(row(m)).instance_type)
+                    for m in a.machine_ids
+                )
+            elif a.kind == "configure":
+                kind = profile_of(row(a.machine_id)).instance_type
+                upcoming.setdefault(a.cluster, []).append(
+                    UpcomingNode(machine_id=a.machine_id, instance_type=kind)
+                )
+            elif a.kind == "drain" and a.cluster:
+                reclaims.setdefault(a.cluster, []).append(
+                    Reclaim(machine_id=a.machine_id, grace_seconds=a.grace_seconds)
+                )
+        clusters = sorted(set(upcoming) | set(reclaims))
+        if not clusters:
+            return []
+        available = self.available()
+        return [
+            OperatorUpdate(
+                cluster=c,
+                upcoming=upcoming.get(c, []),
+                reclaims=reclaims.get(c, []),
+                available=available,
+            )
+            for c in clusters
+        ]
+
+    def available(self) -> dict[str, int]:
+        """Idle and speculative machines per instance type: what BigFleet could still provide."""
+        inv = self.inventory
+        out: Counter[str] = Counter()
+        for p, profile in enumerate(inv.profiles.profiles):
+            free = inv.counts[CODE[S.IDLE], p] + inv.counts[CODE[S.SPECULATIVE], p]
+            if free:
+                out[profile.instance_type] += int(free)
+        return dict(out)
+
     def cluster_view(self, cluster: str) -> dict[str, Any]:
         """What the cluster's operator needs (seed §14): upcoming nodes, reclaims with their
         grace periods, and capacity available to it."""
@@ -189,15 +237,10 @@ class Shard:
             if action.kind == "drain" and action.cluster == cluster:
                 grace = action.grace_seconds
                 reclaims.append({"machine": action.machine_id, "grace_seconds": grace})
-        available: Counter[str] = Counter()
-        for p, profile in enumerate(inv.profiles.profiles):
-            free = inv.counts[CODE[S.IDLE], p] + inv.counts[CODE[S.SPECULATIVE], p]
-            if free:
-                available[profile.instance_type] += int(free)
         return {
             "cluster": cluster,
             "upcoming": upcoming,
             "reclaims": reclaims,
-            "available": dict(available),
+            "available": self.available(),
             "needs": [n.spec.model_dump(mode="json") for n in self.needs.needs_of(cluster)],
         }

@@ -555,3 +555,16 @@ def test_a_same_rack_preemption_frees_one_rack_once():
         and a["cluster"] == "research"
     ]
     assert back == []
+
+
+def test_operators_hear_of_upcoming_nodes_and_reclaims():
+    """Seed §6 step 7 and §13 step 6: the victim's operator is told which nodes are reclaimed
+    and with what grace; the preemptor's operator which nodes are on their way."""
+    sim = Simulation(load(EXAMPLES / "preemption-walkthrough.yaml"))
+    sim.run()
+    heard_a = sim.operators["a"].updates
+    heard_b = sim.operators["b"].updates
+    reclaims = [r for u in heard_a for r in u.reclaims]
+    assert len(reclaims) == 64 and {r.grace_seconds for r in reclaims} == {30.0}
+    upcoming_b = {n.machine_id for u in heard_b for n in u.upcoming}
+    assert upcoming_b == {r.machine_id for r in reclaims}

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.instructions import InstructionHandlers
     from workflows.types import (
         SHARD_TASK_QUEUE,
+        TRANSITION_TASK_QUEUE,
         ProviderRead,
         ShardInput,
         TransitionInput,
@@ -134,6 +135,10 @@ class ShardWorkflow(InstructionHandlers):
                     for i in range(0, len(starts), START_BATCH)
                 )
             )
+            for update in self.shard.operator_updates(decision):
+                workflow.start_activity(
+                    "notify_operator", update, task_queue=TRANSITION_TASK_QUEUE, **QUICK
+                )
             if now >= next_reconcile:
                 await self._reconcile(now)
                 next_reconcile = now + self.cfg.reconcile_seconds

@@ -152,6 +152,8 @@ class Simulation:
                 for shard, executor in zip(self.shards, self.executors, strict=True):
                     decision = shard.cycle(t)
                     executor.execute(decision.actions, t)
+                    for update in shard.operator_updates(decision):
+                        self.operators[update.cluster].notify(update)
                     self.recorder.cycle(t, shard, decision, sample)
                 if sample:
                     next_sample += sc.sample_seconds
