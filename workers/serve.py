@@ -1,0 +1,163 @@
+"""`bigfleet worker`: the serving side of the command. The fleet file, the metrics servers
+(BigFleet's and the Temporal SDK's), the stop handlers and the check that the namespace has
+BigFleet's search attributes; `bigfleet dev` uses them too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from workers.verbs import CliError, _async, _connect, _display_address
+
+# ---- worker -----------------------------------------------------------------------------------
+
+
+def _load_fleet(path: str) -> Any:
+    from bigfleet.simulation.scenario import ScenarioError, load
+
+    try:
+        return load(path)
+    except ScenarioError as err:
+        raise CliError(str(err), code=2) from None
+
+
+@_async
+async def _worker(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+
+    fleet = _load_fleet(args.fleet)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    from workers.connect import runtime
+    from workers.worker import SimulatedFleet, build_workers, ensure_shards, run_workers
+
+    rt = None
+    if args.metrics_port:
+        serve_metrics(args.metrics_host, args.metrics_port)
+        rt = sdk_runtime(args.metrics_host, args.metrics_port + 1, runtime)
+    client = await _connect(args, rt, wait=300.0)
+    await check_search_attributes(client, f"bigfleet {args.verb}")
+    sim = SimulatedFleet(fleet)
+    workers = build_workers(client, sim, args.role)
+    stop = asyncio.Event()
+    install_stop_handlers(stop, signal.SIGINT, signal.SIGTERM)
+    task = asyncio.create_task(run_workers(workers, stop))
+    if "shards" in args.role:
+        await ensure_shards(client, fleet)
+    queues = sorted({w.task_queue for w in workers})
+    print(
+        f"bigfleet worker: fleet {fleet.name} ({fleet.shards} shard(s)), roles "
+        f"{','.join(args.role)}, Temporal {_display_address(args)}",
+        flush=True,
+    )
+    print(f"  task queues: {', '.join(queues)}", flush=True)
+    if args.metrics_port:
+        print(
+            f"  metrics: http://{args.metrics_host}:{args.metrics_port}/metrics (BigFleet), "
+            f"http://{args.metrics_host}:{args.metrics_port + 1}/metrics (Temporal SDK)",
+            flush=True,
+        )
+    await task
+    print("bigfleet worker: stopped", flush=True)
+    return 0
+
+
+def serve_metrics(host: str, metrics_port: int) -> None:
+    """prometheus_client's registry (activities/metrics.py) over HTTP."""
+    import prometheus_client
+
+    import activities.metrics  # noqa: F401  (registers BigFleet's metrics)
+
+    try:
+        prometheus_client.start_http_server(metrics_port, addr=host)
+    except OSError as err:
+        raise CliError(
+            f"cannot serve metrics on {host}:{metrics_port}: {err.strerror} "
+            "(use --metrics-port)"
+        ) from None
+
+
+def sdk_runtime(host: str, metrics_port: int, make: Callable[[str], Any]) -> Any:
+    try:
+        return make(f"{host}:{metrics_port}")
+    except Exception as err:
+        raise CliError(
+            f"cannot serve the Temporal SDK's metrics on {host}:{metrics_port}: {err}"
+        ) from None
+
+
+def install_stop_handlers(stop: asyncio.Event, *signals: int) -> None:
+    """First signal: stop cleanly. Second: leave at once."""
+    loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            print("bigfleet: stopping now", file=sys.stderr, flush=True)
+            os._exit(130)
+        print("bigfleet: stopping (again to force)", file=sys.stderr, flush=True)
+        stop.set()
+
+    for sig in signals:
+        loop.add_signal_handler(sig, on_signal)
+
+
+def search_attribute_type(key: Any) -> str:
+    """`KEYWORD_LIST` -> `KeywordList`: the spelling of the temporal CLI and the dev server."""
+    return "".join(part.title() for part in key.indexed_value_type.name.split("_"))
+
+
+async def check_search_attributes(client: Any, who: str, wait: float = 30.0) -> None:
+    """Transition workflows cannot start without BigFleet's search attributes: say how to fix
+    that now rather than fail in every start later. Just-registered attributes can take a few
+    seconds to show, so a missing one is waited for (`wait` seconds). If the server will not
+    tell (no permission to list), carry on."""
+    from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+
+    from workflows.types import SEARCH_ATTRIBUTES
+
+    deadline = time.monotonic() + wait
+    said = False
+    while True:
+        try:
+            resp = await client.operator_service.list_search_attributes(
+                ListSearchAttributesRequest(namespace=client.namespace)
+            )
+        except Exception as err:
+            print(f"{who}: could not list search attributes ({err}); carrying on", file=sys.stderr)
+            return
+        known = set(resp.custom_attributes) | set(resp.system_attributes)
+        missing = [k for k in SEARCH_ATTRIBUTES if k.name not in known]
+        if not missing:
+            return
+        if time.monotonic() >= deadline:
+            break
+        if not said:
+            print(
+                f"{who}: waiting for search attributes {', '.join(k.name for k in missing)}",
+                file=sys.stderr,
+            )
+            said = True
+        await asyncio.sleep(2.0)
+    raise CliError(
+        f"namespace {client.namespace} lacks BigFleet's search attributes "
+        f"{', '.join(k.name for k in missing)}; register them with:\n"
+        + "\n".join("  " + cmd for cmd in search_attribute_commands(missing, client.namespace))
+    )
+
+
+def search_attribute_commands(keys: Sequence[Any], namespace: str = "default") -> list[str]:
+    """One `temporal operator search-attribute create` per attribute: given several `--name`s,
+    the temporal CLI (1.9.1) registers only the first yet reports success."""
+    return [
+        f"temporal operator search-attribute create --namespace {namespace} "
+        f"--name {k.name} --type {search_attribute_type(k)}"
+        for k in keys
+    ]

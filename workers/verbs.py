@@ -1,0 +1,333 @@
+"""The verbs of `bigfleet` that talk to Temporal: `rollup send`, `status`, `cluster`, `machine
+history` and `drain escalate`, with their renderers, and the connection plumbing they share with
+`bigfleet worker` and `bigfleet dev`. The parser and main() are in workers/cli.py.
+
+Everything Temporal is imported inside the functions, so importing this module (as the offline
+verbs do, through workers/cli.py) does not load Temporal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pathlib
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC
+from typing import Any
+
+
+class CliError(Exception):
+    """A failure to report in one line; `code` is the exit status."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ---- plumbing ---------------------------------------------------------------------------------
+
+
+def _async(coro: Callable[[argparse.Namespace], Awaitable[int]]) -> Callable[..., int]:
+    def run(args: argparse.Namespace) -> int:
+        return asyncio.run(coro(args))
+
+    return run
+
+
+def _display_address(args: argparse.Namespace) -> str:
+    address = getattr(args, "address", None) or os.environ.get("TEMPORAL_ADDRESS")
+    namespace = getattr(args, "namespace", None) or os.environ.get(
+        "TEMPORAL_NAMESPACE", "default"
+    )
+    return f"{address or 'localhost:7233 (or the profile default)'}, namespace {namespace}"
+
+
+async def _connect(args: argparse.Namespace, rt: Any = None, wait: float = 0.0) -> Any:
+    """Connect, retrying for `wait` seconds (a worker may start before its server)."""
+    from workers.connect import connect
+
+    deadline = time.monotonic() + wait
+    delay = 1.0
+    while True:
+        try:
+            return await connect(args.address, args.namespace, rt)
+        except Exception as err:  # RuntimeError from the core, or a bad config
+            if time.monotonic() >= deadline:
+                raise CliError(
+                    f"cannot connect to Temporal at {_display_address(args)}: {err}"
+                ) from None
+            print(
+                f"bigfleet {args.verb}: Temporal at {_display_address(args)} not reachable yet "
+                f"({err}); retrying",
+                file=sys.stderr,
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+
+# ---- roll-ups ---------------------------------------------------------------------------------
+
+
+def load_rollup(path: str) -> Any:
+    """Read and validate a roll-up file; a CliError (exit 2) naming the field if it is bad."""
+    import yaml
+    from pydantic import ValidationError
+
+    from bigfleet.models import ClusterCapacityNeeds, from_wire
+    from bigfleet.shard import explain
+
+    try:
+        raw = yaml.safe_load(pathlib.Path(path).read_text())
+    except OSError as err:
+        raise CliError(f"{path}: cannot read: {err.strerror}", code=2) from None
+    except yaml.YAMLError as err:
+        raise CliError(f"{path}: not valid JSON or YAML: {err}", code=2) from None
+    if not isinstance(raw, dict):
+        raise CliError(
+            f"{path}: a roll-up is a mapping with cluster, generation and needs; "
+            f"got {type(raw).__name__}",
+            code=2,
+        )
+    if "generation" not in raw:
+        raw = {**raw, "generation": time.time_ns() // 1_000_000}
+    try:
+        return from_wire(ClusterCapacityNeeds, raw)
+    except ValidationError as err:
+        raise CliError(f"{path}: invalid roll-up: {explain(err)}", code=2) from None
+    except ValueError as err:
+        raise CliError(f"{path}: invalid roll-up: {err}", code=2) from None
+
+
+async def _running_shards(client: Any) -> list[int]:
+    found = []
+    async for wf in client.list_workflows(
+        'WorkflowType = "Shard" AND ExecutionStatus = "Running"'
+    ):
+        if wf.id.startswith("shard-") and wf.id[6:].isdigit():
+            found.append(int(wf.id[6:]))
+    return sorted(found)
+
+
+async def _shard_for(client: Any, args: argparse.Namespace, cluster: str) -> int:
+    from workers.worker import shard_of
+
+    if args.shard is not None:
+        return args.shard
+    shards = args.shards or len(await _running_shards(client)) or 1
+    return shard_of(cluster, shards)
+
+
+def _rpc_error(err: Exception, what: str) -> CliError:
+    from temporalio.service import RPCError, RPCStatusCode
+
+    if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
+        return CliError(f"{what}: not found (is it running? see `bigfleet status`)")
+    return CliError(f"{what}: {err}")
+
+
+@_async
+async def _rollup_send(args: argparse.Namespace) -> int:
+    rollup = load_rollup(args.file)  # before connecting: a bad file never reaches a shard
+    from workflows.types import shard_workflow_id
+
+    client = await _connect(args)
+    shard = await _shard_for(client, args, rollup.cluster)
+    wid = shard_workflow_id(shard)
+    try:
+        await client.get_workflow_handle(wid).signal("rollup", rollup.model_dump(mode="json"))
+    except Exception as err:
+        raise _rpc_error(err, wid) from None
+    total = sum(n.count for n in rollup.needs)
+    print(
+        f"sent roll-up of cluster {rollup.cluster} (generation {rollup.generation}, "
+        f"{len(rollup.needs)} need(s), {total} machine(s)) to {wid}"
+    )
+    return 0
+
+
+# ---- status, cluster --------------------------------------------------------------------------
+
+
+async def _query(client: Any, wid: str, name: str, *args: Any) -> Any:
+    try:
+        return await client.get_workflow_handle(wid).query(name, *args)
+    except Exception as err:
+        raise _rpc_error(err, wid) from None
+
+
+@_async
+async def _status(args: argparse.Namespace) -> int:
+    from workflows.types import shard_workflow_id
+
+    client = await _connect(args)
+    shards = [args.shard] if args.shard is not None else await _running_shards(client)
+    if not shards:
+        raise CliError(f"no shard workflow is running on {_display_address(args)}")
+    statuses = [await _query(client, shard_workflow_id(s), "status") for s in shards]
+    if args.json:
+        print(json.dumps(statuses if args.shard is None else statuses[0], indent=2))
+    else:
+        print("\n\n".join(render_status(st) for st in statuses))
+    return 0
+
+
+def _requirements(reqs: list[dict[str, Any]]) -> str:
+    parts = []
+    for r in reqs:
+        key = r["key"].removeprefix("node.kubernetes.io/")
+        values = ",".join(r.get("values") or [])
+        parts.append(f"{key} {r['operator']}" + (f" [{values}]" if values else ""))
+    return "; ".join(parts) or "any machine"
+
+
+def render_status(st: dict[str, Any]) -> str:
+    machines = {k: v for k, v in st["machines"].items() if v}
+    lines = [
+        f"shard-{st['shard']}  epoch {st['epoch']}  cycles {st['cycles']}  "
+        f"last cycle {st['last_cycle_ms']} ms  coordinator term {st['coordinator_term']}",
+        "  machines:   "
+        + (", ".join(f"{k} {v}" for k, v in machines.items()) or "none")
+        + f"  (total {sum(machines.values())})",
+        f"  clusters:   {', '.join(st['clusters']) or 'none'}  ({st['needs']} need(s))",
+    ]
+    shortfalls = st.get("shortfalls") or []
+    lines.append(f"  shortfalls: {len(shortfalls) or 'none'}")
+    for s in shortfalls:
+        lines.append(
+            f"    {s['cluster']}: {s['count']} × {_requirements(s['requirements'])} at priority "
+            f"{s['priority']}, {s['age']} cycle(s)" + (" ESCALATED" if s.get("escalated") else "")
+        )
+    if st.get("rejections"):
+        lines.append("  rejected roll-ups (latest last):")
+        lines += [f"    {r}" for r in st["rejections"]]
+    return "\n".join(lines)
+
+
+@_async
+async def _cluster(args: argparse.Namespace) -> int:
+    from workflows.types import shard_workflow_id
+
+    client = await _connect(args)
+    shard = await _shard_for(client, args, args.name)
+    view = await _query(client, shard_workflow_id(shard), "cluster", args.name)
+    view = {"shard": shard, **view}
+    print(json.dumps(view, indent=2) if args.json else render_cluster(view))
+    return 0
+
+
+def render_cluster(view: dict[str, Any]) -> str:
+    lines = [f"cluster {view['cluster']} (shard-{view['shard']})"]
+    needs = view.get("needs") or []
+    lines.append(f"  needs: {len(needs) or 'none (no roll-up, or it aged out)'}")
+    for n in needs:
+        extra = []
+        for field in ("interruption_penalty", "reclamation_penalty"):
+            if n.get(field):
+                extra.append(f"{field.split('_')[0]} penalty {n[field]:g}")
+        if n.get("same"):
+            extra.append(f"same {n['same']}")
+        lines.append(
+            f"    {n['count']} × {_requirements(n['requirements'])} at priority {n['priority']}"
+            + (f" ({', '.join(extra)})" if extra else "")
+        )
+    upcoming = view.get("upcoming") or []
+    lines.append(f"  upcoming:  {len(upcoming) or 'none'}")
+    lines += [f"    {u['machine']} ({u['instance_type']})" for u in upcoming]
+    reclaims = view.get("reclaims") or []
+    lines.append(f"  reclaims:  {len(reclaims) or 'none'}")
+    lines += [f"    {r['machine']} grace {r['grace_seconds']:g} s" for r in reclaims]
+    available = view.get("available") or {}
+    lines.append(
+        "  available: " + (", ".join(f"{k} {v}" for k, v in available.items()) or "none")
+    )
+    return "\n".join(lines)
+
+
+# ---- machine history, drain escalate ----------------------------------------------------------
+
+
+def machine_query(machine: str, *clauses: str) -> str:
+    return " AND ".join([f'BigFleetMachineIds = "{machine}"', *clauses])
+
+
+@_async
+async def _history(args: argparse.Namespace) -> int:
+    from temporalio.client import WorkflowExecutionStatus
+
+    from workflows.types import CLUSTER, RESULT_STATE, TRANSITION
+
+    client = await _connect(args)
+    rows = []
+    try:
+        async for wf in client.list_workflows(machine_query(args.machine)):
+            sa = wf.typed_search_attributes
+            running = wf.status == WorkflowExecutionStatus.RUNNING
+            state = sa.get(RESULT_STATE) or (
+                "(running)" if running else f"({wf.status.name.lower()})" if wf.status else "?"
+            )
+            rows.append(
+                {
+                    "start_time": wf.start_time.astimezone(UTC).isoformat(),
+                    "close_time": wf.close_time.astimezone(UTC).isoformat()
+                    if wf.close_time
+                    else None,
+                    "transition": sa.get(TRANSITION) or "?",
+                    "state": state,
+                    "cluster": sa.get(CLUSTER) or "",
+                    "status": wf.status.name if wf.status else None,
+                    "workflow_id": wf.id,
+                    "run_id": wf.run_id,
+                }
+            )
+    except Exception as err:
+        raise CliError(f"listing workflows of {args.machine}: {err}") from None
+    rows.sort(key=lambda r: (r["start_time"], r["workflow_id"]))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print(f"no transitions found for machine {args.machine}")
+        print(f"  (query: {machine_query(args.machine)})")
+        return 0
+    print(f"machine {args.machine}: {len(rows)} transition(s), oldest first")
+    print(f"  {'STARTED (UTC)':<23} {'TRANSITION':<10} {'STATE':<14} {'CLUSTER':<12} WORKFLOW ID")
+    for r in rows:
+        started = r["start_time"][:23].replace("T", " ")
+        print(
+            f"  {started:<23} {r['transition']:<10} {r['state']:<14} {r['cluster']:<12} "
+            f"{r['workflow_id']}"
+        )
+    return 0
+
+
+@_async
+async def _escalate(args: argparse.Namespace) -> int:
+    client = await _connect(args)
+    query = machine_query(
+        args.machine, 'BigFleetTransition = "drain"', 'ExecutionStatus = "Running"'
+    )
+    found = []
+    try:
+        async for wf in client.list_workflows(query):
+            found.append(wf)
+    except Exception as err:
+        raise CliError(f"listing drains of {args.machine}: {err}") from None
+    if not found:
+        raise CliError(
+            f"no running drain for machine {args.machine} (query: {query}); "
+            f"see `bigfleet machine history {args.machine}`"
+        )
+    for wf in found:
+        try:
+            await client.get_workflow_handle(wf.id, run_id=wf.run_id).signal(
+                "escalate_drain", args.grace
+            )
+        except Exception as err:
+            raise _rpc_error(err, wf.id) from None
+        what = "forced (grace 0 s)" if args.grace == 0 else f"grace {args.grace:g} s"
+        print(f"escalated {wf.id}: {what} (a longer grace than the current one changes nothing)")
+    return 0
