@@ -249,6 +249,7 @@ class Shortfall(Wire):
     age: Annotated[int, Field(ge=0)]
     interruption_penalty: Dollars = 0.0
     escalated: bool = False
+    same: str | None = None  # a topology-confined need: never resolved across shards
 
 
 class BootstrapRequest(Wire):

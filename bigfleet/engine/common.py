@@ -166,6 +166,7 @@ def age_shortfalls(
                     age=age,
                     interruption_penalty=need.spec.interruption_penalty,
                     escalated=age > policy.escalate_after_cycles,
+                    same=need.spec.same,
                 )
             )
     memory.shortfall_age = ages

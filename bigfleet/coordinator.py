@@ -1,0 +1,209 @@
+"""The global coordinator's planning (seed §6 tier 1, §9): pure, so it runs in a workflow, in
+the simulator and in tests alike.
+
+It assigns clusters to shards on first contact, keeps the fleet view from shard reports, and
+turns shortfalls into moves in the seed's order: idle machines from another shard, then
+speculative quota, then — only when neither exists anywhere and the priority is strictly higher
+— cross-shard preemption.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from pydantic import Field
+
+from .cost import drain_grace_period
+from .models import Count, Int32, Machine, Shortfall, Wire
+from .profiles import Profile
+from .requirements import all_match
+
+REPORT_SECONDS = 30.0
+MAX_SHARE = 0.10
+
+
+class Preemptible(Wire):
+    """A configured machine a shard could give up for a higher priority elsewhere."""
+
+    machine: Machine
+    priority: Int32
+    cluster: str
+
+
+class ShardReport(Wire):
+    """What a shard tells the coordinator every 30 s: a summary, what it could give, what it
+    misses. Offer lists are bounded by the shard; they are samples, not inventories."""
+
+    shard: int
+    at: float
+    machines: dict[str, Count] = Field(default_factory=dict)
+    clusters: list[str] = Field(default_factory=list)
+    shortfalls: list[Shortfall] = Field(default_factory=list)
+    idle: list[Machine] = Field(default_factory=list)
+    speculative: list[Machine] = Field(default_factory=list)
+    preemptible: list[Preemptible] = Field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return sum(self.machines.values())
+
+
+class MoveKind(StrEnum):
+    IDLE = "idle"
+    SPECULATIVE = "speculative"
+    PREEMPT = "preempt"
+
+
+@dataclass
+class Move:
+    """Machines to move from `donor` to `receiver`, one saga each."""
+
+    kind: MoveKind
+    donor: int
+    receiver: int
+    machine_ids: list[str]
+    priority: int
+    grace_seconds: float = 0.0
+
+
+@dataclass
+class Coordinator:
+    term: int = 0
+    seq: int = 0
+    shards: list[int] = field(default_factory=list)
+    clusters: dict[str, int] = field(default_factory=dict)
+    reports: dict[int, ShardReport] = field(default_factory=dict)
+    received: dict[int, float] = field(default_factory=dict)
+
+    def next_token(self) -> tuple[int, int]:
+        """(coordinator_term, seq) for the next instruction (seed §11)."""
+        self.seq += 1
+        return self.term, self.seq
+
+    # ---- membership and assignment ----------------------------------------------------------
+
+    def add_shard(self, shard: int) -> None:
+        if shard not in self.shards:
+            self.shards.append(shard)
+            self.shards.sort()
+
+    def assign(self, cluster: str) -> int:
+        """A cluster's shard: the least-loaded one on first contact, then forever (seed §16)."""
+        shard = self.clusters.get(cluster)
+        if shard is None:
+            if not self.shards:
+                raise ValueError("no shards: add one before assigning clusters")
+            load = {s: 0 for s in self.shards}
+            for assigned in self.clusters.values():
+                if assigned in load:
+                    load[assigned] += 1
+            shard = min(self.shards, key=lambda s: (load[s], s))
+            self.clusters[cluster] = shard
+        return shard
+
+    # ---- the fleet view ---------------------------------------------------------------------
+
+    def receive(self, report: ShardReport, now: float) -> None:
+        self.add_shard(report.shard)
+        self.reports[report.shard] = report
+        self.received[report.shard] = now
+
+    def missing(self, now: float, after: float = REPORT_SECONDS) -> list[int]:
+        """Shards that have not reported for `after` seconds (or never)."""
+        return [s for s in self.shards if now - self.received.get(s, -float("inf")) > after]
+
+    def fleet_shortfalls(self) -> list[tuple[int, Shortfall]]:
+        pairs = [(s, sf) for s, r in self.reports.items() for sf in r.shortfalls]
+        return sorted(pairs, key=lambda p: (-p[1].priority, -p[1].age, p[0], p[1].cluster))
+
+    def escalations(self) -> list[tuple[int, Shortfall]]:
+        """Shortfalls unresolved for more than 5 cycles: for a human."""
+        return [(s, sf) for s, sf in self.fleet_shortfalls() if sf.escalated]
+
+    def shared_shortfalls(self) -> list[str]:
+        """Profiles every reporting shard is short of: time to buy capacity, not to rebalance."""
+        if len(self.reports) < 2:
+            return []
+        per_shard = [{sf.profile for sf in r.shortfalls} for r in self.reports.values()]
+        return sorted(set.intersection(*per_shard))
+
+    # ---- shortfall resolution ---------------------------------------------------------------
+
+    def plan(self, max_share: float = MAX_SHARE) -> list[Move]:
+        """Moves for this round, highest-priority shortfalls first (seed §9's order)."""
+        used: set[str] = set()
+        budget = {s: max(1, int(r.size * max_share)) for s, r in self.reports.items()}
+        moves: dict[tuple[MoveKind, int, int, int, float], Move] = {}
+        for receiver, sf in self.fleet_shortfalls():
+            if _confined_to_a_domain(sf):
+                continue  # topology never crosses shards (seed §16)
+            want = min(sf.count, budget.get(receiver, 0))
+            free_anywhere = False
+            for kind in (MoveKind.IDLE, MoveKind.SPECULATIVE):
+                for donor, m in self._offers(kind, receiver, sf, used):
+                    free_anywhere = True
+                    if want == 0 or budget[donor] == 0:
+                        continue
+                    self._take(moves, (kind, donor, receiver, sf.priority, 0.0), m.id)
+                    used.add(m.id)
+                    budget[donor] -= 1
+                    budget[receiver] -= 1
+                    want -= 1
+            if want == 0 or free_anywhere:
+                continue
+            for donor, p in self._victims(receiver, sf, used):
+                if want == 0 or budget[donor] == 0:
+                    break
+                grace = drain_grace_period(sf.priority, p.priority)
+                key = (MoveKind.PREEMPT, donor, receiver, sf.priority, grace)
+                self._take(moves, key, p.machine.id)
+                used.add(p.machine.id)
+                budget[donor] -= 1
+                budget[receiver] -= 1
+                want -= 1
+        return list(moves.values())
+
+    def _offers(
+        self, kind: MoveKind, receiver: int, sf: Shortfall, used: set[str]
+    ) -> Iterable[tuple[int, Machine]]:
+        for donor in sorted(self.reports):
+            if donor == receiver:
+                continue
+            report = self.reports[donor]
+            pool = report.idle if kind is MoveKind.IDLE else report.speculative
+            for m in pool:
+                if m.id not in used and _fits(sf, m):
+                    yield donor, m
+
+    def _victims(
+        self, receiver: int, sf: Shortfall, used: set[str]
+    ) -> list[tuple[int, Preemptible]]:
+        found = [
+            (donor, p)
+            for donor, report in self.reports.items()
+            if donor != receiver
+            for p in report.preemptible
+            if p.priority < sf.priority
+            and p.machine.id not in used
+            and _fits(sf, p.machine)
+        ]
+        return sorted(found, key=lambda dp: (dp[1].priority, dp[0], dp[1].machine.id))
+
+    @staticmethod
+    def _take(moves: dict, key: tuple[MoveKind, int, int, int, float], machine_id: str) -> None:
+        move = moves.get(key)
+        if move is None:
+            kind, donor, receiver, priority, grace = key
+            move = moves[key] = Move(kind, donor, receiver, [], priority, grace)
+        move.machine_ids.append(machine_id)
+
+
+def _confined_to_a_domain(sf: Shortfall) -> bool:
+    return sf.same is not None
+
+
+def _fits(sf: Shortfall, m: Machine) -> bool:
+    """The shard's own matching: the machine's labels plus those its fields imply."""
+    return all_match(sf.requirements, Profile.of(m).label_map)

@@ -1,0 +1,106 @@
+"""The coordinator's pure planning (seed §6, §9): assignment, and shortfalls resolved idle
+first, then speculative quota, then cross-shard preemption only when neither exists."""
+
+from bigfleet.coordinator import Coordinator, MoveKind, Preemptible, ShardReport
+from bigfleet.models import MachineState, Shortfall, from_wire
+from bigfleet.synthetic import OFFERS, machine
+
+GPU = next(o for o in OFFERS if o.instance_type == "gpu-8xh100")
+REQ = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["gpu-8xh100"]}]
+
+
+def gpus(prefix: str, n: int, state: MachineState, cluster: str | None = None) -> list:
+    return [machine(f"{prefix}-{i:03d}", GPU, state, cluster, rack=f"{prefix}-r") for i in range(n)]
+
+
+def shortfall(priority: int, count: int, same: str | None = None) -> Shortfall:
+    raw = {"cluster": "train", "profile": "gpu", "priority": priority, "count": count}
+    return from_wire(Shortfall, {**raw, "age": 1, "requirements": REQ, "same": same})
+
+
+def report(shard: int, size: int = 1000, **lists) -> ShardReport:
+    return ShardReport(shard=shard, at=0.0, machines={"CONFIGURED": size}, **lists)
+
+
+def coordinator(*reports: ShardReport) -> Coordinator:
+    c = Coordinator(term=1)
+    for r in reports:
+        c.receive(r, now=0.0)
+    return c
+
+
+def test_a_cluster_goes_to_the_least_loaded_shard_and_stays_there():
+    c = Coordinator(shards=[0, 1, 2])
+    c.clusters = {"a": 0, "b": 0, "c": 1}
+    assert c.assign("new") == 2
+    assert c.assign("newer") == 1
+    assert c.assign("new") == 2  # permanent
+
+
+def test_idle_machines_move_before_speculative_quota():
+    c = coordinator(
+        report(1, shortfalls=[shortfall(1_000_000, 4)]),
+        report(2, idle=gpus("idle", 3, MachineState.IDLE)),
+        report(3, speculative=gpus("spec", 8, MachineState.SPECULATIVE)),
+    )
+    moves = {m.kind: m for m in c.plan()}
+    assert moves[MoveKind.IDLE].donor == 2 and len(moves[MoveKind.IDLE].machine_ids) == 3
+    assert moves[MoveKind.SPECULATIVE].donor == 3
+    assert len(moves[MoveKind.SPECULATIVE].machine_ids) == 1
+    assert MoveKind.PREEMPT not in moves
+
+
+def test_cross_shard_preemption_only_when_nothing_is_free_anywhere():
+    research = [
+        Preemptible(machine=m, priority=100_000, cluster="research")
+        for m in gpus("res", 64, MachineState.CONFIGURED, "research")
+    ]
+    c = coordinator(
+        report(1, shortfalls=[shortfall(1_000_000, 64)]), report(2, preemptible=research)
+    )
+    (move,) = c.plan()
+    assert move.kind is MoveKind.PREEMPT and (move.donor, move.receiver) == (2, 1)
+    assert len(move.machine_ids) == 64
+    assert move.grace_seconds == 30.0  # a gap of 900 000: the seed's table, DESIGN §5
+
+    c.receive(report(3, idle=gpus("idle", 1, MachineState.IDLE)), now=0.0)
+    assert {m.kind for m in c.plan()} == {MoveKind.IDLE}
+
+
+def test_equal_priority_never_preempts_across_shards():
+    same_priority = [
+        Preemptible(machine=m, priority=500_000, cluster="batch")
+        for m in gpus("b", 8, MachineState.CONFIGURED, "batch")
+    ]
+    c = coordinator(
+        report(1, shortfalls=[shortfall(500_000, 8)]), report(2, preemptible=same_priority)
+    )
+    assert c.plan() == []
+
+
+def test_moves_respect_the_share_limit_of_both_shards():
+    c = coordinator(
+        report(1, size=50, shortfalls=[shortfall(1_000_000, 40)]),
+        report(2, size=1000, idle=gpus("idle", 40, MachineState.IDLE)),
+    )
+    (move,) = c.plan()
+    assert len(move.machine_ids) == 5  # 10 % of the receiver's 50 machines
+
+
+def test_a_same_rack_shortfall_is_never_resolved_across_shards():
+    c = coordinator(
+        report(1, shortfalls=[shortfall(1_000_000, 8, same="bigfleet.io/rack")]),
+        report(2, idle=gpus("idle", 64, MachineState.IDLE)),
+    )
+    assert c.plan() == []
+
+
+def test_missing_reports_and_fleet_wide_shortfalls_are_surfaced():
+    c = coordinator(
+        report(1, shortfalls=[shortfall(1_000_000, 4)]),
+        report(2, shortfalls=[shortfall(900_000, 2)]),
+    )
+    c.add_shard(3)
+    assert c.missing(now=10.0) == [3]
+    assert c.missing(now=31.0) == [1, 2, 3]
+    assert c.shared_shortfalls() == ["gpu"]
