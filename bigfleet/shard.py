@@ -14,7 +14,10 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from .coordinator import Preemptible, ShardReport
 from .engine import Decision, FastEngine
+from .engine.claims import CONFIGURED_SLOT
+from .engine.rows import RowPicker
 from .inventory import CODE, Inventory, MachineNotFound
 from .models import (
     ClusterCapacityNeeds,
@@ -166,6 +169,48 @@ class Shard:
                     )
                 )
         return out
+
+    def report(self, now: float, sample: int = 256) -> ShardReport:
+        """The 30-second report to the coordinator (seed §9): summary, shortfalls, and bounded
+        samples of what this shard could give: idle, speculative, lowest-priority configured."""
+        inv = self.inventory
+        n = inv.rows_used
+
+        def rows(state: S) -> np.ndarray:
+            return np.flatnonzero(inv.state[:n] == CODE[state])
+
+        # Configured machines by the priority of the need that claims them now, lowest first.
+        held = sorted(
+            (
+                c
+                for cc in self.engine.claims.values()
+                for cs in cc.claims.values()
+                for c in cs
+                if c.slot == CONFIGURED_SLOT
+            ),
+            key=lambda c: (c.need.priority, c.need.order, c.profile),
+        )
+        picker = RowPicker(inv, free=[], configured=[(c.need.cluster, c.profile) for c in held])
+        lowest: list[tuple[int, int, str]] = []
+        for c in held:
+            if len(lowest) >= sample:
+                break
+            for r in picker.configured(c.need.cluster, c.profile, c.offset, c.count).tolist():
+                lowest.append((r, c.need.priority, c.need.cluster))
+        lowest = lowest[:sample]
+        return ShardReport(
+            shard=self.id,
+            at=now,
+            machines=self.machines_by_state(),
+            clusters=self.needs.clusters(),
+            shortfalls=self.last.shortfalls,
+            idle=[inv.machine(r) for r in rows(S.IDLE)[:sample].tolist()],
+            speculative=[inv.machine(r) for r in rows(S.SPECULATIVE)[:sample].tolist()],
+            preemptible=[
+                Preemptible(machine=inv.machine(r), priority=priority, cluster=cluster)
+                for r, priority, cluster in lowest
+            ],
+        )
 
     # ---- what people and operators ask ------------------------------------------------------
 

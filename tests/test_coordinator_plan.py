@@ -104,3 +104,22 @@ def test_missing_reports_and_fleet_wide_shortfalls_are_surfaced():
     assert c.missing(now=10.0) == [3]
     assert c.missing(now=31.0) == [1, 2, 3]
     assert c.shared_shortfalls() == ["gpu"]
+
+
+def test_a_shard_reports_its_configured_machines_at_the_priority_that_claims_them_now():
+    import random
+
+    from bigfleet.shard import Shard
+    from bigfleet.synthetic import fleet, rollups
+
+    shard = Shard(1)
+    shard.adopt(fleet(random.Random(1), 300, 3), 0)
+    for r in rollups(random.Random(2), 3, 3, 30):
+        shard.receive(r, 0)
+    shard.cycle(10)
+    report = shard.report(10, sample=300)
+    claimed = {n.key: n.priority for n in shard.needs}
+    priorities = [p.priority for p in report.preemptible]
+    assert priorities == sorted(priorities)  # lowest first: the coordinator's first victims
+    assert set(priorities) <= set(claimed.values())
+    assert len(report.preemptible) == sum(shard.engine.ready(n) for n in shard.needs)

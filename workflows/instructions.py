@@ -12,13 +12,13 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from bigfleet.engine import Decision
     from bigfleet.models import Machine, MachineState, Transition
     from bigfleet.shard import Shard
     from workflows.types import Instruction
 
 S = MachineState
 MAX_SHARE = 0.10
+REPORT_SAMPLE = 32
 COORDINATOR_ID = "coordinator"
 
 
@@ -111,19 +111,15 @@ class InstructionHandlers:
             if row < 0 or inv.state_of(row) is not S.CONFIGURED:
                 raise ApplicationError(f"machine {mid} is not a configured machine of this shard")
 
-    async def report(self, decision: Decision) -> None:
+    async def report(self) -> None:
         """Summary and shortfalls to the coordinator every 30 s, if one runs (static stability:
         without one the shard carries on alone)."""
         now = workflow.now().timestamp()
         if now - self.last_report < self.cfg.report_seconds:  # type: ignore[attr-defined]
             return
         self.last_report = now
-        report = {
-            "shard": self.shard.id,
-            "machines": self.shard.machines_by_state(),
-            "clusters": len(self.shard.needs.clusters()),
-            "shortfalls": [s.model_dump(mode="json") for s in decision.shortfalls],
-        }
+        # Small samples: every report lands in the coordinator's history.
+        report = self.shard.report(now, sample=REPORT_SAMPLE)
         try:
             await workflow.get_external_workflow_handle(COORDINATOR_ID).signal(
                 "shard_report", report

@@ -142,7 +142,7 @@ class ShardWorkflow(InstructionHandlers):
             if now >= next_reconcile:
                 await self._reconcile(now)
                 next_reconcile = now + self.cfg.reconcile_seconds
-            await self.report(decision)
+            await self.report()
             cycles_this_run += 1
             if (
                 workflow.info().is_continue_as_new_suggested()
