@@ -9,7 +9,7 @@ speculative quota, then — only when neither exists anywhere and the priority i
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -66,6 +66,7 @@ class Move:
     machine_ids: list[str]
     priority: int
     grace_seconds: float = 0.0
+    cluster: str = ""
 
 
 @dataclass
@@ -131,25 +132,39 @@ class Coordinator:
 
     # ---- shortfall resolution ---------------------------------------------------------------
 
-    def plan(self, max_share: float = MAX_SHARE) -> list[Move]:
-        """Moves for this round, highest-priority shortfalls first (seed §9's order)."""
-        used: set[str] = set()
+    def plan(
+        self,
+        max_share: float = MAX_SHARE,
+        busy: Iterable[str] = (),
+        pending: Mapping[tuple[int, str, int], int] | None = None,
+    ) -> list[Move]:
+        """Moves for this round, highest-priority shortfalls first (seed §9's order). No donor
+        gives more than `max_share` of its machines a round (shards refuse more); machines in
+        `busy` (already moving) are left alone, and `pending` machines per (receiver, cluster,
+        priority), already on their way, are not asked for again."""
+        used: set[str] = set(busy)
+        pending = dict(pending or {})
         budget = {s: max(1, int(r.size * max_share)) for s, r in self.reports.items()}
         moves: dict[tuple[MoveKind, int, int, int, float], Move] = {}
         for receiver, sf in self.fleet_shortfalls():
             if _confined_to_a_domain(sf):
                 continue  # topology never crosses shards (seed §16)
-            want = min(sf.count, budget.get(receiver, 0))
+            asked = (receiver, sf.cluster, sf.priority)
+            on_the_way = min(sf.count, pending.get(asked, 0))
+            pending[asked] = pending.get(asked, 0) - on_the_way
+            want = sf.count - on_the_way
+            if want == 0:
+                continue
             free_anywhere = False
             for kind in (MoveKind.IDLE, MoveKind.SPECULATIVE):
                 for donor, m in self._offers(kind, receiver, sf, used):
                     free_anywhere = True
                     if want == 0 or budget[donor] == 0:
                         continue
-                    self._take(moves, (kind, donor, receiver, sf.priority, 0.0), m.id)
+                    key = (kind, donor, receiver, sf.priority, 0.0, sf.cluster)
+                    self._take(moves, key, m.id)
                     used.add(m.id)
                     budget[donor] -= 1
-                    budget[receiver] -= 1
                     want -= 1
             if want == 0 or free_anywhere:
                 continue
@@ -157,11 +172,10 @@ class Coordinator:
                 if want == 0 or budget[donor] == 0:
                     break
                 grace = drain_grace_period(sf.priority, p.priority)
-                key = (MoveKind.PREEMPT, donor, receiver, sf.priority, grace)
+                key = (MoveKind.PREEMPT, donor, receiver, sf.priority, grace, sf.cluster)
                 self._take(moves, key, p.machine.id)
                 used.add(p.machine.id)
                 budget[donor] -= 1
-                budget[receiver] -= 1
                 want -= 1
         return list(moves.values())
 
@@ -192,11 +206,13 @@ class Coordinator:
         return sorted(found, key=lambda dp: (dp[1].priority, dp[0], dp[1].machine.id))
 
     @staticmethod
-    def _take(moves: dict, key: tuple[MoveKind, int, int, int, float], machine_id: str) -> None:
+    def _take(
+        moves: dict, key: tuple[MoveKind, int, int, int, float, str], machine_id: str
+    ) -> None:
         move = moves.get(key)
         if move is None:
-            kind, donor, receiver, priority, grace = key
-            move = moves[key] = Move(kind, donor, receiver, [], priority, grace)
+            kind, donor, receiver, priority, grace, cluster = key
+            move = moves[key] = Move(kind, donor, receiver, [], priority, grace, cluster)
         move.machine_ids.append(machine_id)
 
 

@@ -17,17 +17,21 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.operators import OperatorActivities
 from activities.providers import ProviderActivities, VirtualClock
+from activities.shards import ShardClientActivities
 from activities.starter import StarterActivities
 from bigfleet.assignment import cluster_shard
 from bigfleet.operators import SimulatedOperator
 from bigfleet.providers.baremetal import SimulatedBareMetalProvider
 from bigfleet.providers.cloud import SimulatedCloudProvider
 from bigfleet.simulation.scenario import CloudProviderSpec, Scenario
+from workflows.coordinator import CoordinatorWorkflow
+from workflows.sagas import COORDINATOR_ID, TransferSagaWorkflow
 from workflows.shard import ShardWorkflow
 from workflows.transition import MachineTransitionWorkflow
 from workflows.types import (
     SHARD_TASK_QUEUE,
     TRANSITION_TASK_QUEUE,
+    CoordinatorInput,
     ShardConfig,
     ShardInput,
     provider_task_queue,
@@ -101,7 +105,8 @@ shard_of = cluster_shard
 
 
 async def ensure_shards(client: Client, fleet: Scenario, **overrides: object) -> None:
-    """Start every shard workflow that is not already running (idempotent)."""
+    """Start every shard workflow that is not already running (idempotent), and the coordinator
+    when there is more than one shard to coordinate."""
     for shard in range(fleet.shards):
         await client.start_workflow(
             ShardWorkflow.run,
@@ -110,6 +115,15 @@ async def ensure_shards(client: Client, fleet: Scenario, **overrides: object) ->
             task_queue=SHARD_TASK_QUEUE,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary=f"BigFleet shard {shard} of {fleet.shards}",
+        )
+    if fleet.shards > 1:
+        await client.start_workflow(
+            CoordinatorWorkflow.run,
+            CoordinatorInput(shards=fleet.shards),
+            id=COORDINATOR_ID,
+            task_queue=SHARD_TASK_QUEUE,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary=f"BigFleet coordinator of {fleet.shards} shards",
         )
 
 
@@ -126,8 +140,12 @@ def build_workers(
             Worker(
                 client,
                 task_queue=SHARD_TASK_QUEUE,
-                workflows=[ShardWorkflow],
-                activities=[StarterActivities(client).start_transitions],
+                workflows=[ShardWorkflow, CoordinatorWorkflow, TransferSagaWorkflow],
+                activities=[
+                    StarterActivities(client).start_transitions,
+                    ShardClientActivities(client).update,
+                    ShardClientActivities(client).machine_states,
+                ],
                 workflow_runner=RUNNER,
             )
         )

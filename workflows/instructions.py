@@ -1,7 +1,8 @@
 """Coordinator instructions a shard accepts (seed §6, §11): fenced updates, and shard reports.
 
 Every instruction carries (coordinator_term, seq). A stale term, a replayed seq, or one that
-would touch more than `MAX_SHARE` of the shard's machines is refused before it changes anything.
+would take more than `MAX_SHARE` of the shard's machines away is refused before it changes
+anything.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from bigfleet.models import Machine, MachineState, Transition
     from bigfleet.shard import Shard
+    from workflows.sagas import COORDINATOR_ID
     from workflows.types import Instruction
 
 S = MachineState
 MAX_SHARE = 0.10
 REPORT_SAMPLE = 32
-COORDINATOR_ID = "coordinator"
+SEEN_KEPT = 1000
 
 
 class InstructionHandlers:
@@ -27,18 +29,26 @@ class InstructionHandlers:
 
     def __init__(self, state: dict[str, Any]) -> None:
         self.term = int(state.get("term", 0))
-        self.instruction_seq = int(state.get("instruction_seq", 0))
+        # Sequence numbers seen in the current term: sagas run side by side, so instructions
+        # may arrive out of order; a seq seen before is a replay.
+        self.seen: list[int] = list(state.get("seen", []))
         self.last_report = 0.0
 
     def instruction_state(self) -> dict[str, Any]:
-        return {"term": self.term, "instruction_seq": self.instruction_seq}
+        return {"term": self.term, "seen": self.seen[-SEEN_KEPT:]}
 
     def _fence(self, ins: Instruction, touched: int) -> None:
-        if ins.term < self.term or (ins.term == self.term and ins.seq <= self.instruction_seq):
+        if ins.term < self.term:
             raise ApplicationError(
-                f"stale instruction (term {ins.term}, seq {ins.seq}): shard {self.shard.id} "
-                f"has seen term {self.term}, seq {self.instruction_seq}",
+                f"stale instruction from coordinator term {ins.term}: shard {self.shard.id} "
+                f"has seen term {self.term}",
                 type="StaleInstruction",
+                non_retryable=True,
+            )
+        if ins.term == self.term and ins.seq in self.seen:
+            raise ApplicationError(
+                f"instruction (term {ins.term}, seq {ins.seq}) was already carried out",
+                type="ReplayedInstruction",
                 non_retryable=True,
             )
         limit = max(1, int(len(self.shard.inventory) * MAX_SHARE))
@@ -51,7 +61,20 @@ class InstructionHandlers:
             )
 
     def _accept(self, ins: Instruction) -> None:
-        self.term, self.instruction_seq = ins.term, ins.seq
+        if ins.term > self.term:
+            self.term, self.seen = ins.term, []
+        self.seen.append(ins.seq)
+        del self.seen[:-SEEN_KEPT]
+
+    @workflow.query
+    def machine_states(self, machine_ids: list[str]) -> dict[str, str]:
+        """Where a saga's machines are now (a drain for transfer is done when they are idle)."""
+        inv = self.shard.inventory
+        out = {}
+        for mid in machine_ids:
+            row = inv.ids.find(mid)
+            out[mid] = inv.state_of(row).value if row >= 0 else "GONE"
+        return out
 
     @workflow.update
     def adopt(self, ins: Instruction) -> int:
@@ -61,7 +84,8 @@ class InstructionHandlers:
 
     @adopt.validator
     def _adopt_ok(self, ins: Instruction) -> None:
-        self._fence(ins, len(ins.machines))
+        # Adopting takes nothing away from the shard: fenced, but no share limit.
+        self._fence(ins, 0)
 
     @workflow.update
     def release(self, ins: Instruction) -> list[Machine]:

@@ -136,3 +136,41 @@ class Instruction(Model):
     machine_ids: list[str] = Field(default_factory=list)
     machines: list[Machine] = Field(default_factory=list)
     grace_seconds: float = 600.0
+
+
+class ShardCall(Model):
+    """One saga step: an update (or a query) on a shard workflow."""
+
+    shard: int
+    update: str
+    instruction: Instruction
+
+
+class SagaInput(Model):
+    """Move machines between shards (seed §9): idle, speculative, or preempted and drained."""
+
+    kind: str
+    donor: int
+    receiver: int
+    machine_ids: list[str]
+    term: int
+    seqs: list[int]
+    priority: int = 0
+    grace_seconds: float = 0.0
+    drain_timeout_seconds: float = 4 * 3600.0
+    poll_seconds: float = 10.0
+
+
+class SagaResult(Model):
+    moved: list[str] = Field(default_factory=list)
+    compensated: list[str] = Field(default_factory=list)
+    failed_step: str | None = None
+    error: str | None = None
+
+
+class CoordinatorInput(Model):
+    shards: int
+    plan_seconds: float = 30.0
+    missing_after_seconds: float = 30.0
+    max_rounds_per_run: int = 500
+    state: dict[str, Any] | None = None

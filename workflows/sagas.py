@@ -1,0 +1,126 @@
+"""Rebalancing and cross-shard preemption as sagas (seed §5, §8, §9): each step an update on a
+shard workflow, each with its compensation, run backwards when a later step fails. No machine is
+ever owned by two shards or by none: it is released by the donor before the receiver adopts it,
+and if the receiver refuses, the donor takes it back."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from bigfleet.models import Machine
+    from workflows.types import (
+        SHARD_TASK_QUEUE,
+        Instruction,
+        SagaInput,
+        SagaResult,
+        ShardCall,
+    )
+
+COORDINATOR_ID = "coordinator"
+STEP = dict(
+    task_queue=SHARD_TASK_QUEUE,
+    start_to_close_timeout=timedelta(seconds=30),
+    retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5),
+)
+
+
+@workflow.defn(name="TransferSaga")
+class TransferSagaWorkflow:
+    @workflow.run
+    async def run(self, s: SagaInput) -> SagaResult:
+        self.s = s
+        try:
+            return await self._run(s)
+        finally:
+            try:
+                await workflow.get_external_workflow_handle(COORDINATOR_ID).signal(
+                    "saga_done", workflow.info().workflow_id
+                )
+            except Exception:  # the coordinator restarted: it no longer tracks this saga
+                pass
+
+    async def _run(self, s: SagaInput) -> SagaResult:
+        workflow.set_current_details(
+            f"**{s.kind}** {len(s.machine_ids)} machines, shard {s.donor} → shard {s.receiver}"
+        )
+        result = SagaResult()
+        seqs = iter(s.seqs)
+        if s.kind == "preempt":
+            step = "drain_for_transfer"
+            try:
+                await self._update(s.donor, step, next(seqs), s.machine_ids)
+                await self._wait_idle(s.machine_ids)
+            except (ActivityError, TimeoutError) as err:
+                # Nothing left the donor: the drained machines stay there, idle, for its own use.
+                return self._failed(result, step, err)
+        step = "release"
+        try:
+            machines: list[Machine] = await self._update(
+                s.donor, step, next(seqs), s.machine_ids, result_type=list[Machine]
+            )
+        except ActivityError as err:
+            return self._failed(result, step, err)
+        step = "adopt"
+        try:
+            await self._update(s.receiver, step, next(seqs), machines=machines)
+        except ActivityError as err:
+            # Compensation: the donor takes back what it released.
+            await self._update(s.donor, "adopt", next(seqs), machines=machines)
+            result.compensated = [m.id for m in machines]
+            return self._failed(result, step, err)
+        result.moved = [m.id for m in machines]
+        return result
+
+    async def _update(
+        self,
+        shard: int,
+        update: str,
+        seq: int,
+        machine_ids: list[str] | None = None,
+        machines: list[Machine] | None = None,
+        result_type: type | None = None,
+    ):
+        ins = Instruction(
+            term=self.s.term,
+            seq=seq,
+            machine_ids=machine_ids or [m.id for m in machines or []],
+            machines=machines or [],
+            grace_seconds=self.s.grace_seconds,
+        )
+        return await workflow.execute_activity(
+            "shard_update",
+            ShardCall(shard=shard, update=update, instruction=ins),
+            result_type=result_type,
+            **STEP,
+        )
+
+    async def _wait_idle(self, machine_ids: list[str]) -> None:
+        """A drain for transfer is done when the donor has the machines idle again."""
+        deadline = workflow.now() + timedelta(
+            seconds=self.s.grace_seconds + self.s.drain_timeout_seconds
+        )
+        ins = Instruction(term=self.s.term, seq=0, machine_ids=machine_ids)
+        while True:
+            states: dict[str, str] = await workflow.execute_activity(
+                "shard_machine_states",
+                ShardCall(shard=self.s.donor, update="machine_states", instruction=ins),
+                result_type=dict[str, str],
+                **STEP,
+            )
+            if all(v == "IDLE" for v in states.values()):
+                return
+            if workflow.now() >= deadline:
+                raise TimeoutError(f"machines still draining: {states}")
+            await workflow.sleep(self.s.poll_seconds)
+
+    def _failed(self, result: SagaResult, step: str, err: BaseException) -> SagaResult:
+        cause = err.cause if isinstance(err, ActivityError) and err.cause else err
+        workflow.logger.warning("saga step %s failed: %s", step, cause)
+        result.failed_step = step
+        result.error = str(cause)
+        return result
