@@ -78,13 +78,14 @@ def test_equal_priority_never_preempts_across_shards():
     assert c.plan() == []
 
 
-def test_moves_respect_the_share_limit_of_both_shards():
+def test_no_donor_gives_more_than_its_share_in_a_round():
     c = coordinator(
-        report(1, size=50, shortfalls=[shortfall(1_000_000, 40)]),
-        report(2, size=1000, idle=gpus("idle", 40, MachineState.IDLE)),
+        report(1, size=1000, shortfalls=[shortfall(1_000_000, 40)]),
+        report(2, size=50, idle=gpus("idle", 40, MachineState.IDLE)),
     )
     (move,) = c.plan()
-    assert len(move.machine_ids) == 5  # 10 % of the receiver's 50 machines
+    assert len(move.machine_ids) == 5  # 10 % of the donor's 50 machines
+    assert c.plan(busy=move.machine_ids)[0].machine_ids[0] not in move.machine_ids
 
 
 def test_a_same_rack_shortfall_is_never_resolved_across_shards():
