@@ -8,6 +8,7 @@ a second and the time-skipping test server in less, so a fresh one per test cost
 from __future__ import annotations
 
 import asyncio
+import inspect
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -100,17 +101,20 @@ async def fleet_workers(
 
 
 async def eventually(
-    probe: Callable[[], Awaitable[T]],
+    probe: Callable[[], Awaitable[T] | T],
     ok: Callable[[T], bool],
     *,
     timeout: float = 30.0,
     interval: float = 0.25,
     what: str = "condition",
 ) -> T:
-    """Call `probe` until `ok(value)`; the last value, or an AssertionError naming `what`."""
+    """Call `probe` (sync or async) until `ok(value)`; returns that value, or raises an
+    AssertionError naming `what` with the last value seen."""
     deadline = time.monotonic() + timeout
     while True:
-        value = await probe()
+        value = probe()
+        if inspect.isawaitable(value):
+            value = await value
         if ok(value):
             return value
         if time.monotonic() > deadline:

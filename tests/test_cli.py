@@ -307,7 +307,7 @@ def test_docker_compose_registers_the_same_search_attributes():
     script = compose["services"]["register-search-attributes"]["command"][0]
     registered = dict(re.findall(r"\b(BigFleet\w+)=(\w+)\b", script))
     assert registered == {k.name: cli.search_attribute_type(k) for k in SEARCH_ATTRIBUTES}
-    assert "--name \"$${attribute%%=*}\" --type \"$${attribute#*=}\"" in script
+    assert '--name "$${attribute%%=*}" --type "$${attribute#*=}"' in script
     worker = compose["services"]["bigfleet-worker"]
     assert worker["command"][:3] == ["worker", "--fleet", "examples/dev-fleet.yaml"]
     assert "temporal:7233" in worker["command"]
@@ -429,8 +429,13 @@ def test_dev_logs_a_failed_activity_attempt_in_one_line():
         import sys
 
         record = logging.LogRecord(
-            "temporalio.activity", logging.WARNING, __file__, 1, "Completing %s as failed",
-            ("activity",), sys.exc_info(),
+            "temporalio.activity",
+            logging.WARNING,
+            __file__,
+            1,
+            "Completing %s as failed",
+            ("activity",),
+            sys.exc_info(),
         )
     assert _one_line(record)
     assert record.exc_info is None

@@ -78,7 +78,7 @@ async def start(client: Client, t: TransitionInput) -> WorkflowHandle[Any, Trans
     return await client.start_workflow(
         MachineTransitionWorkflow.run,
         t,
-        id=transition_workflow_id(t.machine_ids[0], t.transition, t.token.seq),
+        id=transition_workflow_id(t.machine_ids[0], t.transition, t.token),
         task_queue=TRANSITION_TASK_QUEUE,
         search_attributes=TypedSearchAttributes(
             [
@@ -173,7 +173,7 @@ async def test_escalate_drain_shortens_the_grace(skipping_env: WorkflowEnvironme
             client,
             transition(T.DRAIN, [mid], cluster="a", grace_seconds=HOUR, poll_seconds=30),
         )
-        await eventually(lambda: asyncio.sleep(0, len(seen)), bool, what="the first drain call")
+        await eventually(lambda: len(seen), bool, what="the first drain call")
         await handle.signal(MachineTransitionWorkflow.escalate_drain, 5.0)
         result = await handle.result()
 
@@ -190,25 +190,21 @@ async def test_worker_killed_mid_transition_resumes_without_a_second_call(
     client = dev_env.client
     async with fleet_workers(client, fleet(configure_latency=5), ROLES) as sim:
         (mid,) = machine_ids(sim, 1)
-        created = await client.execute_workflow(
-            MachineTransitionWorkflow.run,
-            transition(T.CREATE, [mid], poll_seconds=0.5),
-            id=f"create-{mid}",
-            task_queue=TRANSITION_TASK_QUEUE,
-        )
+        create = await start(client, transition(T.CREATE, [mid], poll_seconds=0.5))
+        created = await asyncio.wait_for(create.result(), 30)
         assert [m.state for m in created.machines] == [S.IDLE]
 
     provider = sim.providers["dc"]
     stop = asyncio.Event()
     worker_task = asyncio.create_task(run_workers(build_workers(client, sim, ROLES), stop))
-    handle = await start(client, transition(T.CONFIGURE, [mid], cluster="a", poll_seconds=0.5))
-    await eventually(
-        lambda: asyncio.sleep(0, provider.started[T.CONFIGURE]), bool, what="configure started"
-    )
-    # Kill the workers mid-transition: the task running them is cancelled outright, no stop.
-    worker_task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await worker_task
+    try:
+        handle = await start(client, transition(T.CONFIGURE, [mid], cluster="a", poll_seconds=0.5))
+        await eventually(lambda: provider.started[T.CONFIGURE], bool, what="configure started")
+    finally:
+        # Kill the workers mid-transition: the task running them is cancelled outright.
+        worker_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await worker_task
     assert provider.get(mid).state is S.CONFIGURING
 
     async with fleet_workers(client, sim, ROLES):  # a new worker over the same providers
@@ -224,18 +220,32 @@ async def test_batched_create_returns_a_result_per_machine(dev_env: WorkflowEnvi
     client = dev_env.client
     async with fleet_workers(client, fleet(), ROLES) as sim:
         ids = machine_ids(sim, 10)
-        result = await asyncio.wait_for(
-            client.execute_workflow(
-                MachineTransitionWorkflow.run,
-                transition(T.CREATE, ids, cluster="a", need="n1", priority=7, poll_seconds=0.5),
-                id=transition_workflow_id(ids[0], T.CREATE, 1),
-                task_queue=TRANSITION_TASK_QUEUE,
-            ),
-            30,
-        )
+        t = transition(T.CREATE, ids, cluster="a", need="n1", priority=7, poll_seconds=0.5)
+        handle = await start(client, t)
+        result = await asyncio.wait_for(handle.result(), 30)
     assert sorted(m.id for m in result.machines) == ids
     assert {m.state for m in result.machines} == {S.IDLE}
     assert all(m.host is not None for m in result.machines)
     assert (result.cluster, result.need, result.priority) == ("a", "n1", 7)
     assert sim.providers["dc"].calls["create"] == 1  # one provider call for the batch
     assert sim.providers["dc"].started[T.CREATE] == 10
+
+
+async def test_escalate_drain_sent_to_a_configure_changes_nothing(dev_env: WorkflowEnvironment):
+    """`escalate_drain` only means something to a drain: a configure keeps its poll cadence."""
+    client = dev_env.client
+    async with fleet_workers(client, fleet(configure_latency=4), ROLES) as sim:
+        (mid,) = machine_ids(sim, 1)
+        configure_directly(sim, [mid])  # then drain it back to idle on the provider
+        sim.providers["dc"].drain(mid, 0.0, token(), force=True)
+        sim.clocks["dc"].now += 10
+        provider = sim.providers["dc"]
+        handle = await start(client, transition(T.CONFIGURE, [mid], cluster="a", poll_seconds=1))
+        await eventually(lambda: provider.calls["configure"] == 2, bool, what="configure")
+        gets = provider.calls["get"]
+        await handle.signal(MachineTransitionWorkflow.escalate_drain, 0.0)
+        result = await asyncio.wait_for(handle.result(), 30)
+    (m,) = result.machines
+    assert m.state is S.CONFIGURED
+    # About one read a second for ~4 s; a hot loop of reads would make hundreds.
+    assert provider.calls["get"] - gets <= 10, provider.calls

@@ -66,8 +66,8 @@ class ShardWorkflow(InstructionHandlers):
         if inp.state is not None:
             restore_shard(inp.state, self.shard)
         InstructionHandlers.__init__(self, inp.state or {})
-        self.results = [TransitionResult.model_validate(p) for p in inp.pending]
-        self.pipeline: list[TransitionInput] = []
+        self.results: list[TransitionResult] = []
+        self.pipeline: list[TransitionInput] = list(inp.pipeline)
         self.last_cycle_ms = 0.0
         self.started: dict[str, int] = {}
 
@@ -152,7 +152,9 @@ class ShardWorkflow(InstructionHandlers):
                 self._fold_results(workflow.now().timestamp())
                 state = shard_state(self.shard)
                 state.update(self.instruction_state())
-                workflow.continue_as_new(ShardInput(config=self.cfg, state=state))
+                workflow.continue_as_new(
+                    ShardInput(config=self.cfg, state=state, pipeline=self.pipeline)
+                )
 
     def _cycle(self, now: float) -> Decision:
         with workflow.unsafe.sandbox_unrestricted():

@@ -37,15 +37,18 @@ CORRECTIVE_SECONDS = 600.0
 
 @workflow.defn(name="MachineTransition")
 class MachineTransitionWorkflow:
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, t: TransitionInput) -> None:
+        self.t = t
         self._escalation: float | None = None
-        self._grace: float | None = None
+        self._grace = t.grace_seconds if t.transition is T.DRAIN else None
         self._machines: list[Machine] = []
 
     @workflow.signal
     def escalate_drain(self, grace_seconds: float) -> None:
-        """A shorter grace for a running drain (0 = forced). A longer one changes nothing."""
-        if self._grace is None or grace_seconds < self._grace:
+        """A shorter grace for a running drain (0 = forced). A longer one changes nothing, and
+        so does the signal sent to any other transition."""
+        if self._grace is not None and grace_seconds < self._grace:
             self._escalation = max(0.0, grace_seconds)
 
     @workflow.query
@@ -54,8 +57,6 @@ class MachineTransitionWorkflow:
 
     @workflow.run
     async def run(self, t: TransitionInput) -> TransitionResult:
-        self.t = t
-        self._grace = t.grace_seconds if t.transition is T.DRAIN else None
         result = TransitionResult(transition=t.transition, machines=[])
         if t.transition is T.CONFIGURE:
             answer = await self._bootstrap(t.machine_ids[0])

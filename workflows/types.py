@@ -125,7 +125,8 @@ class ShardConfig(Model):
 class ShardInput(Model):
     config: ShardConfig
     state: dict[str, Any] | None = None
-    pending: list[dict[str, Any]] = Field(default_factory=list)
+    # Carried across continue-as-new: transitions decided but not yet started.
+    pipeline: list[TransitionInput] = Field(default_factory=list)
 
 
 class Instruction(Model):

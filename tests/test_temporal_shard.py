@@ -1,0 +1,359 @@
+"""The shard workflow end to end on a real dev server: roll-ups in as signals, transition
+workflows out, simulated providers underneath. Each test has its own server (shards are always
+`shard-<n>`), a 1 s decision cycle and fast simulated machines."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.providers import ProviderActivities
+from bigfleet import labels as L
+from bigfleet.models import ListFilter, Machine, MachineState, Transition, from_wire
+from bigfleet.simulation.scenario import Scenario
+from tests.conftest import eventually, fleet_workers
+from workers.worker import SimulatedFleet, build_workers, ensure_shards, run_workers
+from workflows.shard import ShardWorkflow
+from workflows.types import (
+    CLUSTER,
+    MACHINE_IDS,
+    PROVIDER,
+    RESULT_STATE,
+    SHARD,
+    TRANSITION,
+    ProviderRead,
+    TransitionInput,
+    TransitionResult,
+    provider_task_queue,
+)
+
+S = MachineState
+T = Transition
+GPU = "gpu-8xh100"
+REQUIREMENTS = [{"key": L.INSTANCE_TYPE, "operator": "In", "values": [GPU]}]
+FAST = dict(transition_poll_seconds=0.5)
+# Visibility times come from the server, local ones from this process: allow some clock slack.
+_SLACK = timedelta(seconds=1)
+
+
+def fleet(machines: int, **provider: Any) -> Scenario:
+    """One bare-metal rack of `machines` GPU servers, clusters `a` and `b`, a 1 s cycle."""
+    return from_wire(
+        Scenario,
+        {
+            "name": "shard-test",
+            "cycle_seconds": 1,
+            "duration_seconds": 1,
+            "shards": 1,
+            "providers": [
+                {
+                    "name": "dc",
+                    "kind": "bare-metal",
+                    "configure_latency": 2,
+                    "drain_latency": 2,
+                    "racks": [
+                        {"rack": "r1", "zone": "ams-1", "instance_type": GPU, "count": machines}
+                    ],
+                    **provider,
+                }
+            ],
+            "clusters": [{"name": "a"}, {"name": "b"}],
+        },
+    )
+
+
+def rollup(cluster: str, generation: int, count: int, priority: int, penalty: float) -> dict:
+    need = {
+        "requirements": REQUIREMENTS,
+        "priority": priority,
+        "count": count,
+        "interruption_penalty": penalty,
+    }
+    return {"cluster": cluster, "generation": generation, "needs": [need]}
+
+
+def shard(client: Client):
+    return client.get_workflow_handle_for(ShardWorkflow.run, "shard-0")
+
+
+async def status(client: Client) -> dict[str, Any]:
+    return await shard(client).query(ShardWorkflow.status)
+
+
+async def cluster(client: Client, name: str) -> dict[str, Any]:
+    return await shard(client).query(ShardWorkflow.cluster, name)
+
+
+def provider_machines(sim: SimulatedFleet) -> dict[str, tuple[MachineState, str | None]]:
+    return {m.id: (m.state, m.cluster) for m in sim.providers["dc"].list(ListFilter())}
+
+
+async def listed(client: Client, query: str) -> list[WorkflowExecution]:
+    """Workflows matching a visibility query, oldest first."""
+    found = [wf async for wf in client.list_workflows(query)]
+    return sorted(found, key=lambda wf: (wf.start_time, wf.id))
+
+
+async def closed(client: Client, query: str, count: int) -> list[WorkflowExecution]:
+    """Wait until `count` workflows match and all have completed (visibility lags a little)."""
+    return await eventually(
+        lambda: listed(client, query),
+        lambda wfs: (
+            len(wfs) == count and all(wf.status is WorkflowExecutionStatus.COMPLETED for wf in wfs)
+        ),
+        timeout=30,
+        what=f"{count} completed workflows for {query!r}",
+    )
+
+
+async def transition_input(client: Client, wf: WorkflowExecution) -> TransitionInput:
+    history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    (inp,) = await client.data_converter.decode(started.input.payloads, [TransitionInput])
+    return inp
+
+
+async def transition_result(client: Client, wf: WorkflowExecution) -> TransitionResult:
+    handle = client.get_workflow_handle(wf.id, run_id=wf.run_id, result_type=TransitionResult)
+    return await handle.result()
+
+
+async def test_preemption_walkthrough(dev_env: WorkflowEnvironment):
+    """Seed "What preemption looks like in practice", with 8 machines instead of 64."""
+    client = dev_env.client
+    async with fleet_workers(client, fleet(8)) as sim:
+        await ensure_shards(client, sim.fleet, **FAST)
+        # t=0: cluster A's batch pipeline (priority 500000, cheap to interrupt) holds them all.
+        await shard(client).signal(ShardWorkflow.rollup, rollup("a", 1, 8, 500_000, 1.0))
+        await eventually(
+            lambda: status(client),
+            lambda st: st["machines"]["CONFIGURED"] == 8,
+            what="cluster a served",
+        )
+        a_served = datetime.now().astimezone()
+        # t=7s: cluster B needs the same 8 machines at priority 1000000.
+        await shard(client).signal(ShardWorkflow.rollup, rollup("b", 1, 8, 1_000_000, 1000.0))
+        machines = await eventually(
+            lambda: provider_machines(sim),
+            lambda ms: set(ms.values()) == {(S.CONFIGURED, "b")},
+            what="every machine configured for cluster b",
+        )
+        # The workers keep running until every transition workflow has seen its end.
+        drains = await closed(client, 'BigFleetTransition = "drain"', 8)
+        configures = await closed(
+            client, 'BigFleetTransition = "configure" AND BigFleetCluster = "b"', 8
+        )
+        # The shard folds finished transitions in at its next cycle.
+        st = await eventually(
+            lambda: status(client),
+            lambda st: st["machines"]["CONFIGURED"] == 8 and st["shortfalls"],
+            what="the shard's view caught up",
+        )
+        provider = sim.providers["dc"]
+
+    assert len(machines) == 8
+    # The drains: one workflow per machine of cluster a, 30 s of grace (gap 500000), preempt.
+    assert {wf.typed_search_attributes.get(CLUSTER) for wf in drains} == {"a"}
+    drained: dict[str, datetime] = {}
+    for wf in drains:
+        inp = await transition_input(client, wf)
+        assert (inp.grace_seconds, inp.reason, inp.force) == (30.0, "preempt", False), inp
+        assert inp.cluster == "a"
+        result = await transition_result(client, wf)
+        (m,) = result.machines
+        assert (m.state, m.cluster) == (S.IDLE, None), result
+        assert result.corrective == []
+        assert wf.start_time >= a_served - _SLACK
+        assert wf.close_time is not None
+        drained[m.id] = wf.close_time
+    assert sorted(drained) == sorted(machines)
+
+    # Then each idle machine is configured for cluster b, after its drain finished.
+    for wf in configures:
+        inp = await transition_input(client, wf)
+        (mid,) = inp.machine_ids
+        assert inp.priority == 1_000_000
+        assert wf.start_time >= drained[mid] - _SLACK
+        result = await transition_result(client, wf)
+        assert [(m.id, m.state, m.cluster) for m in result.machines] == [(mid, S.CONFIGURED, "b")]
+
+    assert provider.started[T.DRAIN] == 8
+    assert provider.started[T.CONFIGURE] == 16
+    assert st["machines"]["CONFIGURED"] == 8
+    # Step 8: cluster a's need is now the unserved one (no elastic capacity in this fleet).
+    assert [(s["cluster"], s["priority"]) for s in st["shortfalls"]] == [("a", 500_000)]
+
+
+async def test_invalid_rollup_leaves_the_previous_in_force(dev_env: WorkflowEnvironment):
+    client = dev_env.client
+    async with fleet_workers(client, fleet(2)) as sim:
+        await ensure_shards(client, sim.fleet, **FAST)
+        await shard(client).signal(ShardWorkflow.rollup, rollup("a", 1, 2, 500_000, 1.0))
+        await eventually(
+            lambda: status(client),
+            lambda st: st["machines"]["CONFIGURED"] == 2,
+            what="cluster a served",
+        )
+        before = await cluster(client, "a")
+        bad = rollup("a", 2, -1, 500_000, 1.0)
+        await shard(client).signal(ShardWorkflow.rollup, bad)
+        st = await eventually(
+            lambda: status(client), lambda st: st["rejections"], what="the rejection"
+        )
+        cycles = st["cycles"]
+        st = await eventually(
+            lambda: status(client),
+            lambda st: st["cycles"] >= cycles + 3,
+            what="three more cycles",
+        )
+        after = await cluster(client, "a")
+        machines = provider_machines(sim)
+        provider = sim.providers["dc"]
+
+    (rejection,) = st["rejections"]
+    assert "cluster a" in rejection and "count" in rejection, rejection
+    assert after["needs"] == before["needs"]
+    assert [n["count"] for n in after["needs"]] == [2]
+    assert st["needs"] == 1 and st["machines"]["CONFIGURED"] == 2
+    assert set(machines.values()) == {(S.CONFIGURED, "a")}
+    assert provider.calls["drain"] == 0
+
+
+async def test_continue_as_new_keeps_needs_inventory_and_transitions(
+    dev_env: WorkflowEnvironment,
+):
+    client = dev_env.client
+    # Configure takes 6 s; the shard continues as new every 3 cycles (3 s) meanwhile.
+    async with fleet_workers(client, fleet(2, configure_latency=6)) as sim:
+        await ensure_shards(client, sim.fleet, max_cycles_per_run=3, **FAST)
+        await shard(client).signal(ShardWorkflow.rollup, rollup("a", 1, 2, 500_000, 1.0))
+        st = await eventually(
+            lambda: status(client),
+            lambda st: st["machines"]["CONFIGURING"] == 2,
+            what="configure in flight",
+        )
+        epoch = st["epoch"]
+        needs = (await cluster(client, "a"))["needs"]
+        run_in_flight = (await shard(client).describe()).run_id
+        st = await eventually(
+            lambda: status(client),
+            lambda st: st["machines"]["CONFIGURED"] == 2,
+            timeout=30,
+            what="configure folded in",
+        )
+        configures = await closed(client, 'BigFleetTransition = "configure"', 2)
+        run_after = (await shard(client).describe()).run_id
+        view = await cluster(client, "a")
+        machines = provider_machines(sim)
+        provider = sim.providers["dc"]
+
+    assert run_after != run_in_flight
+    runs = await listed(client, 'WorkflowId = "shard-0"')
+    continued = [wf for wf in runs if wf.status is WorkflowExecutionStatus.CONTINUED_AS_NEW]
+    assert len(continued) >= 2, [(wf.run_id, wf.status) for wf in runs]
+    assert st["epoch"] == epoch  # continue-as-new is not a restart: no new epoch
+    assert st["clusters"] == ["a"] and st["needs"] == 1
+    assert view["needs"] == needs
+    assert st["machines"]["CONFIGURED"] == 2 and sum(st["machines"].values()) == 2
+    assert set(machines.values()) == {(S.CONFIGURED, "a")}
+    # The in-flight configures were neither lost nor started again by a later run.
+    assert provider.started[T.CONFIGURE] == 2
+    assert {wf.typed_search_attributes.get(RESULT_STATE) for wf in configures} == {"CONFIGURED"}
+
+
+async def test_search_attributes_find_every_transition_of_a_machine(
+    dev_env: WorkflowEnvironment,
+):
+    client = dev_env.client
+    async with fleet_workers(client, fleet(1)) as sim:
+        await ensure_shards(client, sim.fleet, **FAST)
+        await shard(client).signal(ShardWorkflow.rollup, rollup("a", 1, 1, 500_000, 1.0))
+        await eventually(
+            lambda: status(client),
+            lambda st: st["machines"]["CONFIGURED"] == 1,
+            what="cluster a served",
+        )
+        await shard(client).signal(ShardWorkflow.rollup, rollup("b", 1, 1, 1_000_000, 1000.0))
+        machines = await eventually(
+            lambda: provider_machines(sim),
+            lambda ms: set(ms.values()) == {(S.CONFIGURED, "b")},
+            what="the machine configured for cluster b",
+        )
+
+    (mid,) = machines
+    life = await closed(client, f'BigFleetMachineIds = "{mid}"', 4)
+    attrs = [wf.typed_search_attributes for wf in life]
+    assert [(a.get(TRANSITION), a.get(CLUSTER), a.get(RESULT_STATE)) for a in attrs] == [
+        ("create", "a", "IDLE"),
+        ("configure", "a", "CONFIGURED"),
+        ("drain", "a", "IDLE"),
+        ("configure", "b", "CONFIGURED"),
+    ]
+    for a in attrs:
+        assert a.get(MACHINE_IDS) == [mid]
+        assert (a.get(SHARD), a.get(PROVIDER)) == ("0", "dc")
+    # The same query as `temporal workflow list --query`, narrowed by transition.
+    (drain,) = await listed(
+        client, f'BigFleetMachineIds = "{mid}" AND BigFleetTransition = "drain"'
+    )
+    assert drain.id == life[2].id
+
+
+class CreateDoneDuringReconcile:
+    """`provider_list` for the shard's reconcile step that, in a cycle that started creates,
+    returns only once those create workflows have finished, so their `transition_done` signal
+    reaches the shard while it is still in that cycle (deterministic timing for the test)."""
+
+    def __init__(self, client: Client, acts: ProviderActivities) -> None:
+        self.client = client
+        self.acts = acts
+
+    @activity.defn(name="provider_list")
+    async def list(self, r: ProviderRead) -> list[Machine]:
+        if r.states == [S.FAILED.value]:
+            st = await status(self.client)
+            if st["machines"]["CREATING"]:
+                await closed(self.client, 'BigFleetTransition = "create"', 1)
+        return await self.acts.list(r)
+
+
+async def test_continue_as_new_keeps_a_configure_queued_by_a_finished_create(
+    dev_env: WorkflowEnvironment,
+):
+    """A create that finishes during the last cycle of a run queues the machine's configure;
+    the run then continues as new. The configure must still be started by the next run."""
+    client = dev_env.client
+    sim = SimulatedFleet(fleet(1))
+    acts = ProviderActivities(sim.providers, sim.clocks)
+    workers = build_workers(client, sim, ["shards", "transitions"]) + [
+        Worker(client, task_queue=provider_task_queue("dc"), activities=[acts.call]),
+        Worker(
+            client,
+            task_queue=provider_task_queue("dc") + "-read",
+            activities=[acts.get, CreateDoneDuringReconcile(client, acts).list],
+        ),
+    ]
+    stop = asyncio.Event()
+    running = asyncio.create_task(run_workers(workers, stop))
+    try:
+        await ensure_shards(
+            client, sim.fleet, max_cycles_per_run=1, reconcile_seconds=0.001, **FAST
+        )
+        await shard(client).signal(ShardWorkflow.rollup, rollup("a", 1, 1, 500_000, 1.0))
+        await closed(client, 'BigFleetTransition = "create"', 1)
+        machines = await eventually(
+            lambda: provider_machines(sim),
+            lambda ms: set(ms.values()) == {(S.CONFIGURED, "a")},
+            timeout=10,
+            what="the created machine configured for cluster a",
+        )
+    finally:
+        stop.set()
+        await running
+    assert len(machines) == 1
