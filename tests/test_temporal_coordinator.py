@@ -1,0 +1,151 @@
+"""The coordinator and its sagas on a real Temporal dev server (issue 5, first part):
+a cross-shard transfer ends with the machines configured in the receiving shard's cluster, every
+machine owned by exactly one shard; shards refuse stale and oversized instructions; a saga whose
+receiver refuses hands the machines back to the donor."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.testing import WorkflowEnvironment
+
+from bigfleet.models import from_wire
+from bigfleet.simulation.scenario import Scenario
+from tests.conftest import eventually, fleet_workers
+from workers.worker import ensure_shards
+from workflows.coordinator import CoordinatorWorkflow
+from workflows.sagas import COORDINATOR_ID, TransferSagaWorkflow
+from workflows.types import SHARD_TASK_QUEUE, CoordinatorInput, Instruction, SagaInput
+
+REQ = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["gpu-8xh100"]}]
+
+
+def on_shard(prefix: str, shard: int) -> str:
+    """A name the assignment rule (crc32 of the name) puts on `shard` of 2."""
+    return next(
+        f"{prefix}{i}" for i in range(100) if zlib.crc32(f"{prefix}{i}".encode()) % 2 == shard
+    )
+
+
+def two_shard_fleet(machines: int = 40) -> dict:
+    return {
+        "name": "two-shards",
+        "cycle_seconds": 1,
+        "duration_seconds": 1,
+        "shards": 2,
+        "providers": [
+            {
+                "name": "dc",
+                "kind": "bare-metal",
+                "configure_latency": 1,
+                "drain_latency": 1,
+                "racks": [
+                    {
+                        "rack": on_shard("rack", 0),
+                        "zone": "ams-1",
+                        "instance_type": "gpu-8xh100",
+                        "count": machines,
+                    }
+                ],
+            }
+        ],
+        "clusters": [{"name": on_shard("c", 1)}],
+    }
+
+
+async def machines_of(client, shard: int) -> dict[str, int]:
+    status = await client.get_workflow_handle(f"shard-{shard}").query("status")
+    return status["machines"]
+
+
+async def start(client, raw: dict) -> None:
+    await ensure_shards(
+        client,
+        from_wire(Scenario, raw),
+        transition_poll_seconds=1.0,
+        report_seconds=1.0,
+        reconcile_seconds=5.0,
+    )
+
+
+async def test_a_shortfall_is_served_from_another_shards_rack(dev_env: WorkflowEnvironment):
+    client = dev_env.client
+    raw = two_shard_fleet()
+    cluster = raw["clusters"][0]["name"]
+    async with fleet_workers(client, raw):
+        # Started first, with a short planning round; the workers' own start finds it running.
+        await client.start_workflow(
+            CoordinatorWorkflow.run,
+            CoordinatorInput(shards=2, plan_seconds=2),
+            id=COORDINATOR_ID,
+            task_queue=SHARD_TASK_QUEUE,
+        )
+        await start(client, raw)
+        await client.get_workflow_handle("shard-1").signal(
+            "rollup",
+            {
+                "cluster": cluster,
+                "generation": 1,
+                "needs": [{"requirements": REQ, "priority": 1_000_000, "count": 4}],
+            },
+        )
+        receiver = await eventually(
+            lambda: machines_of(client, 1), lambda m: m["CONFIGURED"] == 4, timeout=60
+        )
+        donor = await machines_of(client, 0)
+        # Every machine is owned by exactly one shard: 40 in all, 4 moved.
+        assert sum(receiver.values()) == 4 and sum(donor.values()) == 36
+        sagas = [wf async for wf in client.list_workflows('WorkflowType = "TransferSaga"')]
+        assert len(sagas) == 1
+
+
+async def test_shards_refuse_stale_and_oversized_instructions(dev_env: WorkflowEnvironment):
+    client = dev_env.client
+    raw = two_shard_fleet()
+    async with fleet_workers(client, raw):
+        await start(client, raw)
+        shard0 = client.get_workflow_handle("shard-0")
+        await eventually(lambda: machines_of(client, 0), lambda m: m["SPECULATIVE"] == 40)
+        ids = [f"dc-{raw['providers'][0]['racks'][0]['rack']}-{i:05d}" for i in range(40)]
+        assert await shard0.execute_update("adopt", Instruction(term=7, seq=1)) == 0
+        with pytest.raises(WorkflowUpdateFailedError) as stale:
+            await shard0.execute_update("release", Instruction(term=6, seq=2, machine_ids=ids[:1]))
+        assert "stale instruction" in str(stale.value.cause)
+        with pytest.raises(WorkflowUpdateFailedError) as large:
+            await shard0.execute_update("release", Instruction(term=7, seq=3, machine_ids=ids[:5]))
+        assert "more than 10%" in str(large.value.cause)
+        assert sum((await machines_of(client, 0)).values()) == 40  # nothing changed
+
+
+async def test_a_refused_adopt_hands_the_machines_back_to_the_donor(
+    dev_env: WorkflowEnvironment,
+):
+    client = dev_env.client
+    raw = two_shard_fleet()
+    async with fleet_workers(client, raw):
+        await start(client, raw)
+        await eventually(lambda: machines_of(client, 0), lambda m: m["SPECULATIVE"] == 40)
+        # The receiver has already seen a newer coordinator: this saga's adopt is stale there.
+        await client.get_workflow_handle("shard-1").execute_update(
+            "adopt", Instruction(term=9, seq=1)
+        )
+        rack = raw["providers"][0]["racks"][0]["rack"]
+        result = await client.execute_workflow(
+            TransferSagaWorkflow.run,
+            SagaInput(
+                kind="speculative",
+                donor=0,
+                receiver=1,
+                machine_ids=[f"dc-{rack}-{i:05d}" for i in range(3)],
+                term=8,
+                seqs=[1, 2, 3, 4],
+            ),
+            id="saga-test",
+            task_queue=SHARD_TASK_QUEUE,
+        )
+        assert result.failed_step == "adopt" and len(result.compensated) == 3
+        assert result.moved == []
+        assert sum((await machines_of(client, 0)).values()) == 40
+        assert sum((await machines_of(client, 1)).values()) == 0
