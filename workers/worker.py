@@ -20,9 +20,7 @@ from activities.providers import ProviderActivities, VirtualClock
 from activities.shards import ShardClientActivities
 from activities.starter import StarterActivities
 from bigfleet.assignment import cluster_shard
-from bigfleet.operators import SimulatedOperator
-from bigfleet.providers.baremetal import SimulatedBareMetalProvider
-from bigfleet.providers.cloud import SimulatedCloudProvider
+from bigfleet.simulation import fleet as simulated
 from bigfleet.simulation.scenario import CloudProviderSpec, Scenario
 from workflows.coordinator import CoordinatorWorkflow
 from workflows.sagas import COORDINATOR_ID, TransferSagaWorkflow
@@ -52,38 +50,9 @@ class SimulatedFleet:
 
     def __init__(self, fleet: Scenario) -> None:
         self.fleet = fleet
-        self.clocks: dict[str, VirtualClock] = {}
-        self.providers = {}
-        for i, spec in enumerate(fleet.providers):
-            clock = self.clocks[spec.name] = VirtualClock()
-            seed = fleet.seed * 1_000_003 + i
-            if isinstance(spec, CloudProviderSpec):
-                region = spec.region or spec.quota[0].zone.rstrip("abcdefghijklmnopqrstuvwxyz")
-                self.providers[spec.name] = SimulatedCloudProvider(
-                    spec.name, region, spec.quota, clock, seed,
-                    api_calls_per_second=spec.api_calls_per_second,
-                    create_latency=spec.create_latency,
-                    configure_latency=spec.configure_latency,
-                    delete_latency=spec.delete_latency,
-                    drain_latency=spec.drain_latency,
-                    failure_rates=spec.failure_rates,
-                )
-            else:
-                self.providers[spec.name] = SimulatedBareMetalProvider(
-                    spec.name, spec.racks, clock, seed,
-                    configure_latency=spec.configure_latency,
-                    drain_latency=spec.drain_latency,
-                    failure_rates=spec.failure_rates,
-                )
-        self.operators = {
-            c.name: SimulatedOperator(
-                c.name,
-                c.endpoint or f"https://{c.name}.k8s.example:6443",
-                kubelet_version=c.kubelet_version,
-                seed=fleet.seed * 7919 + i,
-            )
-            for i, c in enumerate(fleet.clusters)
-        }
+        self.clocks = {p.name: VirtualClock() for p in fleet.providers}
+        self.providers = simulated.providers(fleet, self.clocks.__getitem__, fleet.seed)
+        self.operators = simulated.operators(fleet, fleet.seed)
 
     def rate(self, provider: str) -> float | None:
         spec = next(p for p in self.fleet.providers if p.name == provider)

@@ -9,15 +9,13 @@ from typing import Any
 
 from ..assignment import cluster_shard, machine_shard
 from ..models import CapacityNeed, ClusterCapacityNeeds, ListFilter, MachineState
-from ..operators import SimulatedOperator
-from ..providers.baremetal import SimulatedBareMetalProvider
 from ..providers.cloud import SimulatedCloudProvider
-from ..providers.simulated import SimulatedProvider
 from ..shard import Shard
+from . import fleet as simulated
 from .executor import Executor
 from .recorder import Recorder
 from .report import build_report
-from .scenario import BareMetalProviderSpec, CloudProviderSpec, Scenario
+from .scenario import CloudProviderSpec, Scenario
 from .workload import rollups_from_trace
 
 S = MachineState
@@ -30,18 +28,8 @@ class Simulation:
         self.now = 0.0
         self.policy = scenario.make_policy()
         self.recorder = Recorder()
-        self.providers = {
-            spec.name: self._provider(spec, i) for i, spec in enumerate(scenario.providers)
-        }
-        self.operators = {
-            c.name: SimulatedOperator(
-                c.name,
-                c.endpoint or f"https://{c.name}.k8s.example:6443",
-                kubelet_version=c.kubelet_version,
-                seed=self.seed * 7919 + i,
-            )
-            for i, c in enumerate(scenario.clusters)
-        }
+        self.providers = simulated.providers(scenario, lambda _: self._clock, self.seed)
+        self.operators = simulated.operators(scenario, self.seed)
         self.shards = [Shard(i, self.policy) for i in range(scenario.shards)]
         self.executors = [
             Executor(s, self.providers, self.operators, self.recorder) for s in self.shards
@@ -54,35 +42,6 @@ class Simulation:
         self.generation: dict[str, int] = {}
 
     # ---- set-up -----------------------------------------------------------------------------
-
-    def _provider(self, spec: Any, index: int) -> SimulatedProvider:
-        seed = self.seed * 1_000_003 + index
-        clock = self._clock
-        if isinstance(spec, CloudProviderSpec):
-            region = spec.region or spec.quota[0].zone.rstrip("abcdefghijklmnopqrstuvwxyz")
-            return SimulatedCloudProvider(
-                spec.name,
-                region,
-                spec.quota,
-                clock,
-                seed,
-                api_calls_per_second=spec.api_calls_per_second,
-                create_latency=spec.create_latency,
-                configure_latency=spec.configure_latency,
-                delete_latency=spec.delete_latency,
-                drain_latency=spec.drain_latency,
-                failure_rates=spec.failure_rates,
-            )
-        assert isinstance(spec, BareMetalProviderSpec)
-        return SimulatedBareMetalProvider(
-            spec.name,
-            spec.racks,
-            clock,
-            seed,
-            configure_latency=spec.configure_latency,
-            drain_latency=spec.drain_latency,
-            failure_rates=spec.failure_rates,
-        )
 
     def _clock(self) -> float:
         return self.now
