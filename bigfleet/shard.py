@@ -58,6 +58,9 @@ class Shard:
         self.refusals: dict[tuple[str, int], tuple[float, str]] = {}
         self.last: Decision = Decision()
         self.cycles = 0
+        # Cross-shard preemption: machines draining to leave, and drained ones waiting to go.
+        self.transfer_out: set[str] = set()
+        self.handoff: dict[str, Machine] = {}
 
     def token(self) -> FencingToken:
         """The fencing token for the next provider call (seed §11)."""
@@ -113,7 +116,27 @@ class Shard:
         return len(fresh)
 
     def release(self, machine_ids: Iterable[str]) -> list[Machine]:
-        return [self.inventory.remove(mid) for mid in machine_ids]
+        """Give machines up (to another shard); a drained transfer leaves from the handoff."""
+        return [
+            self.handoff.pop(mid) if mid in self.handoff else self.inventory.remove(mid)
+            for mid in machine_ids
+        ]
+
+    def drain_for_transfer(self, machine_ids: Iterable[str], now: float) -> None:
+        """Drain configured machines that are to leave the shard (cross-shard preemption).
+        Once idle they wait in `handoff`, out of the engine's reach, until released."""
+        inv = self.inventory
+        for mid in machine_ids:
+            inv.move(inv.row(mid), S.DRAINING, now)
+            self.transfer_out.add(mid)
+
+    def cancel_transfer(self, machine_ids: Iterable[str], now: float) -> None:
+        """A transfer that will not happen: its machines are the shard's to use again."""
+        for mid in machine_ids:
+            self.transfer_out.discard(mid)
+            machine = self.handoff.pop(mid, None)
+            if machine is not None:
+                self.inventory.add([machine], now)
 
     def observe(self, machine: Machine, now: float) -> bool:
         """Fold in what a provider says of a machine. True if the shard's view changed."""
@@ -125,7 +148,11 @@ class Shard:
         have = inv.state_of(row)
         if have is machine.state:
             return False
-        if (have, machine.state) in LEGAL:
+        if machine.id in self.transfer_out and machine.state is S.IDLE:
+            self.transfer_out.discard(machine.id)
+            inv.move(row, S.IDLE, now)
+            self.handoff[machine.id] = inv.remove(machine.id)
+        elif (have, machine.state) in LEGAL:
             inv.move(row, machine.state, now, cluster=machine.cluster, error=machine.last_error)
         else:
             # The provider is the source of truth for hosts: a jump we did not see step by step
@@ -215,8 +242,11 @@ class Shard:
     # ---- what people and operators ask ------------------------------------------------------
 
     def machines_by_state(self) -> dict[str, int]:
+        """Every machine the shard owns, those waiting in a transfer handoff counted idle."""
         totals = self.inventory.counts.sum(axis=1)
-        return {s.value: int(totals[CODE[s]]) for s in S}
+        out = {s.value: int(totals[CODE[s]]) for s in S}
+        out[S.IDLE.value] += len(self.handoff)
+        return out
 
     def operator_updates(self, decision: Decision) -> list[OperatorUpdate]:
         """What each cluster touched by this cycle's actions hears (seed §6 step 7, §13 step 6):

@@ -14,7 +14,14 @@ import numpy as np
 
 from .engine import EngineMemory, FastEngine
 from .inventory import _COLUMNS, GONE, Inventory
-from .models import CapacityType, ClusterCapacityNeeds, NodeHealth, Resources, from_wire
+from .models import (
+    CapacityType,
+    ClusterCapacityNeeds,
+    Machine,
+    NodeHealth,
+    Resources,
+    from_wire,
+)
 from .needs import NeedsTable
 from .profiles import Profile
 from .shard import Shard
@@ -151,6 +158,8 @@ def shard_state(shard: Shard) -> dict[str, Any]:
         },
         "refusals": [[c, p, until, why] for (c, p), (until, why) in shard.refusals.items()],
         "rejections": list(shard.rejections),
+        "transfer_out": sorted(shard.transfer_out),
+        "handoff": [m.model_dump(mode="json") for m in shard.handoff.values()],
     }
 
 
@@ -169,4 +178,8 @@ def restore_shard(state: dict[str, Any], shard: Shard) -> Shard:
     )
     shard.refusals = {(c, p): (until, why) for c, p, until, why in state["refusals"]}
     shard.rejections.extend(state["rejections"])
+    shard.transfer_out = set(state.get("transfer_out", []))
+    shard.handoff = {
+        m["id"]: from_wire(Machine, m) for m in state.get("handoff", [])
+    }
     return shard

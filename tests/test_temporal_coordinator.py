@@ -11,7 +11,7 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
-from bigfleet.models import from_wire
+from bigfleet.models import ListFilter, from_wire
 from bigfleet.simulation.scenario import Scenario
 from tests.conftest import eventually, fleet_workers
 from workers.worker import ensure_shards
@@ -149,3 +149,60 @@ async def test_a_refused_adopt_hands_the_machines_back_to_the_donor(
         assert result.moved == []
         assert sum((await machines_of(client, 0)).values()) == 40
         assert sum((await machines_of(client, 1)).values()) == 0
+
+
+async def test_cross_shard_preemption_drains_on_the_donor_and_configures_on_the_receiver(
+    dev_env: WorkflowEnvironment,
+):
+    """Seed §8's cross-shard preemption, scaled to one rack: priority 1 000 000 training on one
+    shard takes machines from priority 100 000 research on the other, with the 30 s grace of a
+    900 000 gap, once nothing is idle or speculative anywhere."""
+    client = dev_env.client
+    raw = two_shard_fleet()
+    research, training = on_shard("research", 0), on_shard("training", 1)
+    raw["clusters"] = [{"name": research}, {"name": training}]
+    async with fleet_workers(client, raw) as sim:
+        await client.start_workflow(
+            CoordinatorWorkflow.run,
+            CoordinatorInput(shards=2, plan_seconds=2),
+            id=COORDINATOR_ID,
+            task_queue=SHARD_TASK_QUEUE,
+        )
+        await start(client, raw)
+        await client.get_workflow_handle("shard-0").signal(
+            "rollup",
+            {
+                "cluster": research,
+                "generation": 1,
+                "needs": [{"requirements": REQ, "priority": 100_000, "count": 40}],
+            },
+        )
+        await eventually(
+            lambda: machines_of(client, 0), lambda m: m["CONFIGURED"] == 40, timeout=60
+        )
+        await client.get_workflow_handle("shard-1").signal(
+            "rollup",
+            {
+                "cluster": training,
+                "generation": 1,
+                "needs": [{"requirements": REQ, "priority": 1_000_000, "count": 4}],
+            },
+        )
+        receiver = await eventually(
+            lambda: machines_of(client, 1), lambda m: m["CONFIGURED"] == 4, timeout=90
+        )
+        assert sum(receiver.values()) == 4
+        assert sum((await machines_of(client, 0)).values()) == 36
+        drains = [
+            wf
+            async for wf in client.list_workflows(
+                'BigFleetTransition = "drain" AND BigFleetShard = "0"'
+            )
+        ]
+        assert len(drains) == 4
+        for wf in drains:
+            summary = await (await client.get_workflow_handle(wf.id).describe()).static_summary()
+            assert "grace 30 s" in summary and "(transfer)" in summary
+        provider = sim.providers["dc"]
+        bound = [m for m in provider.list(ListFilter()) if m.cluster == training]
+        assert len(bound) == 4

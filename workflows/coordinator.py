@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.sagas import TransferSagaWorkflow
     from workflows.types import CoordinatorInput, SagaInput
 
-SEQS_PER_SAGA = 4  # drain, release, adopt, and a compensating adopt
+SEQS_PER_SAGA = 4  # drain, release, adopt, and one compensation
 
 
 @workflow.defn(name="Coordinator")

@@ -51,11 +51,12 @@ class InstructionHandlers:
                 type="ReplayedInstruction",
                 non_retryable=True,
             )
-        limit = max(1, int(len(self.shard.inventory) * MAX_SHARE))
+        size = len(self.shard.inventory) + len(self.shard.handoff)
+        limit = max(1, int(size * MAX_SHARE))
         if touched > limit:
             raise ApplicationError(
                 f"instruction touches {touched} machines, more than {MAX_SHARE:.0%} of shard "
-                f"{self.shard.id}'s {len(self.shard.inventory)} (limit {limit})",
+                f"{self.shard.id}'s {size} (limit {limit})",
                 type="InstructionTooLarge",
                 non_retryable=True,
             )
@@ -73,7 +74,10 @@ class InstructionHandlers:
         out = {}
         for mid in machine_ids:
             row = inv.ids.find(mid)
-            out[mid] = inv.state_of(row).value if row >= 0 else "GONE"
+            if mid in self.shard.handoff:
+                out[mid] = MachineState.IDLE.value
+            else:
+                out[mid] = inv.state_of(row).value if row >= 0 else "GONE"
         return out
 
     @workflow.update
@@ -95,9 +99,12 @@ class InstructionHandlers:
 
     @release.validator
     def _release_ok(self, ins: Instruction) -> None:
-        self._fence(ins, len(ins.machine_ids))
+        # Machines drained for this transfer were counted when the drain was accepted.
+        self._fence(ins, sum(1 for mid in ins.machine_ids if mid not in self.shard.handoff))
         inv = self.shard.inventory
         for mid in ins.machine_ids:
+            if mid in self.shard.handoff:
+                continue
             row = inv.ids.find(mid)
             if row < 0:
                 raise ApplicationError(f"machine {mid} is not owned by shard {self.shard.id}")
@@ -113,18 +120,30 @@ class InstructionHandlers:
         self._accept(ins)
         now = workflow.now().timestamp()
         inv = self.shard.inventory
+        clusters = {mid: inv.cluster_of(inv.row(mid)) for mid in ins.machine_ids}
+        self.shard.drain_for_transfer(ins.machine_ids, now)
         for mid in ins.machine_ids:
-            inv.move(inv.row(mid), S.DRAINING, now)
             self.pipeline.append(  # type: ignore[attr-defined]
                 self._input(  # type: ignore[attr-defined]
                     Transition.DRAIN,
                     [mid],
-                    cluster=inv.cluster_of(inv.row(mid)),
+                    cluster=clusters[mid],
                     grace_seconds=ins.grace_seconds,
                     reason="transfer",
                 )
             )
         return ins.machine_ids
+
+    @workflow.update
+    def cancel_transfer(self, ins: Instruction) -> list[str]:
+        """Compensation of a drain for transfer: the machines stay and are the shard's again."""
+        self._accept(ins)
+        self.shard.cancel_transfer(ins.machine_ids, workflow.now().timestamp())
+        return ins.machine_ids
+
+    @cancel_transfer.validator
+    def _cancel_ok(self, ins: Instruction) -> None:
+        self._fence(ins, 0)
 
     @drain_for_transfer.validator
     def _drain_ok(self, ins: Instruction) -> None:

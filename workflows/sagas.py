@@ -50,28 +50,28 @@ class TransferSagaWorkflow:
         )
         result = SagaResult()
         seqs = iter(s.seqs)
-        if s.kind == "preempt":
-            step = "drain_for_transfer"
-            try:
-                await self._update(s.donor, step, next(seqs), s.machine_ids)
-                await self._wait_idle(s.machine_ids)
-            except (ActivityError, TimeoutError) as err:
-                # Nothing left the donor: the drained machines stay there, idle, for its own use.
-                return self._failed(result, step, err)
-        step = "release"
+        undo: list[tuple[int, str, list[str], list[Machine]]] = []
+        step = ""
         try:
+            if s.kind == "preempt":
+                step = "drain_for_transfer"
+                await self._update(s.donor, step, next(seqs), s.machine_ids)
+                undo.append((s.donor, "cancel_transfer", s.machine_ids, []))
+                step = "wait_drained"
+                await self._wait_idle(s.machine_ids)
+            step = "release"
             machines: list[Machine] = await self._update(
                 s.donor, step, next(seqs), s.machine_ids, result_type=list[Machine]
             )
-        except ActivityError as err:
-            return self._failed(result, step, err)
-        step = "adopt"
-        try:
+            # Released: nothing left to cancel on the donor; if the receiver refuses, the donor
+            # takes them back.
+            undo = [(s.donor, "adopt", [], machines)]
+            step = "adopt"
             await self._update(s.receiver, step, next(seqs), machines=machines)
-        except ActivityError as err:
-            # Compensation: the donor takes back what it released.
-            await self._update(s.donor, "adopt", next(seqs), machines=machines)
-            result.compensated = [m.id for m in machines]
+        except (ActivityError, TimeoutError) as err:
+            for shard, update, ids, back in reversed(undo):
+                await self._update(shard, update, next(seqs), ids, machines=back)
+                result.compensated += ids or [m.id for m in back]
             return self._failed(result, step, err)
         result.moved = [m.id for m in machines]
         return result
