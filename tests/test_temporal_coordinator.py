@@ -206,3 +206,41 @@ async def test_cross_shard_preemption_drains_on_the_donor_and_configures_on_the_
         provider = sim.providers["dc"]
         bound = [m for m in provider.list(ListFilter()) if m.cluster == training]
         assert len(bound) == 4
+
+
+async def test_shards_serve_alone_while_the_coordinator_is_down(dev_env: WorkflowEnvironment):
+    """Static stability (seed §11): with no coordinator a shard serves what it can from its own
+    inventory; a coordinator started later picks the unresolved shortfall up."""
+    client = dev_env.client
+    raw = two_shard_fleet()
+    rack = raw["providers"][0]["racks"][0]
+    raw["providers"][0]["racks"].append({**rack, "rack": on_shard("rack", 1), "count": 8})
+    cluster = raw["clusters"][0]["name"]
+    async with fleet_workers(client, raw):
+        await start(client, raw)  # starts the coordinator too: there are two shards
+        await client.get_workflow_handle(COORDINATOR_ID).terminate("static-stability test")
+        await client.get_workflow_handle("shard-1").signal(
+            "rollup",
+            {
+                "cluster": cluster,
+                "generation": 1,
+                "needs": [{"requirements": REQ, "priority": 1_000_000, "count": 12}],
+            },
+        )
+        alone = await eventually(
+            lambda: machines_of(client, 1), lambda m: m["CONFIGURED"] == 8, timeout=60
+        )
+        assert sum(alone.values()) == 8  # its own rack, nothing from shard 0
+        status = await client.get_workflow_handle("shard-1").query("status")
+        assert [s["count"] for s in status["shortfalls"]] == [4]
+
+        await client.start_workflow(
+            CoordinatorWorkflow.run,
+            CoordinatorInput(shards=2, plan_seconds=2),
+            id=COORDINATOR_ID,
+            task_queue=SHARD_TASK_QUEUE,
+        )
+        await eventually(
+            lambda: machines_of(client, 1), lambda m: m["CONFIGURED"] == 12, timeout=60
+        )
+        assert sum((await machines_of(client, 0)).values()) == 36
