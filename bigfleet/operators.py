@@ -25,7 +25,7 @@ from .models import (
     Operator,
     Wire,
 )
-from .requirements import requirement_matches
+from .requirements import describe, requirement_matches
 
 KUBELET_VERSION = L.KUBELET_VERSION
 """Node label holding the kubelet's minor version, as "1.NN" or "NN"."""
@@ -71,10 +71,6 @@ class ClusterOperator(Protocol):
     def generate_bootstrap(self, request: BootstrapRequest) -> BootstrapBlob: ...
 
     def notify(self, update: OperatorUpdate) -> None: ...
-
-
-def describe(req: NodeSelectorRequirement) -> str:
-    return " ".join([req.key, str(req.operator), *([",".join(req.values)] if req.values else [])])
 
 
 class BootstrapRefused(Exception):

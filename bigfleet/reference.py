@@ -23,7 +23,6 @@ from .engine.common import (
     EngineMemory,
     Preemption,
     age_shortfalls,
-    claim_key,
     describe,
     domain_of,
     need_matches,
@@ -131,7 +130,7 @@ class ReferenceEngine:
             cands.sort(
                 key=lambda m: (
                     CLAIM_ORDER.index(m.state),
-                    claim_key(need, m.profile),
+                    supply_key(need, m.profile),
                     -m.holder_reclamation,
                     m.ordinal,
                 )

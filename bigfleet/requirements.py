@@ -43,3 +43,8 @@ def all_match(reqs: Iterable[NodeSelectorRequirement], labels: Mapping[str, str]
         for r in reqs
         if r.key in labels or r.key in MACHINE_KEYS
     )
+
+
+def describe(req: NodeSelectorRequirement) -> str:
+    """`key Operator v1,v2`, as people write a requirement."""
+    return " ".join([req.key, str(req.operator), *([",".join(req.values)] if req.values else [])])

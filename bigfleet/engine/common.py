@@ -15,6 +15,7 @@ from ..models import Action, MachineState, NodeSelectorRequirement, Shortfall
 from ..needs import Need
 from ..policy import Policy
 from ..profiles import Profile
+from ..requirements import describe as describe_requirement
 
 # Claimable states of a cluster's own machines, in the order a need claims them.
 CLAIM_ORDER = (MachineState.CONFIGURED, MachineState.CONFIGURING, MachineState.CREATING)
@@ -70,19 +71,15 @@ class EngineMemory:
                 self.forecast[name] = value
 
 
-def claim_key(need: Need, profile: Profile) -> tuple[float, str]:
-    """Among a cluster's machines of one state, a need keeps the cheapest for it."""
+def supply_key(need: Need, profile: Profile) -> tuple[float, str]:
+    """How a need ranks machines of a profile, for keeping its own and for taking idle,
+    speculative, draining and excess ones: cheapest effective cost for it, then by name."""
     return (
         effective_cost(
             profile.price_per_hour, profile.interruption_probability, need.spec.interruption_penalty
         ),
         profile.name,
     )
-
-
-def supply_key(need: Need, profile: Profile) -> tuple[float, str]:
-    """Idle, speculative, draining and excess supply: cheapest effective cost for this need."""
-    return claim_key(need, profile)
 
 
 def need_matches(need: Need, profile: Profile, matches: bool) -> bool:
@@ -139,8 +136,7 @@ def pick_spread_domain(
 
 
 def describe(requirements: Iterable[NodeSelectorRequirement]) -> str:
-    parts = [f"{r.key} {r.operator.value} {','.join(r.values)}".strip() for r in requirements]
-    return "; ".join(parts) or "any machine"
+    return "; ".join(describe_requirement(r) for r in requirements) or "any machine"
 
 
 def age_shortfalls(
