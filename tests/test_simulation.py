@@ -568,3 +568,31 @@ def test_operators_hear_of_upcoming_nodes_and_reclaims():
     assert len(reclaims) == 64 and {r.grace_seconds for r in reclaims} == {30.0}
     upcoming_b = {n.machine_id for u in heard_b for n in u.upcoming}
     assert upcoming_b == {r.machine_id for r in reclaims}
+
+
+# ---- seed §6, §9: the coordinator between shards, in virtual time --------------------------
+
+
+def test_the_simulated_coordinator_moves_free_capacity_then_preempts_across_shards():
+    """Same planning as the Coordinator workflow: a shard short of GPUs gets another shard's
+    free rack first; once nothing is free anywhere, a strictly higher priority preempts across
+    shards with the grace of the gap, and every machine stays owned by exactly one shard."""
+    racks = one_per_shard([f"r{i}" for i in range(20)])
+    low, high = one_per_shard([f"c{i}" for i in range(20)])
+    raw = scenario(
+        [bare_metal(rack(racks[0], 40), rack(racks[1], 0))],
+        [
+            cluster(low, (0, [need(100_000, 36)])),
+            cluster(high, (60, [need(1_000_000, 2)]), (200, [need(1_000_000, 6)])),
+        ],
+        900,
+        shards=2,
+    )
+    sim, report = simulate(raw)
+    assert need_of(report, high)["satisfied"] == 6
+    kinds = [(m["kind"], m["machines"]) for m in report["transfers"]]
+    assert kinds[0] == ("speculative", 2)  # the free part of the rack moves first
+    preempt = [m for m in report["transfers"] if m["kind"] == "preempt"]
+    assert preempt and all(m["grace_seconds"] == 30.0 for m in preempt)
+    assert sum(sum(s.machines_by_state().values()) for s in sim.shards) == 40
+    assert len(sim.owner) == 40

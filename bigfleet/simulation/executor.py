@@ -68,9 +68,10 @@ class Executor:
             (t, a) for t, a in self.retry if t > now
         ]
         for action in due + actions:
-            self._start(action, now)
+            self.start(action, now)
 
-    def _start(self, action: Action, now: float) -> None:
+    def start(self, action: Action, now: float) -> None:
+        """Carry out one action now (a throttled call is retried later)."""
         provider = self.providers[action.provider]
         try:
             if action.kind == "create":
@@ -148,7 +149,7 @@ class Executor:
             # Created for a need: configured for its cluster right away (a throttled call is
             # retried like any other action).
             self.shard.begin_configure(machine.id, flight.cluster, now)
-            self._start(
+            self.start(
                 ConfigureAction(
                     provider=self._provider_of(machine.id).name,
                     machine_id=machine.id,
@@ -168,13 +169,13 @@ class Executor:
         self.recorder.failed(now, machine, path)
         self.in_flight.pop(machine.id, None)
         if path is Corrective.CLEANUP:
-            self._start(
+            self.start(
                 DeleteAction(provider=provider, machine_id=machine.id, reason=DeleteReason.FAILED),
                 now,
             )
         elif path is Corrective.RETRY_CONFIGURE and flight is not None and flight.cluster:
             self.shard.begin_configure(machine.id, flight.cluster, now)
-            self._start(
+            self.start(
                 ConfigureAction(
                     provider=provider,
                     machine_id=machine.id,
@@ -186,7 +187,7 @@ class Executor:
                 now,
             )
         elif path in (Corrective.GIVE_UP, Corrective.FORCE_DRAIN, Corrective.RETRY_CONFIGURE):
-            self._start(
+            self.start(
                 DrainAction(
                     provider=provider,
                     machine_id=machine.id,

@@ -13,6 +13,7 @@ from ..providers.cloud import SimulatedCloudProvider
 from ..shard import Shard
 from . import fleet as simulated
 from .executor import Executor
+from .rebalance import Rebalancer
 from .recorder import Recorder
 from .report import build_report
 from .scenario import CloudProviderSpec, Scenario
@@ -39,6 +40,8 @@ class Simulation:
         self._distribute_machines()
         self._timeline = self._rollup_timeline()
         self.latest: dict[str, list[CapacityNeed]] = {}
+        # More than one shard: a coordinator rebalances between them, as in production.
+        self.rebalancer = Rebalancer(self) if len(self.shards) > 1 else None
         self.generation: dict[str, int] = {}
 
     # ---- set-up -----------------------------------------------------------------------------
@@ -114,6 +117,8 @@ class Simulation:
                     for update in shard.operator_updates(decision):
                         self.operators[update.cluster].notify(update)
                     self.recorder.cycle(t, shard, decision, sample)
+                if self.rebalancer is not None:
+                    self.rebalancer.step(t)
                 if sample:
                     next_sample += sc.sample_seconds
                 next_cycle += sc.cycle_seconds
