@@ -442,3 +442,21 @@ def test_dev_logs_a_failed_activity_attempt_in_one_line():
     assert record.getMessage() == (
         "Completing activity as failed: RuntimeError: configure throttled"
     )
+
+
+def test_the_coordinators_status_names_escalations_and_fleet_wide_shortfalls():
+    from workers.verbs import render_coordinator
+
+    text = render_coordinator(
+        {
+            "term": 5,
+            "shards": [0, 1],
+            "sagas_running": ["saga-idle-5-1"],
+            "missing_shards": [1],
+            "escalations": [{"cluster": "train", "priority": 1_000_000, "count": 4}],
+            "shared_shortfalls": ["dc/gpu-8xh100/ams-1/bare-metal"],
+        }
+    )
+    assert "missing shards:    [1]" in text
+    assert "train (1000000, 4)" in text
+    assert "dc/gpu-8xh100/ams-1/bare-metal (time to buy capacity)" in text

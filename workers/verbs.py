@@ -168,11 +168,39 @@ async def _status(args: argparse.Namespace) -> int:
     if not shards:
         raise CliError(f"no shard workflow is running on {_display_address(args)}")
     statuses = [await _query(client, shard_workflow_id(s), "status") for s in shards]
+    coordinator = await _coordinator_status(client) if args.shard is None else None
     if args.json:
-        print(json.dumps(statuses if args.shard is None else statuses[0], indent=2))
+        out: Any = statuses if args.shard is None else statuses[0]
+        if coordinator is not None:
+            out = {"shards": statuses, "coordinator": coordinator}
+        print(json.dumps(out, indent=2))
     else:
-        print("\n\n".join(render_status(st) for st in statuses))
+        text = [render_status(st) for st in statuses]
+        if coordinator is not None:
+            text.append(render_coordinator(coordinator))
+        print("\n\n".join(text))
     return 0
+
+
+async def _coordinator_status(client: Any) -> dict[str, Any] | None:
+    """The coordinator's view, if one runs (a single shard runs without one)."""
+    from temporalio.service import RPCError
+
+    try:
+        return await client.get_workflow_handle("coordinator").query("status")
+    except RPCError:
+        return None
+
+
+def render_coordinator(st: dict[str, Any]) -> str:
+    lines = [f"coordinator  term {st['term']}  shards {st['shards']}"]
+    lines.append(f"  sagas running:     {len(st['sagas_running'])}")
+    lines.append(f"  missing shards:    {st['missing_shards'] or 'none'}")
+    escalated = [f"{e['cluster']} ({e['priority']}, {e['count']})" for e in st["escalations"]]
+    lines.append(f"  escalated:         {', '.join(escalated) or 'none'}")
+    shared = ", ".join(st["shared_shortfalls"])
+    lines.append(f"  fleet-wide short:  {shared + ' (time to buy capacity)' if shared else 'none'}")
+    return "\n".join(lines)
 
 
 def _requirements(reqs: list[dict[str, Any]]) -> str:
