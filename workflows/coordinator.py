@@ -90,6 +90,16 @@ class CoordinatorWorkflow:
 
     async def _round(self, inp: CoordinatorInput) -> None:
         now = workflow.now().timestamp()
+        meter = workflow.metric_meter()
+        meter.create_gauge("bigfleet_escalated_shortfalls", "shortfalls for a human").set(
+            len(self.c.escalations())
+        )
+        meter.create_gauge(
+            "bigfleet_fleet_wide_shortfalls", "profiles every shard is short of: buy capacity"
+        ).set(len(self.c.shared_shortfalls()))
+        meter.create_gauge("bigfleet_missing_shards", "shards not reporting").set(
+            len(self.c.missing(now, inp.missing_after_seconds))
+        )
         for shard in self.c.missing(now, inp.missing_after_seconds):
             workflow.logger.warning(
                 "shard %s has not reported for %s s", shard, inp.missing_after_seconds
