@@ -7,6 +7,7 @@ anything.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from temporalio import workflow
@@ -16,7 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.models import Machine, MachineState, Transition
     from bigfleet.shard import Shard
     from workflows.sagas import COORDINATOR_ID
-    from workflows.types import Instruction
+    from workflows.types import Instruction, ShardConfig, TransitionInput
 
 S = MachineState
 MAX_SHARE = 0.10
@@ -25,7 +26,12 @@ SEEN_KEPT = 1000
 
 
 class InstructionHandlers:
+    """Mixed into the shard workflow, whose state these handlers share."""
+
     shard: Shard
+    cfg: ShardConfig
+    pipeline: list[TransitionInput]
+    _input: Callable[..., TransitionInput]
 
     def __init__(self, state: dict[str, Any]) -> None:
         self.term = int(state.get("term", 0))
@@ -123,8 +129,8 @@ class InstructionHandlers:
         clusters = {mid: inv.cluster_of(inv.row(mid)) for mid in ins.machine_ids}
         self.shard.drain_for_transfer(ins.machine_ids, now)
         for mid in ins.machine_ids:
-            self.pipeline.append(  # type: ignore[attr-defined]
-                self._input(  # type: ignore[attr-defined]
+            self.pipeline.append(
+                self._input(
                     Transition.DRAIN,
                     [mid],
                     cluster=clusters[mid],
@@ -158,7 +164,7 @@ class InstructionHandlers:
         """Summary and shortfalls to the coordinator every 30 s, if one runs (static stability:
         without one the shard carries on alone)."""
         now = workflow.now().timestamp()
-        if now - self.last_report < self.cfg.report_seconds:  # type: ignore[attr-defined]
+        if now - self.last_report < self.cfg.report_seconds:
             return
         self.last_report = now
         # Small samples: every report lands in the coordinator's history.
