@@ -7,7 +7,7 @@ A child workflow would not survive the shard's continue-as-new; a workflow start
 from __future__ import annotations
 
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
@@ -22,6 +22,7 @@ from workflows.types import (
     TRANSITION,
     TRANSITION_TASK_QUEUE,
     TransitionInput,
+    TransitionResult,
     transition_workflow_id,
 )
 
@@ -34,31 +35,32 @@ def summary(t: TransitionInput) -> str:
     return f"{t.transition.value} {machines}{where} on {t.provider}{grace}{why}"
 
 
+async def start_transition(client: Client, t: TransitionInput) -> WorkflowHandle:
+    """Start (or find, if already started) the workflow of one transition."""
+    return await client.start_workflow(
+        "MachineTransition",
+        t,
+        id=transition_workflow_id(t.machine_ids[0], t.transition, t.token),
+        task_queue=TRANSITION_TASK_QUEUE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=TypedSearchAttributes(
+            [
+                SearchAttributePair(MACHINE_IDS, t.machine_ids),
+                SearchAttributePair(SHARD, str(t.shard)),
+                SearchAttributePair(CLUSTER, t.cluster or ""),
+                SearchAttributePair(PROVIDER, t.provider),
+                SearchAttributePair(TRANSITION, t.transition.value),
+            ]
+        ),
+        static_summary=summary(t),
+        result_type=TransitionResult,
+    )
+
+
 class StarterActivities:
     def __init__(self, client: Client) -> None:
         self.client = client
 
     @activity.defn(name="start_transitions")
     async def start_transitions(self, transitions: list[TransitionInput]) -> list[str]:
-        ids = []
-        for t in transitions:
-            workflow_id = transition_workflow_id(t.machine_ids[0], t.transition, t.token)
-            await self.client.start_workflow(
-                "MachineTransition",
-                t,
-                id=workflow_id,
-                task_queue=TRANSITION_TASK_QUEUE,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                search_attributes=TypedSearchAttributes(
-                    [
-                        SearchAttributePair(MACHINE_IDS, t.machine_ids),
-                        SearchAttributePair(SHARD, str(t.shard)),
-                        SearchAttributePair(CLUSTER, t.cluster or ""),
-                        SearchAttributePair(PROVIDER, t.provider),
-                        SearchAttributePair(TRANSITION, t.transition.value),
-                    ]
-                ),
-                static_summary=summary(t),
-            )
-            ids.append(workflow_id)
-        return ids
+        return [(await start_transition(self.client, t)).id for t in transitions]

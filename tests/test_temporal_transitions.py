@@ -10,24 +10,16 @@ import time
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.testing import WorkflowEnvironment
 
-from activities.starter import summary
+from activities.starter import start_transition
 from bigfleet.models import BootstrapBlob, FencingToken, ListFilter, MachineState, Transition
 from tests.conftest import eventually, fleet_workers
 from workers.worker import SimulatedFleet, build_workers, run_workers
 from workflows.transition import MachineTransitionWorkflow
 from workflows.types import (
-    CLUSTER,
-    MACHINE_IDS,
-    PROVIDER,
-    SHARD,
-    TRANSITION,
-    TRANSITION_TASK_QUEUE,
     TransitionInput,
     TransitionResult,
-    transition_workflow_id,
 )
 
 S = MachineState
@@ -75,22 +67,7 @@ def transition(t: Transition, machine_ids: list[str], **fields: Any) -> Transiti
 
 async def start(client: Client, t: TransitionInput) -> WorkflowHandle[Any, TransitionResult]:
     """Start a transition workflow as the shard's starter activity does (same id, attributes)."""
-    return await client.start_workflow(
-        MachineTransitionWorkflow.run,
-        t,
-        id=transition_workflow_id(t.machine_ids[0], t.transition, t.token),
-        task_queue=TRANSITION_TASK_QUEUE,
-        search_attributes=TypedSearchAttributes(
-            [
-                SearchAttributePair(MACHINE_IDS, t.machine_ids),
-                SearchAttributePair(SHARD, str(t.shard)),
-                SearchAttributePair(CLUSTER, t.cluster or ""),
-                SearchAttributePair(PROVIDER, t.provider),
-                SearchAttributePair(TRANSITION, t.transition.value),
-            ]
-        ),
-        static_summary=summary(t),
-    )
+    return await start_transition(client, t)
 
 
 def machine_ids(sim: SimulatedFleet, n: int) -> list[str]:
