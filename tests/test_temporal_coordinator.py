@@ -60,6 +60,23 @@ async def machines_of(client, shard: int) -> dict[str, int]:
     return status["machines"]
 
 
+async def start_coordinator(client) -> None:
+    """Started before the workers' own start (which then finds it running), planning every 2 s."""
+    await client.start_workflow(
+        CoordinatorWorkflow.run,
+        CoordinatorInput(shards=2, plan_seconds=2),
+        id=COORDINATOR_ID,
+        task_queue=SHARD_TASK_QUEUE,
+    )
+
+
+async def ask(client, shard: int, cluster: str, priority: int, count: int) -> None:
+    need = {"requirements": REQ, "priority": priority, "count": count}
+    await client.get_workflow_handle(f"shard-{shard}").signal(
+        "rollup", {"cluster": cluster, "generation": 1, "needs": [need]}
+    )
+
+
 async def start(client, raw: dict) -> None:
     await ensure_shards(
         client,
@@ -75,22 +92,9 @@ async def test_a_shortfall_is_served_from_another_shards_rack(dev_env: WorkflowE
     raw = two_shard_fleet()
     cluster = raw["clusters"][0]["name"]
     async with fleet_workers(client, raw):
-        # Started first, with a short planning round; the workers' own start finds it running.
-        await client.start_workflow(
-            CoordinatorWorkflow.run,
-            CoordinatorInput(shards=2, plan_seconds=2),
-            id=COORDINATOR_ID,
-            task_queue=SHARD_TASK_QUEUE,
-        )
+        await start_coordinator(client)
         await start(client, raw)
-        await client.get_workflow_handle("shard-1").signal(
-            "rollup",
-            {
-                "cluster": cluster,
-                "generation": 1,
-                "needs": [{"requirements": REQ, "priority": 1_000_000, "count": 4}],
-            },
-        )
+        await ask(client, 1, cluster, 1_000_000, 4)
         receiver = await eventually(
             lambda: machines_of(client, 1), lambda m: m["CONFIGURED"] == 4, timeout=60
         )
@@ -162,32 +166,13 @@ async def test_cross_shard_preemption_drains_on_the_donor_and_configures_on_the_
     research, training = on_shard("research", 0), on_shard("training", 1)
     raw["clusters"] = [{"name": research}, {"name": training}]
     async with fleet_workers(client, raw) as sim:
-        await client.start_workflow(
-            CoordinatorWorkflow.run,
-            CoordinatorInput(shards=2, plan_seconds=2),
-            id=COORDINATOR_ID,
-            task_queue=SHARD_TASK_QUEUE,
-        )
+        await start_coordinator(client)
         await start(client, raw)
-        await client.get_workflow_handle("shard-0").signal(
-            "rollup",
-            {
-                "cluster": research,
-                "generation": 1,
-                "needs": [{"requirements": REQ, "priority": 100_000, "count": 40}],
-            },
-        )
+        await ask(client, 0, research, 100_000, 40)
         await eventually(
             lambda: machines_of(client, 0), lambda m: m["CONFIGURED"] == 40, timeout=60
         )
-        await client.get_workflow_handle("shard-1").signal(
-            "rollup",
-            {
-                "cluster": training,
-                "generation": 1,
-                "needs": [{"requirements": REQ, "priority": 1_000_000, "count": 4}],
-            },
-        )
+        await ask(client, 1, training, 1_000_000, 4)
         receiver = await eventually(
             lambda: machines_of(client, 1), lambda m: m["CONFIGURED"] == 4, timeout=90
         )
@@ -219,14 +204,7 @@ async def test_shards_serve_alone_while_the_coordinator_is_down(dev_env: Workflo
     async with fleet_workers(client, raw):
         await start(client, raw)  # starts the coordinator too: there are two shards
         await client.get_workflow_handle(COORDINATOR_ID).terminate("static-stability test")
-        await client.get_workflow_handle("shard-1").signal(
-            "rollup",
-            {
-                "cluster": cluster,
-                "generation": 1,
-                "needs": [{"requirements": REQ, "priority": 1_000_000, "count": 12}],
-            },
-        )
+        await ask(client, 1, cluster, 1_000_000, 12)
         alone = await eventually(
             lambda: machines_of(client, 1), lambda m: m["CONFIGURED"] == 8, timeout=60
         )
@@ -234,12 +212,7 @@ async def test_shards_serve_alone_while_the_coordinator_is_down(dev_env: Workflo
         status = await client.get_workflow_handle("shard-1").query("status")
         assert [s["count"] for s in status["shortfalls"]] == [4]
 
-        await client.start_workflow(
-            CoordinatorWorkflow.run,
-            CoordinatorInput(shards=2, plan_seconds=2),
-            id=COORDINATOR_ID,
-            task_queue=SHARD_TASK_QUEUE,
-        )
+        await start_coordinator(client)
         await eventually(
             lambda: machines_of(client, 1), lambda m: m["CONFIGURED"] == 12, timeout=60
         )
