@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from .cost import (
     DELETABLE,
@@ -20,12 +19,10 @@ from .cost import (
 from .engine.common import (
     CLAIM_ORDER,
     Decision,
-    EngineMemory,
     Preemption,
     age_shortfalls,
     describe,
     domain_of,
-    need_matches,
     pick_same_domain,
     pick_same_wait_domain,
     pick_spread_domain,
@@ -38,67 +35,16 @@ from .models import (
     DeleteReason,
     DrainAction,
     DrainReason,
-    Machine,
     MachineState,
     VerifyAction,
 )
 from .needs import Need
-from .policy import Policy
-from .profiles import Profile
-from .requirements import all_match
-from .states import check_transition
+from .reference_fleet import Rec, ReferenceFleet
 
 S = MachineState
 
 
-@dataclass(eq=False)
-class Rec:
-    ordinal: int
-    id: str
-    state: MachineState
-    cluster: str | None
-    profile: Profile
-    since: float
-    holder_priority: int = 0
-    holder_interruption: float = 0.0
-    holder_reclamation: float = 0.0
-    missed: int = 0
-
-
-class ReferenceEngine:
-    def __init__(self, machines: Iterable[Machine], policy: Policy, now: float = 0.0) -> None:
-        self.policy = policy
-        self.memory = EngineMemory()
-        # Machines assigned this cycle, and the need each was assigned to (set on apply).
-        self._assigned: dict[int, Need] = {}
-        self.machines: list[Rec] = []
-        for m in machines:
-            self.add(m, now)
-
-    def add(self, m: Machine, now: float) -> Rec:
-        rec = Rec(
-            ordinal=len(self.machines),
-            id=m.id,
-            state=m.state,
-            cluster=m.cluster,
-            profile=Profile.of(m),
-            since=float(m.transition_started_unix or now),
-        )
-        self.machines.append(rec)
-        return rec
-
-    def find(self, machine_id: str) -> Rec:
-        for rec in self.machines:
-            if rec.id == machine_id:
-                return rec
-        raise KeyError(machine_id)
-
-    def _matches(self, need: Need, rec: Rec) -> bool:
-        ok = rec.profile.resources.covers(need.spec.resources) and all_match(
-            need.spec.requirements, rec.profile.label_map
-        )
-        return need_matches(need, rec.profile, ok)
-
+class ReferenceEngine(ReferenceFleet):
     # ---- the cycle --------------------------------------------------------------------------
 
     def decide(self, needs: Iterable[Need], now: float) -> Decision:
@@ -437,35 +383,3 @@ class ReferenceEngine:
                 out.actions.append(
                     VerifyAction(provider=m.profile.provider, machine_id=m.id, cluster=m.cluster)
                 )
-
-    # ---- applying a decision ----------------------------------------------------------------
-
-    def apply(self, decision: Decision, now: float) -> None:
-        """Start every transition the decision asked for, as the shard would."""
-        for need_ord, need in self._assigned.items():
-            m = self.machines[need_ord]
-            m.holder_priority = need.priority
-            m.holder_interruption = need.spec.interruption_penalty
-            m.holder_reclamation = need.spec.reclamation_penalty
-        for action in decision.actions:
-            if action.kind == "create":
-                for mid in action.machine_ids:
-                    self._move(self.find(mid), S.CREATING, now, action.cluster)
-            elif action.kind == "configure":
-                self._move(self.find(action.machine_id), S.CONFIGURING, now, action.cluster)
-            elif action.kind == "drain":
-                self._move(self.find(action.machine_id), S.DRAINING, now)
-            elif action.kind == "delete":
-                self._move(self.find(action.machine_id), S.DELETING, now)
-        for mid in decision.timed_out:
-            self._move(self.find(mid), S.FAILED, now)
-
-    def _move(self, m: Rec, target: S, now: float, cluster: str | None = None) -> None:
-        check_transition(m.id, m.state, target)
-        m.state = target
-        m.since = now
-        if target in (S.IDLE, S.SPECULATIVE):
-            m.cluster = None
-        elif cluster is not None:
-            m.cluster = cluster
-
