@@ -21,7 +21,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from bigfleet import cli as core
 
@@ -58,34 +58,25 @@ def roles(text: str) -> list[str]:
     return sorted(set(chosen), key=ROLES.index)
 
 
-def port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number 0..65535, got {value}")
-    return value
+def bounded_int(what: str, low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer naming `what`, within [low, high]."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bounds = f">= {low}" if high is None else f"{low}..{high}"
+            raise argparse.ArgumentTypeError(f"expected {what} {bounds}, got {value}")
+        return value
+
+    return parse
 
 
-def shard_number(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a shard number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a shard number >= 0, got {value}")
-    return value
-
-
-def shard_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of shards, got {text!r}") from None
-    if not 1 <= value <= 64:
-        raise argparse.ArgumentTypeError(f"expected 1..64 shards, got {value}")
-    return value
+port = bounded_int("a port number", 0, 65535)
+shard_number = bounded_int("a shard number", 0)
+shard_count = bounded_int("a number of shards", 1, 64)
 
 
 def seconds(text: str) -> float:
