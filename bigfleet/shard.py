@@ -34,6 +34,8 @@ from .policy import Policy
 from .states import LEGAL
 
 S = MachineState
+# How long a need the operator refused to bootstrap waits before BigFleet tries again.
+REFUSAL_BACKOFF_SECONDS = 300.0
 
 
 def explain(err: ValidationError) -> str:

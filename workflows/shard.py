@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
         Transition,
     )
     from bigfleet.policy import Policy
-    from bigfleet.shard import Shard
+    from bigfleet.shard import REFUSAL_BACKOFF_SECONDS, Shard
     from bigfleet.snapshot import restore_shard, shard_state
     from workflows.instructions import InstructionHandlers
     from workflows.types import (
@@ -50,7 +50,6 @@ QUICK = dict(
     start_to_close_timeout=timedelta(seconds=60),
     retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=10),
 )
-REFUSAL_BACKOFF_SECONDS = 300.0
 START_BATCH = 200
 
 

@@ -25,13 +25,12 @@ from ..models import (
 from ..operators import BootstrapRefused, SimulatedOperator
 from ..providers.base import ProviderError, RateLimited
 from ..providers.simulated import SimulatedProvider
-from ..shard import Shard
+from ..shard import REFUSAL_BACKOFF_SECONDS, Shard
 from ..transitions import Corrective, corrective
 from .recorder import Recorder
 
 S = MachineState
 T = Transition
-REFUSAL_BACKOFF_SECONDS = 300.0
 
 
 @dataclass
