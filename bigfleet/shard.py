@@ -182,6 +182,8 @@ class Shard:
         return decision
 
     def _refused_shortfalls(self, now: float) -> list[Shortfall]:
+        if not self.refusals:
+            return []
         out = []
         for need in self.needs:
             refusal = self.refusals.get((need.cluster, need.priority))
