@@ -17,7 +17,13 @@ from tests.conftest import eventually, fleet_workers
 from workers.worker import ensure_shards
 from workflows.coordinator import CoordinatorWorkflow
 from workflows.sagas import COORDINATOR_ID, TransferSagaWorkflow
-from workflows.types import SHARD_TASK_QUEUE, CoordinatorInput, Instruction, SagaInput
+from workflows.types import (
+    SHARD_TASK_QUEUE,
+    CoordinatorInput,
+    Instruction,
+    SagaInput,
+    SagaResult,
+)
 
 REQ = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["gpu-8xh100"]}]
 
@@ -217,3 +223,42 @@ async def test_shards_serve_alone_while_the_coordinator_is_down(dev_env: Workflo
             lambda: machines_of(client, 1), lambda m: m["CONFIGURED"] == 12, timeout=60
         )
         assert sum((await machines_of(client, 0)).values()) == 36
+
+
+async def test_a_failed_saga_step_leaves_every_machine_owned_once(dev_env: WorkflowEnvironment):
+    """Failures injected at the saga's steps: a drain that does not finish in time is cancelled
+    (the donor uses its machines again), a release of busy machines is refused; either way no
+    machine is lost or owned twice."""
+    client = dev_env.client
+    raw = two_shard_fleet()
+    research = on_shard("research", 0)
+    raw["clusters"] = [{"name": research}]
+    rack = raw["providers"][0]["racks"][0]["rack"]
+    ids = [f"dc-{rack}-{i:05d}" for i in range(4)]
+    async with fleet_workers(client, raw):
+        await start(client, raw)
+        await ask(client, 0, research, 100_000, 40)
+        await eventually(
+            lambda: machines_of(client, 0), lambda m: m["CONFIGURED"] == 40, timeout=60
+        )
+
+        async def saga(kind: str, seqs: list[int], **kw) -> SagaResult:
+            return await client.execute_workflow(
+                TransferSagaWorkflow.run,
+                SagaInput(kind=kind, donor=0, receiver=1, machine_ids=ids, term=3, seqs=seqs, **kw),
+                id=f"saga-{kind}-{seqs[0]}",
+                task_queue=SHARD_TASK_QUEUE,
+            )
+
+        refused = await saga("idle", [1, 2, 3, 4])  # they are configured, not idle
+        assert refused.failed_step == "release" and refused.moved == []
+
+        timed_out = await saga("preempt", [5, 6, 7, 8], drain_timeout_seconds=0, poll_seconds=1)
+        assert timed_out.failed_step == "wait_drained"
+        assert sorted(timed_out.compensated) == ids
+
+        back = await eventually(
+            lambda: machines_of(client, 0), lambda m: m["CONFIGURED"] == 40, timeout=60
+        )
+        assert sum(back.values()) == 40
+        assert sum((await machines_of(client, 1)).values()) == 0
