@@ -83,8 +83,4 @@ def victim_merit(
     )
 
 
-def victim_score(weights: VictimWeights, preemptor_priority: int, merit: float) -> float:
-    return weights.priority * preemptor_priority / 1_000_000 + merit
-
-
 DELETABLE = frozenset({CapacityType.ON_DEMAND, CapacityType.SPOT, CapacityType.RESERVED})

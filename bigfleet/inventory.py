@@ -7,7 +7,7 @@ asks "how many" without touching machines and scans columns only when it must pi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -194,13 +194,6 @@ class Inventory:
 
     def __len__(self) -> int:
         return self.rows_used - len(self._free)
-
-    def rows_in(self, state: MachineState, profiles: Iterable[int] | None = None) -> np.ndarray:
-        """Rows in `state` (optionally of the given profiles), in row order."""
-        mask = self.state[: self.rows_used] == CODE[state]
-        if profiles is not None:
-            mask &= np.isin(self.profile[: self.rows_used], np.fromiter(profiles, np.int64))
-        return np.flatnonzero(mask)
 
     def machine(self, row: int) -> Machine:
         state = self.state_of(row)

@@ -38,7 +38,6 @@ class NeedTrack:
     index: int
     priority: int
     count: int
-    arrived: float
     demand_since: float
     ready_at: float | None = None
     satisfied: int = 0
@@ -71,7 +70,7 @@ class Recorder:
             track = self.needs.get((rollup.cluster, i))
             if track is None or track.priority != need.priority:
                 self.needs[(rollup.cluster, i)] = NeedTrack(
-                    rollup.cluster, i, need.priority, need.count, now, now
+                    rollup.cluster, i, need.priority, need.count, now
                 )
                 continue
             if need.count > track.count:
