@@ -9,6 +9,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from bigfleet.models import Machine
 from workflows.types import Instruction, ShardCall, shard_workflow_id
@@ -34,6 +35,18 @@ class ShardClientActivities:
                 type="InstructionRefused",
                 non_retryable=True,
             ) from err
+
+    @activity.defn(name="shard_clusters")
+    async def clusters(self, shard: int) -> list[str]:
+        """The clusters a shard serves now; none if it is not running (yet)."""
+        handle = self.client.get_workflow_handle(shard_workflow_id(shard))
+        try:
+            status = await handle.query("status")
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return []
+            raise
+        return list(status["clusters"])
 
     @activity.defn(name="shard_machine_states")
     async def machine_states(self, call: ShardCall) -> dict[str, str]:

@@ -1,7 +1,10 @@
-"""Which shard owns a cluster or a machine, until a coordinator assigns them (seed §5).
+"""Which shard owns a machine when a fleet starts (seed §5); clusters are assigned by the
+coordinator (`Coordinator.assign`).
 
 Fixed machines go to shards by whole topology domain (a rack), so a `Same`-rack need stays
-satisfiable; cloud slots one by one. The simulator and the shard workflows use the same rule.
+satisfiable; cloud slots one by one. Each shard applies the rule to its providers' `list` on its
+own, with nobody to ask: the rule depends on nothing but the machine, so shards that list at
+different moments still agree. The simulator and the shard workflows use the same rule.
 """
 
 from __future__ import annotations
@@ -10,10 +13,6 @@ import zlib
 
 from . import labels as L
 from .models import Machine
-
-
-def cluster_shard(cluster: str, shards: int) -> int:
-    return zlib.crc32(cluster.encode()) % shards
 
 
 def machine_shard(machine: Machine, shards: int) -> int:

@@ -91,7 +91,8 @@ class Coordinator:
             self.shards.sort()
 
     def assign(self, cluster: str) -> int:
-        """A cluster's shard: the least-loaded one on first contact, then forever (seed §16)."""
+        """A cluster's shard: the least-loaded one (fewest clusters) on first contact, then
+        forever (seed §16)."""
         shard = self.clusters.get(cluster)
         if shard is None:
             if not self.shards:
@@ -110,6 +111,13 @@ class Coordinator:
         self.add_shard(report.shard)
         self.reports[report.shard] = report
         self.received[report.shard] = now
+        self.learn(report.shard, report.clusters)
+
+    def learn(self, shard: int, clusters: Iterable[str]) -> None:
+        """Clusters a shard already serves are its own, whoever assigned them (a coordinator
+        started from scratch rebuilds its map this way before it assigns anything new)."""
+        for cluster in clusters:
+            self.clusters.setdefault(cluster, shard)
 
     def missing(self, now: float, after: float = REPORT_SECONDS) -> list[int]:
         """Shards that have not reported for `after` seconds (or never)."""

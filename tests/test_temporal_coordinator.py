@@ -5,16 +5,19 @@ receiver refuses hands the machines back to the donor."""
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 
 import pytest
-from temporalio.client import WorkflowUpdateFailedError
+import yaml
+from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from bigfleet.models import ListFilter, from_wire
 from bigfleet.simulation.scenario import Scenario
 from tests.conftest import eventually, fleet_workers
-from workers.worker import ensure_shards
+from workers import cli
+from workers.worker import assign_cluster, ensure_shards
 from workflows.coordinator import CoordinatorWorkflow
 from workflows.sagas import COORDINATOR_ID, TransferSagaWorkflow
 from workflows.types import (
@@ -262,3 +265,43 @@ async def test_a_failed_saga_step_leaves_every_machine_owned_once(dev_env: Workf
         )
         assert sum(back.values()) == 40
         assert sum((await machines_of(client, 1)).values()) == 0
+
+
+async def test_roll_up_senders_ask_the_coordinator_once_and_it_assigns_least_loaded(
+    dev_env: WorkflowEnvironment, tmp_path
+):
+    """Seed §16: a cluster goes to the least-loaded shard on its first roll-up, for good. The
+    first sender of a new fleet starts the coordinator (update-with-start); `bigfleet rollup
+    send` asks it and signals the shard it names; a coordinator started from scratch first
+    learns which clusters the shards already serve."""
+    client = dev_env.client
+    raw = two_shard_fleet()
+    async with fleet_workers(client, raw):
+        assert [await assign_cluster(client, c, 2) for c in ("a", "b", "a", "c")] == [0, 1, 0, 0]
+        coordinator = await client.get_workflow_handle(COORDINATOR_ID).describe()
+        assert coordinator.status == WorkflowExecutionStatus.RUNNING
+
+        await start(client, raw)
+        path = tmp_path / "rollup.yaml"
+        need = {"requirements": REQ, "priority": 5, "count": 2}
+        path.write_text(yaml.safe_dump({"cluster": "d", "generation": 1, "needs": [need]}))
+        address = client.service_client.config.target_host
+        code = await asyncio.to_thread(
+            cli.main, ["rollup", "send", str(path), "--address", address]
+        )
+        assert code == 0
+        status = await client.get_workflow_handle("shard-1").query("status")
+        assert "d" in status["clusters"]  # shard 1 had one cluster (b), shard 0 two
+
+        await client.get_workflow_handle(COORDINATOR_ID).terminate("lost its memory")
+        await ask(client, 0, "e", 5, 1)  # a cluster shard 0 serves that nobody assigned
+        await eventually(
+            lambda: client.get_workflow_handle("shard-0").query("status"),
+            lambda s: "e" in s["clusters"],
+        )
+        # From scratch: "d" and "e" are where the shards serve them, not least-loaded anew.
+        assert await assign_cluster(client, "d", 2) == 1
+        assert await assign_cluster(client, "e", 2) == 0
+        with pytest.raises(WorkflowUpdateFailedError) as bad:
+            await assign_cluster(client, " ", 2)
+        assert "cluster" in str(bad.value.cause)

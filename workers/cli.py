@@ -126,14 +126,17 @@ def _connection(p: argparse.ArgumentParser) -> None:
 
 def _shards(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--shard", type=shard_number, metavar="N", help="the shard to ask (default: the cluster's)"
+        "--shard",
+        type=shard_number,
+        metavar="N",
+        help="the shard to ask (default: the cluster's, as the coordinator assigned it)",
     )
     p.add_argument(
         "--shards",
         type=shard_count,
         metavar="N",
-        help="how many shards the fleet has, to find a cluster's shard (default: the number of "
-        "running shard workflows, or 1)",
+        help="how many shards the fleet has, if no coordinator runs yet to assign the cluster "
+        "(default: the number of running shard workflows, or 1)",
     )
 
 

@@ -61,7 +61,7 @@ log = logging.getLogger("bigfleet.dev")
 @dataclass
 class _Cluster:
     name: str
-    shard: int
+    shard: int | None  # asked of the coordinator on the first roll-up
     timeline: list[tuple[float, list[Any]]]
     sent: int = -1  # index into timeline of the roll-up in force
     next_resend: float = 0.0
@@ -80,8 +80,6 @@ class Operators:
     errors: int = 0
 
     def __post_init__(self) -> None:
-        from workers.worker import shard_of
-
         for c in self.fleet.clusters:
             if c.workload is not None:
                 print(f"  note: cluster {c.name} replays a trace; `bigfleet dev` skips it")
@@ -89,7 +87,7 @@ class Operators:
             timeline = sorted(((r.at, list(r.needs)) for r in c.rollups), key=lambda t: t[0])
             if timeline:
                 self.clusters.append(
-                    _Cluster(c.name, shard_of(c.name, self.fleet.shards), timeline)
+                    _Cluster(c.name, None, timeline)
                 )
 
     def elapsed(self) -> float:
@@ -119,6 +117,7 @@ class Operators:
                 await asyncio.wait_for(stop.wait(), max(0.05, wake - self.elapsed()))
 
     async def _send(self, c: _Cluster, index: int, changed: bool, now: float) -> bool:
+        from workers.worker import assign_cluster
         from workflows.types import shard_workflow_id
 
         at, needs = c.timeline[index]
@@ -128,11 +127,15 @@ class Operators:
             "generation": c.generation,
             "needs": [n.model_dump(mode="json") for n in needs],
         }
-        wid = shard_workflow_id(c.shard)
+        wid = f"the shard of {c.name}"
         try:
+            if c.shard is None:
+                c.shard = await assign_cluster(self.client, c.name, self.fleet.shards)
+            wid = shard_workflow_id(c.shard)
             await self.client.get_workflow_handle(wid).signal("rollup", rollup)
         except Exception as err:
             self.errors += 1
+            c.shard = None  # ask the coordinator again: a split or merge may have moved it
             print(f"  t+{now:4.0f}s roll-up of {c.name} to {wid} failed: {err}", flush=True)
             return False
         if changed:

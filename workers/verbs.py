@@ -113,12 +113,17 @@ async def _running_shards(client: Any) -> list[int]:
 
 
 async def _shard_for(client: Any, args: argparse.Namespace, cluster: str) -> int:
-    from workers.worker import shard_of
+    """`--shard` if given, else the coordinator's assignment (it is started if need be, for
+    `--shards` or as many shards as are running)."""
+    from workers.worker import assign_cluster
 
     if args.shard is not None:
         return args.shard
     shards = args.shards or len(await _running_shards(client)) or 1
-    return shard_of(cluster, shards)
+    try:
+        return await assign_cluster(client, cluster, shards)
+    except Exception as err:
+        raise _rpc_error(err, f"assigning cluster {cluster} (coordinator)") from None
 
 
 def _rpc_error(err: Exception, what: str) -> CliError:

@@ -8,9 +8,10 @@ rate-limited task queue per provider). A process may take any set of roles.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -19,7 +20,6 @@ from activities.operators import OperatorActivities
 from activities.providers import ProviderActivities, VirtualClock
 from activities.shards import ShardClientActivities
 from activities.starter import StarterActivities
-from bigfleet.assignment import cluster_shard
 from bigfleet.simulation import fleet as simulated
 from bigfleet.simulation.scenario import CloudProviderSpec, Scenario
 from workflows.coordinator import CoordinatorWorkflow
@@ -70,12 +70,38 @@ def shard_config(fleet: Scenario, shard: int, **overrides: object) -> ShardConfi
     )
 
 
-shard_of = cluster_shard
+def coordinator_start(shards: int, plan_seconds: float | None = None) -> dict[str, Any]:
+    """How the coordinator is started if it is not running: by `bigfleet worker`/`dev`, or by
+    the first roll-up sender of a new fleet (update-with-start)."""
+    inp = CoordinatorInput(shards=shards)
+    if plan_seconds is not None:
+        inp = CoordinatorInput(shards=shards, plan_seconds=plan_seconds)
+    return dict(
+        workflow=CoordinatorWorkflow.run,
+        arg=inp,
+        id=COORDINATOR_ID,
+        task_queue=SHARD_TASK_QUEUE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        static_summary=f"BigFleet coordinator of {shards} shard(s)",
+    )
 
 
-async def ensure_shards(client: Client, fleet: Scenario, **overrides: object) -> None:
+async def assign_cluster(client: Client, cluster: str, shards: int) -> int:
+    """The shard a cluster's roll-ups go to: the coordinator's answer (least-loaded on first
+    contact, permanent after), starting the coordinator if need be. Ask once, then signal the
+    shard directly; ask again only if the shard is gone (a split or merge moved the cluster)."""
+    return await client.execute_update_with_start_workflow(
+        CoordinatorWorkflow.assign_cluster,
+        cluster,
+        start_workflow_operation=WithStartWorkflowOperation(**coordinator_start(shards)),
+    )
+
+
+async def ensure_shards(
+    client: Client, fleet: Scenario, plan_seconds: float | None = None, **overrides: object
+) -> None:
     """Start every shard workflow that is not already running (idempotent), and the coordinator
-    when there is more than one shard to coordinate."""
+    (cluster assignment, rebalancing between shards)."""
     for shard in range(fleet.shards):
         await client.start_workflow(
             ShardWorkflow.run,
@@ -85,26 +111,23 @@ async def ensure_shards(client: Client, fleet: Scenario, **overrides: object) ->
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary=f"BigFleet shard {shard} of {fleet.shards}",
         )
-    if fleet.shards > 1:
-        await client.start_workflow(
-            CoordinatorWorkflow.run,
-            CoordinatorInput(shards=fleet.shards),
-            id=COORDINATOR_ID,
-            task_queue=SHARD_TASK_QUEUE,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            static_summary=f"BigFleet coordinator of {fleet.shards} shards",
-        )
+    await client.start_workflow(**coordinator_start(fleet.shards, plan_seconds))
 
 
 def build_workers(
-    client: Client, sim: SimulatedFleet, roles: Iterable[str] = ROLES
+    client: Client,
+    sim: SimulatedFleet,
+    roles: Iterable[str] = ROLES,
+    shard_client: Callable[[Client], ShardClientActivities] = ShardClientActivities,
 ) -> list[Worker]:
+    """`shard_client` makes the saga steps' activities (tests pass one that injects faults)."""
     roles = set(roles)
     unknown = roles - set(ROLES)
     if unknown:
         raise ValueError(f"--role: unknown {sorted(unknown)}; choose from {', '.join(ROLES)}")
     workers = []
     if "shards" in roles:
+        steps = shard_client(client)
         workers.append(
             Worker(
                 client,
@@ -112,8 +135,9 @@ def build_workers(
                 workflows=[ShardWorkflow, CoordinatorWorkflow, TransferSagaWorkflow],
                 activities=[
                     StarterActivities(client).start_transitions,
-                    ShardClientActivities(client).update,
-                    ShardClientActivities(client).machine_states,
+                    steps.update,
+                    steps.machine_states,
+                    ShardClientActivities(client).clusters,
                 ],
                 workflow_runner=RUNNER,
             )

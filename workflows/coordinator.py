@@ -17,7 +17,7 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from bigfleet.coordinator import Coordinator, ShardReport
-    from workflows.sagas import TransferSagaWorkflow
+    from workflows.sagas import STEP, TransferSagaWorkflow
     from workflows.types import CoordinatorInput, SagaInput
 
 SEQS_PER_SAGA = 4  # drain, release, adopt, and one compensation
@@ -31,11 +31,14 @@ class CoordinatorWorkflow:
         self.c = Coordinator(
             term=int(state.get("term", 0)),
             seq=int(state.get("seq", 0)),
-            shards=list(range(inp.shards)),
+            shards=list(state.get("shards", range(inp.shards))),
             clusters=dict(state.get("clusters", {})),
         )
         # Running sagas, and finished ones until the receiver's next report shows their effect.
         self.sagas: dict[str, dict[str, Any]] = dict(state.get("sagas", {}))
+        # A coordinator started from scratch answers no assignment before it has learnt which
+        # clusters the shards already serve (else a known cluster could land on a second shard).
+        self.ready = inp.state is not None
 
     @workflow.signal
     def shard_report(self, report: ShardReport) -> None:
@@ -48,9 +51,16 @@ class CoordinatorWorkflow:
             saga["done_at"] = workflow.now().timestamp()
 
     @workflow.update
-    def assign_cluster(self, cluster: str) -> int:
-        """A cluster's shard: least-loaded on first contact, permanent after (seed §16)."""
+    async def assign_cluster(self, cluster: str) -> int:
+        """A cluster's shard: least-loaded on first contact, permanent after (seed §16).
+        Roll-up senders ask once (update-with-start) and then signal the shard directly."""
+        await workflow.wait_condition(lambda: self.ready)
         return self.c.assign(cluster)
+
+    @assign_cluster.validator
+    def _assign_ok(self, cluster: str) -> None:
+        if not isinstance(cluster, str) or not cluster.strip():
+            raise ValueError(f"cluster: a non-empty name is required, got {cluster!r}")
 
     @workflow.query
     def status(self) -> dict[str, Any]:
@@ -71,6 +81,7 @@ class CoordinatorWorkflow:
     async def run(self, inp: CoordinatorInput) -> None:
         if inp.state is None:
             self.c.term = int(workflow.now().timestamp() * 1000)
+            await self._learn_clusters()
         rounds = 0
         while True:
             await workflow.sleep(inp.plan_seconds)
@@ -81,12 +92,21 @@ class CoordinatorWorkflow:
                 state = {
                     "term": self.c.term,
                     "seq": self.c.seq,
+                    "shards": self.c.shards,
                     "clusters": self.c.clusters,
                     "sagas": self.sagas,
                 }
                 workflow.continue_as_new(
                     CoordinatorInput(**{**inp.model_dump(), "state": state})
                 )
+
+    async def _learn_clusters(self) -> None:
+        for shard in self.c.shards:
+            clusters: list[str] = await workflow.execute_activity(
+                "shard_clusters", shard, result_type=list[str], **STEP
+            )
+            self.c.learn(shard, clusters)
+        self.ready = True
 
     async def _round(self, inp: CoordinatorInput) -> None:
         now = workflow.now().timestamp()

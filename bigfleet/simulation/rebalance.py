@@ -17,10 +17,13 @@ if TYPE_CHECKING:
 @dataclass
 class Rebalancer:
     sim: Simulation
-    coordinator: Coordinator = field(default_factory=lambda: Coordinator(term=1))
     next_round: float = REPORT_SECONDS
     draining: list[Move] = field(default_factory=list)
     log: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def coordinator(self) -> Coordinator:
+        return self.sim.coordinator
 
     def step(self, now: float) -> None:
         self._finish_drained(now)

@@ -33,7 +33,7 @@ def build_report(sim: Simulation) -> dict[str, Any]:
             (t for (c, _), t in rec.needs.items() if c == cluster.name), key=lambda t: t.index
         )
         clusters[cluster.name] = {
-            "shard": sim.cluster_shard.get(cluster.name),
+            "shard": sim.coordinator.clusters.get(cluster.name),
             "needs": [
                 {
                     "index": t.index,

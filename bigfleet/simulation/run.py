@@ -7,7 +7,8 @@ import heapq
 import itertools
 from typing import Any
 
-from ..assignment import cluster_shard, machine_shard
+from ..assignment import machine_shard
+from ..coordinator import Coordinator
 from ..models import CapacityNeed, ClusterCapacityNeeds, ListFilter, MachineState
 from ..providers.cloud import SimulatedCloudProvider
 from ..shard import Shard
@@ -36,7 +37,8 @@ class Simulation:
             Executor(s, self.providers, self.operators, self.recorder) for s in self.shards
         ]
         self.owner: dict[str, int] = {}
-        self.cluster_shard: dict[str, int] = {}
+        # Clusters go to the least-loaded shard on first contact, as the coordinator assigns.
+        self.coordinator = Coordinator(term=1, shards=list(range(scenario.shards)))
         self._distribute_machines()
         self._timeline = self._rollup_timeline()
         self.latest: dict[str, list[CapacityNeed]] = {}
@@ -144,9 +146,7 @@ class Simulation:
         rollup = ClusterCapacityNeeds(
             cluster=cluster, generation=self.generation[cluster], needs=needs
         )
-        shard = self.cluster_shard.get(rollup.cluster)
-        if shard is None:
-            shard = self.cluster_shard[cluster] = cluster_shard(cluster, len(self.shards))
+        shard = self.coordinator.assign(cluster)
         reason = self.shards[shard].receive(rollup, self.now)
         if reason:
             self.recorder.rejected_rollups.append(reason)
