@@ -7,12 +7,19 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from bigfleet.models import Machine
-from workflows.types import Instruction, ShardCall, shard_workflow_id
+from workflows.types import (
+    SHARD_TASK_QUEUE,
+    Instruction,
+    ShardCall,
+    ShardInput,
+    shard_workflow_id,
+)
 
 
 class ShardClientActivities:
@@ -23,7 +30,7 @@ class ShardClientActivities:
     async def update(self, call: ShardCall) -> Any:
         handle = self.client.get_workflow_handle(shard_workflow_id(call.shard))
         ins: Instruction = call.instruction
-        result_type = list[Machine] if call.update == "release" else None
+        result_type = list[Machine] if call.update in ("release", "hand_out") else None
         try:
             return await handle.execute_update(
                 call.update, ins, id=f"{call.update}-{ins.term}-{ins.seq}", result_type=result_type
@@ -52,3 +59,55 @@ class ShardClientActivities:
     async def machine_states(self, call: ShardCall) -> dict[str, str]:
         handle = self.client.get_workflow_handle(shard_workflow_id(call.shard))
         return await handle.query("machine_states", call.instruction.machine_ids)
+
+    @activity.defn(name="revive_shard")
+    async def revive_shard(self, shard: int) -> str:
+        """Restart a shard workflow that is gone (terminated, failed, timed out) from its
+        durable state: the input of its latest run, i.e. the snapshot of its last
+        continue-as-new. "running" if it runs, "unknown" if it was never started (nothing to
+        restart from), "completed" if it ended on purpose (a shard retired by a merge returns:
+        its machines are another shard's now, so it is not revived), else "restarted". A latest
+        run without a snapshot (the first run) is started fresh: it re-adopts its share of the
+        providers' machines."""
+        wid = shard_workflow_id(shard)
+        try:
+            desc = await self.client.get_workflow_handle(wid).describe()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return "unknown"
+            raise
+        if desc.status in (
+            WorkflowExecutionStatus.RUNNING,
+            WorkflowExecutionStatus.CONTINUED_AS_NEW,  # its next run is already there
+        ):
+            return "running"
+        if desc.status == WorkflowExecutionStatus.COMPLETED:
+            return "completed"
+        inp: ShardInput | None = None
+        async for event in self.client.get_workflow_handle(
+            wid, run_id=desc.run_id
+        ).fetch_history_events(page_size=1):
+            started = event.workflow_execution_started_event_attributes
+            [inp] = await self.client.data_converter.decode(
+                list(started.input.payloads), [ShardInput]
+            )
+            break
+        if inp is None:
+            raise ApplicationError(f"{wid}: run {desc.run_id} has no start event")
+        revived = inp.model_copy(update={"restarted": inp.state is not None})
+        await self.client.start_workflow(
+            "Shard",
+            revived,
+            id=wid,
+            task_queue=SHARD_TASK_QUEUE,
+            # Two revivals at once start one run; the second joins it.
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary=f"BigFleet shard {shard} of {inp.config.shards} (restarted)",
+        )
+        activity.logger.warning(
+            "shard %s was %s; restarted from %s",
+            shard,
+            desc.status.name if desc.status else "?",
+            "its last snapshot" if inp.state is not None else "scratch",
+        )
+        return "restarted"

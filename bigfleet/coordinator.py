@@ -50,6 +50,33 @@ class ShardReport(Wire):
         return sum(self.machines.values())
 
 
+class DecommissionRequest(Wire):
+    """Take `count` machines out of the fleet, proportionally across shards (seed §16):
+    those of `provider`, optionally only in `zone` / of `instance_type` / on `rack`."""
+
+    provider: str
+    count: int = Field(gt=0)
+    zone: str | None = None
+    instance_type: str | None = None
+    rack: str | None = None
+    grace_seconds: float = Field(default=600.0, ge=0)
+
+    def where(self) -> dict[str, str]:
+        """The machine fields a decommissioned machine must match."""
+        fields = {"provider", "zone", "instance_type", "rack"}
+        return {k: v for k, v in self.model_dump(include=fields).items() if v is not None}
+
+
+class MembershipThresholds(Wire):
+    """Seed §16: split a shard over either split threshold; merge two shards under both merge
+    thresholds (`merge_machines` 0: never merge on its own)."""
+
+    split_machines: int = Field(default=400_000, ge=1)
+    split_clusters: int = Field(default=2_000, ge=1)
+    merge_machines: int = Field(default=0, ge=0)
+    merge_clusters: int = Field(default=50, ge=0)
+
+
 class MoveKind(StrEnum):
     IDLE = "idle"
     SPECULATIVE = "speculative"
@@ -77,6 +104,10 @@ class Coordinator:
     clusters: dict[str, int] = field(default_factory=dict)
     reports: dict[int, ShardReport] = field(default_factory=dict)
     received: dict[int, float] = field(default_factory=dict)
+    # Shards merging away: assigned nothing new, and gone from the fleet once retired (a late
+    # report from a retired shard is ignored; its number is never used again).
+    retiring: set[int] = field(default_factory=set)
+    retired: set[int] = field(default_factory=set)
 
     def next_token(self) -> tuple[int, int]:
         """(coordinator_term, seq) for the next instruction (seed §11)."""
@@ -90,24 +121,75 @@ class Coordinator:
             self.shards.append(shard)
             self.shards.sort()
 
+    def remove_shard(self, shard: int) -> None:
+        """A shard that merged away (or a split that never got going)."""
+        if shard in self.shards:
+            self.shards.remove(shard)
+        self.retired.add(shard)
+        self.reports.pop(shard, None)
+        self.received.pop(shard, None)
+        self.retiring.discard(shard)
+
+    def moved(self, clusters: Iterable[str], shard: int) -> None:
+        """Clusters a split or merge moved: the one time an assignment changes (seed §16)."""
+        for cluster in clusters:
+            self.clusters[cluster] = shard
+
+    def new_shard_id(self) -> int:
+        return max([*self.shards, *self.retired], default=-1) + 1
+
+    def membership_change(self, limits: MembershipThresholds) -> tuple[str, int, int] | None:
+        """("split", shard, new shard) or ("merge", donor, into) this round, or None."""
+        shard = self.split_candidate(limits.split_machines, limits.split_clusters)
+        if shard is not None:
+            return "split", shard, self.new_shard_id()
+        pair = self.merge_candidate(limits.merge_machines, limits.merge_clusters)
+        return None if pair is None else ("merge", *pair)
+
+    def split_candidate(self, max_machines: int, max_clusters: int) -> int | None:
+        """The shard most over a split threshold (machines or clusters), if any (seed §16)."""
+        over = [
+            (r.size / max_machines if max_machines else 0, len(r.clusters) / max_clusters, s)
+            for s, r in self.reports.items()
+            if s not in self.retiring
+            and ((max_machines and r.size > max_machines) or len(r.clusters) > max_clusters)
+        ]
+        return max(over)[2] if over else None
+
+    def merge_candidate(self, max_machines: int, max_clusters: int) -> tuple[int, int] | None:
+        """Two under-used shards (each under both thresholds): the smaller merges into the
+        other. None if merging is off (`max_machines` 0) or no two qualify."""
+        if not max_machines:
+            return None
+        under = sorted(
+            (r.size, len(r.clusters), s)
+            for s, r in self.reports.items()
+            if s not in self.retiring and r.size < max_machines and len(r.clusters) < max_clusters
+        )
+        if len(under) < 2 or len(self.shards) - len(self.retiring) < 2:
+            return None
+        return under[0][2], under[1][2]
+
     def assign(self, cluster: str) -> int:
         """A cluster's shard: the least-loaded one (fewest clusters) on first contact, then
         forever (seed §16)."""
         shard = self.clusters.get(cluster)
         if shard is None:
-            if not self.shards:
+            if not set(self.shards) - self.retiring:
                 raise ValueError("no shards: add one before assigning clusters")
-            load = {s: 0 for s in self.shards}
+            load = {s: 0 for s in self.shards if s not in self.retiring}
             for assigned in self.clusters.values():
                 if assigned in load:
                     load[assigned] += 1
-            shard = min(self.shards, key=lambda s: (load[s], s))
+            shard = min(load, key=lambda s: (load[s], s))
             self.clusters[cluster] = shard
         return shard
 
     # ---- the fleet view ---------------------------------------------------------------------
 
     def receive(self, report: ShardReport, now: float) -> None:
+        if report.shard in self.retired:
+            return
         self.add_shard(report.shard)
         self.reports[report.shard] = report
         self.received[report.shard] = now
@@ -222,6 +304,38 @@ class Coordinator:
             kind, donor, receiver, priority, grace, cluster = key
             move = moves[key] = Move(kind, donor, receiver, [], priority, grace, cluster)
         move.machine_ids.append(machine_id)
+
+
+def proportional(available: Mapping[int, int], total: int) -> dict[int, int]:
+    """Split `total` across shards in proportion to what each has (largest remainder), never
+    more than a shard has: a decommission takes each shard's share (seed §16)."""
+    have = sum(available.values())
+    total = min(total, have)
+    if total <= 0:
+        return {s: 0 for s in available}
+    exact = {s: n * total / have for s, n in available.items()}
+    share = {s: int(x) for s, x in exact.items()}
+    by_remainder = sorted(available, key=lambda s: (-(exact[s] - share[s]), s))
+    for s in by_remainder[: total - sum(share.values())]:
+        share[s] += 1
+    return share
+
+
+def decommission_plan(
+    found: Mapping[int, Mapping[str, list[str]]], count: int
+) -> tuple[dict[int, int], dict[int, tuple[list[str], list[str]]]]:
+    """Each shard's share of `count` (proportional to its matching machines) and the machines
+    that make it up, free ones first: {shard: (free ids, configured ids to drain)}."""
+    shares = proportional(
+        {s: len(f["free"]) + len(f["configured"]) for s, f in found.items()}, count
+    )
+    picks = {}
+    for shard, share in shares.items():
+        free = found[shard]["free"][:share]
+        configured = found[shard]["configured"][: share - len(free)]
+        if share:
+            picks[shard] = (free, configured)
+    return shares, picks
 
 
 def _confined_to_a_domain(sf: Shortfall) -> bool:

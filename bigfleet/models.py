@@ -270,12 +270,14 @@ class DrainReason(StrEnum):
     UNHEALTHY = "unhealthy"
     TRANSFER = "transfer"
     FAILED = "failed"
+    DECOMMISSION = "decommission"
 
 
 class DeleteReason(StrEnum):
     IDLE_TIMEOUT = "idle-timeout"
     FAILED = "failed"
     UNHEALTHY = "unhealthy"
+    DECOMMISSION = "decommission"
 
 
 class CreateAction(Wire):

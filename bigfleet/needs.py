@@ -137,6 +137,14 @@ class NeedsTable:
             self.version += 1
         return gone
 
+    def remove(self, cluster: str) -> None:
+        """The cluster moved to another shard (a split or merge): forget its needs here."""
+        entry = self._clusters.pop(cluster, None)
+        if entry is not None:
+            for need in entry.needs:
+                self._sorted.remove(need)
+            self.version += 1
+
     def __iter__(self) -> Iterator[Need]:
         return iter(self._sorted)
 

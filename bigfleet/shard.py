@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from . import labels as L
 from .coordinator import Preemptible, ShardReport
 from .engine import Decision, FastEngine
 from .engine.claims import CONFIGURED_SLOT
@@ -63,6 +64,10 @@ class Shard:
         # Cross-shard preemption: machines draining to leave, and drained ones waiting to go.
         self.transfer_out: set[str] = set()
         self.handoff: dict[str, Machine] = {}
+        # A split or merge (seed §16): machines on their way to another shard, as they are, and
+        # clusters that moved away (their roll-ups are forwarded there).
+        self.leaving: dict[str, Machine] = {}
+        self.moved: dict[str, int] = {}
 
     def token(self) -> FencingToken:
         """The fencing token for the next provider call (seed §11)."""
@@ -124,6 +129,113 @@ class Shard:
             for mid in machine_ids
         ]
 
+    def matching(self, where: Mapping[str, str]) -> dict[str, list[str]]:
+        """Machines a decommission could take (seed §16), free ones first: {"free": [...],
+        "configured": [...]}, those whose provider / zone / instance_type / rack equal
+        `where`'s. Machines in a transition or already leaving are not offered."""
+        inv = self.inventory
+        n = inv.rows_used
+        fields = [
+            {"provider": p.provider, "zone": p.zone, "instance_type": p.instance_type,
+             "rack": dict(p.labels).get(L.RACK)}
+            for p in inv.profiles.profiles
+        ]
+        wanted = np.array(
+            [all(f.get(k) == v for k, v in where.items()) for f in fields] or [False]
+        )
+        out: dict[str, list[str]] = {}
+        for kind, states in (("free", (S.IDLE, S.SPECULATIVE)), ("configured", (S.CONFIGURED,))):
+            in_state = np.isin(inv.state[:n], [CODE[s] for s in states])
+            rows = np.flatnonzero(in_state & wanted[inv.profile[:n]])
+            out[kind] = [
+                mid for mid in map(inv.machine_id, rows.tolist()) if mid not in self.transfer_out
+            ]
+        return out
+
+    # ---- splits and merges (seed §16) -------------------------------------------------------
+
+    def split_plan(self, fraction: float = 0.5) -> tuple[list[str], list[str]]:
+        """What leaves when the shard divides: `fraction` of its clusters, with the machines
+        configured for them, and free machines by whole rack (a `Same`-rack need stays
+        satisfiable on both sides) until `fraction` of its machines leave. Machines in a
+        transition stay: their workflow reports back here. `fraction=1` is a merge: all."""
+        inv = self.inventory
+        n = inv.rows_used
+        configured = CODE[S.CONFIGURED]
+        held: Counter[str] = Counter()
+        for r in np.flatnonzero(inv.state[:n] == configured).tolist():
+            cluster = inv.cluster_of(r)
+            if cluster is not None:
+                held[cluster] += 1
+        clusters = sorted(set(self.needs.clusters()) | set(held), key=lambda c: (-held[c], c))
+        want = len(clusters) if fraction >= 1 else round(len(clusters) * fraction)
+        leave: list[str] = []
+        moving = staying = 0
+        for i, cluster in enumerate(clusters):
+            left = len(clusters) - i  # clusters not placed yet, this one included
+            must = want - len(leave) >= left
+            balanced = moving * (1 - fraction) <= staying * fraction
+            if len(leave) < want and (must or balanced):
+                leave.append(cluster)
+                moving += held[cluster]
+            else:
+                staying += held[cluster]
+        leaving = set(leave)
+        ids = [
+            inv.machine_id(r)
+            for r in np.flatnonzero(inv.state[:n] == configured).tolist()
+            if inv.cluster_of(r) in leaving or fraction >= 1
+        ]
+        target = len(inv) * fraction
+        free = np.flatnonzero(
+            (inv.state[:n] == CODE[S.IDLE]) | (inv.state[:n] == CODE[S.SPECULATIVE])
+        ).tolist()
+        racks: dict[str, list[str]] = {}
+        for r in free:
+            m = inv.machine(r)
+            if m.id not in self.transfer_out:
+                racks.setdefault(m.labels.get(L.RACK) or m.id, []).append(m.id)
+        for rack in sorted(racks):
+            if fraction < 1 and len(ids) >= target:
+                break
+            ids.extend(racks[rack])
+        return sorted(leave), ids
+
+    def split_out(
+        self, clusters: Iterable[str], machine_ids: Iterable[str], to: int
+    ) -> list[dict[str, Any]]:
+        """Let clusters and machines go to shard `to`: the clusters' needs leave the table
+        (returned, for `to`; roll-ups that still come here are for `to`), the machines wait in
+        `leaving`, out of the engine's reach, until handed out."""
+        from .snapshot import needs_state
+
+        clusters = list(clusters)
+        needs = needs_state(self.needs, clusters)
+        for cluster in clusters:
+            self.needs.remove(cluster)
+            self.moved[cluster] = to
+        for mid in machine_ids:
+            if self.inventory.ids.find(mid) >= 0:
+                self.leaving[mid] = self.inventory.remove(mid)
+        return needs
+
+    def hand_out(self, limit: int) -> list[Machine]:
+        """The next `limit` machines of a split, for the receiving shard."""
+        ids = sorted(self.leaving)[:limit]
+        return [self.leaving.pop(mid) for mid in ids]
+
+    def take_in(
+        self, needs: list[dict[str, Any]], machines: Iterable[Machine], now: float
+    ) -> int:
+        """Clusters and machines from a split or merge (or back from one that failed): the
+        needs keep their place in the queue, the machines their state."""
+        from .snapshot import restore_needs
+
+        restore_needs(needs, self.policy.max_silence_seconds, self.needs)
+        for c in needs:
+            self.moved.pop(c["cluster"], None)
+        return self.adopt(machines, now)
+
     def drain_for_transfer(self, machine_ids: Iterable[str], now: float) -> None:
         """Drain configured machines that are to leave the shard (cross-shard preemption).
         Once idle they wait in `handoff`, out of the engine's reach, until released."""
@@ -162,6 +274,33 @@ class Shard:
             inv.remove(machine.id)
             inv.add([machine], now)
         return True
+
+    def reconcile_listing(self, listed: Iterable[Machine], now: float) -> dict[str, int]:
+        """Bring a restored inventory in line with every provider's `list` (all providers
+        together): each listed machine the shard owns is observed; an owned machine no provider
+        lists any more is given up. Machines the shard does not own are left alone (another
+        shard owns them: ownership stays exactly-once). Returns counts of what happened."""
+        inv = self.inventory
+        seen: set[str] = set()
+        changed = not_mine = 0
+        for m in listed:
+            seen.add(m.id)
+            if inv.ids.find(m.id) >= 0:
+                changed += self.observe(m, now)
+                if m.id in self.transfer_out and m.state is not S.DRAINING:
+                    self.transfer_out.discard(m.id)  # its drain never started: it stays
+            elif m.id not in self.handoff:
+                not_mine += 1
+        owned = [inv.machine_id(r) for r in inv.live_rows().tolist()] + list(self.handoff)
+        gone = [mid for mid in owned if mid not in seen]
+        self.release(gone)
+        self.transfer_out.difference_update(gone)
+        return {
+            "listed": len(seen),
+            "changed": changed,
+            "gone": len(gone),
+            "not_mine": not_mine,
+        }
 
     def begin_configure(self, machine_id: str, cluster: str, now: float) -> None:
         """A machine created for a need is configured for it as soon as it is up."""
@@ -250,6 +389,8 @@ class Shard:
         totals = self.inventory.counts.sum(axis=1)
         out = {s.value: int(totals[CODE[s]]) for s in S}
         out[S.IDLE.value] += len(self.handoff)
+        for m in self.leaving.values():
+            out[m.state.value] += 1
         return out
 
     def operator_updates(self, decision: Decision) -> list[OperatorUpdate]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import zlib
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -103,9 +104,11 @@ def restore_inventory(state: dict[str, Any]) -> Inventory:
     return inv
 
 
-def needs_state(table: NeedsTable) -> list[dict[str, Any]]:
+def needs_state(table: NeedsTable, clusters: Iterable[str] | None = None) -> list[dict[str, Any]]:
     out = []
-    for cluster in table.clusters():
+    for cluster in table.clusters() if clusters is None else clusters:
+        if cluster not in table._clusters:
+            continue
         entry = table._clusters[cluster]
         out.append(
             {
@@ -121,9 +124,15 @@ def needs_state(table: NeedsTable) -> list[dict[str, Any]]:
     return out
 
 
-def restore_needs(state: list[dict[str, Any]], max_silence: float) -> NeedsTable:
-    table = NeedsTable(max_silence_seconds=max_silence)
+def restore_needs(
+    state: list[dict[str, Any]], max_silence: float, table: NeedsTable | None = None
+) -> NeedsTable:
+    """A needs table from `needs_state`, or those clusters added to `table` (arrival order
+    kept, so a cluster that moved keeps its place in the queue)."""
+    if table is None:
+        table = NeedsTable(max_silence_seconds=max_silence)
     for c in state:
+        table.remove(c["cluster"])
         rollup = from_wire(
             ClusterCapacityNeeds,
             {"cluster": c["cluster"], "generation": c["generation"], "needs": c["needs"]},
@@ -160,6 +169,8 @@ def shard_state(shard: Shard) -> dict[str, Any]:
         "rejections": list(shard.rejections),
         "transfer_out": sorted(shard.transfer_out),
         "handoff": [m.model_dump(mode="json") for m in shard.handoff.values()],
+        "leaving": [m.model_dump(mode="json") for m in shard.leaving.values()],
+        "moved": shard.moved,
     }
 
 
@@ -182,4 +193,6 @@ def restore_shard(state: dict[str, Any], shard: Shard) -> Shard:
     shard.handoff = {
         m["id"]: from_wire(Machine, m) for m in state.get("handoff", [])
     }
+    shard.leaving = {m["id"]: from_wire(Machine, m) for m in state.get("leaving", [])}
+    shard.moved = dict(state.get("moved", {}))
     return shard

@@ -105,10 +105,19 @@ def test_machine_id_with_a_quote_is_refused(capsys):
         (["dev", "--ui-port", "http"], "--ui-port"),
         (["worker", "--fleet", "f.yaml", "--metrics-port", "-5"], "--metrics-port"),
         (["rollup", "send"], "FILE"),
+        (["shard", "merge", "1"], "--into"),
+        (["shard", "split", "x"], "N"),
+        (["decommission", "--provider", "dc", "--count", "many"], "--count"),
     ],
 )
 def test_bad_numbers_and_missing_arguments_name_the_argument(capsys, argv, name):
     assert name in usage_error(capsys, argv)
+
+
+def test_a_bad_decommission_names_the_field_before_connecting(capsys):
+    argv = ["decommission", "--provider", "dc", "--count", "0", "--address", "127.0.0.1:1"]
+    assert main(argv) == 2
+    assert "count: Input should be greater than 0" in capsys.readouterr().err
 
 
 def test_machine_query_names_the_machine():

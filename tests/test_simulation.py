@@ -596,3 +596,85 @@ def test_the_simulated_coordinator_moves_free_capacity_then_preempts_across_shar
     assert preempt and all(m["grace_seconds"] == 30.0 for m in preempt)
     assert sum(sum(s.machines_by_state().values()) for s in sim.shards) == 40
     assert len(sim.owner) == 40
+
+
+# ---- seed §16: splits, merges and decommissions, in virtual time ----------------------------
+
+
+def owned_once(sim: Simulation) -> dict[str, int]:
+    """Each machine's one owner, checked against the simulator's ownership map."""
+    owners: dict[str, list[int]] = {}
+    for i, shard in enumerate(sim.shards):
+        inv = shard.inventory
+        for r in inv.live_rows().tolist():
+            owners.setdefault(inv.machine_id(r), []).append(i)
+        for mid in [*shard.handoff, *shard.leaving]:
+            owners.setdefault(mid, []).append(i)
+    assert all(len(s) == 1 for s in owners.values()), owners
+    assert {m: s[0] for m, s in owners.items()} == sim.owner
+    return sim.owner
+
+
+def test_a_shard_over_its_cluster_threshold_splits_and_keeps_serving():
+    names = ["a", "b", "c", "d"]
+    raw = scenario(
+        [bare_metal(rack("r1", 12), rack("r2", 12), configure_latency=5)],
+        [cluster(n, (0, [need(500_000, 4)])) for n in names],
+        600,
+        membership={"split_clusters": 3},
+    )
+    sim, report = simulate(raw)
+    assert report["shards"] == 2
+    (split,) = [t for t in report["transfers"] if t["kind"] == "split"]
+    assert split["donor"] == 0 and split["receiver"] == 1 and len(split["clusters"]) == 2
+    owned = owned_once(sim)
+    # The moved clusters' 8 machines, and free machines by whole rack up to half or just past
+    # it: the 8 free ones all sit on r2 (r1 is full), so they go together.
+    assert Counter(owned.values()) == {0: 8, 1: 16}
+    for name in names:
+        shard = 1 if name in split["clusters"] else 0
+        assert report["clusters"][name]["shard"] == shard
+        assert need_of(report, name)["satisfied"] == 4
+    assert [s.machines_by_state()["CONFIGURED"] for s in sim.shards] == [8, 8]
+
+
+def test_two_under_used_shards_merge_into_one():
+    racks = one_per_shard([f"r{i}" for i in range(20)])
+    raw = scenario(
+        [bare_metal(*(rack(r, 6) for r in racks))],
+        [cluster("a", (0, [need(1, 3)])), cluster("b", (0, [need(1, 2)]))],
+        600,
+        shards=2,
+        membership={"merge_machines": 10, "merge_clusters": 5},
+    )
+    sim, report = simulate(raw)
+    # Machines mid-transition at the first round follow in later ones, then the donor retires.
+    merges = [t for t in report["transfers"] if t["kind"] == "merge"]
+    assert len({(t["donor"], t["receiver"]) for t in merges}) == 1
+    donor, into = merges[0]["donor"], merges[0]["receiver"]
+    assert sorted(c for t in merges for c in t["clusters"]) == sorted(
+        next(s for s in sim.shards if s.id == donor).moved
+    )
+    assert set(owned_once(sim).values()) == {into}
+    assert sum(sim.shards[donor].machines_by_state().values()) == 0
+    assert sim.coordinator.shards == [into]
+    assert need_of(report, "a")["satisfied"] == 3 and need_of(report, "b")["satisfied"] == 2
+
+
+def test_a_decommission_takes_each_shards_proportional_share():
+    racks = one_per_shard([f"r{i}" for i in range(20)])
+    raw = scenario(
+        [bare_metal(rack(racks[0], 20), rack(racks[1], 10), drain_latency=30)],
+        [cluster("busy", (0, [need(100_000, 16)]))],
+        900,
+        shards=2,
+        decommissions=[{"at": 300, "provider": "dc-ams", "count": 12, "grace_seconds": 60}],
+    )
+    sim, report = simulate(raw)
+    (dec,) = [t for t in report["transfers"] if t["kind"] == "decommission"]
+    assert dec["shares"] == {"0": 8, "1": 4}
+    owned = owned_once(sim)
+    assert len(owned) == 18
+    gone = [m for m in sim.providers["dc-ams"].list(ListFilter()) if m.id not in owned]
+    assert len(gone) == 12 and all(m.cluster is None for m in gone)
+    assert all(m.state in (MachineState.IDLE, MachineState.SPECULATIVE) for m in gone)

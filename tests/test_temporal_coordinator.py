@@ -38,12 +38,13 @@ def on_shard(prefix: str, shard: int) -> str:
     )
 
 
-def two_shard_fleet(machines: int = 40) -> dict:
+def gpu_fleet(shards: int, racks: dict[str, int], clusters: list[str]) -> dict:
+    """Bare-metal GPU racks (name → machines) that configure and drain in a second."""
     return {
-        "name": "two-shards",
+        "name": "gpu-fleet",
         "cycle_seconds": 1,
         "duration_seconds": 1,
-        "shards": 2,
+        "shards": shards,
         "providers": [
             {
                 "name": "dc",
@@ -51,17 +52,17 @@ def two_shard_fleet(machines: int = 40) -> dict:
                 "configure_latency": 1,
                 "drain_latency": 1,
                 "racks": [
-                    {
-                        "rack": on_shard("rack", 0),
-                        "zone": "ams-1",
-                        "instance_type": "gpu-8xh100",
-                        "count": machines,
-                    }
+                    {"rack": r, "zone": "ams-1", "instance_type": "gpu-8xh100", "count": n}
+                    for r, n in racks.items()
                 ],
             }
         ],
-        "clusters": [{"name": on_shard("c", 1)}],
+        "clusters": [{"name": c} for c in clusters],
     }
+
+
+def two_shard_fleet(machines: int = 40) -> dict:
+    return gpu_fleet(2, {on_shard("rack", 0): machines}, [on_shard("c", 1)])
 
 
 async def machines_of(client, shard: int) -> dict[str, int]:
@@ -69,11 +70,11 @@ async def machines_of(client, shard: int) -> dict[str, int]:
     return status["machines"]
 
 
-async def start_coordinator(client) -> None:
+async def start_coordinator(client, **fields) -> None:
     """Started before the workers' own start (which then finds it running), planning every 2 s."""
     await client.start_workflow(
         CoordinatorWorkflow.run,
-        CoordinatorInput(shards=2, plan_seconds=2),
+        CoordinatorInput(shards=2, plan_seconds=2, **fields),
         id=COORDINATOR_ID,
         task_queue=SHARD_TASK_QUEUE,
     )
@@ -86,13 +87,16 @@ async def ask(client, shard: int, cluster: str, priority: int, count: int) -> No
     )
 
 
-async def start(client, raw: dict) -> None:
+async def start(client, raw: dict, **overrides) -> None:
     await ensure_shards(
         client,
         from_wire(Scenario, raw),
-        transition_poll_seconds=1.0,
-        report_seconds=1.0,
-        reconcile_seconds=5.0,
+        **{
+            "transition_poll_seconds": 1.0,
+            "report_seconds": 1.0,
+            "reconcile_seconds": 5.0,
+            **overrides,
+        },
     )
 
 

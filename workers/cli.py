@@ -29,7 +29,17 @@ from bigfleet import cli as core
 from workers.serve import _worker
 from workers.serve import search_attribute_commands as search_attribute_commands
 from workers.serve import search_attribute_type as search_attribute_type
-from workers.verbs import CliError, _cluster, _escalate, _history, _rollup_send, _status
+from workers.verbs import (
+    CliError,
+    _cluster,
+    _decommission,
+    _escalate,
+    _history,
+    _merge,
+    _rollup_send,
+    _split,
+    _status,
+)
 from workers.verbs import load_rollup as load_rollup
 from workers.verbs import machine_query as machine_query
 from workers.verbs import render_cluster as render_cluster
@@ -39,7 +49,17 @@ from workers.verbs import render_status as render_status
 # start without loading Temporal.
 ROLES = ("shards", "transitions", "providers")
 DEFAULT_METRICS_PORT = 9464
-TEMPORAL_VERBS = ("worker", "dev", "rollup", "status", "cluster", "machine", "drain")
+TEMPORAL_VERBS = (
+    "worker",
+    "dev",
+    "rollup",
+    "status",
+    "cluster",
+    "machine",
+    "drain",
+    "shard",
+    "decommission",
+)
 
 
 # ---- argument types ---------------------------------------------------------------------------
@@ -279,6 +299,51 @@ def parser() -> argparse.ArgumentParser:
     )
     _connection(e)
     e.set_defaults(run=_escalate)
+
+    sh = verbs.add_parser("shard", help="fleet membership: split or merge shards")
+    shverbs = sh.add_subparsers(dest="what", required=True)
+    sp = shverbs.add_parser(
+        "split",
+        help="divide a shard: half its clusters and machines go to a new shard",
+        description="Ask the coordinator to split shard N (seed §16): a new shard takes half "
+        "its clusters, their machines, and free machines by whole rack. The coordinator also "
+        "splits on its own when a shard exceeds its thresholds.",
+    )
+    sp.add_argument("shard", type=shard_number, metavar="N")
+    sp.add_argument("--wait", action="store_true", help="wait for the split and print it")
+    _connection(sp)
+    sp.set_defaults(run=_split)
+    mg = shverbs.add_parser(
+        "merge",
+        help="merge shard N into another; N's workflow ends",
+        description="Ask the coordinator to merge shard N into shard --into (seed §16): all of "
+        "N's clusters and machines move (those in a transition once it ends), then N retires.",
+    )
+    mg.add_argument("shard", type=shard_number, metavar="N")
+    mg.add_argument("--into", type=shard_number, required=True, metavar="M")
+    mg.add_argument("--wait", action="store_true", help="wait for the merge and print it")
+    _connection(mg)
+    mg.set_defaults(run=_merge)
+
+    dc = verbs.add_parser(
+        "decommission",
+        help="take machines out of the fleet, proportionally across shards",
+        description="Ask the coordinator to take COUNT machines of a provider out of the fleet "
+        "(seed §16): each shard gives its proportional share, free machines first, configured "
+        "ones drained with --grace; cloud machines are deleted, bare metal is left to its "
+        "provider.",
+    )
+    dc.add_argument("--provider", required=True, metavar="NAME")
+    dc.add_argument("--count", type=int, required=True, metavar="N")
+    dc.add_argument("--zone", metavar="ZONE")
+    dc.add_argument("--instance-type", metavar="TYPE")
+    dc.add_argument("--rack", metavar="RACK")
+    dc.add_argument(
+        "--grace", dest="grace_seconds", type=seconds, metavar="SECONDS",
+        help="drain grace for configured machines (default 600)",
+    )
+    _connection(dc)
+    dc.set_defaults(run=_decommission)
     return top
 
 

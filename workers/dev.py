@@ -12,9 +12,9 @@ What survives a restart: everything the server holds in STATE_DIR/temporal.db (e
 history, so a machine's transitions from earlier runs stay searchable; the search attributes).
 What does not: the simulated providers and operators, which live in this process's memory and
 start over (every machine SPECULATIVE, the racks unclaimed). Shards that remembered the old
-machines would disagree with them for good, so on a restart the running shard and transition
-workflows are terminated and the shards start afresh (a new epoch); `--keep-shards` keeps them
-instead, `--fresh` deletes the database. See docs/operations.md.
+machines would disagree with them for good, so on a restart the running shard, transition, saga
+and coordinator workflows are terminated and the shards start afresh (a new epoch);
+`--keep-shards` keeps them instead, `--fresh` deletes the database. See docs/operations.md.
 
 The server process is managed in workers/devserver.py, the progress lines are printed by
 workers/devprogress.py.
@@ -209,14 +209,14 @@ async def _serve(
         # machines would disagree with them for good. Start the shards afresh (their new epoch
         # fences out anything of the old world); every history stays searchable.
         reset = await _terminate(client, running)
-        reset += await _terminate(
-            client, await _running(client, 'WorkflowType = "MachineTransition"')
-        )
+        for kind in ("MachineTransition", "TransferSaga", "Coordinator"):
+            reset += await _terminate(client, await _running(client, f'WorkflowType = "{kind}"'))
 
     sim = SimulatedFleet(fleet)
     workers = build_workers(client, sim)
     worker_task = asyncio.create_task(run_workers(workers, stop))
-    await ensure_shards(client, fleet)
+    # The simulated providers start over with this process: so do shards that ended.
+    await ensure_shards(client, fleet, restart_closed=not args.keep_shards)
     ops = Operators(client, fleet)
 
     ui = f"http://localhost:{args.ui_port}"

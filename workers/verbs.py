@@ -364,3 +364,66 @@ async def _escalate(args: argparse.Namespace) -> int:
         what = "forced (grace 0 s)" if args.grace == 0 else f"grace {args.grace:g} s"
         print(f"escalated {wf.id}: {what} (a longer grace than the current one changes nothing)")
     return 0
+
+
+# ---- membership: split, merge, decommission (seed §16) -------------------------------------
+
+
+async def _coordinator_update(args: argparse.Namespace, update: str, arg: Any) -> Any:
+    from temporalio.client import WorkflowUpdateFailedError
+
+    from workflows.sagas import COORDINATOR_ID
+
+    client = await _connect(args)
+    try:
+        return client, await client.get_workflow_handle(COORDINATOR_ID).execute_update(
+            update, arg
+        )
+    except WorkflowUpdateFailedError as err:
+        raise CliError(f"the coordinator refused: {err.cause}") from None
+    except Exception as err:
+        raise _rpc_error(err, COORDINATOR_ID) from None
+
+
+async def _await_saga(client: Any, saga: str, wait: bool) -> int:
+    print(f"started {saga}: watch it in the Temporal UI or with `bigfleet status`")
+    if not wait:
+        return 0
+    result: dict[str, Any] = await client.get_workflow_handle(saga).result()
+    print(json.dumps(result, indent=2))
+    return 1 if result.get("failed_step") else 0
+
+
+@_async
+async def _split(args: argparse.Namespace) -> int:
+    client, saga = await _coordinator_update(args, "split_shard", args.shard)
+    return await _await_saga(client, saga, args.wait)
+
+
+@_async
+async def _merge(args: argparse.Namespace) -> int:
+    client, saga = await _coordinator_update(args, "merge_shards", [args.shard, args.into])
+    return await _await_saga(client, saga, args.wait)
+
+
+@_async
+async def _decommission(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from bigfleet.shard import explain
+    from workflows.types import DecommissionRequest
+
+    fields = {
+        k: getattr(args, k)
+        for k in ("provider", "count", "zone", "instance_type", "rack", "grace_seconds")
+    }
+    try:
+        req = DecommissionRequest(**{k: v for k, v in fields.items() if v is not None})
+    except ValidationError as err:
+        raise CliError(f"invalid decommission: {explain(err)}", code=2) from None
+    _, out = await _coordinator_update(args, "decommission", req)
+    shares = ", ".join(f"shard {s}: {n}" for s, n in sorted(out["shares"].items()))
+    print(f"decommissioning {sum(out['shares'].values())} machines ({shares})")
+    for saga in out["sagas"]:
+        print(f"  {saga}")
+    return 0

@@ -12,10 +12,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from temporalio.client import Client, WithStartWorkflowOperation
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities.membership import MembershipActivities
 from activities.operators import OperatorActivities
 from activities.providers import ProviderActivities, VirtualClock
 from activities.shards import ShardClientActivities
@@ -23,6 +25,7 @@ from activities.starter import StarterActivities
 from bigfleet.simulation import fleet as simulated
 from bigfleet.simulation.scenario import CloudProviderSpec, Scenario
 from workflows.coordinator import CoordinatorWorkflow
+from workflows.membership import MembershipSagaWorkflow
 from workflows.sagas import COORDINATOR_ID, TransferSagaWorkflow
 from workflows.shard import ShardWorkflow
 from workflows.transition import MachineTransitionWorkflow
@@ -98,19 +101,35 @@ async def assign_cluster(client: Client, cluster: str, shards: int) -> int:
 
 
 async def ensure_shards(
-    client: Client, fleet: Scenario, plan_seconds: float | None = None, **overrides: object
+    client: Client,
+    fleet: Scenario,
+    plan_seconds: float | None = None,
+    restart_closed: bool = False,
+    **overrides: object,
 ) -> None:
-    """Start every shard workflow that is not already running (idempotent), and the coordinator
-    (cluster assignment, rebalancing between shards)."""
+    """Start the fleet's shard workflows that never ran (idempotent), and the coordinator
+    (cluster assignment, rebalancing between shards). A shard whose workflow ended is left
+    alone: a merged-away one retired for good, a terminated one is the coordinator's to revive
+    from its durable state — started afresh it would adopt machines other shards now own.
+    `restart_closed` (`bigfleet dev` after resetting its world) starts them afresh anyway."""
+    reuse = (
+        WorkflowIDReusePolicy.ALLOW_DUPLICATE
+        if restart_closed
+        else WorkflowIDReusePolicy.REJECT_DUPLICATE
+    )
     for shard in range(fleet.shards):
-        await client.start_workflow(
-            ShardWorkflow.run,
-            ShardInput(config=shard_config(fleet, shard, **overrides)),
-            id=shard_workflow_id(shard),
-            task_queue=SHARD_TASK_QUEUE,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            static_summary=f"BigFleet shard {shard} of {fleet.shards}",
-        )
+        try:
+            await client.start_workflow(
+                ShardWorkflow.run,
+                ShardInput(config=shard_config(fleet, shard, **overrides)),
+                id=shard_workflow_id(shard),
+                task_queue=SHARD_TASK_QUEUE,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=reuse,
+                static_summary=f"BigFleet shard {shard} of {fleet.shards}",
+            )
+        except WorkflowAlreadyStartedError:
+            pass  # it ran before and ended: see above
     await client.start_workflow(**coordinator_start(fleet.shards, plan_seconds))
 
 
@@ -132,12 +151,19 @@ def build_workers(
             Worker(
                 client,
                 task_queue=SHARD_TASK_QUEUE,
-                workflows=[ShardWorkflow, CoordinatorWorkflow, TransferSagaWorkflow],
+                workflows=[
+                    ShardWorkflow,
+                    CoordinatorWorkflow,
+                    TransferSagaWorkflow,
+                    MembershipSagaWorkflow,
+                ],
                 activities=[
                     StarterActivities(client).start_transitions,
+                    *MembershipActivities(client).all(),
                     steps.update,
                     steps.machine_states,
                     ShardClientActivities(client).clusters,
+                    ShardClientActivities(client).revive_shard,
                 ],
                 workflow_runner=RUNNER,
             )

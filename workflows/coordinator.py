@@ -13,32 +13,47 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from bigfleet.coordinator import Coordinator, ShardReport
+    from bigfleet.coordinator import MAX_SHARE, Coordinator, ShardReport, decommission_plan
+    from workflows.membership import MembershipSagaWorkflow
     from workflows.sagas import STEP, TransferSagaWorkflow
-    from workflows.types import CoordinatorInput, SagaInput
+    from workflows.types import (
+        CoordinatorInput,
+        DecommissionRequest,
+        MembershipInput,
+        MembershipResult,
+        SagaInput,
+    )
 
 SEQS_PER_SAGA = 4  # drain, release, adopt, and one compensation
+SEQ_BLOCK = 1_000_000  # a split or merge: as many steps as it has parts
 
 
 @workflow.defn(name="Coordinator")
 class CoordinatorWorkflow:
     @workflow.init
     def __init__(self, inp: CoordinatorInput) -> None:
+        self.inp = inp
         state = inp.state or {}
         self.c = Coordinator(
             term=int(state.get("term", 0)),
             seq=int(state.get("seq", 0)),
             shards=list(state.get("shards", range(inp.shards))),
             clusters=dict(state.get("clusters", {})),
+            retiring=set(state.get("retiring", [])),
+            retired=set(state.get("retired", [])),
         )
+        # Running splits and merges (one at a time), by saga id.
+        self.membership: dict[str, dict[str, Any]] = dict(state.get("membership", {}))
         # Running sagas, and finished ones until the receiver's next report shows their effect.
         self.sagas: dict[str, dict[str, Any]] = dict(state.get("sagas", {}))
         # A coordinator started from scratch answers no assignment before it has learnt which
         # clusters the shards already serve (else a known cluster could land on a second shard).
         self.ready = inp.state is not None
+        self.revived: dict[int, float] = {}  # shard → last revival attempt (this run only)
 
     @workflow.signal
     def shard_report(self, report: ShardReport) -> None:
@@ -62,6 +77,107 @@ class CoordinatorWorkflow:
         if not isinstance(cluster, str) or not cluster.strip():
             raise ValueError(f"cluster: a non-empty name is required, got {cluster!r}")
 
+    # ---- membership (seed §16) ---------------------------------------------------------------
+
+    @workflow.update
+    async def split_shard(self, shard: int) -> str:
+        """Divide `shard` in two: half its clusters and machines go to a new shard."""
+        await workflow.wait_condition(lambda: self.ready)
+        return await self._membership("split", shard, self.c.new_shard_id(), self.inp)
+
+    @split_shard.validator
+    def _split_ok(self, shard: int) -> None:
+        self._membership_ok([shard])
+
+    @workflow.update
+    async def merge_shards(self, donor_into: list[int]) -> str:
+        """Merge shard `donor_into[0]` into `donor_into[1]`; the first retires."""
+        await workflow.wait_condition(lambda: self.ready)
+        donor, into = donor_into
+        return await self._membership("merge", donor, into, self.inp)
+
+    @merge_shards.validator
+    def _merge_ok(self, donor_into: list[int]) -> None:
+        if len(donor_into) != 2 or donor_into[0] == donor_into[1]:
+            raise ValueError(f"merge: two different shards are needed, got {donor_into}")
+        self._membership_ok(donor_into)
+
+    def _membership_ok(self, shards: list[int]) -> None:
+        for shard in shards:
+            if shard not in self.c.shards or shard in self.c.retiring:
+                raise ValueError(f"shard {shard} is not a member of the fleet ({self.c.shards})")
+        if self.membership:
+            raise ValueError(f"a split or merge is already running: {sorted(self.membership)}")
+
+    async def _membership(self, kind: str, donor: int, into: int, inp: CoordinatorInput) -> str:
+        seq = self.c.seq
+        self.c.seq += SEQ_BLOCK  # the saga's steps use seq + 1, seq + 2, …
+        saga_id = f"{kind}-{donor}-{into}-{self.c.term}-{seq}"
+        self.membership[saga_id] = {"kind": kind, "donor": donor, "into": into}
+        if kind == "split":
+            self.c.add_shard(into)
+        else:
+            self.c.retiring.add(donor)
+        await workflow.start_child_workflow(
+            MembershipSagaWorkflow.run,
+            MembershipInput(
+                kind=kind,
+                donor=donor,
+                into=into,
+                term=self.c.term,
+                seq=seq,
+                fraction=1.0 if kind == "merge" else 0.5,
+                chunk=inp.membership_chunk,
+                poll_seconds=inp.plan_seconds,
+            ),
+            id=saga_id,
+            parent_close_policy=ParentClosePolicy.ABANDON,
+            static_summary=f"{kind}: shard {donor} → shard {into}",
+        )
+        return saga_id
+
+    @workflow.signal
+    def membership_done(self, result: MembershipResult) -> None:
+        self.membership = {
+            k: v
+            for k, v in self.membership.items()
+            if (v["kind"], v["donor"], v["into"]) != (result.kind, result.donor, result.into)
+        }
+        self.c.moved(result.clusters, result.into)
+        if result.retired:
+            self.c.remove_shard(result.donor)
+        elif result.kind == "merge":
+            self.c.retiring.discard(result.donor)  # the merge failed: it stays a member
+        if result.kind == "split" and result.failed_step and not result.machines:
+            if not result.clusters:
+                self.c.remove_shard(result.into)
+
+    @workflow.update
+    async def decommission(self, req: DecommissionRequest) -> dict[str, Any]:
+        """Take machines out of the fleet proportionally across shards (seed §16): each shard
+        drains its share (idle ones first) and gives it up; cloud machines are deleted."""
+        await workflow.wait_condition(lambda: self.ready)
+        where = req.where()
+        found: dict[int, dict[str, list[str]]] = {}
+        for shard in self.c.shards:
+            found[shard] = await workflow.execute_activity(
+                "shard_matching", args=[shard, where], result_type=dict[str, list[str]], **STEP
+            )
+        shares, picks = decommission_plan(found, req.count)
+        sagas = []
+        for shard, (free, configured) in picks.items():
+            # Each saga within the share limit of the shard as it will be once its share left.
+            size = self.c.reports[shard].size if shard in self.c.reports else shares[shard]
+            limit = max(1, int((size - shares[shard]) * MAX_SHARE))
+            for drain, group in ((False, free), (True, configured)):
+                for i in range(0, len(group), limit):
+                    part = group[i : i + limit]
+                    saga = await self._start_saga(
+                        "decommission", shard, -1, part, 0, "", req.grace_seconds, drain=drain
+                    )
+                    sagas.append(saga)
+        return {"shares": {str(s): n for s, n in shares.items()}, "sagas": sagas}
+
     @workflow.query
     def status(self) -> dict[str, Any]:
         now = workflow.now().timestamp()
@@ -71,6 +187,8 @@ class CoordinatorWorkflow:
             "clusters": self.c.clusters,
             "missing_shards": self.c.missing(now),
             "sagas_running": sorted(k for k, v in self.sagas.items() if v["done_at"] is None),
+            "membership": sorted(self.membership),
+            "retiring": sorted(self.c.retiring),
             "escalations": [
                 {"shard": s, **sf.model_dump(mode="json")} for s, sf in self.c.escalations()
             ],
@@ -95,6 +213,9 @@ class CoordinatorWorkflow:
                     "shards": self.c.shards,
                     "clusters": self.c.clusters,
                     "sagas": self.sagas,
+                    "retiring": sorted(self.c.retiring),
+                    "retired": sorted(self.c.retired),
+                    "membership": self.membership,
                 }
                 workflow.continue_as_new(
                     CoordinatorInput(**{**inp.model_dump(), "state": state})
@@ -107,6 +228,29 @@ class CoordinatorWorkflow:
             )
             self.c.learn(shard, clusters)
         self.ready = True
+
+    async def _revive_missing(self, inp: CoordinatorInput, now: float) -> None:
+        """A missing shard whose workflow is gone is restarted from its durable state (seed
+        §6); at most one attempt per shard every 4 × `missing_after_seconds`."""
+        restarts = workflow.metric_meter().create_counter(
+            "bigfleet_shard_restarts", "shard workflows restarted by the coordinator"
+        )
+        for shard in self.c.missing(now, inp.missing_after_seconds):
+            if shard in self.c.retiring:
+                continue  # merging away: its workflow ends on purpose
+            if now - self.revived.get(shard, -float("inf")) < 4 * inp.missing_after_seconds:
+                continue
+            self.revived[shard] = now
+            try:
+                outcome: str = await workflow.execute_activity(
+                    "revive_shard", shard, result_type=str, **STEP
+                )
+            except ActivityError as err:
+                workflow.logger.warning("shard %s could not be revived: %s", shard, err.cause)
+                continue
+            workflow.logger.warning("missing shard %s: revive_shard says %s", shard, outcome)
+            if outcome == "restarted":
+                restarts.add(1, {"shard": str(shard)})
 
     async def _round(self, inp: CoordinatorInput) -> None:
         now = workflow.now().timestamp()
@@ -124,9 +268,11 @@ class CoordinatorWorkflow:
             workflow.logger.warning(
                 "shard %s has not reported for %s s", shard, inp.missing_after_seconds
             )
+        await self._revive_missing(inp, now)
         for saga_id, saga in list(self.sagas.items()):
             report = self.c.reports.get(saga["receiver"])
-            if saga["done_at"] is not None and report is not None and report.at > saga["done_at"]:
+            done = saga["done_at"]
+            if done is not None and (saga["receiver"] < 0 or (report and report.at > done)):
                 del self.sagas[saga_id]
         busy = [mid for saga in self.sagas.values() for mid in saga["machine_ids"]]
         pending: dict[tuple[int, str, int], int] = {}
@@ -134,33 +280,63 @@ class CoordinatorWorkflow:
             key = (saga["receiver"], saga["cluster"], saga["priority"])
             pending[key] = pending.get(key, 0) + len(saga["machine_ids"])
         for move in self.c.plan(busy=busy, pending=pending):
-            seqs = [self.c.next_token()[1] for _ in range(SEQS_PER_SAGA)]
-            saga_id = f"saga-{move.kind.value}-{self.c.term}-{seqs[0]}"
-            await workflow.start_child_workflow(
-                TransferSagaWorkflow.run,
-                SagaInput(
-                    kind=move.kind.value,
-                    donor=move.donor,
-                    receiver=move.receiver,
-                    machine_ids=move.machine_ids,
-                    term=self.c.term,
-                    seqs=seqs,
-                    priority=move.priority,
-                    grace_seconds=move.grace_seconds,
-                ),
-                id=saga_id,
-                parent_close_policy=ParentClosePolicy.ABANDON,
-                static_summary=(
-                    f"{move.kind.value}: {len(move.machine_ids)} machines, "
-                    f"shard {move.donor} → shard {move.receiver}"
-                ),
-                execution_timeout=timedelta(hours=6),
+            await self._start_saga(
+                move.kind.value,
+                move.donor,
+                move.receiver,
+                move.machine_ids,
+                move.priority,
+                move.cluster,
+                move.grace_seconds,
             )
-            self.sagas[saga_id] = {
-                "machine_ids": move.machine_ids,
-                "receiver": move.receiver,
-                "cluster": move.cluster,
-                "priority": move.priority,
-                "done_at": None,
-            }
+        await self._membership_round(inp)
 
+    async def _membership_round(self, inp: CoordinatorInput) -> None:
+        """Split a shard over a threshold, or merge two under-used ones; one at a time."""
+        if self.membership:
+            return
+        change = self.c.membership_change(inp.membership)
+        if change is not None:
+            await self._membership(*change, inp)
+
+    async def _start_saga(
+        self,
+        kind: str,
+        donor: int,
+        receiver: int,
+        machine_ids: list[str],
+        priority: int,
+        cluster: str,
+        grace_seconds: float,
+        drain: bool = False,
+    ) -> str:
+        seqs = [self.c.next_token()[1] for _ in range(SEQS_PER_SAGA)]
+        saga_id = f"saga-{kind}-{self.c.term}-{seqs[0]}"
+        where = f"shard {donor} → shard {receiver}" if receiver >= 0 else f"shard {donor}"
+        await workflow.start_child_workflow(
+            TransferSagaWorkflow.run,
+            SagaInput(
+                kind=kind,
+                donor=donor,
+                receiver=receiver,
+                machine_ids=machine_ids,
+                term=self.c.term,
+                seqs=seqs,
+                priority=priority,
+                grace_seconds=grace_seconds,
+                drain=drain,
+                poll_seconds=min(10.0, self.inp.plan_seconds),
+            ),
+            id=saga_id,
+            parent_close_policy=ParentClosePolicy.ABANDON,
+            static_summary=f"{kind}: {len(machine_ids)} machines, {where}",
+            execution_timeout=timedelta(hours=6),
+        )
+        self.sagas[saga_id] = {
+            "machine_ids": machine_ids,
+            "receiver": receiver,
+            "cluster": cluster,
+            "priority": priority,
+            "done_at": None,
+        }
+        return saga_id

@@ -17,12 +17,22 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.models import Machine, MachineState, Transition
     from bigfleet.shard import Shard
     from workflows.sagas import COORDINATOR_ID
-    from workflows.types import Instruction, ShardConfig, TransitionInput
+    from workflows.types import (
+        Instruction,
+        ShardConfig,
+        SplitInstruction,
+        TakeIn,
+        TransitionInput,
+    )
 
 S = MachineState
 MAX_SHARE = 0.10
 REPORT_SAMPLE = 32
 SEEN_KEPT = 1000
+# First outcomes of instructions that hand machine records over (release, hand_out, split_out),
+# for a retry that arrives after a continue-as-new (Temporal deduplicates update ids within one
+# run only). Bounded by machine records, since it crosses continue-as-new with the shard.
+OUTBOX_RECORDS = 500
 
 
 class InstructionHandlers:
@@ -34,27 +44,44 @@ class InstructionHandlers:
     _input: Callable[..., TransitionInput]
 
     def __init__(self, state: dict[str, Any]) -> None:
+        # Membership: a split-born shard decides nothing until its last part arrives; a shard
+        # merging away decides nothing more, and ends once it owns nothing.
+        self.joining = bool(state.get("joining", False))
+        self.merging = bool(state.get("merging", False))
+        self.retired = False
         self.term = int(state.get("term", 0))
         # Sequence numbers seen in the current term: sagas run side by side, so instructions
         # may arrive out of order; a seq seen before is a replay.
         self.seen: list[int] = list(state.get("seen", []))
+        self.outbox: list[list[Any]] = list(state.get("outbox", []))  # [term, seq, update, out]
         self.last_report = 0.0
 
     def instruction_state(self) -> dict[str, Any]:
-        return {"term": self.term, "seen": self.seen[-SEEN_KEPT:]}
+        return {
+            "term": self.term,
+            "seen": self.seen[-SEEN_KEPT:],
+            "outbox": self.outbox,
+            "joining": self.joining,
+            "merging": self.merging,
+        }
 
-    def _fence(self, ins: Instruction, touched: int) -> None:
-        if ins.term < self.term:
+    def _replay(self, ins: Instruction | SplitInstruction | TakeIn) -> bool:
+        return ins.term == self.term and ins.seq in self.seen
+
+    def _fence(
+        self, ins: Instruction | SplitInstruction | TakeIn, touched: int, any_term: bool = False
+    ) -> bool:
+        """Refuse a stale or oversized instruction. True if it is a replay: carried out before,
+        it is answered with its first outcome and checked no further. `any_term`: a
+        compensation that only gives the shard back what is its own, accepted from any term
+        (a newer coordinator must not strand machines an older one's saga was returning)."""
+        if self._replay(ins):
+            return True
+        if ins.term < self.term and not any_term:
             raise ApplicationError(
                 f"stale instruction from coordinator term {ins.term}: shard {self.shard.id} "
                 f"has seen term {self.term}",
                 type="StaleInstruction",
-                non_retryable=True,
-            )
-        if ins.term == self.term and ins.seq in self.seen:
-            raise ApplicationError(
-                f"instruction (term {ins.term}, seq {ins.seq}) was already carried out",
-                type="ReplayedInstruction",
                 non_retryable=True,
             )
         size = len(self.shard.inventory) + len(self.shard.handoff)
@@ -66,12 +93,50 @@ class InstructionHandlers:
                 type="InstructionTooLarge",
                 non_retryable=True,
             )
+        return False
 
-    def _accept(self, ins: Instruction) -> None:
+    def _accept(self, ins: Instruction | SplitInstruction | TakeIn) -> bool:
+        """Record the instruction's (term, seq). True if it is a replay (do nothing again)."""
+        if self._replay(ins):
+            return True
         if ins.term > self.term:
             self.term, self.seen = ins.term, []
-        self.seen.append(ins.seq)
-        del self.seen[:-SEEN_KEPT]
+        if ins.term == self.term:
+            self.seen.append(ins.seq)
+            del self.seen[:-SEEN_KEPT]
+        return False
+
+    def _remember(self, ins: Instruction | SplitInstruction, update: str, out: Any) -> Any:
+        self.outbox.append([ins.term, ins.seq, update, out])
+        records = 0
+        for i in range(len(self.outbox) - 1, -1, -1):
+            entry = self.outbox[i][3]
+            records += len(entry) if isinstance(entry, list) else len(entry["needs"])
+            if records > OUTBOX_RECORDS and i < len(self.outbox) - 1:
+                del self.outbox[: i + 1]
+                break
+        return out
+
+    def _first_outcome(self, ins: Instruction | SplitInstruction, update: str) -> Any:
+        for term, seq, kind, out in self.outbox:
+            if (term, seq, kind) == (ins.term, ins.seq, update):
+                return out
+        raise ApplicationError(
+            f"instruction (term {ins.term}, seq {ins.seq}) was already carried out and its "
+            "outcome is no longer kept",
+            type="ReplayedInstruction",
+            non_retryable=True,
+        )
+
+    def _released_here(self, ins: Instruction) -> bool:
+        """Every machine of `ins` is one this shard released in that coordinator term."""
+        ours = {
+            m["id"]
+            for term, _, kind, out in self.outbox
+            if kind == "release" and term == ins.term
+            for m in out
+        }
+        return bool(ins.machines) and all(m.id in ours for m in ins.machines)
 
     @workflow.query
     def machine_states(self, machine_ids: list[str]) -> dict[str, str]:
@@ -89,24 +154,34 @@ class InstructionHandlers:
     @workflow.update
     def adopt(self, ins: Instruction) -> int:
         """Take ownership of machines another shard released (or new capacity)."""
-        self._accept(ins)
+        if self._accept(ins):
+            return 0
         return self.shard.adopt(ins.machines, workflow.now().timestamp())
 
     @adopt.validator
     def _adopt_ok(self, ins: Instruction) -> None:
-        # Adopting takes nothing away from the shard: fenced, but no share limit.
-        self._fence(ins, 0)
+        # Adopting takes nothing away from the shard: fenced, but no share limit. Taking back
+        # what this shard released (a saga's compensation) is accepted from any term.
+        self._fence(ins, 0, any_term=ins.compensation and self._released_here(ins))
 
     @workflow.update
     def release(self, ins: Instruction) -> list[Machine]:
         """Give up idle or speculative machines; returns their records for the receiver."""
-        self._accept(ins)
-        return self.shard.release(ins.machine_ids)
+        if self._accept(ins):
+            return self._first_outcome(ins, "release")
+        released = self.shard.release(ins.machine_ids)
+        self._remember(ins, "release", [m.model_dump(mode="json") for m in released])
+        return released
 
     @release.validator
     def _release_ok(self, ins: Instruction) -> None:
         # Machines drained for this transfer were counted when the drain was accepted.
-        self._fence(ins, sum(1 for mid in ins.machine_ids if mid not in self.shard.handoff))
+        if self._fence(ins, sum(1 for mid in ins.machine_ids if mid not in self.shard.handoff)):
+            self._first_outcome(ins, "release")  # refused if no longer kept
+            return
+        self._check_free(ins)
+
+    def _check_free(self, ins: Instruction) -> None:
         inv = self.shard.inventory
         for mid in ins.machine_ids:
             if mid in self.shard.handoff:
@@ -123,7 +198,8 @@ class InstructionHandlers:
     @workflow.update
     def drain_for_transfer(self, ins: Instruction) -> list[str]:
         """Drain configured machines so they can be handed over (cross-shard preemption)."""
-        self._accept(ins)
+        if self._accept(ins):
+            return ins.machine_ids
         now = workflow.now().timestamp()
         inv = self.shard.inventory
         clusters = {mid: inv.cluster_of(inv.row(mid)) for mid in ins.machine_ids}
@@ -142,23 +218,138 @@ class InstructionHandlers:
 
     @workflow.update
     def cancel_transfer(self, ins: Instruction) -> list[str]:
-        """Compensation of a drain for transfer: the machines stay and are the shard's again."""
-        self._accept(ins)
-        self.shard.cancel_transfer(ins.machine_ids, workflow.now().timestamp())
+        """Compensation of a drain for transfer: the machines stay and are the shard's again
+        (idempotent; it only touches the shard's own machines, so any term may ask)."""
+        if not self._accept(ins):
+            self.shard.cancel_transfer(ins.machine_ids, workflow.now().timestamp())
         return ins.machine_ids
 
     @cancel_transfer.validator
     def _cancel_ok(self, ins: Instruction) -> None:
-        self._fence(ins, 0)
+        self._fence(ins, 0, any_term=True)
 
     @drain_for_transfer.validator
     def _drain_ok(self, ins: Instruction) -> None:
-        self._fence(ins, len(ins.machine_ids))
+        if self._fence(ins, len(ins.machine_ids)):
+            return
         inv = self.shard.inventory
         for mid in ins.machine_ids:
             row = inv.ids.find(mid)
             if row < 0 or inv.state_of(row) is not S.CONFIGURED:
                 raise ApplicationError(f"machine {mid} is not a configured machine of this shard")
+
+    # ---- splits, merges, decommissions (seed §16) --------------------------------------------
+
+    @workflow.update
+    def split_out(self, ins: SplitInstruction) -> dict[str, Any]:
+        """Let `fraction` of the clusters and machines go to shard `ins.to` (all of them: a
+        merge). Returns the clusters, their needs, and how many machines will be handed out."""
+        if self._accept(ins):
+            return self._first_outcome(ins, "split_out")
+        clusters, ids = self.shard.split_plan(ins.fraction)
+        needs = self.shard.split_out(clusters, ids, ins.to)
+        if ins.fraction >= 1:
+            self.merging = True
+        out = {"clusters": clusters, "needs": needs, "machines": len(self.shard.leaving)}
+        return self._remember(ins, "split_out", out)
+
+    @split_out.validator
+    def _split_ok(self, ins: SplitInstruction) -> None:
+        # Dividing is the one instruction that moves half a shard: fenced, but not share-limited
+        # (each part handed out is bounded by the saga's chunk instead).
+        if self._fence(ins, 0):
+            self._first_outcome(ins, "split_out")
+            return
+        if ins.to == self.shard.id:
+            raise ApplicationError(f"shard {self.shard.id} cannot split into itself")
+        if self.shard.leaving:
+            raise ApplicationError(
+                f"shard {self.shard.id} is already handing {len(self.shard.leaving)} machines over"
+            )
+
+    @workflow.update
+    def hand_out(self, ins: Instruction) -> list[Machine]:
+        """The next part of a split's machines (at most `ins.limit` records)."""
+        if self._accept(ins):
+            return self._first_outcome(ins, "hand_out")
+        part = [m.model_dump(mode="json") for m in self.shard.hand_out(ins.limit)]
+        return self._remember(ins, "hand_out", part)
+
+    @hand_out.validator
+    def _hand_out_ok(self, ins: Instruction) -> None:
+        if self._fence(ins, 0):
+            self._first_outcome(ins, "hand_out")
+            return
+        if ins.limit <= 0:
+            raise ApplicationError(f"limit: must be above 0, got {ins.limit}")
+
+    @workflow.update
+    def take_in(self, ins: TakeIn) -> int:
+        """Clusters and machines of a split or merge (or given back after one failed)."""
+        if self._accept(ins):
+            return 0
+        taken = self.shard.take_in(ins.needs, ins.machines, workflow.now().timestamp())
+        if ins.last:  # the split is complete (or undone): decide again
+            self.joining = self.merging = False
+        return taken
+
+    @take_in.validator
+    def _take_in_ok(self, ins: TakeIn) -> None:
+        if self._fence(ins, 0):
+            return
+        if self.retired:
+            raise ApplicationError(f"shard {self.shard.id} has retired: it takes nothing in")
+
+    @workflow.update
+    def retire(self, ins: Instruction) -> int:
+        """End a merged-away shard's workflow. Returns its last cycle count."""
+        self._accept(ins)
+        self.retired = True
+        return self.shard.cycles
+
+    @retire.validator
+    def _retire_ok(self, ins: Instruction) -> None:
+        if self._fence(ins, 0):
+            return
+        owned = sum(self.shard.machines_by_state().values())
+        if not self.merging or owned or self.shard.needs.clusters():
+            raise ApplicationError(
+                f"shard {self.shard.id} still owns {owned} machines and "
+                f"{len(self.shard.needs.clusters())} clusters: only an emptied, merging shard "
+                "retires"
+            )
+
+    @workflow.update
+    def decommission(self, ins: Instruction) -> list[str]:
+        """Machines leaving the fleet (seed §16): idle or drained ones are given up; cloud
+        machines are deleted, bare metal goes back to its provider as it is."""
+        if self._accept(ins):
+            return ins.machine_ids
+        inv = self.shard.inventory
+        # Drained for this: back from the handoff first, so everything leaves the same way.
+        self.shard.cancel_transfer(
+            [mid for mid in ins.machine_ids if mid in self.shard.handoff],
+            workflow.now().timestamp(),
+        )
+        for mid in ins.machine_ids:
+            row = inv.ids.find(mid)
+            if inv.state_of(row) is S.IDLE:
+                if inv.profile_of(row).capacity_type.value != "bare-metal":
+                    self.pipeline.append(
+                        self._input(Transition.DELETE, [mid], reason="decommission")
+                    )
+        self.shard.release(ins.machine_ids)
+        return ins.machine_ids
+
+    @decommission.validator
+    def _decommission_ok(self, ins: Instruction) -> None:
+        if not self._fence(ins, sum(1 for m in ins.machine_ids if m not in self.shard.handoff)):
+            self._check_free(ins)
+
+    @workflow.query
+    def matching(self, where: dict[str, str]) -> dict[str, list[str]]:
+        """Machines a decommission could take (see `Shard.matching`)."""
+        return self.shard.matching(where)
 
     async def report(self) -> None:
         """Summary and shortfalls to the coordinator every 30 s, if one runs (static stability:

@@ -27,6 +27,14 @@ STEP = dict(
     start_to_close_timeout=timedelta(seconds=30),
     retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5),
 )
+# A compensation is retried until it lands (a shard's worker may be down for a while): giving
+# up would leave machines owned by no shard. Only a refusal stops it.
+UNDO = dict(
+    STEP,
+    retry_policy=RetryPolicy(
+        initial_interval=timedelta(seconds=1), maximum_interval=timedelta(minutes=1)
+    ),
+)
 
 
 @workflow.defn(name="TransferSaga")
@@ -45,20 +53,25 @@ class TransferSagaWorkflow:
                 pass
 
     async def _run(self, s: SagaInput) -> SagaResult:
-        workflow.set_current_details(
-            f"**{s.kind}** {len(s.machine_ids)} machines, shard {s.donor} → shard {s.receiver}"
-        )
+        where = f"shard {s.donor} → shard {s.receiver}" if s.receiver >= 0 else f"shard {s.donor}"
+        workflow.set_current_details(f"**{s.kind}** {len(s.machine_ids)} machines, {where}")
         result = SagaResult()
         seqs = iter(s.seqs)
         undo: list[tuple[int, str, list[str], list[Machine]]] = []
         step = ""
         try:
-            if s.kind == "preempt":
+            if s.kind == "preempt" or s.drain:
                 step = "drain_for_transfer"
                 await self._update(s.donor, step, next(seqs), s.machine_ids)
                 undo.append((s.donor, "cancel_transfer", s.machine_ids, []))
                 step = "wait_drained"
                 await self._wait_idle(s.machine_ids)
+            if s.receiver < 0:
+                # Decommission (seed §16): the machines leave the fleet, to no other shard.
+                step = "decommission"
+                await self._update(s.donor, step, next(seqs), s.machine_ids)
+                result.moved = list(s.machine_ids)
+                return result
             step = "release"
             machines: list[Machine] = await self._update(
                 s.donor, step, next(seqs), s.machine_ids, result_type=list[Machine]
@@ -70,8 +83,16 @@ class TransferSagaWorkflow:
             await self._update(s.receiver, step, next(seqs), machines=machines)
         except (ActivityError, TimeoutError) as err:
             for shard, update, ids, back in reversed(undo):
-                await self._update(shard, update, next(seqs), ids, machines=back)
-                result.compensated += ids or [m.id for m in back]
+                moved = ids or [m.id for m in back]
+                try:
+                    await self._update(shard, update, next(seqs), ids, machines=back, undo=True)
+                    result.compensated += moved
+                except ActivityError as refused:
+                    workflow.logger.error(
+                        "compensation %s on shard %s refused, machines %s need a human: %s",
+                        update, shard, moved, refused.cause,
+                    )
+                    result.orphaned += moved
             return self._failed(result, step, err)
         result.moved = [m.id for m in machines]
         return result
@@ -84,6 +105,7 @@ class TransferSagaWorkflow:
         machine_ids: list[str] | None = None,
         machines: list[Machine] | None = None,
         result_type: type | None = None,
+        undo: bool = False,
     ):
         ins = Instruction(
             term=self.s.term,
@@ -91,12 +113,13 @@ class TransferSagaWorkflow:
             machine_ids=machine_ids or [m.id for m in machines or []],
             machines=machines or [],
             grace_seconds=self.s.grace_seconds,
+            compensation=undo,
         )
         return await workflow.execute_activity(
             "shard_update",
             ShardCall(shard=shard, update=update, instruction=ins),
             result_type=result_type,
-            **STEP,
+            **(UNDO if undo else STEP),
         )
 
     async def _wait_idle(self, machine_ids: list[str]) -> None:

@@ -38,10 +38,12 @@ with workflow.unsafe.imports_passed_through():
         SHARD_TASK_QUEUE,
         TRANSITION_TASK_QUEUE,
         ProviderRead,
+        ShardConfig,
         ShardInput,
         TransitionInput,
         TransitionResult,
         provider_task_queue,
+        shard_workflow_id,
     )
 
 S = MachineState
@@ -62,11 +64,16 @@ class ShardWorkflow(InstructionHandlers):
             self.cfg.shard, Policy(cycle_seconds=self.cfg.cycle_seconds, **self.cfg.policy)
         )
         self.fresh = inp.state is None
+        self.restarted = inp.restarted and not self.fresh
         if inp.state is not None:
             restore_shard(inp.state, self.shard)
         InstructionHandlers.__init__(self, inp.state or {})
+        self.joining = self.joining or inp.joining
+        self.forward: dict[str, dict[str, Any]] = {}
         self.results: list[TransitionResult] = []
-        self.pipeline: list[TransitionInput] = list(inp.pipeline)
+        # A revived shard drops its predecessor's queued starts (tokens of the dead epoch; most
+        # were started already): reconciling with the providers and the next cycle redo them.
+        self.pipeline: list[TransitionInput] = [] if self.restarted else list(inp.pipeline)
         self.last_cycle_ms = 0.0
         self.started: dict[str, int] = {}
 
@@ -74,7 +81,12 @@ class ShardWorkflow(InstructionHandlers):
 
     @workflow.signal
     def rollup(self, raw: dict[str, Any]) -> None:
-        """A cluster's roll-up. An invalid one is logged and dropped; the previous stands."""
+        """A cluster's roll-up. An invalid one is logged and dropped; the previous stands. One
+        for a cluster that moved away in a split or merge is passed on to its new shard."""
+        cluster = raw.get("cluster") if isinstance(raw, dict) else None
+        if isinstance(cluster, str) and cluster in self.shard.moved:
+            self.forward[cluster] = raw
+            return
         reason = self.shard.receive(raw, workflow.now().timestamp())
         if reason:
             workflow.logger.warning(reason)
@@ -103,6 +115,11 @@ class ShardWorkflow(InstructionHandlers):
     def cluster(self, name: str) -> dict[str, Any]:
         return self.shard.cluster_view(name)
 
+    @workflow.query
+    def config(self) -> ShardConfig:
+        """How this shard runs: a shard split from it runs the same way."""
+        return self.cfg
+
     # ---- the loop ---------------------------------------------------------------------------
 
     @workflow.run
@@ -110,14 +127,25 @@ class ShardWorkflow(InstructionHandlers):
         if self.fresh:
             # A shard started from scratch fences out every earlier incarnation (seed §11).
             self.shard.epoch = int(workflow.now().timestamp() * 1000)
-            await self._adopt_from_providers()
+            if not self.joining:  # a split-born shard gets its machines from the split
+                await self._adopt_from_providers()
+        elif self.restarted:
+            # Revived from a dead run's durable state (seed §6): a new epoch fences the dead
+            # run's transitions out; the providers say what became of its machines meanwhile.
+            self.shard.epoch = int(workflow.now().timestamp() * 1000)
+            await self._reconcile_restored()
         cycles_this_run = 0
         next_reconcile = workflow.now().timestamp() + self.cfg.reconcile_seconds
         while True:
             await workflow.sleep(self.cfg.cycle_seconds)
             now = workflow.now().timestamp()
             self._fold_results(now)
-            decision = self._cycle(now)
+            await self._forward()
+            if self.retired:
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                return
+            # Mid-split or merging away: machines and results still fold in; nothing is decided.
+            decision = Decision() if self.joining or self.merging else self._cycle(now)
             await self._verify(decision, now)
             starts = self.pipeline + [self._transition(a) for a in decision.actions]
             self.pipeline = []
@@ -174,7 +202,37 @@ class ShardWorkflow(InstructionHandlers):
         meter.create_gauge("bigfleet_shortfalls", "unserved needs").set(len(decision.shortfalls))
         return decision
 
+    async def _forward(self) -> None:
+        """Roll-ups of clusters that moved away go to their new shard."""
+        forward, self.forward = self.forward, {}
+        for cluster, raw in forward.items():
+            target = shard_workflow_id(self.shard.moved[cluster])
+            try:
+                await workflow.get_external_workflow_handle(target).signal("rollup", raw)
+            except Exception as err:  # gone (merged away): the sender asks the coordinator
+                workflow.logger.warning("roll-up of %s not passed to %s: %s", cluster, target, err)
+
     # ---- machines coming and going ----------------------------------------------------------
+
+    async def _reconcile_restored(self) -> None:
+        """Observe every machine this shard owns as its provider lists it now; give up those
+        no provider lists. Adopts nothing: machines it does not own are another shard's."""
+        listed: list[Machine] = []
+        for provider in self.cfg.providers:
+            listed += await workflow.execute_activity(
+                "provider_list",
+                ProviderRead(provider=provider, now=workflow.now().timestamp()),
+                task_queue=provider_task_queue(provider) + "-read",
+                result_type=list[Machine],
+                **QUICK,
+            )
+        summary = self.shard.reconcile_listing(listed, workflow.now().timestamp())
+        workflow.logger.warning(
+            "shard %s restarted with epoch %s, reconciled with providers: %s",
+            self.shard.id,
+            self.shard.epoch,
+            summary,
+        )
 
     async def _adopt_from_providers(self) -> None:
         """Take this shard's share of every provider's machines: whole racks, cloud slots by id

@@ -7,6 +7,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.common import SearchAttributeKey
 
+from bigfleet.coordinator import DecommissionRequest as DecommissionRequest
+from bigfleet.coordinator import MembershipThresholds
 from bigfleet.models import FencingToken, Machine, NodeSelectorRequirement, Transition
 
 SHARD_TASK_QUEUE = "bigfleet-shards"
@@ -127,6 +129,11 @@ class ShardInput(Model):
     state: dict[str, Any] | None = None
     # Carried across continue-as-new: transitions decided but not yet started.
     pipeline: list[TransitionInput] = Field(default_factory=list)
+    # Revived from a dead run's durable state: take a new epoch, reconcile against providers.
+    restarted: bool = False
+    # Born of a split: adopts nothing from the providers and decides nothing until the split's
+    # last part has arrived.
+    joining: bool = False
 
 
 class Instruction(Model):
@@ -137,6 +144,28 @@ class Instruction(Model):
     machine_ids: list[str] = Field(default_factory=list)
     machines: list[Machine] = Field(default_factory=list)
     grace_seconds: float = 600.0
+    limit: int = 0  # hand_out: how many machine records at most
+    # A saga's compensation giving a shard back its own machines: accepted from any term.
+    compensation: bool = False
+
+
+class SplitInstruction(Model):
+    """Let `fraction` of the shard's clusters and machines go to shard `to` (1.0: a merge)."""
+
+    term: int
+    seq: int
+    to: int
+    fraction: float = Field(default=0.5, gt=0, le=1)
+
+
+class TakeIn(Model):
+    """A part of a split or merge for the receiving shard (or back to the donor)."""
+
+    term: int
+    seq: int
+    needs: list[dict[str, Any]] = Field(default_factory=list)
+    machines: list[Machine] = Field(default_factory=list)
+    last: bool = False
 
 
 class ShardCall(Model):
@@ -144,7 +173,7 @@ class ShardCall(Model):
 
     shard: int
     update: str
-    instruction: Instruction
+    instruction: Instruction | SplitInstruction | TakeIn
 
 
 class SagaInput(Model):
@@ -160,17 +189,50 @@ class SagaInput(Model):
     grace_seconds: float = 0.0
     drain_timeout_seconds: float = 4 * 3600.0
     poll_seconds: float = 10.0
+    # A decommission (receiver -1) of configured machines drains them first.
+    drain: bool = False
 
 
 class SagaResult(Model):
     moved: list[str] = Field(default_factory=list)
     compensated: list[str] = Field(default_factory=list)
+    # Machines a compensation could not return (refused): for a human, named in the logs.
+    orphaned: list[str] = Field(default_factory=list)
+    failed_step: str | None = None
+    error: str | None = None
+
+
+class MembershipInput(Model):
+    """A shard split (`into` is the new shard) or merge (`donor` retires into `into`), run as a
+    saga with seqs `seq`, `seq + 1`, … of coordinator term `term` (seed §16)."""
+
+    kind: str  # "split" | "merge"
+    donor: int
+    into: int
+    term: int
+    seq: int
+    fraction: float = 0.5
+    chunk: int = 200  # machine records per step: far below Temporal's 2 MB payload limit
+    poll_seconds: float = 10.0
+    settle_timeout_seconds: float = 4 * 3600.0
+
+
+class MembershipResult(Model):
+    kind: str
+    donor: int
+    into: int
+    clusters: list[str] = Field(default_factory=list)
+    machines: int = 0
+    returned: int = 0
+    retired: bool = False
     failed_step: str | None = None
     error: str | None = None
 
 
 class CoordinatorInput(Model):
     shards: int
+    membership: MembershipThresholds = Field(default_factory=MembershipThresholds)
+    membership_chunk: int = 200
     plan_seconds: float = 30.0
     missing_after_seconds: float = 30.0
     max_rounds_per_run: int = 500

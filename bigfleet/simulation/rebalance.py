@@ -1,14 +1,23 @@
 """The coordinator in the simulator: the same planning as the `Coordinator` workflow (seed §6,
-§9), its moves carried out in process — release then adopt, and for cross-shard preemption a
-drain on the donor first — so fleet-scale what-ifs run in virtual time."""
+§9, §16), its moves carried out in process — release then adopt, and for cross-shard preemption
+a drain on the donor first; splits and merges through the same shard methods the membership
+saga calls; decommissions shared out the same way — so fleet-scale what-ifs run in virtual
+time."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..coordinator import REPORT_SECONDS, Coordinator, Move, MoveKind
-from ..models import DrainAction, DrainReason
+from ..coordinator import (
+    REPORT_SECONDS,
+    Coordinator,
+    DecommissionRequest,
+    Move,
+    MoveKind,
+    decommission_plan,
+)
+from ..models import DeleteAction, DeleteReason, DrainAction, DrainReason
 
 if TYPE_CHECKING:
     from .run import Simulation
@@ -20,6 +29,10 @@ class Rebalancer:
     next_round: float = REPORT_SECONDS
     draining: list[Move] = field(default_factory=list)
     log: list[dict[str, Any]] = field(default_factory=list)
+    # A merge in progress (donor, into): repeated each round until the donor is empty.
+    merging: tuple[int, int] | None = None
+    # Decommissioned machines draining on their shard before they leave: (shard, ids).
+    leaving: list[tuple[int, list[str]]] = field(default_factory=list)
 
     @property
     def coordinator(self) -> Coordinator:
@@ -37,6 +50,7 @@ class Rebalancer:
         for move in self.draining:
             key = (move.receiver, move.cluster, move.priority)
             pending[key] = pending.get(key, 0) + len(move.machine_ids)
+        self._membership(now)
         for move in self.coordinator.plan(busy=busy, pending=pending):
             self.log.append(
                 {
@@ -55,27 +69,112 @@ class Rebalancer:
                 self._hand_over(move, now)
 
     def _drain(self, move: Move, now: float) -> None:
-        donor = self.sim.shards[move.donor]
-        inv = donor.inventory
-        clusters = {mid: inv.cluster_of(inv.row(mid)) or "" for mid in move.machine_ids}
-        donor.drain_for_transfer(move.machine_ids, now)
-        executor = self.sim.executors[move.donor]
-        for mid in move.machine_ids:
-            executor.start(
-                DrainAction(
-                    provider=inv.profile_of(inv.row(mid)).provider,
-                    machine_id=mid,
-                    cluster=clusters[mid],
-                    grace_seconds=move.grace_seconds,
-                    reason=DrainReason.TRANSFER,
-                    preemptor_cluster=move.cluster,
-                    preemptor_priority=move.priority,
-                ),
-                now,
-            )
+        self._drain_out(
+            move.donor,
+            move.machine_ids,
+            now,
+            grace_seconds=move.grace_seconds,
+            reason=DrainReason.TRANSFER,
+            preemptor_cluster=move.cluster,
+            preemptor_priority=move.priority,
+        )
         self.draining.append(move)
 
+    def _drain_out(self, shard: int, ids: list[str], now: float, **drain: Any) -> None:
+        """Drain configured machines that are to leave `shard` (to another shard, or the
+        fleet); once drained they wait in its handoff."""
+        inv = self.sim.shards[shard].inventory
+        clusters = {mid: inv.cluster_of(inv.row(mid)) or "" for mid in ids}
+        self.sim.shards[shard].drain_for_transfer(ids, now)
+        for mid in ids:
+            provider = inv.profile_of(inv.row(mid)).provider
+            self.sim.executors[shard].start(
+                DrainAction(provider=provider, machine_id=mid, cluster=clusters[mid], **drain),
+                now,
+            )
+
+    # ---- membership (seed §16) ---------------------------------------------------------------
+
+    def _membership(self, now: float) -> None:
+        if self.merging is not None:
+            self._split(*self.merging, 1.0, now)
+            return
+        change = self.coordinator.membership_change(self.sim.scenario.membership)
+        if change is None:
+            return
+        kind, donor, into = change
+        if kind == "split":
+            self.sim.add_shard()
+            self.coordinator.add_shard(into)
+            self._split(donor, into, 0.5, now)
+        else:
+            self.coordinator.retiring.add(donor)
+            self.merging = (donor, into)
+            self._split(donor, into, 1.0, now)
+
+    def _split(self, donor: int, into: int, fraction: float, now: float) -> None:
+        """What the membership saga does, in one step: split_out, hand_out, take_in."""
+        giver, taker = self.sim.shards[donor], self.sim.shards[into]
+        clusters, ids = giver.split_plan(fraction)
+        needs = giver.split_out(clusters, ids, into)
+        machines = giver.hand_out(len(giver.leaving))
+        taker.take_in(needs, machines, now)
+        for m in machines:
+            self.sim.owner[m.id] = into
+        self.coordinator.moved(clusters, into)
+        kind = "merge" if fraction >= 1 else "split"
+        self.log.append(
+            {"t": now, "kind": kind, "donor": donor, "receiver": into,
+             "clusters": clusters, "machines": len(machines)}
+        )
+        if kind == "merge" and not sum(giver.machines_by_state().values()):
+            self.coordinator.remove_shard(donor)  # retired: its cycles have nothing to do
+            self.merging = None
+
+    # ---- decommission (seed §16) ------------------------------------------------------------
+
+    def decommission(self, req: DecommissionRequest, now: float) -> None:
+        """Each shard gives its proportional share: free machines leave at once, configured
+        ones are drained first; cloud machines are deleted, bare metal is left to its
+        provider."""
+        found = {i: s.matching(req.where()) for i, s in enumerate(self.sim.shards)}
+        shares, picks = decommission_plan(found, req.count)
+        for i, (free, configured) in picks.items():
+            self._leave(i, free, now)
+            self._drain_out(
+                i, configured, now, grace_seconds=req.grace_seconds, reason=DrainReason.DECOMMISSION
+            )
+            self.leaving.append((i, configured))
+        self.log.append(
+            {"t": now, "kind": "decommission", "provider": req.provider,
+             "shares": {str(s): n for s, n in shares.items()}}
+        )
+
+    def _leave(self, shard: int, ids: list[str], now: float) -> None:
+        s = self.sim.shards[shard]
+        s.cancel_transfer([mid for mid in ids if mid in s.handoff], now)  # drained: back first
+        for mid in ids:
+            row = s.inventory.row(mid)
+            profile = s.inventory.profile_of(row)
+            if s.inventory.state_of(row).value == "IDLE" and profile.capacity_type.value != (
+                "bare-metal"
+            ):
+                self.sim.executors[shard].start(
+                    DeleteAction(
+                        provider=profile.provider, machine_id=mid, reason=DeleteReason.DECOMMISSION
+                    ),
+                    now,
+                )
+        s.release(ids)
+        for mid in ids:
+            self.sim.owner.pop(mid, None)
+            self.sim.executors[shard].in_flight.pop(mid, None)
+
     def _finish_drained(self, now: float) -> None:
+        for shard, ids in list(self.leaving):
+            if all(mid in self.sim.shards[shard].handoff for mid in ids):
+                self.leaving.remove((shard, ids))
+                self._leave(shard, ids, now)
         for move in list(self.draining):
             donor = self.sim.shards[move.donor]
             if all(mid in donor.handoff for mid in move.machine_ids):

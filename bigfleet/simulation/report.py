@@ -65,7 +65,7 @@ def build_report(sim: Simulation) -> dict[str, Any]:
         "actions_by_kind": dict(kinds),
         "actions_by_reason": dict(reasons),
         "preemptions": rec.preemptions,
-        "transfers": sim.rebalancer.log if sim.rebalancer else [],
+        "transfers": sim.rebalancer.log,
         "cost": {
             "total": round(sum(rec.cost.values()), 2),
             "by_capacity_type": by_type,

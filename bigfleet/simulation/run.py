@@ -42,8 +42,8 @@ class Simulation:
         self._distribute_machines()
         self._timeline = self._rollup_timeline()
         self.latest: dict[str, list[CapacityNeed]] = {}
-        # More than one shard: a coordinator rebalances between them, as in production.
-        self.rebalancer = Rebalancer(self) if len(self.shards) > 1 else None
+        # The coordinator rebalances between shards, splits and merges them, as in production.
+        self.rebalancer = Rebalancer(self)
         self.generation: dict[str, int] = {}
 
     # ---- set-up -----------------------------------------------------------------------------
@@ -80,6 +80,7 @@ class Simulation:
     def run(self) -> dict[str, Any]:
         sc = self.scenario
         next_cycle, next_sample = 0.0, 0.0
+        decommissions = sorted(sc.decommissions, key=lambda d: d.at)
         quota_changes = sorted(
             (c.at, spec.name, c)
             for spec in sc.providers
@@ -92,6 +93,8 @@ class Simulation:
                 candidates.append(self._timeline[0][0])
             if quota_changes:
                 candidates.append(quota_changes[0][0])
+            if decommissions:
+                candidates.append(decommissions[0].at)
             candidates += [
                 t for p in self.providers.values() if (t := p.next_event_at()) is not None
             ]
@@ -104,6 +107,8 @@ class Simulation:
             while quota_changes and quota_changes[0][0] <= t:
                 _, name, change = quota_changes.pop(0)
                 self._change_quota(name, change)
+            while decommissions and decommissions[0].at <= t:
+                self.rebalancer.decommission(decommissions.pop(0), t)
             while self._timeline and self._timeline[0][0] <= t:
                 _, _, cluster, needs = heapq.heappop(self._timeline)
                 self.latest[cluster] = needs
@@ -119,14 +124,20 @@ class Simulation:
                     for update in shard.operator_updates(decision):
                         self.operators[update.cluster].notify(update)
                     self.recorder.cycle(t, shard, decision, sample)
-                if self.rebalancer is not None:
-                    self.rebalancer.step(t)
+                self.rebalancer.step(t)
                 if sample:
                     next_sample += sc.sample_seconds
                 next_cycle += sc.cycle_seconds
         self._bill(sc.duration_seconds - self.now)
         self.now = sc.duration_seconds
         return build_report(self)
+
+    def add_shard(self) -> Shard:
+        """A shard born of a split: empty until the split hands it its part."""
+        shard = Shard(len(self.shards), self.policy)
+        self.shards.append(shard)
+        self.executors.append(Executor(shard, self.providers, self.operators, self.recorder))
+        return shard
 
     def _bill(self, seconds: float) -> None:
         if seconds > 0:

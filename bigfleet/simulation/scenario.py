@@ -15,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 
+from ..coordinator import DecommissionRequest, MembershipThresholds
 from ..models import CapacityNeed, Count, Name, Transition, from_wire
 from ..policy import Policy
 from ..providers.baremetal import RackSpec
@@ -116,6 +117,12 @@ class ClusterSpec(Spec):
         return self
 
 
+class TimedDecommission(DecommissionRequest):
+    """At `at`, take `count` machines of `provider` out of the fleet (seed §16)."""
+
+    at: Seconds
+
+
 class PolicyOverrides(Policy):
     """Policy knobs a scenario sets; the cycle length is the scenario's own `cycle_seconds`."""
 
@@ -135,6 +142,9 @@ class Scenario(Spec):
     clusters: list[ClusterSpec]
     policy: PolicyOverrides = Field(default_factory=lambda: PolicyOverrides())
     sample_seconds: Annotated[float, Field(gt=0)] = 60.0
+    # The coordinator's shard splits and merges, and decommissions along the way (seed §16).
+    membership: MembershipThresholds = Field(default_factory=MembershipThresholds)
+    decommissions: list[TimedDecommission] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique_names(self) -> Scenario:

@@ -1,0 +1,63 @@
+"""Shard membership from sagas (seed §16): a split starts a shard workflow, a failed one stops
+it again; a decommission asks every shard which of its machines match."""
+
+from __future__ import annotations
+
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from workflows.types import (
+    SHARD_TASK_QUEUE,
+    ShardConfig,
+    ShardInput,
+    shard_workflow_id,
+)
+
+
+class MembershipActivities:
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def all(self) -> list:
+        return [self.start_split_shard, self.stop_split_shard, self.status, self.matching]
+
+    @activity.defn(name="start_split_shard")
+    async def start_split_shard(self, donor_and_new: list[int]) -> str:
+        """Start shard `new` configured like `donor`, empty, waiting for the split's parts."""
+        donor, new = donor_and_new
+        cfg: ShardConfig = await self.client.get_workflow_handle(
+            shard_workflow_id(donor)
+        ).query("config", result_type=ShardConfig)
+        handle = await self.client.start_workflow(
+            "Shard",
+            ShardInput(config=cfg.model_copy(update={"shard": new}), joining=True),
+            id=shard_workflow_id(new),
+            task_queue=SHARD_TASK_QUEUE,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary=f"BigFleet shard {new} (split from shard {donor})",
+        )
+        return handle.id
+
+    @activity.defn(name="stop_split_shard")
+    async def stop_split_shard(self, shard: int) -> None:
+        """A split that moved nothing: the new shard owns nothing and goes away."""
+        try:
+            await self.client.get_workflow_handle(shard_workflow_id(shard)).terminate(
+                "split failed before anything moved"
+            )
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:  # never started, or already gone
+                raise
+
+    @activity.defn(name="shard_status")
+    async def status(self, shard: int) -> dict:
+        return await self.client.get_workflow_handle(shard_workflow_id(shard)).query("status")
+
+    @activity.defn(name="shard_matching")
+    async def matching(self, shard: int, where: dict[str, str]) -> dict[str, list[str]]:
+        """A shard's machines a decommission could take (`where`: provider, zone, …)."""
+        return await self.client.get_workflow_handle(shard_workflow_id(shard)).query(
+            "matching", where, result_type=dict[str, list[str]]
+        )

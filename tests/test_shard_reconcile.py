@@ -1,0 +1,77 @@
+"""A shard revived from its last snapshot reconciles its inventory with the providers' `list`:
+owned machines take the provider's state, owned machines no provider lists are given up, and
+machines it does not own are never adopted (another shard owns them)."""
+
+from bigfleet.models import MachineState
+from bigfleet.shard import Shard
+from bigfleet.snapshot import restore_shard, shard_state
+from bigfleet.synthetic import OFFERS, machine
+
+GPU = next(o for o in OFFERS if o.instance_type == "gpu-8xh100")
+S = MachineState
+
+
+def restored(shard: Shard) -> Shard:
+    """The shard as a revived run sees it: rebuilt from the snapshot of its last run."""
+    return restore_shard(shard_state(shard), Shard(shard.id))
+
+
+def test_a_restored_shard_takes_the_providers_word_for_what_it_owns():
+    before = Shard(0)
+    before.adopt(
+        [
+            machine("g-0", GPU, S.IDLE),
+            machine("g-1", GPU, S.CONFIGURING, "research"),
+            machine("g-2", GPU, S.CONFIGURED, "research"),
+            machine("g-3", GPU, S.IDLE),
+        ],
+        0,
+    )
+    shard = restored(before)
+    listing = [
+        machine("g-0", GPU, S.CONFIGURED, "research"),  # configured after the snapshot
+        machine("g-1", GPU, S.CONFIGURED, "research"),  # its configure finished
+        machine("g-2", GPU, S.CONFIGURED, "research"),  # as it was
+        # g-3: no provider lists it any more
+        machine("x-9", GPU, S.IDLE),  # another shard's machine
+    ]
+    summary = shard.reconcile_listing(listing, 100)
+    assert summary == {"listed": 4, "changed": 2, "gone": 1, "not_mine": 1}
+    inv = shard.inventory
+    states = {inv.machine_id(r): inv.state_of(r) for r in inv.live_rows().tolist()}
+    assert states == {"g-0": S.CONFIGURED, "g-1": S.CONFIGURED, "g-2": S.CONFIGURED}
+    assert {inv.cluster_of(inv.row(m)) for m in states} == {"research"}
+    # Reconciling again with the same listing changes nothing.
+    assert shard.reconcile_listing(listing, 101) == {
+        "listed": 4,
+        "changed": 0,
+        "gone": 0,
+        "not_mine": 1,
+    }
+
+
+def test_a_restored_transfer_follows_the_provider():
+    before = Shard(0)
+    before.adopt([machine(f"g-{i}", GPU, S.CONFIGURED, "research") for i in range(4)], 0)
+    before.drain_for_transfer(["g-0", "g-1", "g-2"], 10)
+    shard = restored(before)
+    assert shard.transfer_out == {"g-0", "g-1", "g-2"}
+    listing = [
+        machine("g-0", GPU, S.IDLE),  # drained: waits in the handoff for its release
+        machine("g-1", GPU, S.DRAINING, "research"),  # still draining: still leaving
+        machine("g-2", GPU, S.CONFIGURED, "research"),  # its drain never started: it stays
+        machine("g-3", GPU, S.CONFIGURED, "research"),
+    ]
+    shard.reconcile_listing(listing, 20)
+    assert set(shard.handoff) == {"g-0"}
+    assert shard.transfer_out == {"g-1"}
+    assert shard.machines_by_state() == {
+        **{s.value: 0 for s in S},
+        "IDLE": 1,
+        "DRAINING": 1,
+        "CONFIGURED": 2,
+    }
+    # A handed-off machine no provider lists any more is no longer the shard's either.
+    shard.reconcile_listing(listing[1:], 30)
+    assert shard.handoff == {}
+    assert sum(shard.machines_by_state().values()) == 3

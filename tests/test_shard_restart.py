@@ -1,0 +1,96 @@
+"""A shard whose workflow is gone is restarted by the coordinator from its durable state (seed
+§6) on a real Temporal dev server: same machines, same clusters' needs, a new epoch, and every
+machine of the fleet still owned by exactly one shard."""
+
+from __future__ import annotations
+
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.testing import WorkflowEnvironment
+
+from bigfleet.models import ListFilter, MachineState
+from tests.conftest import eventually, fleet_workers
+from tests.test_temporal_coordinator import (
+    ask,
+    machines_of,
+    on_shard,
+    start,
+    start_coordinator,
+    two_shard_fleet,
+)
+from workflows.sagas import COORDINATOR_ID
+
+S = MachineState
+
+
+async def revivals(client) -> list[str]:
+    """What the coordinator's `revive_shard` activities returned, in order."""
+    scheduled: set[int] = set()
+    outcomes = []
+    async for e in client.get_workflow_handle(COORDINATOR_ID).fetch_history_events():
+        if e.HasField("activity_task_scheduled_event_attributes"):
+            if e.activity_task_scheduled_event_attributes.activity_type.name == "revive_shard":
+                scheduled.add(e.event_id)
+        elif e.HasField("activity_task_completed_event_attributes"):
+            done = e.activity_task_completed_event_attributes
+            if done.scheduled_event_id in scheduled:
+                [result] = await client.data_converter.decode(done.result.payloads, [str])
+                outcomes.append(result)
+    return outcomes
+
+
+async def test_a_terminated_shard_is_restarted_from_its_snapshot(dev_env: WorkflowEnvironment):
+    client = dev_env.client
+    raw = two_shard_fleet()  # 40 machines, one rack, all on shard 0
+    rack = raw["providers"][0]["racks"][0]["rack"]
+    ids = [f"dc-{rack}-{i:05d}" for i in range(40)]
+    cluster = on_shard("c", 0)
+    raw["clusters"] = [{"name": cluster}]  # a cluster (and its operator) on shard 0
+    shard0 = client.get_workflow_handle("shard-0")
+    async with fleet_workers(client, raw) as sim:
+        await start_coordinator(client, missing_after_seconds=3)
+        # Three cycles a run: the shard continues-as-new every ~3 s, so its durable state (the
+        # latest run's input) is a recent snapshot.
+        await start(client, raw, max_cycles_per_run=3)
+        await ask(client, 0, cluster, 100, 4)
+        await eventually(
+            lambda: machines_of(client, 0), lambda m: m["CONFIGURED"] == 4, timeout=20
+        )
+        # A continue-as-new after the machines were configured: the snapshot holds them.
+        first = (await shard0.describe()).run_id
+        await eventually(shard0.describe, lambda d: d.run_id != first, timeout=10)
+        before = await shard0.query("status")
+        states = await shard0.query("machine_states", ids)
+        configured = sorted(m for m, s in states.items() if s == S.CONFIGURED.value)
+        assert len(configured) == 4
+
+        dead = (await shard0.describe()).run_id
+        await shard0.terminate("test: the shard workflow vanished")
+        revived = await eventually(
+            shard0.describe,
+            lambda d: d.run_id != dead and d.status == WorkflowExecutionStatus.RUNNING,
+            timeout=20,
+            what="shard-0 restarted by the coordinator",
+        )
+        assert "restarted" in await revivals(client)
+        assert revived.run_id != dead
+
+        # Restarted from its snapshot, not from scratch: a new epoch, but the cluster's needs
+        # (a fresh shard would know none until the next roll-up) and its machines carried over.
+        after = await eventually(
+            lambda: shard0.query("status"),
+            lambda s: s["epoch"] > before["epoch"] and s["cycles"] >= before["cycles"] + 3,
+            timeout=15,
+        )
+        view = await shard0.query("cluster", cluster)
+        assert [n["count"] for n in view["needs"]] == [4]
+        assert after["machines"]["CONFIGURED"] == 4
+        assert await shard0.query("machine_states", ids) == states
+        on_provider = [
+            m.id
+            for m in sim.providers["dc"].list(ListFilter())
+            if m.state is S.CONFIGURED and m.cluster == cluster
+        ]
+        assert sorted(on_provider) == configured
+        # Every machine owned by exactly one shard: all 40 on shard 0, none lost or doubled.
+        assert sum(after["machines"].values()) == 40
+        assert sum((await machines_of(client, 1)).values()) == 0

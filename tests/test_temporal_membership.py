@@ -1,0 +1,146 @@
+"""Shard membership on a real Temporal dev server (seed §16): a split keeps every cluster and
+every machine on exactly one shard and redirects roll-ups; a merge puts them back together and
+ends the emptied shard; a decommission takes each shard's proportional share out of the fleet."""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.testing import WorkflowEnvironment
+
+from bigfleet.models import ListFilter
+from tests.conftest import eventually, fleet_workers
+from tests.test_temporal_coordinator import REQ, gpu_fleet, machines_of, on_shard, start
+from workers import cli
+from workers.worker import assign_cluster
+from workflows.sagas import COORDINATOR_ID
+from workflows.types import DecommissionRequest, MembershipResult
+
+CLUSTERS = {"a": 6, "b": 4, "c": 3, "d": 1}
+
+
+def fleet(shards: int, racks: dict[str, int]) -> dict:
+    return gpu_fleet(shards, racks, [*CLUSTERS, "busy"])
+
+
+async def send(client, shard: int, cluster: str, count: int, generation: int = 1) -> None:
+    need = {"requirements": REQ, "priority": 100_000, "count": count}
+    await client.get_workflow_handle(f"shard-{shard}").signal(
+        "rollup", {"cluster": cluster, "generation": generation, "needs": [need]}
+    )
+
+
+async def owners(client, shards: list[int], ids: list[str]) -> dict[str, list[int]]:
+    """Which shards own each machine (a machine a shard does not own shows as GONE there)."""
+    out: dict[str, list[int]] = {mid: [] for mid in ids}
+    for shard in shards:
+        states = await client.get_workflow_handle(f"shard-{shard}").query("machine_states", ids)
+        for mid, state in states.items():
+            if state != "GONE":
+                out[mid].append(shard)
+    return out
+
+
+async def clusters_of(client, shard: int) -> set[str]:
+    return set((await client.get_workflow_handle(f"shard-{shard}").query("status"))["clusters"])
+
+
+async def test_a_split_keeps_everything_once_and_a_merge_puts_it_back(
+    dev_env: WorkflowEnvironment,
+):
+    client = dev_env.client
+    raw = fleet(1, {"r1": 10, "r2": 8, "r3": 6})
+    async with fleet_workers(client, raw) as sim:
+        await start(client, raw)
+        for cluster, count in CLUSTERS.items():
+            assert await assign_cluster(client, cluster, 1) == 0
+            await send(client, 0, cluster, count)
+        await eventually(
+            lambda: machines_of(client, 0), lambda m: m["CONFIGURED"] == 14, timeout=60
+        )
+        ids = [m.id for m in sim.providers["dc"].list(ListFilter())]
+        coordinator = client.get_workflow_handle(COORDINATOR_ID)
+
+        saga = await coordinator.execute_update("split_shard", 0)
+        split = await client.get_workflow_handle(saga, result_type=MembershipResult).result()
+        assert split.failed_step is None and split.machines > 0
+        assert len(split.clusters) == 2
+        moved = set(split.clusters)
+        # Every cluster and every machine on exactly one shard; half of each moved.
+        assert await clusters_of(client, 1) == moved
+        assert await clusters_of(client, 0) == set(CLUSTERS) - moved
+        owned = await owners(client, [0, 1], ids)
+        assert all(len(shards) == 1 for shards in owned.values()), owned
+        assert abs(sum(s == [1] for s in owned.values()) - len(ids) / 2) <= 10
+        # The moved clusters keep their configured machines on the new shard, which decides.
+        new = await eventually(
+            lambda: machines_of(client, 1),
+            lambda m: m["CONFIGURED"] == sum(CLUSTERS[c] for c in moved),
+        )
+        assert sum(new.values()) == split.machines
+        status = await coordinator.query("status")
+        assert status["shards"] == [0, 1]
+        assert all(status["clusters"][c] == 1 for c in moved)
+        # A sender that still signals the old shard is passed on to the new one.
+        grown = sorted(moved)[0]
+        await send(client, 0, grown, CLUSTERS[grown] + 1, generation=2)
+        await eventually(
+            lambda: client.get_workflow_handle("shard-1").query("cluster", grown),
+            lambda v: v["needs"] and v["needs"][0]["count"] == CLUSTERS[grown] + 1,
+        )
+        assert await assign_cluster(client, grown, 1) == 1
+
+        # Merged back by a human: `bigfleet shard merge 1 --into 0 --wait`.
+        address = client.service_client.config.target_host
+        argv = ["shard", "merge", "1", "--into", "0", "--wait", "--address", address]
+        assert await asyncio.to_thread(cli.main, argv) == 0
+        assert await clusters_of(client, 0) == set(CLUSTERS)
+        owned = await owners(client, [0], ids)
+        assert all(shards == [0] for shards in owned.values())
+        await eventually(  # its workflow ends at its next cycle
+            lambda: client.get_workflow_handle("shard-1").describe(),
+            lambda d: d.status == WorkflowExecutionStatus.COMPLETED,
+        )
+        status = await eventually(
+            lambda: coordinator.query("status"), lambda s: not s["membership"]
+        )
+        assert status["shards"] == [0] and status["clusters"][grown] == 0
+
+
+async def test_a_decommission_takes_each_shards_share(dev_env: WorkflowEnvironment):
+    """10 machines out of a fleet of 30 whose shards own 20 and 10: 7 and 3 (largest
+    remainder), free ones first, configured ones drained; bare metal goes back to its
+    provider free, and no shard owns it any more."""
+    client = dev_env.client
+    big, small = on_shard("rack", 0), on_shard("rack", 1)
+    raw = fleet(2, {big: 20, small: 10})
+    async with fleet_workers(client, raw) as sim:
+        await start(client, raw)
+        await send(client, 0, "busy", 16)  # 4 free on shard 0: the other 3 of its share drain
+        await eventually(
+            lambda: machines_of(client, 0), lambda m: m["CONFIGURED"] == 16, timeout=60
+        )
+        ids = [m.id for m in sim.providers["dc"].list(ListFilter())]
+        coordinator = client.get_workflow_handle(COORDINATOR_ID)
+        out = await coordinator.execute_update(
+            "decommission", DecommissionRequest(provider="dc", count=10, grace_seconds=0)
+        )
+        assert out["shares"] == {"0": 7, "1": 3}
+        for saga in out["sagas"]:
+            await client.get_workflow_handle(saga).result()
+        owned = await owners(client, [0, 1], ids)
+        assert all(len(s) <= 1 for s in owned.values())  # (the coordinator may refill busy)
+        left = [mid for mid, s in owned.items() if not s]
+        assert len(left) == 10
+        assert sum(mid.startswith(f"dc-{big}-") for mid in left) == 7
+        listed = {m.id: m for m in sim.providers["dc"].list(ListFilter())}
+        free = ("IDLE", "SPECULATIVE")  # drained, or never claimed: free at the provider
+        assert all(listed[mid].state.value in free and not listed[mid].cluster for mid in left)
+        drained = [
+            wf
+            async for wf in client.list_workflows(
+                'BigFleetTransition = "drain" AND BigFleetShard = "0"'
+            )
+        ]
+        assert len(drained) == 3  # the free machines went first
