@@ -678,3 +678,20 @@ def test_a_decommission_takes_each_shards_proportional_share():
     gone = [m for m in sim.providers["dc-ams"].list(ListFilter()) if m.id not in owned]
     assert len(gone) == 12 and all(m.cluster is None for m in gone)
     assert all(m.state in (MachineState.IDLE, MachineState.SPECULATIVE) for m in gone)
+
+
+def test_moved_machines_are_not_sent_back_before_the_receiver_uses_them():
+    """A machine handed to a shard for its shortfall is idle there until the receiver's next
+    cycle; the coordinator must not see it as spare and send it back. (It did: every round
+    preempted training's machines for inference and sent the arrivals back as idle, until a
+    finished move counted as on its way until the receiver reported again.)"""
+    sim = Simulation(load(EXAMPLES / "dev-fleet.yaml"))
+    report = sim.run()
+    directions: dict[float, set[tuple[int, int]]] = {}
+    for t in report["transfers"]:
+        directions.setdefault(t["t"], set()).add((t["donor"], t["receiver"]))
+    for t, pairs in directions.items():
+        assert not any((b, a) in pairs for a, b in pairs), (t, pairs)  # never both ways
+    assert len(report["transfers"]) < 10
+    assert need_of(report, "inference")["satisfied"] == 3  # after scaling down to 3
+    owned_once(sim)

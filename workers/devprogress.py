@@ -22,13 +22,19 @@ async def progress(client: Any, fleet: Any, ops: Operators, ui: str, stop: async
     from workflows.types import shard_workflow_id
 
     hinted = False
+    seen: set[str] = set()
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), PROGRESS_SECONDS)
         if stop.is_set():
             return
         now = ops.elapsed()
-        for shard in range(fleet.shards):
+        await _sagas(client, now, seen)
+        try:
+            shards = (await client.get_workflow_handle("coordinator").query("status"))["shards"]
+        except Exception:
+            shards = list(range(fleet.shards))
+        for shard in shards:
             try:
                 st = await client.get_workflow_handle(shard_workflow_id(shard)).query("status")
             except Exception as err:
@@ -43,6 +49,19 @@ async def progress(client: Any, fleet: Any, ops: Operators, ui: str, stop: async
             )
         if not hinted:
             hinted = await _hint_machine(client, ui)
+
+
+async def _sagas(client: Any, now: float, seen: set[str]) -> None:
+    """One line per saga the coordinator started since the last look: what moved where."""
+    query = 'WorkflowType = "TransferSaga" OR WorkflowType = "MembershipSaga"'
+    try:
+        fresh = [wf async for wf in client.list_workflows(query) if wf.id not in seen]
+        for wf in sorted(fresh, key=lambda w: w.start_time):
+            seen.add(wf.id)
+            summary = await (await client.get_workflow_handle(wf.id).describe()).static_summary()
+            print(f"  t+{now:4.0f}s coordinator: {summary} ({wf.id})", flush=True)
+    except Exception as err:
+        print(f"  t+{now:4.0f}s coordinator: sagas not listed ({err})", flush=True)
 
 
 async def _hint_machine(client: Any, ui: str) -> bool:

@@ -33,6 +33,11 @@ class Rebalancer:
     merging: tuple[int, int] | None = None
     # Decommissioned machines draining on their shard before they leave: (shard, ids).
     leaving: list[tuple[int, list[str]]] = field(default_factory=list)
+    # Moves handed over since the receiver last reported: its report does not show their
+    # effect yet, so they still count as on their way (as the workflow keeps a finished saga
+    # until the receiver's next report) — else the machines would look idle there and be
+    # sent back, round after round.
+    settling: list[tuple[Move, float]] = field(default_factory=list)
 
     @property
     def coordinator(self) -> Coordinator:
@@ -45,9 +50,12 @@ class Rebalancer:
         self.next_round = now + REPORT_SECONDS
         for shard in self.sim.shards:
             self.coordinator.receive(shard.report(now), now)
-        busy = [mid for move in self.draining for mid in move.machine_ids]
+        # Handed over before the receiver's cycle that this round's reports reflect: settled.
+        self.settling = [(m, t) for m, t in self.settling if t >= now]
+        on_the_way = self.draining + [m for m, _ in self.settling]
+        busy = [mid for move in on_the_way for mid in move.machine_ids]
         pending: dict[tuple[int, str, int], int] = {}
-        for move in self.draining:
+        for move in on_the_way:
             key = (move.receiver, move.cluster, move.priority)
             pending[key] = pending.get(key, 0) + len(move.machine_ids)
         self._membership(now)
@@ -60,6 +68,7 @@ class Rebalancer:
                     "receiver": move.receiver,
                     "cluster": move.cluster,
                     "machines": len(move.machine_ids),
+                    "machine_ids": move.machine_ids,
                     "grace_seconds": move.grace_seconds,
                 }
             )
@@ -186,3 +195,4 @@ class Rebalancer:
         self.sim.shards[move.receiver].adopt(machines, now)
         for m in machines:
             self.sim.owner[m.id] = move.receiver
+        self.settling.append((move, now))
