@@ -21,7 +21,13 @@ class MembershipActivities:
         self.client = client
 
     def all(self) -> list:
-        return [self.start_split_shard, self.stop_split_shard, self.status, self.matching]
+        return [
+            self.start_split_shard,
+            self.stop_split_shard,
+            self.status,
+            self.matching,
+            self.owned_elsewhere,
+        ]
 
     @activity.defn(name="start_split_shard")
     async def start_split_shard(self, donor_and_new: list[int]) -> str:
@@ -61,3 +67,19 @@ class MembershipActivities:
         return await self.client.get_workflow_handle(shard_workflow_id(shard)).query(
             "matching", where, result_type=dict[str, list[str]]
         )
+
+    @activity.defn(name="owned_elsewhere")
+    async def owned_elsewhere(self, shard: int, machine_ids: list[str]) -> list[str]:
+        """Which of `machine_ids` another running shard owns (a shard restarted from an older
+        state, or afresh, must not keep machines that moved away since)."""
+        mine = shard_workflow_id(shard)
+        query = 'WorkflowType = "Shard" AND ExecutionStatus = "Running"'
+        found: set[str] = set()
+        async for wf in self.client.list_workflows(query):
+            if wf.id == mine:
+                continue
+            states = await self.client.get_workflow_handle(wf.id).query(
+                "machine_states", machine_ids, result_type=dict[str, str]
+            )
+            found.update(mid for mid, state in states.items() if state != "GONE")
+        return sorted(found)

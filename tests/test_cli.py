@@ -446,8 +446,11 @@ def test_the_coordinators_status_names_escalations_and_fleet_wide_shortfalls():
             "missing_shards": [1],
             "escalations": [{"cluster": "train", "priority": 1_000_000, "count": 4}],
             "shared_shortfalls": ["dc/gpu-8xh100/ams-1/bare-metal"],
+            "membership": ["merge-1-0-5-40"],
+            "retiring": [1],
         }
     )
     assert "missing shards:    [1]" in text
+    assert "split/merge:       merge-1-0-5-40" in text and "retiring shards:   [1]" in text
     assert "train (1000000, 4)" in text
     assert "dc/gpu-8xh100/ams-1/bare-metal (time to buy capacity)" in text

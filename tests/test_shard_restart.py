@@ -94,3 +94,47 @@ async def test_a_terminated_shard_is_restarted_from_its_snapshot(dev_env: Workfl
         # Every machine owned by exactly one shard: all 40 on shard 0, none lost or doubled.
         assert sum(after["machines"].values()) == 40
         assert sum((await machines_of(client, 1)).values()) == 0
+
+
+async def test_a_revived_shard_gives_up_machines_that_moved_away_since_its_state(
+    dev_env: WorkflowEnvironment,
+):
+    """Shard 0 never continued as new, so its durable state is its first input: revived, it
+    starts from scratch and adopts its rack by the assignment rule — including 4 machines the
+    coordinator has since moved to shard 1. It gives those up: each machine stays owned once."""
+    client = dev_env.client
+    raw = two_shard_fleet()
+    rack = raw["providers"][0]["racks"][0]["rack"]
+    ids = [f"dc-{rack}-{i:05d}" for i in range(40)]
+    shard0 = client.get_workflow_handle("shard-0")
+    async with fleet_workers(client, raw):
+        await start_coordinator(client, missing_after_seconds=3)
+        await start(client, raw)
+        await ask(client, 1, raw["clusters"][0]["name"], 1_000_000, 4)
+        await eventually(
+            lambda: machines_of(client, 1), lambda m: m["CONFIGURED"] == 4, timeout=60
+        )
+        moved = {
+            m
+            for m, s in (
+                await client.get_workflow_handle("shard-1").query("machine_states", ids)
+            ).items()
+            if s != "GONE"
+        }
+        assert len(moved) == 4
+
+        dead = (await shard0.describe()).run_id
+        await shard0.terminate("test: the shard workflow vanished")
+        await eventually(
+            shard0.describe,
+            lambda d: d.run_id != dead and d.status == WorkflowExecutionStatus.RUNNING,
+            timeout=20,
+        )
+        states = await eventually(
+            lambda: shard0.query("machine_states", ids),
+            lambda st: sum(s != "GONE" for s in st.values()) == 36,
+            timeout=15,
+            what="the revived shard 0 owning its 36",
+        )
+        assert {m for m, s in states.items() if s == "GONE"} == moved
+        assert sum((await machines_of(client, 1)).values()) == 4

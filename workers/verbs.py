@@ -200,6 +200,10 @@ async def _coordinator_status(client: Any) -> dict[str, Any] | None:
 def render_coordinator(st: dict[str, Any]) -> str:
     lines = [f"coordinator  term {st['term']}  shards {st['shards']}"]
     lines.append(f"  sagas running:     {len(st['sagas_running'])}")
+    if st.get("membership"):
+        lines.append(f"  split/merge:       {', '.join(st['membership'])}")
+    if st.get("retiring"):
+        lines.append(f"  retiring shards:   {st['retiring']}")
     lines.append(f"  missing shards:    {st['missing_shards'] or 'none'}")
     escalated = [f"{e['cluster']} ({e['priority']}, {e['count']})" for e in st["escalations"]]
     lines.append(f"  escalated:         {', '.join(escalated) or 'none'}")

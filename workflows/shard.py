@@ -53,6 +53,7 @@ QUICK = dict(
     retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=10),
 )
 START_BATCH = 200
+OWNERSHIP_BATCH = 20_000  # machine ids per question to the other shards (~0.5 MB)
 
 
 @workflow.defn(name="Shard")
@@ -129,11 +130,13 @@ class ShardWorkflow(InstructionHandlers):
             self.shard.epoch = int(workflow.now().timestamp() * 1000)
             if not self.joining:  # a split-born shard gets its machines from the split
                 await self._adopt_from_providers()
+                await self._drop_owned_elsewhere()
         elif self.restarted:
             # Revived from a dead run's durable state (seed §6): a new epoch fences the dead
             # run's transitions out; the providers say what became of its machines meanwhile.
             self.shard.epoch = int(workflow.now().timestamp() * 1000)
             await self._reconcile_restored()
+            await self._drop_owned_elsewhere()
         cycles_this_run = 0
         next_reconcile = workflow.now().timestamp() + self.cfg.reconcile_seconds
         while True:
@@ -233,6 +236,29 @@ class ShardWorkflow(InstructionHandlers):
             self.shard.epoch,
             summary,
         )
+
+    async def _drop_owned_elsewhere(self) -> None:
+        """Machines another shard owns now are not this one's: they moved away after the state
+        it started from (a revival from an older snapshot, or from scratch by the assignment
+        rule). Ownership stays exactly-once; asked in batches far below the payload limit."""
+        inv = self.shard.inventory
+        ids = [inv.machine_id(r) for r in inv.live_rows().tolist()] + list(self.shard.handoff)
+        elsewhere: list[str] = []
+        for i in range(0, len(ids), OWNERSHIP_BATCH):
+            elsewhere += await workflow.execute_activity(
+                "owned_elsewhere",
+                args=[self.shard.id, ids[i : i + OWNERSHIP_BATCH]],
+                task_queue=SHARD_TASK_QUEUE,
+                result_type=list[str],
+                **QUICK,
+            )
+        if elsewhere:
+            self.shard.release(elsewhere)
+            self.shard.transfer_out.difference_update(elsewhere)
+            workflow.logger.warning(
+                "shard %s gave up %d machines other shards own: %s",
+                self.shard.id, len(elsewhere), elsewhere[:10],
+            )
 
     async def _adopt_from_providers(self) -> None:
         """Take this shard's share of every provider's machines: whole racks, cloud slots by id
