@@ -309,3 +309,33 @@ async def test_roll_up_senders_ask_the_coordinator_once_and_it_assigns_least_loa
         with pytest.raises(WorkflowUpdateFailedError) as bad:
             await assign_cluster(client, " ", 2)
         assert "cluster" in str(bad.value.cause)
+
+
+async def test_idle_machines_move_before_speculative_quota(dev_env: WorkflowEnvironment):
+    """Seed §9's order: a shortfall on shard 1 takes machines shard 0 has idle (drained, still
+    claimed) before any of its speculative ones, in one `idle` saga."""
+    client = dev_env.client
+    raw = two_shard_fleet()
+    research, training = on_shard("research", 0), on_shard("training", 1)
+    raw["clusters"] = [{"name": research}, {"name": training}]
+    async with fleet_workers(client, raw) as sim:
+        await start(client, raw)  # its coordinator plans every 30 s: replaced by a quicker one
+        await client.get_workflow_handle(COORDINATOR_ID).terminate("a quicker one, please")
+        await start_coordinator(client)
+        await ask(client, 0, research, 100_000, 8)
+        await eventually(lambda: machines_of(client, 0), lambda m: m["CONFIGURED"] == 8)
+        need = {"requirements": REQ, "priority": 100_000, "count": 0}
+        await client.get_workflow_handle("shard-0").signal(
+            "rollup", {"cluster": research, "generation": 2, "needs": [need]}
+        )
+        donor = await eventually(lambda: machines_of(client, 0), lambda m: m["IDLE"] == 8)
+        assert donor["SPECULATIVE"] == 32
+        idle = {m.id for m in sim.providers["dc"].list(ListFilter()) if m.state.value == "IDLE"}
+
+        await ask(client, 1, training, 500_000, 3)
+        await eventually(lambda: machines_of(client, 1), lambda m: m["CONFIGURED"] == 3)
+        states = await client.get_workflow_handle("shard-1").query("machine_states", sorted(idle))
+        assert sum(s == "CONFIGURED" for s in states.values()) == 3  # the idle ones moved
+        sagas = [wf.id async for wf in client.list_workflows('WorkflowType = "TransferSaga"')]
+        assert len(sagas) == 1 and sagas[0].startswith("saga-idle-")
+        assert (await machines_of(client, 0))["SPECULATIVE"] == 32

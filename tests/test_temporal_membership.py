@@ -107,6 +107,19 @@ async def test_a_split_keeps_everything_once_and_a_merge_puts_it_back(
         )
         assert status["shards"] == [0] and status["clusters"][grown] == 0
 
+        # A new, empty shard by hand: `bigfleet shard add`. Number 1 retired, so it is 2, and
+        # the next new cluster goes to it (fewest clusters).
+        assert await asyncio.to_thread(cli.main, ["shard", "add", "--address", address]) == 0
+        assert (await coordinator.query("status"))["shards"] == [0, 2]
+        assert await assign_cluster(client, "e", 1) == 2
+        await send(client, 2, "e", 1)
+        # It decides (it is not waiting for a split): no machines yet, so a shortfall.
+        st = await eventually(
+            lambda: client.get_workflow_handle("shard-2").query("status"),
+            lambda st: [s["count"] for s in st["shortfalls"]] == [1],
+        )
+        assert st["clusters"] == ["e"]
+
 
 async def test_a_decommission_takes_each_shards_share(dev_env: WorkflowEnvironment):
     """10 machines out of a fleet of 30 whose shards own 20 and 10: 7 and 3 (largest

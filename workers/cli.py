@@ -31,6 +31,7 @@ from workers.serve import search_attribute_commands as search_attribute_commands
 from workers.serve import search_attribute_type as search_attribute_type
 from workers.verbs import (
     CliError,
+    _add_shard,
     _cluster,
     _decommission,
     _escalate,
@@ -300,8 +301,16 @@ def parser() -> argparse.ArgumentParser:
     _connection(e)
     e.set_defaults(run=_escalate)
 
-    sh = verbs.add_parser("shard", help="fleet membership: split or merge shards")
+    sh = verbs.add_parser("shard", help="fleet membership: add, split or merge shards")
     shverbs = sh.add_subparsers(dest="what", required=True)
+    ad = shverbs.add_parser(
+        "add",
+        help="start a new, empty shard",
+        description="Ask the coordinator for a new, empty shard (seed §16): new clusters go to "
+        "it first, and capacity follows its shortfalls.",
+    )
+    _connection(ad)
+    ad.set_defaults(run=_add_shard)
     sp = shverbs.add_parser(
         "split",
         help="divide a shard: half its clusters and machines go to a new shard",

@@ -381,7 +381,7 @@ async def _coordinator_update(args: argparse.Namespace, update: str, arg: Any) -
     client = await _connect(args)
     try:
         return client, await client.get_workflow_handle(COORDINATOR_ID).execute_update(
-            update, arg
+            update, args=[] if arg is None else [arg]
         )
     except WorkflowUpdateFailedError as err:
         raise CliError(f"the coordinator refused: {err.cause}") from None
@@ -402,6 +402,13 @@ async def _await_saga(client: Any, saga: str, wait: bool) -> int:
 async def _split(args: argparse.Namespace) -> int:
     client, saga = await _coordinator_update(args, "split_shard", args.shard)
     return await _await_saga(client, saga, args.wait)
+
+
+@_async
+async def _add_shard(args: argparse.Namespace) -> int:
+    _, shard = await _coordinator_update(args, "add_shard", None)
+    print(f"started shard-{shard}: new clusters go to it first")
+    return 0
 
 
 @_async

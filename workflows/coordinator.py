@@ -26,6 +26,8 @@ with workflow.unsafe.imports_passed_through():
         MembershipInput,
         MembershipResult,
         SagaInput,
+        ShardCall,
+        TakeIn,
     )
 
 SEQS_PER_SAGA = 4  # drain, release, adopt, and one compensation
@@ -88,6 +90,20 @@ class CoordinatorWorkflow:
     @split_shard.validator
     def _split_ok(self, shard: int) -> None:
         self._membership_ok([shard])
+
+    @workflow.update
+    async def add_shard(self) -> int:
+        """A new, empty shard (seed §16): new clusters go to it first (it is the least loaded)
+        and the coordinator moves capacity to it as its shortfalls ask."""
+        await workflow.wait_condition(lambda: self.ready)
+        new, like = self.c.new_shard_id(), min(self.c.shards)
+        self.c.add_shard(new)
+        await workflow.execute_activity("start_split_shard", [like, new], **STEP)
+        # Started as a split's receiver (adopting nothing from the providers); nothing follows.
+        done = TakeIn(term=self.c.term, seq=self.c.next_token()[1], last=True)
+        call = ShardCall(shard=new, update="take_in", instruction=done)
+        await workflow.execute_activity("shard_update", call, **STEP)
+        return new
 
     @workflow.update
     async def merge_shards(self, donor_into: list[int]) -> str:
