@@ -8,7 +8,7 @@ inventory. Nothing here does I/O or knows about Temporal.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -68,6 +68,8 @@ class Shard:
         # clusters that moved away (their roll-ups are forwarded there).
         self.leaving: dict[str, Machine] = {}
         self.moved: dict[str, int] = {}
+        # Machines this shard took out of the fleet: never adopted again as new capacity.
+        self.decommissioned: set[str] = set()
 
     def token(self) -> FencingToken:
         """The fencing token for the next provider call (seed §11)."""
@@ -128,6 +130,44 @@ class Shard:
             self.handoff.pop(mid) if mid in self.handoff else self.inventory.remove(mid)
             for mid in machine_ids
         ]
+
+    def capacity_changes(
+        self, provider: str, speculative: Iterable[Machine], mine: Callable[[Machine], bool]
+    ) -> tuple[list[str], list[Machine]]:
+        """Against a provider's list of speculative machines: this shard's speculative machines
+        of that provider it no longer lists (quota shrank), and listed ones that are this
+        shard's by the assignment rule (`mine`) but not in its hands (new capacity — or a
+        machine another shard owns now, which the caller must rule out)."""
+        inv = self.inventory
+        listed = {m.id: m for m in speculative}
+        n = inv.rows_used
+        rows = np.flatnonzero(inv.state[:n] == CODE[S.SPECULATIVE]).tolist()
+        gone = [
+            inv.machine_id(r)
+            for r in rows
+            if inv.profile_of(r).provider == provider and inv.machine_id(r) not in listed
+        ]
+        fresh = [
+            m
+            for mid, m in listed.items()
+            if inv.ids.find(mid) < 0
+            and mid not in self.handoff
+            and mid not in self.leaving
+            and mid not in self.decommissioned
+            and mine(m)
+        ]
+        return gone, fresh
+
+    def ownership(self, machine_id: str) -> str:
+        """What this shard holds of a machine: its state, DECOMMISSIONED, or GONE."""
+        if machine_id in self.handoff:
+            return S.IDLE.value
+        if machine_id in self.leaving:
+            return self.leaving[machine_id].state.value
+        if machine_id in self.decommissioned:
+            return "DECOMMISSIONED"
+        row = self.inventory.ids.find(machine_id)
+        return self.inventory.state_of(row).value if row >= 0 else "GONE"
 
     def matching(self, where: Mapping[str, str]) -> dict[str, list[str]]:
         """Machines a decommission could take (seed §16), free ones first: {"free": [...],

@@ -171,6 +171,7 @@ def shard_state(shard: Shard) -> dict[str, Any]:
         "handoff": [m.model_dump(mode="json") for m in shard.handoff.values()],
         "leaving": [m.model_dump(mode="json") for m in shard.leaving.values()],
         "moved": shard.moved,
+        "decommissioned": sorted(shard.decommissioned),
     }
 
 
@@ -195,4 +196,5 @@ def restore_shard(state: dict[str, Any], shard: Shard) -> Shard:
     }
     shard.leaving = {m["id"]: from_wire(Machine, m) for m in state.get("leaving", [])}
     shard.moved = dict(state.get("moved", {}))
+    shard.decommissioned = set(state.get("decommissioned", []))
     return shard

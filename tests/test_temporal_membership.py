@@ -32,12 +32,13 @@ async def send(client, shard: int, cluster: str, count: int, generation: int = 1
 
 
 async def owners(client, shards: list[int], ids: list[str]) -> dict[str, list[int]]:
-    """Which shards own each machine (a machine a shard does not own shows as GONE there)."""
+    """Which shards own each machine (a machine a shard does not own shows as GONE there, one
+    it took out of the fleet as DECOMMISSIONED)."""
     out: dict[str, list[int]] = {mid: [] for mid in ids}
     for shard in shards:
         states = await client.get_workflow_handle(f"shard-{shard}").query("machine_states", ids)
         for mid, state in states.items():
-            if state != "GONE":
+            if state not in ("GONE", "DECOMMISSIONED"):
                 out[mid].append(shard)
     return out
 
@@ -146,6 +147,17 @@ async def test_a_decommission_takes_each_shards_share(dev_env: WorkflowEnvironme
         assert all(len(s) <= 1 for s in owned.values())  # (the coordinator may refill busy)
         left = [mid for mid, s in owned.items() if not s]
         assert len(left) == 10
+        marked = {
+            shard: sorted(
+                m
+                for m, st in (
+                    await client.get_workflow_handle(f"shard-{shard}").query("machine_states", ids)
+                ).items()
+                if st == "DECOMMISSIONED"
+            )
+            for shard in (0, 1)
+        }
+        assert sorted(marked[0] + marked[1]) == sorted(left)  # never adopted again
         assert sum(mid.startswith(f"dc-{big}-") for mid in left) == 7
         listed = {m.id: m for m in sim.providers["dc"].list(ListFilter())}
         free = ("IDLE", "SPECULATIVE")  # drained, or never claimed: free at the provider
@@ -157,3 +169,42 @@ async def test_a_decommission_takes_each_shards_share(dev_env: WorkflowEnvironme
             )
         ]
         assert len(drained) == 3  # the free machines went first
+
+
+async def test_new_capacity_is_spread_and_gone_capacity_given_up(dev_env: WorkflowEnvironment):
+    """Seed §16: quota that grows after the shards started is adopted, each new slot by the
+    shard the assignment rule gives it to, once; quota that shrinks takes speculative slots
+    away from the shards that held them."""
+    client = dev_env.client
+    line = {
+        "instance_type": "m6i.xlarge",
+        "zone": "us-east-1a",
+        "capacity_type": "on-demand",
+        "count": 10,
+        "price_per_hour": 6.0,
+    }
+    raw = {
+        "name": "quota",
+        "cycle_seconds": 1,
+        "duration_seconds": 1,
+        "shards": 2,
+        "providers": [{"name": "aws", "kind": "cloud", "quota": [line]}],
+        "clusters": [],
+    }
+
+    async def speculative() -> list[int]:
+        return [(await machines_of(client, s))["SPECULATIVE"] for s in (0, 1)]
+
+    async with fleet_workers(client, raw) as sim:
+        await start(client, raw)
+        before = await eventually(speculative, lambda c: sum(c) == 10)
+        aws = sim.providers["aws"]
+        aws.set_quota("m6i.xlarge", "us-east-1a", "on-demand", 30)
+        after = await eventually(speculative, lambda c: sum(c) == 30, timeout=40)
+        assert all(a > b for a, b in zip(after, before, strict=True))  # both got a share
+        ids = [m.id for m in aws.list(ListFilter())]
+        owned = await owners(client, [0, 1], ids)
+        assert all(len(s) == 1 for s in owned.values()), owned
+
+        aws.set_quota("m6i.xlarge", "us-east-1a", "on-demand", 4)
+        await eventually(speculative, lambda c: sum(c) == 4, timeout=40)

@@ -49,6 +49,7 @@ class InstructionHandlers:
         self.joining = bool(state.get("joining", False))
         self.merging = bool(state.get("merging", False))
         self.retired = False
+        self.inherited: list[int] = list(state.get("inherited", []))
         self.term = int(state.get("term", 0))
         # Sequence numbers seen in the current term: sagas run side by side, so instructions
         # may arrive out of order; a seq seen before is a replay.
@@ -63,6 +64,7 @@ class InstructionHandlers:
             "outbox": self.outbox,
             "joining": self.joining,
             "merging": self.merging,
+            "inherited": self.inherited,
         }
 
     def _replay(self, ins: Instruction | SplitInstruction | TakeIn) -> bool:
@@ -140,16 +142,9 @@ class InstructionHandlers:
 
     @workflow.query
     def machine_states(self, machine_ids: list[str]) -> dict[str, str]:
-        """Where a saga's machines are now (a drain for transfer is done when they are idle)."""
-        inv = self.shard.inventory
-        out = {}
-        for mid in machine_ids:
-            row = inv.ids.find(mid)
-            if mid in self.shard.handoff:
-                out[mid] = MachineState.IDLE.value
-            else:
-                out[mid] = inv.state_of(row).value if row >= 0 else "GONE"
-        return out
+        """Where machines are as this shard holds them: a state (drained for a transfer: IDLE),
+        DECOMMISSIONED (taken out of the fleet here), or GONE (not this shard's)."""
+        return {mid: self.shard.ownership(mid) for mid in machine_ids}
 
     @workflow.update
     def adopt(self, ins: Instruction) -> int:
@@ -291,6 +286,8 @@ class InstructionHandlers:
         taken = self.shard.take_in(ins.needs, ins.machines, workflow.now().timestamp())
         if ins.last:  # the split is complete (or undone): decide again
             self.joining = self.merging = False
+        # A merge: the retired shard's share of capacity that appears later is this shard's.
+        self.inherited = sorted(set(self.inherited) | set(ins.inherit))
         return taken
 
     @take_in.validator
@@ -339,12 +336,19 @@ class InstructionHandlers:
                         self._input(Transition.DELETE, [mid], reason="decommission")
                     )
         self.shard.release(ins.machine_ids)
+        self.shard.decommissioned.update(ins.machine_ids)
         return ins.machine_ids
 
     @decommission.validator
     def _decommission_ok(self, ins: Instruction) -> None:
         if not self._fence(ins, sum(1 for m in ins.machine_ids if m not in self.shard.handoff)):
             self._check_free(ins)
+
+    @workflow.query
+    def inheritance(self) -> list[int]:
+        """The shard numbers whose share of new capacity this shard takes (its own and those
+        of shards merged into it)."""
+        return sorted({self.shard.id, *self.inherited})
 
     @workflow.query
     def matching(self, where: dict[str, str]) -> dict[str, list[str]]:

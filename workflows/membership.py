@@ -36,6 +36,7 @@ class MembershipSagaWorkflow:
     async def run(self, m: MembershipInput) -> MembershipResult:
         self.m, self.seq = m, m.seq
         self.split = False  # the donor has let something go
+        self.donor_inherited: list[int] = []  # a merge: shards merged into the donor before
         result = MembershipResult(kind=m.kind, donor=m.donor, into=m.into)
         workflow.set_current_details(f"**{m.kind}** shard {m.donor} → shard {m.into}")
         try:
@@ -86,7 +87,9 @@ class MembershipSagaWorkflow:
                     raise TimeoutError(f"shard {m.donor} still has machines in transitions")
                 await workflow.sleep(m.poll_seconds)  # machines mid-transition settle
             step = "finish"
-            await self._update(m.into, "take_in", TakeIn(term=m.term, seq=0, last=True))
+            inherit = [m.donor, *self.donor_inherited] if m.kind == "merge" else []
+            finish = TakeIn(term=m.term, seq=0, last=True, inherit=inherit)
+            await self._update(m.into, "take_in", finish)
             if m.kind == "merge":
                 step = "retire"
                 await self._update(m.donor, "retire", Instruction(term=m.term, seq=0))
@@ -126,6 +129,7 @@ class MembershipSagaWorkflow:
         status: dict[str, Any] = await workflow.execute_activity(
             "shard_status", shard, result_type=dict, **STEP
         )
+        self.donor_inherited = list(status.get("inherited", []))
         return not sum(status["machines"].values()) and not status["clusters"]
 
     async def _update(

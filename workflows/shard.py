@@ -77,6 +77,8 @@ class ShardWorkflow(InstructionHandlers):
         self.pipeline: list[TransitionInput] = [] if self.restarted else list(inp.pipeline)
         self.last_cycle_ms = 0.0
         self.started: dict[str, int] = {}
+        # New capacity seen unowned at the last look (adopted if still unowned at the next).
+        self.unowned: set[str] = set()
 
     # ---- what people and operators send and ask ---------------------------------------------
 
@@ -110,6 +112,7 @@ class ShardWorkflow(InstructionHandlers):
             "shortfalls": [s.model_dump(mode="json") for s in last.shortfalls],
             "rejections": list(self.shard.rejections)[-10:],
             "coordinator_term": self.term,
+            "inherited": self.inherited,
         }
 
     @workflow.query
@@ -171,6 +174,7 @@ class ShardWorkflow(InstructionHandlers):
                 )
             if now >= next_reconcile:
                 await self._reconcile(now)
+                await self._capacity(now)
                 next_reconcile = now + self.cfg.reconcile_seconds
             await self.report()
             cycles_this_run += 1
@@ -243,15 +247,7 @@ class ShardWorkflow(InstructionHandlers):
         rule). Ownership stays exactly-once; asked in batches far below the payload limit."""
         inv = self.shard.inventory
         ids = [inv.machine_id(r) for r in inv.live_rows().tolist()] + list(self.shard.handoff)
-        elsewhere: list[str] = []
-        for i in range(0, len(ids), OWNERSHIP_BATCH):
-            elsewhere += await workflow.execute_activity(
-                "owned_elsewhere",
-                args=[self.shard.id, ids[i : i + OWNERSHIP_BATCH]],
-                task_queue=SHARD_TASK_QUEUE,
-                result_type=list[str],
-                **QUICK,
-            )
+        elsewhere = sorted(await self._owned_elsewhere(ids))
         if elsewhere:
             self.shard.release(elsewhere)
             self.shard.transfer_out.difference_update(elsewhere)
@@ -259,6 +255,21 @@ class ShardWorkflow(InstructionHandlers):
                 "shard %s gave up %d machines other shards own: %s",
                 self.shard.id, len(elsewhere), elsewhere[:10],
             )
+
+    async def _owned_elsewhere(self, ids: list[str]) -> set[str]:
+        """Which of `ids` another running shard holds (or took out of the fleet)."""
+        found: set[str] = set()
+        for i in range(0, len(ids), OWNERSHIP_BATCH):
+            found.update(
+                await workflow.execute_activity(
+                    "owned_elsewhere",
+                    args=[self.shard.id, ids[i : i + OWNERSHIP_BATCH]],
+                    task_queue=SHARD_TASK_QUEUE,
+                    result_type=list[str],
+                    **QUICK,
+                )
+            )
+        return found
 
     async def _adopt_from_providers(self) -> None:
         """Take this shard's share of every provider's machines: whole racks, cloud slots by id
@@ -347,6 +358,43 @@ class ShardWorkflow(InstructionHandlers):
                         self.pipeline.append(
                             self._input(T.DELETE, [m.id], reason=DeleteReason.FAILED.value)
                         )
+
+    async def _capacity(self, now: float) -> None:
+        """Capacity that came or went since the shard started (seed §16): speculative machines
+        its providers no longer list are given up (quota shrank); new ones that are this
+        shard's by the assignment rule — or a merged-away shard's it inherited — are adopted
+        once no shard owns them at two looks in a row (a machine between a saga's release and
+        adopt is nobody's for a moment)."""
+        if self.joining or self.merging:
+            return
+        shares = {self.cfg.shard, *self.inherited}
+
+        def mine(m: Machine) -> bool:
+            return machine_shard(m, self.cfg.shards) in shares
+
+        unowned: set[str] = set()
+        for provider in self.cfg.providers:
+            listed: list[Machine] = await workflow.execute_activity(
+                "provider_list",
+                ProviderRead(provider=provider, now=now, states=[S.SPECULATIVE.value]),
+                task_queue=provider_task_queue(provider) + "-read",
+                result_type=list[Machine],
+                **QUICK,
+            )
+            gone, fresh = self.shard.capacity_changes(provider, listed, mine)
+            if gone:
+                self.shard.release(gone)
+                workflow.logger.info("shard %s: %d speculative gone", self.shard.id, len(gone))
+            if not fresh:
+                continue
+            elsewhere = await self._owned_elsewhere([m.id for m in fresh])
+            nobodys = [m for m in fresh if m.id not in elsewhere]
+            unowned.update(m.id for m in nobodys)
+            new = [m for m in nobodys if m.id in self.unowned]
+            if new:
+                self.shard.adopt(new, now)
+                workflow.logger.info("shard %s: adopted %d new machines", self.shard.id, len(new))
+        self.unowned = unowned
 
     # ---- actions to workflow inputs ---------------------------------------------------------
 

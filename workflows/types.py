@@ -166,6 +166,8 @@ class TakeIn(Model):
     needs: list[dict[str, Any]] = Field(default_factory=list)
     machines: list[Machine] = Field(default_factory=list)
     last: bool = False
+    # A merge's last part: the shard numbers whose share of new capacity the receiver takes.
+    inherit: list[int] = Field(default_factory=list)
 
 
 class ShardCall(Model):

@@ -38,6 +38,8 @@ class Rebalancer:
     # until the receiver's next report) — else the machines would look idle there and be
     # sent back, round after round.
     settling: list[tuple[Move, float]] = field(default_factory=list)
+    # Retired shard → the shard it merged into (which takes its share of new capacity).
+    merged_into: dict[int, int] = field(default_factory=dict)
 
     @property
     def coordinator(self) -> Coordinator:
@@ -138,6 +140,7 @@ class Rebalancer:
         )
         if kind == "merge" and not sum(giver.machines_by_state().values()):
             self.coordinator.remove_shard(donor)  # retired: its cycles have nothing to do
+            self.merged_into[donor] = into
             self.merging = None
 
     # ---- decommission (seed §16) ------------------------------------------------------------

@@ -179,7 +179,11 @@ class Simulation:
                 del self.owner[mid]
         fresh = [m for mid, m in listed.items() if mid not in self.owner]
         for m in fresh:
-            shard = min(range(len(self.shards)), key=lambda i: (len(self.shards[i].inventory), i))
+            # The assignment rule, as the shard workflows apply it to new capacity; a merged-away
+            # shard's share goes to the shard it merged into.
+            shard = machine_shard(m, self.scenario.shards)
+            while shard in self.rebalancer.merged_into:
+                shard = self.rebalancer.merged_into[shard]
             self.shards[shard].adopt([m], self.now)
             self.owner[m.id] = shard
 
