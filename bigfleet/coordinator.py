@@ -9,7 +9,7 @@ speculative quota, then — only when neither exists anywhere and the priority i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -32,22 +32,96 @@ class Preemptible(Wire):
     cluster: str
 
 
+class OfferGroup(Wire):
+    """Machines of one profile (`ShardReport.profiles[profile]`) a shard could give."""
+
+    profile: int
+    ids: list[str]
+
+
+class PreemptibleGroup(OfferGroup):
+    """Configured machines of one profile held by one cluster at one priority."""
+
+    priority: Int32
+    cluster: str
+
+
 class ShardReport(Wire):
     """What a shard tells the coordinator every 30 s: a summary, what it could give, what it
-    misses. Offer lists are bounded by the shard; they are samples, not inventories."""
+    misses. Offers are bounded samples, not inventories, grouped by profile: one machine record
+    per profile and ids for the rest, so a report (and the coordinator's history, which holds
+    every report) stays small."""
 
     shard: int
     at: float
     machines: dict[str, Count] = Field(default_factory=dict)
     clusters: list[str] = Field(default_factory=list)
     shortfalls: list[Shortfall] = Field(default_factory=list)
-    idle: list[Machine] = Field(default_factory=list)
-    speculative: list[Machine] = Field(default_factory=list)
-    preemptible: list[Preemptible] = Field(default_factory=list)
+    profiles: list[Machine] = Field(default_factory=list)
+    idle: list[OfferGroup] = Field(default_factory=list)
+    speculative: list[OfferGroup] = Field(default_factory=list)
+    preemptible: list[PreemptibleGroup] = Field(default_factory=list)
+
+    @classmethod
+    def of(
+        cls,
+        shard: int,
+        at: float,
+        idle: Iterable[Machine] = (),
+        speculative: Iterable[Machine] = (),
+        preemptible: Iterable[Preemptible] = (),
+        **summary: object,
+    ) -> ShardReport:
+        """A report from machine records, grouped by profile."""
+        templates: dict[Profile, int] = {}
+        profiles: list[Machine] = []
+
+        def index(m: Machine) -> int:
+            key = Profile.of(m)
+            if key not in templates:
+                templates[key] = len(profiles)
+                profiles.append(m)
+            return templates[key]
+
+        def groups(machines: Iterable[Machine]) -> list[OfferGroup]:
+            out: dict[int, OfferGroup] = {}
+            for m in machines:
+                i = index(m)
+                out.setdefault(i, OfferGroup(profile=i, ids=[])).ids.append(m.id)
+            return list(out.values())
+
+        held: dict[tuple[int, int, str], PreemptibleGroup] = {}
+        for p in preemptible:
+            i = index(p.machine)
+            key = (i, p.priority, p.cluster)
+            if key not in held:
+                held[key] = PreemptibleGroup(
+                    profile=i, ids=[], priority=p.priority, cluster=p.cluster
+                )
+            held[key].ids.append(p.machine.id)
+        return cls(
+            shard=shard,
+            at=at,
+            idle=groups(idle),
+            speculative=groups(speculative),
+            preemptible=list(held.values()),
+            profiles=profiles,
+            **summary,
+        )
 
     @property
     def size(self) -> int:
         return sum(self.machines.values())
+
+    def offers(self, kind: MoveKind) -> Iterator[tuple[Machine, list[str]]]:
+        """(profile record, machine ids) of the idle or speculative sample."""
+        for g in self.idle if kind is MoveKind.IDLE else self.speculative:
+            yield self.profiles[g.profile], g.ids
+
+    def victims(self) -> Iterator[tuple[Machine, PreemptibleGroup]]:
+        """(profile record, group) of the preemptible sample, lowest priority first."""
+        for g in self.preemptible:
+            yield self.profiles[g.profile], g
 
 
 class DecommissionRequest(Wire):
@@ -247,53 +321,52 @@ class Coordinator:
                 continue
             free_anywhere = False
             for kind in (MoveKind.IDLE, MoveKind.SPECULATIVE):
-                for donor, m in self._offers(kind, receiver, sf, used):
+                for donor, mid in self._offers(kind, receiver, sf, used):
                     free_anywhere = True
                     if want == 0 or budget[donor] == 0:
                         continue
                     key = (kind, donor, receiver, sf.priority, 0.0, sf.cluster)
-                    self._take(moves, key, m.id)
-                    used.add(m.id)
+                    self._take(moves, key, mid)
+                    used.add(mid)
                     budget[donor] -= 1
                     want -= 1
             if want == 0 or free_anywhere:
                 continue
-            for donor, p in self._victims(receiver, sf, used):
+            for donor, mid, priority in self._victims(receiver, sf, used):
                 if want == 0 or budget[donor] == 0:
                     break
-                grace = drain_grace_period(sf.priority, p.priority)
+                grace = drain_grace_period(sf.priority, priority)
                 key = (MoveKind.PREEMPT, donor, receiver, sf.priority, grace, sf.cluster)
-                self._take(moves, key, p.machine.id)
-                used.add(p.machine.id)
+                self._take(moves, key, mid)
+                used.add(mid)
                 budget[donor] -= 1
                 want -= 1
         return list(moves.values())
 
     def _offers(
         self, kind: MoveKind, receiver: int, sf: Shortfall, used: set[str]
-    ) -> Iterable[tuple[int, Machine]]:
+    ) -> Iterable[tuple[int, str]]:
         for donor in sorted(self.reports):
             if donor == receiver:
                 continue
-            report = self.reports[donor]
-            pool = report.idle if kind is MoveKind.IDLE else report.speculative
-            for m in pool:
-                if m.id not in used and _fits(sf, m):
-                    yield donor, m
+            for m, ids in self.reports[donor].offers(kind):
+                if _fits(sf, m):
+                    yield from ((donor, mid) for mid in ids if mid not in used)
 
     def _victims(
         self, receiver: int, sf: Shortfall, used: set[str]
-    ) -> list[tuple[int, Preemptible]]:
+    ) -> list[tuple[int, str, int]]:
         found = [
-            (donor, p)
+            (donor, mid, priority)
             for donor, report in self.reports.items()
             if donor != receiver
-            for p in report.preemptible
-            if p.priority < sf.priority
-            and p.machine.id not in used
-            and _fits(sf, p.machine)
+            for m, g in report.victims()
+            if g.priority < sf.priority and _fits(sf, m)
+            for mid in g.ids
+            if mid not in used
+            for priority in (g.priority,)
         ]
-        return sorted(found, key=lambda dp: (dp[1].priority, dp[0], dp[1].machine.id))
+        return sorted(found, key=lambda v: (v[2], v[0], v[1]))
 
     @staticmethod
     def _take(

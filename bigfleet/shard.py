@@ -408,19 +408,30 @@ class Shard:
             for r in picker.configured(c.need.cluster, c.profile, c.offset, c.count).tolist():
                 lowest.append((r, c.need.priority, c.need.cluster))
         lowest = lowest[:sample]
-        return ShardReport(
-            shard=self.id,
-            at=now,
-            machines=self.machines_by_state(),
-            clusters=self.needs.clusters(),
-            shortfalls=self.last.shortfalls,
-            idle=[inv.machine(r) for r in rows(S.IDLE)[:sample].tolist()],
-            speculative=[inv.machine(r) for r in rows(S.SPECULATIVE)[:sample].tolist()],
+        return ShardReport.of(
+            self.id,
+            now,
+            idle=[inv.machine(r) for r in self._sample(rows(S.IDLE), sample)],
+            speculative=[inv.machine(r) for r in self._sample(rows(S.SPECULATIVE), sample)],
             preemptible=[
                 Preemptible(machine=inv.machine(r), priority=priority, cluster=cluster)
                 for r, priority, cluster in lowest
             ],
+            machines=self.machines_by_state(),
+            clusters=self.needs.clusters(),
+            shortfalls=self.last.shortfalls,
         )
+
+    def _sample(self, rows: np.ndarray, per_profile: int, total: int = 512) -> list[int]:
+        """Up to `per_profile` rows of each profile, `total` in all: a shortfall for a rare
+        profile still finds it offered when a common one has thousands free."""
+        out: list[int] = []
+        profiles = self.inventory.profile[rows]
+        for p in np.unique(profiles).tolist():
+            out += rows[profiles == p][:per_profile].tolist()
+            if len(out) >= total:
+                return out[:total]
+        return out
 
     # ---- what people and operators ask ------------------------------------------------------
 

@@ -19,7 +19,7 @@ def shortfall(priority: int, count: int, same: str | None = None) -> Shortfall:
 
 
 def report(shard: int, size: int = 1000, **lists) -> ShardReport:
-    return ShardReport(shard=shard, at=0.0, machines={"CONFIGURED": size}, **lists)
+    return ShardReport.of(shard, 0.0, machines={"CONFIGURED": size}, **lists)
 
 
 def coordinator(*reports: ShardReport) -> Coordinator:
@@ -120,7 +120,31 @@ def test_a_shard_reports_its_configured_machines_at_the_priority_that_claims_the
     shard.cycle(10)
     report = shard.report(10, sample=300)
     claimed = {n.key: n.priority for n in shard.needs}
-    priorities = [p.priority for p in report.preemptible]
+    priorities = [g.priority for g in report.preemptible for _ in g.ids]
     assert priorities == sorted(priorities)  # lowest first: the coordinator's first victims
     assert set(priorities) <= set(claimed.values())
-    assert len(report.preemptible) == sum(shard.engine.ready(n) for n in shard.needs)
+    assert len(priorities) == sum(shard.engine.ready(n) for n in shard.needs)
+
+
+def test_a_report_names_each_profile_once_and_offers_every_profile():
+    """Offers are grouped by profile (one record each, then ids), and a profile with few free
+    machines is offered even when another has many: a shortfall for it can be resolved."""
+    from bigfleet.shard import Shard
+
+    cpu = next(o for o in OFFERS if o.instance_type == "cpu-64")
+    shard = Shard(2)
+    shard.adopt([machine(f"cpu-{i}", cpu, MachineState.SPECULATIVE) for i in range(500)], 0)
+    shard.adopt(gpus("gpu", 3, MachineState.SPECULATIVE), 0)
+    shard.cycle(10)
+    r = shard.report(10, sample=32)
+    assert len(r.profiles) == 2
+    offered = {r.profiles[g.profile].instance_type: len(g.ids) for g in r.speculative}
+    assert offered == {"cpu-64": 32, "gpu-8xh100": 3}
+    c = coordinator(report(1, shortfalls=[shortfall(1, 3)]), r)
+    (move,) = c.plan()
+    assert move.kind is MoveKind.SPECULATIVE and sorted(move.machine_ids) == [
+        "gpu-000", "gpu-001", "gpu-002"
+    ]
+    wire = len(r.model_dump_json())
+    flat = sum(len(m.model_dump_json()) for m in r.profiles) * (32 + 3) // 2
+    assert wire < flat / 4  # far smaller than a record per machine
