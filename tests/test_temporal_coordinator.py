@@ -171,39 +171,48 @@ async def test_a_refused_adopt_hands_the_machines_back_to_the_donor(
 async def test_cross_shard_preemption_drains_on_the_donor_and_configures_on_the_receiver(
     dev_env: WorkflowEnvironment,
 ):
-    """Seed §8's cross-shard preemption, scaled to one rack: priority 1 000 000 training on one
-    shard takes machines from priority 100 000 research on the other, with the 30 s grace of a
-    900 000 gap, once nothing is idle or speculative anywhere."""
+    """Seed §8's cross-shard preemption: priority 1 000 000 training on shard 1 takes 64
+    machines from priority 100 000 research on shard 0, with the 30 s grace of a 900 000 gap,
+    once nothing is idle or speculative anywhere; they end configured in training's cluster.
+    (The share a shard gives up at once is raised to half, so 128 machines make the 64.)"""
     client = dev_env.client
-    raw = two_shard_fleet()
+    raw = two_shard_fleet(128)
     research, training = on_shard("research", 0), on_shard("training", 1)
     raw["clusters"] = [{"name": research}, {"name": training}]
     async with fleet_workers(client, raw) as sim:
-        await start_coordinator(client)
-        await start(client, raw)
-        await ask(client, 0, research, 100_000, 40)
+        await start_coordinator(client, max_share=0.5)
+        await start(client, raw, max_share=0.5)
+        await ask(client, 0, research, 100_000, 128)
         await eventually(
-            lambda: machines_of(client, 0), lambda m: m["CONFIGURED"] == 40, timeout=60
+            lambda: machines_of(client, 0), lambda m: m["CONFIGURED"] == 128, timeout=90
         )
-        await ask(client, 1, training, 1_000_000, 4)
+        await ask(client, 1, training, 1_000_000, 64)
         receiver = await eventually(
-            lambda: machines_of(client, 1), lambda m: m["CONFIGURED"] == 4, timeout=90
+            lambda: machines_of(client, 1), lambda m: m["CONFIGURED"] == 64, timeout=120
         )
-        assert sum(receiver.values()) == 4
-        assert sum((await machines_of(client, 0)).values()) == 36
+        assert sum(receiver.values()) == 64
+        assert sum((await machines_of(client, 0)).values()) == 64
         drains = [
             wf
             async for wf in client.list_workflows(
                 'BigFleetTransition = "drain" AND BigFleetShard = "0"'
             )
         ]
-        assert len(drains) == 4
-        for wf in drains:
+        assert len(drains) == 64
+        for wf in drains[:4]:
             summary = await (await client.get_workflow_handle(wf.id).describe()).static_summary()
             assert "grace 30 s" in summary and "(transfer)" in summary
+        # A report offers 32 victims at a time: two preemption sagas of 32.
+        sagas = [wf.id async for wf in client.list_workflows('WorkflowType = "TransferSaga"')]
+        assert sagas and all(s.startswith("saga-preempt-") for s in sagas)
+        moved = [
+            len((await client.get_workflow_handle(s, result_type=SagaResult).result()).moved)
+            for s in sagas
+        ]
+        assert sum(moved) == 64
         provider = sim.providers["dc"]
         bound = [m for m in provider.list(ListFilter()) if m.cluster == training]
-        assert len(bound) == 4
+        assert len(bound) == 64
 
 
 async def test_shards_serve_alone_while_the_coordinator_is_down(dev_env: WorkflowEnvironment):

@@ -17,7 +17,7 @@ from temporalio.exceptions import ActivityError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from bigfleet.coordinator import MAX_SHARE, Coordinator, ShardReport, decommission_plan
+    from bigfleet.coordinator import Coordinator, ShardReport, decommission_plan
     from workflows.membership import MembershipSagaWorkflow
     from workflows.sagas import STEP, TransferSagaWorkflow
     from workflows.types import (
@@ -184,7 +184,7 @@ class CoordinatorWorkflow:
         for shard, (free, configured) in picks.items():
             # Each saga within the share limit of the shard as it will be once its share left.
             size = self.c.reports[shard].size if shard in self.c.reports else shares[shard]
-            limit = max(1, int((size - shares[shard]) * MAX_SHARE))
+            limit = max(1, int((size - shares[shard]) * self.inp.max_share))
             for drain, group in ((False, free), (True, configured)):
                 for i in range(0, len(group), limit):
                     part = group[i : i + limit]
@@ -295,7 +295,7 @@ class CoordinatorWorkflow:
         for saga in self.sagas.values():
             key = (saga["receiver"], saga["cluster"], saga["priority"])
             pending[key] = pending.get(key, 0) + len(saga["machine_ids"])
-        for move in self.c.plan(busy=busy, pending=pending):
+        for move in self.c.plan(max_share=inp.max_share, busy=busy, pending=pending):
             await self._start_saga(
                 move.kind.value,
                 move.donor,

@@ -1,8 +1,8 @@
 """Coordinator instructions a shard accepts (seed §6, §11): fenced updates, and shard reports.
 
 Every instruction carries (coordinator_term, seq). A stale term, a replayed seq, or one that
-would take more than `MAX_SHARE` of the shard's machines away is refused before it changes
-anything.
+would take more than `ShardConfig.max_share` (10 %) of the shard's machines away is refused
+before it changes anything.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ with workflow.unsafe.imports_passed_through():
     )
 
 S = MachineState
-MAX_SHARE = 0.10
 REPORT_SAMPLE = 32
 SEEN_KEPT = 1000
 # First outcomes of instructions that hand machine records over (release, hand_out, split_out),
@@ -87,10 +86,11 @@ class InstructionHandlers:
                 non_retryable=True,
             )
         size = len(self.shard.inventory) + len(self.shard.handoff)
-        limit = max(1, int(size * MAX_SHARE))
+        share = self.cfg.max_share
+        limit = max(1, int(size * share))
         if touched > limit:
             raise ApplicationError(
-                f"instruction touches {touched} machines, more than {MAX_SHARE:.0%} of shard "
+                f"instruction touches {touched} machines, more than {share:.0%} of shard "
                 f"{self.shard.id}'s {size} (limit {limit})",
                 type="InstructionTooLarge",
                 non_retryable=True,

@@ -7,8 +7,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.common import SearchAttributeKey
 
+from bigfleet.coordinator import MAX_SHARE, MembershipThresholds
 from bigfleet.coordinator import DecommissionRequest as DecommissionRequest
-from bigfleet.coordinator import MembershipThresholds
 from bigfleet.models import FencingToken, Machine, NodeSelectorRequirement, Transition
 
 SHARD_TASK_QUEUE = "bigfleet-shards"
@@ -122,6 +122,8 @@ class ShardConfig(Model):
     max_cycles_per_run: int = 500
     policy: dict[str, Any] = Field(default_factory=dict)
     transition_poll_seconds: float = 5.0
+    # Coordinator instructions taking more than this share of the shard's machines are refused.
+    max_share: float = Field(default=MAX_SHARE, gt=0, le=1)
 
 
 class ShardInput(Model):
@@ -233,6 +235,8 @@ class MembershipResult(Model):
 
 class CoordinatorInput(Model):
     shards: int
+    # The most a round (or one decommission saga) asks of a shard; shards refuse more anyway.
+    max_share: float = Field(default=MAX_SHARE, gt=0, le=1)
     membership: MembershipThresholds = Field(default_factory=MembershipThresholds)
     membership_chunk: int = 200
     plan_seconds: float = 30.0
