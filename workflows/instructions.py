@@ -345,12 +345,6 @@ class InstructionHandlers:
             self._check_free(ins)
 
     @workflow.query
-    def inheritance(self) -> list[int]:
-        """The shard numbers whose share of new capacity this shard takes (its own and those
-        of shards merged into it)."""
-        return sorted({self.shard.id, *self.inherited})
-
-    @workflow.query
     def matching(self, where: dict[str, str]) -> dict[str, list[str]]:
         """Machines a decommission could take (see `Shard.matching`)."""
         return self.shard.matching(where)

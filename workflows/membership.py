@@ -95,10 +95,11 @@ class MembershipSagaWorkflow:
                 await self._update(m.donor, "retire", Instruction(term=m.term, seq=0))
                 result.retired = True
         except (ActivityError, TimeoutError) as err:
-            await self._give_back(result, needs, part)
             cause = err.cause if isinstance(err, ActivityError) and err.cause else err
             workflow.logger.warning("%s step %s failed: %s", m.kind, step, cause)
+            # Set first: if giving back fails too, the coordinator still hears of the failure.
             result.failed_step, result.error = step, str(cause)
+            await self._give_back(result, needs, part)
         return result
 
     async def _give_back(
@@ -108,6 +109,8 @@ class MembershipSagaWorkflow:
         donor, which decides again; the receiver keeps what it took (or, if it took nothing
         from a split, goes away)."""
         m = self.m
+        returned = {c["cluster"] for c in needs}  # their needs never reached the receiver
+        result.clusters = [c for c in result.clusters if c not in returned]
         while self.split:
             back = TakeIn(term=m.term, seq=0, needs=needs, machines=part)
             await self._update(m.donor, "take_in", back)
