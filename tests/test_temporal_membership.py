@@ -11,9 +11,10 @@ from temporalio.testing import WorkflowEnvironment
 
 from bigfleet.models import ListFilter
 from tests.conftest import eventually, fleet_workers
+from tests.test_saga_failures import REFUSE, FaultyShardClient
 from tests.test_temporal_coordinator import REQ, gpu_fleet, machines_of, on_shard, start
 from workers import cli
-from workers.worker import assign_cluster
+from workers.worker import assign_cluster, build_workers, run_workers
 from workflows.sagas import COORDINATOR_ID
 from workflows.types import DecommissionRequest, MembershipResult
 
@@ -208,3 +209,48 @@ async def test_new_capacity_is_spread_and_gone_capacity_given_up(dev_env: Workfl
 
         aws.set_quota("m6i.xlarge", "us-east-1a", "on-demand", 4)
         await eventually(speculative, lambda c: sum(c) == 4, timeout=40)
+
+
+async def test_a_split_whose_receiver_refuses_gives_everything_back(
+    dev_env: WorkflowEnvironment,
+):
+    """The new shard refuses its first part: the part and everything not yet handed over go
+    back to the donor, which serves its clusters again; the empty new shard is stopped."""
+    client = dev_env.client
+    raw = fleet(1, {"r1": 10, "r2": 8})
+    faults = {("take_in", 1): REFUSE}
+    async with fleet_workers(client, raw, roles=("transitions", "providers")) as sim:
+        stop = asyncio.Event()
+        workers = build_workers(
+            client, sim, ("shards",), shard_client=lambda c: FaultyShardClient(c, faults)
+        )
+        task = asyncio.create_task(run_workers(workers, stop))
+        try:
+            await start(client, raw)
+            for cluster, count in CLUSTERS.items():
+                await send(client, 0, cluster, count)
+            await eventually(
+                lambda: machines_of(client, 0), lambda m: m["CONFIGURED"] == 14, timeout=60
+            )
+            ids = [m.id for m in sim.providers["dc"].list(ListFilter())]
+            saga = await client.get_workflow_handle(COORDINATOR_ID).execute_update(
+                "split_shard", 0
+            )
+            result = await client.get_workflow_handle(saga, result_type=MembershipResult).result()
+            assert result.failed_step == "take_in" and "injected" in (result.error or "")
+            assert result.machines == 0 and result.clusters == [] and result.returned > 0
+            assert await clusters_of(client, 0) == set(CLUSTERS)
+            assert all(s == [0] for s in (await owners(client, [0], ids)).values())
+            await eventually(  # the donor decides again: its clusters keep their machines
+                lambda: machines_of(client, 0), lambda m: m["CONFIGURED"] == 14
+            )
+            new = await client.get_workflow_handle("shard-1").describe()
+            assert new.status == WorkflowExecutionStatus.TERMINATED
+            status = await eventually(
+                lambda: client.get_workflow_handle(COORDINATOR_ID).query("status"),
+                lambda s: not s["membership"],
+            )
+            assert status["shards"] == [0]
+        finally:
+            stop.set()
+            await task
