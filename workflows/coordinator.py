@@ -34,6 +34,10 @@ SEQS_PER_SAGA = 4  # drain, release, adopt, and one compensation
 SEQ_BLOCK = 1_000_000  # a split or merge: as many steps as it has parts
 
 
+def _machines(n: int) -> str:
+    return f"{n} machine" if n == 1 else f"{n} machines"
+
+
 @workflow.defn(name="Coordinator")
 class CoordinatorWorkflow:
     @workflow.init
@@ -345,7 +349,7 @@ class CoordinatorWorkflow:
             ),
             id=saga_id,
             parent_close_policy=ParentClosePolicy.ABANDON,
-            static_summary=f"{kind}: {len(machine_ids)} machines, {where}",
+            static_summary=f"{kind}: {_machines(len(machine_ids))}, {where}",
             execution_timeout=timedelta(hours=6),
         )
         self.sagas[saga_id] = {
