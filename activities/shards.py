@@ -36,6 +36,9 @@ class ShardClientActivities:
                 call.update, ins, id=f"{call.update}-{ins.term}-{ins.seq}", result_type=result_type
             )
         except WorkflowUpdateFailedError as err:
+            cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.type == "ShardRestoring":
+                raise ApplicationError(str(cause), type="ShardRestoring") from err  # retried
             # Refused by the shard (stale, too large, wrong state): no retry helps.
             raise ApplicationError(
                 f"shard {call.shard} refused {call.update}: {err.cause}",
@@ -94,7 +97,8 @@ class ShardClientActivities:
             break
         if inp is None:
             raise ApplicationError(f"{wid}: run {desc.run_id} has no start event")
-        revived = inp.model_copy(update={"restarted": inp.state is not None})
+        snapshot = inp.state is not None or inp.snapshot is not None
+        revived = inp.model_copy(update={"restarted": snapshot})
         await self.client.start_workflow(
             "Shard",
             revived,
@@ -108,6 +112,6 @@ class ShardClientActivities:
             "shard %s was %s; restarted from %s",
             shard,
             desc.status.name if desc.status else "?",
-            "its last snapshot" if inp.state is not None else "scratch",
+            "its last snapshot" if snapshot else "scratch",
         )
         return "restarted"

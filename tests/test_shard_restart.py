@@ -4,6 +4,7 @@ machine of the fleet still owned by exactly one shard."""
 
 from __future__ import annotations
 
+import pytest
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
@@ -38,8 +39,15 @@ async def revivals(client) -> list[str]:
     return outcomes
 
 
-async def test_a_terminated_shard_is_restarted_from_its_snapshot(dev_env: WorkflowEnvironment):
+@pytest.mark.parametrize("store", [False, True], ids=["inline", "snapshot-store"])
+async def test_a_terminated_shard_is_restarted_from_its_snapshot(
+    dev_env: WorkflowEnvironment, store: bool, tmp_path, monkeypatch
+):
+    """Its durable state is its latest run's input: the snapshot inline, or a reference into
+    the snapshot store."""
     client = dev_env.client
+    monkeypatch.setenv("BIGFLEET_SNAPSHOT_DIR", str(tmp_path))
+    sizes = dict(snapshot_inline_bytes=1, snapshot_part_bytes=1000) if store else {}
     raw = two_shard_fleet()  # 40 machines, one rack, all on shard 0
     rack = raw["providers"][0]["racks"][0]["rack"]
     ids = [f"dc-{rack}-{i:05d}" for i in range(40)]
@@ -50,7 +58,7 @@ async def test_a_terminated_shard_is_restarted_from_its_snapshot(dev_env: Workfl
         await start_coordinator(client, missing_after_seconds=3)
         # Three cycles a run: the shard continues-as-new every ~3 s, so its durable state (the
         # latest run's input) is a recent snapshot.
-        await start(client, raw, max_cycles_per_run=3)
+        await start(client, raw, max_cycles_per_run=3, **sizes)
         await ask(client, 0, cluster, 100, 4)
         await eventually(
             lambda: machines_of(client, 0), lambda m: m["CONFIGURED"] == 4, timeout=20

@@ -8,6 +8,7 @@ import asyncio
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
@@ -28,6 +29,7 @@ from workflows.types import (
     SHARD,
     TRANSITION,
     ProviderRead,
+    ShardInput,
     TransitionInput,
     TransitionResult,
     provider_task_queue,
@@ -225,13 +227,20 @@ async def test_invalid_rollup_leaves_the_previous_in_force(dev_env: WorkflowEnvi
     assert provider.calls["drain"] == 0
 
 
+@pytest.mark.parametrize("store", [False, True], ids=["inline", "snapshot-store"])
 async def test_continue_as_new_keeps_needs_inventory_and_transitions(
-    dev_env: WorkflowEnvironment,
+    dev_env: WorkflowEnvironment, store: bool, tmp_path, monkeypatch
 ):
+    """State crosses continue-as-new inline, or — when larger than `snapshot_inline_bytes`
+    (here forced to 1 byte) — through the snapshot store in parts, with only a reference in
+    the next run's input (the claim check a 500 K-machine shard needs: its state is ~4 MB, over
+    Temporal's 2 MB payload limit)."""
     client = dev_env.client
+    monkeypatch.setenv("BIGFLEET_SNAPSHOT_DIR", str(tmp_path))
+    sizes = dict(snapshot_inline_bytes=1, snapshot_part_bytes=500) if store else {}
     # Configure takes 6 s; the shard continues as new every 3 cycles (3 s) meanwhile.
     async with fleet_workers(client, fleet(2, configure_latency=6)) as sim:
-        await ensure_shards(client, sim.fleet, max_cycles_per_run=3, **FAST)
+        await ensure_shards(client, sim.fleet, max_cycles_per_run=3, **FAST, **sizes)
         await shard(client).signal(ShardWorkflow.rollup, rollup("a", 1, 2, 500_000, 1.0))
         st = await eventually(
             lambda: status(client),
@@ -265,6 +274,17 @@ async def test_continue_as_new_keeps_needs_inventory_and_transitions(
     # The in-flight configures were neither lost nor started again by a later run.
     assert provider.started[T.CONFIGURE] == 2
     assert {wf.typed_search_attributes.get(RESULT_STATE) for wf in configures} == {"CONFIGURED"}
+    async for event in shard(client).fetch_history_events(page_size=1):
+        started = event.workflow_execution_started_event_attributes
+        [inp] = await client.data_converter.decode(list(started.input.payloads), [ShardInput])
+        break
+    if store:
+        assert inp.state is None and inp.snapshot is not None and inp.snapshot.parts > 1
+        assert (tmp_path / inp.snapshot.key / "0.json").exists()
+        assert len(list((tmp_path / "shard-0").iterdir())) <= 3  # older snapshots deleted
+    else:
+        assert inp.state is not None and inp.snapshot is None
+        assert not tmp_path.joinpath("shard-0").exists()
 
 
 async def test_search_attributes_find_every_transition_of_a_machine(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import pathlib
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -198,6 +199,15 @@ def parser() -> argparse.ArgumentParser:
     )
     w.add_argument(
         "--metrics-host", default="0.0.0.0", metavar="ADDR", help="bind address for metrics"
+    )
+    w.add_argument(
+        "--snapshot-dir",
+        type=pathlib.Path,
+        default=None,
+        metavar="DIR",
+        help="the snapshot store for shard state too large for one Temporal payload; every "
+        "worker with role shards must see the same directory (default: $BIGFLEET_SNAPSHOT_DIR, "
+        "else .bigfleet/snapshots)",
     )
     w.add_argument(
         "--log-level",

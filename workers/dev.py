@@ -213,7 +213,7 @@ async def _serve(
             reset += await _terminate(client, await _running(client, f'WorkflowType = "{kind}"'))
 
     sim = SimulatedFleet(fleet)
-    workers = build_workers(client, sim)
+    workers = build_workers(client, sim, snapshot_dir=Path(args.state_dir) / "snapshots")
     worker_task = asyncio.create_task(run_workers(workers, stop))
     # The simulated providers start over with this process: so do shards that ended.
     await ensure_shards(client, fleet, restart_closed=not args.keep_shards)

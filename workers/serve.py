@@ -46,7 +46,7 @@ async def _worker(args: argparse.Namespace) -> int:
     client = await _connect(args, rt, wait=300.0)
     await check_search_attributes(client, f"bigfleet {args.verb}")
     sim = SimulatedFleet(fleet)
-    workers = build_workers(client, sim, args.role)
+    workers = build_workers(client, sim, args.role, snapshot_dir=args.snapshot_dir)
     stop = asyncio.Event()
     install_stop_handlers(stop, signal.SIGINT, signal.SIGTERM)
     task = asyncio.create_task(run_workers(workers, stop))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WithStartWorkflowOperation
@@ -21,6 +22,7 @@ from activities.membership import MembershipActivities
 from activities.operators import OperatorActivities
 from activities.providers import ProviderActivities, VirtualClock
 from activities.shards import ShardClientActivities
+from activities.snapshots import SnapshotActivities
 from activities.starter import StarterActivities
 from bigfleet.simulation import fleet as simulated
 from bigfleet.simulation.scenario import CloudProviderSpec, Scenario
@@ -138,8 +140,11 @@ def build_workers(
     sim: SimulatedFleet,
     roles: Iterable[str] = ROLES,
     shard_client: Callable[[Client], ShardClientActivities] = ShardClientActivities,
+    snapshot_dir: Path | None = None,
 ) -> list[Worker]:
-    """`shard_client` makes the saga steps' activities (tests pass one that injects faults)."""
+    """`shard_client` makes the saga steps' activities (tests pass one that injects faults);
+    `snapshot_dir` is the snapshot store's directory (default: $BIGFLEET_SNAPSHOT_DIR, else
+    .bigfleet/snapshots)."""
     roles = set(roles)
     unknown = roles - set(ROLES)
     if unknown:
@@ -159,6 +164,8 @@ def build_workers(
                 ],
                 activities=[
                     StarterActivities(client).start_transitions,
+                    SnapshotActivities(snapshot_dir).put,
+                    SnapshotActivities(snapshot_dir).get,
                     *MembershipActivities(client).all(),
                     steps.update,
                     steps.machine_states,

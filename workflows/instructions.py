@@ -66,6 +66,18 @@ class InstructionHandlers:
             "inherited": self.inherited,
         }
 
+    restoring: bool
+
+    def _not_restoring(self) -> None:
+        """Until a shard has read its state back from the snapshot store, it knows nothing to
+        check an instruction against: the caller retries (shard_update treats this as
+        retryable)."""
+        if self.restoring:
+            raise ApplicationError(
+                f"shard {self.shard.id} is reading its snapshot back; retry",
+                type="ShardRestoring",
+            )
+
     def _replay(self, ins: Instruction | SplitInstruction | TakeIn) -> bool:
         return ins.term == self.term and ins.seq in self.seen
 
@@ -76,6 +88,7 @@ class InstructionHandlers:
         it is answered with its first outcome and checked no further. `any_term`: a
         compensation that only gives the shard back what is its own, accepted from any term
         (a newer coordinator must not strand machines an older one's saga was returning)."""
+        self._not_restoring()
         if self._replay(ins):
             return True
         if ins.term < self.term and not any_term:
@@ -144,6 +157,7 @@ class InstructionHandlers:
     def machine_states(self, machine_ids: list[str]) -> dict[str, str]:
         """Where machines are as this shard holds them: a state (drained for a transfer: IDLE),
         DECOMMISSIONED (taken out of the fleet here), or GONE (not this shard's)."""
+        self._not_restoring()
         return {mid: self.shard.ownership(mid) for mid in machine_ids}
 
     @workflow.update

@@ -9,12 +9,15 @@ pure `decide()` and starts the transition workflows it asks for.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import time
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from bigfleet.assignment import machine_shard
@@ -40,6 +43,8 @@ with workflow.unsafe.imports_passed_through():
         ProviderRead,
         ShardConfig,
         ShardInput,
+        SnapshotPart,
+        SnapshotRef,
         TransitionInput,
         TransitionResult,
         provider_task_queue,
@@ -64,12 +69,13 @@ class ShardWorkflow(InstructionHandlers):
         self.shard = Shard(
             self.cfg.shard, Policy(cycle_seconds=self.cfg.cycle_seconds, **self.cfg.policy)
         )
-        self.fresh = inp.state is None
+        self.fresh = inp.state is None and inp.snapshot is None
         self.restarted = inp.restarted and not self.fresh
-        if inp.state is not None:
-            restore_shard(inp.state, self.shard)
-        InstructionHandlers.__init__(self, inp.state or {})
-        self.joining = self.joining or inp.joining
+        # State in the snapshot store: read back first thing in `run`; until then roll-ups
+        # wait and instructions are told to retry.
+        self.restoring = inp.snapshot is not None
+        self.early_rollups: list[dict[str, Any]] = []
+        self._restore(inp.state, inp.joining)
         self.forward: dict[str, dict[str, Any]] = {}
         self.results: list[TransitionResult] = []
         # A revived shard drops its predecessor's queued starts (tokens of the dead epoch; most
@@ -80,12 +86,21 @@ class ShardWorkflow(InstructionHandlers):
         # New capacity seen unowned at the last look (adopted if still unowned at the next).
         self.unowned: set[str] = set()
 
+    def _restore(self, state: dict[str, Any] | None, joining: bool = False) -> None:
+        if state is not None:
+            restore_shard(state, self.shard)
+        InstructionHandlers.__init__(self, state or {})
+        self.joining = self.joining or joining
+
     # ---- what people and operators send and ask ---------------------------------------------
 
     @workflow.signal
     def rollup(self, raw: dict[str, Any]) -> None:
         """A cluster's roll-up. An invalid one is logged and dropped; the previous stands. One
         for a cluster that moved away in a split or merge is passed on to its new shard."""
+        if self.restoring:
+            self.early_rollups.append(raw)
+            return
         cluster = raw.get("cluster") if isinstance(raw, dict) else None
         if isinstance(cluster, str) and cluster in self.shard.moved:
             self.forward[cluster] = raw
@@ -128,6 +143,8 @@ class ShardWorkflow(InstructionHandlers):
 
     @workflow.run
     async def run(self, inp: ShardInput) -> None:
+        if inp.snapshot is not None:
+            await self._load(inp.snapshot, inp.joining)
         if self.fresh:
             # A shard started from scratch fences out every earlier incarnation (seed §11).
             self.shard.epoch = int(workflow.now().timestamp() * 1000)
@@ -186,8 +203,14 @@ class ShardWorkflow(InstructionHandlers):
                 self._fold_results(workflow.now().timestamp())
                 state = shard_state(self.shard)
                 state.update(self.instruction_state())
+                snapshot = await self._store(state)
                 workflow.continue_as_new(
-                    ShardInput(config=self.cfg, state=state, pipeline=self.pipeline)
+                    ShardInput(
+                        config=self.cfg,
+                        state=None if snapshot else state,
+                        snapshot=snapshot,
+                        pipeline=self.pipeline,
+                    )
                 )
 
     def _cycle(self, now: float) -> Decision:
@@ -208,6 +231,56 @@ class ShardWorkflow(InstructionHandlers):
             meter.create_gauge("bigfleet_machines", "machines by state").set(n, {"state": state})
         meter.create_gauge("bigfleet_shortfalls", "unserved needs").set(len(decision.shortfalls))
         return decision
+
+    # ---- state too large for one payload: the snapshot store (claim check) ------------------
+
+    async def _store(self, state: dict[str, Any]) -> SnapshotRef | None:
+        """Put a state larger than `snapshot_inline_bytes` into the snapshot store, in parts;
+        None if it travels inline."""
+        blob = json.dumps(state, separators=(",", ":"))
+        if len(blob) <= self.cfg.snapshot_inline_bytes:
+            return None
+        key = f"{shard_workflow_id(self.shard.id)}/{workflow.info().run_id}"
+        size = self.cfg.snapshot_part_bytes
+        parts = [blob[i : i + size] for i in range(0, len(blob), size)]
+        await asyncio.gather(
+            *(
+                workflow.execute_activity(
+                    "snapshot_put",
+                    SnapshotPart(key=key, part=i, data=data),
+                    task_queue=SHARD_TASK_QUEUE,
+                    **QUICK,
+                )
+                for i, data in enumerate(parts)
+            )
+        )
+        digest = hashlib.sha256(blob.encode()).hexdigest()
+        return SnapshotRef(key=key, parts=len(parts), size=len(blob), sha256=digest)
+
+    async def _load(self, ref: SnapshotRef, joining: bool) -> None:
+        parts: list[str] = await asyncio.gather(
+            *(
+                workflow.execute_activity(
+                    "snapshot_get",
+                    SnapshotPart(key=ref.key, part=i, data=""),
+                    task_queue=SHARD_TASK_QUEUE,
+                    result_type=str,
+                    **QUICK,
+                )
+                for i in range(ref.parts)
+            )
+        )
+        blob = "".join(parts)
+        if hashlib.sha256(blob.encode()).hexdigest() != ref.sha256:
+            raise ApplicationError(
+                f"snapshot {ref.key}: {len(blob)} bytes read, {ref.size} written, checksum "
+                "differs: the store lost or changed a part"
+            )
+        self._restore(json.loads(blob), joining)
+        self.restoring = False
+        early, self.early_rollups = self.early_rollups, []
+        for raw in early:
+            self.rollup(raw)
 
     async def _forward(self) -> None:
         """Roll-ups of clusters that moved away go to their new shard."""

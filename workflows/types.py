@@ -124,11 +124,32 @@ class ShardConfig(Model):
     transition_poll_seconds: float = 5.0
     # Coordinator instructions taking more than this share of the shard's machines are refused.
     max_share: float = Field(default=MAX_SHARE, gt=0, le=1)
+    # State larger than this crosses continue-as-new through the snapshot store, in parts of
+    # `snapshot_part_bytes` (Temporal refuses a payload over 2 MB and warns over 512 KB).
+    snapshot_inline_bytes: int = Field(default=400_000, ge=1)
+    snapshot_part_bytes: int = Field(default=400_000, ge=1)
+
+
+class SnapshotRef(Model):
+    """Where a shard's state went when it was too large for one payload (the claim check)."""
+
+    key: str
+    parts: int
+    size: int
+    sha256: str
+
+
+class SnapshotPart(Model):
+    key: str
+    part: int
+    data: str
 
 
 class ShardInput(Model):
     config: ShardConfig
     state: dict[str, Any] | None = None
+    # The state in the snapshot store instead, when it is larger than `snapshot_inline_bytes`.
+    snapshot: SnapshotRef | None = None
     # Carried across continue-as-new: transitions decided but not yet started.
     pipeline: list[TransitionInput] = Field(default_factory=list)
     # Revived from a dead run's durable state: take a new epoch, reconcile against providers.
