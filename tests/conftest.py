@@ -112,11 +112,25 @@ async def eventually(
     AssertionError naming `what` with the last value seen."""
     deadline = time.monotonic() + timeout
     while True:
-        value = probe()
-        if inspect.isawaitable(value):
-            value = await value
+        value = await query_retrying(probe)
         if ok(value):
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not reached within {timeout} s; last: {value!r}")
         await asyncio.sleep(interval)
+
+
+async def query_retrying(probe: Callable[[], Awaitable[T] | T], tries: int = 40) -> T:
+    """`probe()`, asked again while a shard is reading its state back from the snapshot store
+    (a moment after each continue-as-new of a large shard, when queries are refused)."""
+    for attempt in range(tries):
+        try:
+            value = probe()
+            if inspect.isawaitable(value):
+                value = await value
+            return value
+        except Exception as err:
+            if "reading its snapshot back" not in str(err) or attempt == tries - 1:
+                raise
+            await asyncio.sleep(0.1)
+    raise AssertionError("unreachable")

@@ -9,7 +9,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from bigfleet.models import ListFilter, MachineState
-from tests.conftest import eventually, fleet_workers
+from tests.conftest import eventually, fleet_workers, query_retrying
 from tests.test_temporal_coordinator import (
     ask,
     machines_of,
@@ -66,8 +66,8 @@ async def test_a_terminated_shard_is_restarted_from_its_snapshot(
         # A continue-as-new after the machines were configured: the snapshot holds them.
         first = (await shard0.describe()).run_id
         await eventually(shard0.describe, lambda d: d.run_id != first, timeout=10)
-        before = await shard0.query("status")
-        states = await shard0.query("machine_states", ids)
+        before = await query_retrying(lambda: shard0.query("status"))
+        states = await query_retrying(lambda: shard0.query("machine_states", ids))
         configured = sorted(m for m, s in states.items() if s == S.CONFIGURED.value)
         assert len(configured) == 4
 
@@ -89,10 +89,10 @@ async def test_a_terminated_shard_is_restarted_from_its_snapshot(
             lambda s: s["epoch"] > before["epoch"] and s["cycles"] >= before["cycles"] + 3,
             timeout=15,
         )
-        view = await shard0.query("cluster", cluster)
+        view = await query_retrying(lambda: shard0.query("cluster", cluster))
         assert [n["count"] for n in view["needs"]] == [4]
         assert after["machines"]["CONFIGURED"] == 4
-        assert await shard0.query("machine_states", ids) == states
+        assert await query_retrying(lambda: shard0.query("machine_states", ids)) == states
         on_provider = [
             m.id
             for m in sim.providers["dc"].list(ListFilter())

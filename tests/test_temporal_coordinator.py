@@ -15,7 +15,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from bigfleet.models import ListFilter, from_wire
 from bigfleet.simulation.scenario import Scenario
-from tests.conftest import eventually, fleet_workers
+from tests.conftest import eventually, fleet_workers, query_retrying
 from workers import cli
 from workers.worker import assign_cluster, ensure_shards
 from workflows.coordinator import CoordinatorWorkflow
@@ -66,8 +66,8 @@ def two_shard_fleet(machines: int = 40) -> dict:
 
 
 async def machines_of(client, shard: int) -> dict[str, int]:
-    status = await client.get_workflow_handle(f"shard-{shard}").query("status")
-    return status["machines"]
+    handle = client.get_workflow_handle(f"shard-{shard}")
+    return (await query_retrying(lambda: handle.query("status")))["machines"]
 
 
 async def start_coordinator(client, **fields) -> None:

@@ -18,7 +18,7 @@ from activities.providers import ProviderActivities
 from bigfleet import labels as L
 from bigfleet.models import ListFilter, Machine, MachineState, Transition, from_wire
 from bigfleet.simulation.scenario import Scenario
-from tests.conftest import eventually, fleet_workers
+from tests.conftest import eventually, fleet_workers, query_retrying
 from workers.worker import SimulatedFleet, build_workers, ensure_shards, run_workers
 from workflows.shard import ShardWorkflow
 from workflows.types import (
@@ -85,11 +85,11 @@ def shard(client: Client):
 
 
 async def status(client: Client) -> dict[str, Any]:
-    return await shard(client).query(ShardWorkflow.status)
+    return await query_retrying(lambda: shard(client).query(ShardWorkflow.status))
 
 
 async def cluster(client: Client, name: str) -> dict[str, Any]:
-    return await shard(client).query(ShardWorkflow.cluster, name)
+    return await query_retrying(lambda: shard(client).query(ShardWorkflow.cluster, name))
 
 
 def provider_machines(sim: SimulatedFleet) -> dict[str, tuple[MachineState, str | None]]:

@@ -158,10 +158,15 @@ async def _rollup_send(args: argparse.Namespace) -> int:
 
 
 async def _query(client: Any, wid: str, name: str, *args: Any) -> Any:
-    try:
-        return await client.get_workflow_handle(wid).query(name, *args)
-    except Exception as err:
-        raise _rpc_error(err, wid) from None
+    for attempt in range(20):
+        try:
+            return await client.get_workflow_handle(wid).query(name, *args)
+        except Exception as err:
+            # A large shard reads its state back for a moment after each continue-as-new.
+            if "reading its snapshot back" in str(err) and attempt < 19:
+                await asyncio.sleep(0.25)
+                continue
+            raise _rpc_error(err, wid) from None
 
 
 @_async

@@ -69,9 +69,9 @@ class InstructionHandlers:
     restoring: bool
 
     def _not_restoring(self) -> None:
-        """Until a shard has read its state back from the snapshot store, it knows nothing to
-        check an instruction against: the caller retries (shard_update treats this as
-        retryable)."""
+        """Until a shard has read its state back from the snapshot store (a moment after each
+        continue-as-new of a large shard), it knows nothing to check an instruction against or
+        to answer a query with: the caller asks again (shard_update retries, the CLI too)."""
         if self.restoring:
             raise ApplicationError(
                 f"shard {self.shard.id} is reading its snapshot back; retry",
@@ -361,6 +361,7 @@ class InstructionHandlers:
     @workflow.query
     def matching(self, where: dict[str, str]) -> dict[str, list[str]]:
         """Machines a decommission could take (see `Shard.matching`)."""
+        self._not_restoring()
         return self.shard.matching(where)
 
     async def report(self) -> None:

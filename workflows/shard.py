@@ -115,6 +115,7 @@ class ShardWorkflow(InstructionHandlers):
 
     @workflow.query
     def status(self) -> dict[str, Any]:
+        self._not_restoring()
         last = self.shard.last
         return {
             "shard": self.shard.id,
@@ -132,6 +133,7 @@ class ShardWorkflow(InstructionHandlers):
 
     @workflow.query
     def cluster(self, name: str) -> dict[str, Any]:
+        self._not_restoring()
         return self.shard.cluster_view(name)
 
     @workflow.query
@@ -203,13 +205,16 @@ class ShardWorkflow(InstructionHandlers):
                 self._fold_results(workflow.now().timestamp())
                 state = shard_state(self.shard)
                 state.update(self.instruction_state())
-                snapshot = await self._store(state)
+                snapshot = await self._store(
+                    {**state, "pipeline": [t.model_dump(mode="json") for t in self.pipeline]}
+                )
                 workflow.continue_as_new(
                     ShardInput(
                         config=self.cfg,
                         state=None if snapshot else state,
                         snapshot=snapshot,
-                        pipeline=self.pipeline,
+                        # With a snapshot, the queued starts travel in it: they can be many.
+                        pipeline=[] if snapshot else self.pipeline,
                     )
                 )
 
@@ -276,7 +281,11 @@ class ShardWorkflow(InstructionHandlers):
                 f"snapshot {ref.key}: {len(blob)} bytes read, {ref.size} written, checksum "
                 "differs: the store lost or changed a part"
             )
-        self._restore(json.loads(blob), joining)
+        state = json.loads(blob)
+        queued = [TransitionInput.model_validate(t) for t in state.pop("pipeline", [])]
+        self._restore(state, joining)
+        if not self.restarted:  # a revived shard drops them (see __init__)
+            self.pipeline = queued + self.pipeline
         self.restoring = False
         early, self.early_rollups = self.early_rollups, []
         for raw in early:
