@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping
 from datetime import timedelta
 
@@ -47,6 +48,9 @@ class ProviderActivities:
     ) -> None:
         self.providers = dict(providers)
         self.clocks = dict(clocks or {})
+        # The listing being paged through, per (provider, states, caller's now): the machines
+        # in id order, and their ids.
+        self._listings: dict[tuple, tuple[list[Machine], list[str]]] = {}
 
     def _provider(self, name: str, now: float) -> CapacityProvider:
         provider = self.providers.get(name)
@@ -109,6 +113,18 @@ class ProviderActivities:
 
     @activity.defn(name="provider_list")
     async def list(self, r: ProviderRead) -> list[Machine]:
-        p = self._provider(r.provider, r.now)
-        states = [MachineState(s) for s in r.states]
-        return p.list(ListFilter(states=states))
+        """One page of a listing, in id order: the machines after `r.after`, at most
+        `r.limit`. The pages of one listing share the caller's `now`; the listing is taken
+        once for them (a real provider pages with its own token)."""
+        key = (r.provider, tuple(r.states), r.now)
+        cached = self._listings.get(key)
+        if cached is None:
+            p = self._provider(r.provider, r.now)
+            states = [MachineState(s) for s in r.states]
+            listing = sorted(p.list(ListFilter(states=states)), key=lambda m: m.id)
+            cached = (listing, [m.id for m in listing])
+            self._listings = {k: v for k, v in self._listings.items() if k[:2] != key[:2]}
+            self._listings[key] = cached
+        listing, ids = cached
+        start = bisect.bisect_right(ids, r.after) if r.after else 0
+        return listing[start : start + r.limit]

@@ -377,3 +377,22 @@ async def test_continue_as_new_keeps_a_configure_queued_by_a_finished_create(
         stop.set()
         await running
     assert len(machines) == 1
+
+
+async def test_a_shard_adopts_a_listing_larger_than_one_payload(dev_env: WorkflowEnvironment):
+    """5 000 machines are ~3 MB of records, over Temporal's 2 MB payload limit: the shard reads
+    its provider's listing page by page."""
+    client = dev_env.client
+    async with fleet_workers(client, fleet(5000)) as sim:
+        await ensure_shards(client, sim.fleet, **FAST)
+        st = await eventually(
+            lambda: status(client), lambda st: sum(st["machines"].values()) == 5000, timeout=60
+        )
+        assert st["machines"]["SPECULATIVE"] == 5000
+        pages = [
+            e
+            async for e in shard(client).fetch_history_events()
+            if e.HasField("activity_task_scheduled_event_attributes")
+            and e.activity_task_scheduled_event_attributes.activity_type.name == "provider_list"
+        ]
+        assert len(pages) >= 5

@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.snapshot import restore_shard, shard_state
     from workflows.instructions import InstructionHandlers
     from workflows.types import (
+        LIST_PAGE,
         SHARD_TASK_QUEUE,
         TRANSITION_TASK_QUEUE,
         ProviderRead,
@@ -308,13 +309,7 @@ class ShardWorkflow(InstructionHandlers):
         no provider lists. Adopts nothing: machines it does not own are another shard's."""
         listed: list[Machine] = []
         for provider in self.cfg.providers:
-            listed += await workflow.execute_activity(
-                "provider_list",
-                ProviderRead(provider=provider, now=workflow.now().timestamp()),
-                task_queue=provider_task_queue(provider) + "-read",
-                result_type=list[Machine],
-                **QUICK,
-            )
+            listed += await self._list(provider, workflow.now().timestamp())
         summary = self.shard.reconcile_listing(listed, workflow.now().timestamp())
         workflow.logger.warning(
             "shard %s restarted with epoch %s, reconciled with providers: %s",
@@ -338,6 +333,28 @@ class ShardWorkflow(InstructionHandlers):
                 self.shard.id, len(elsewhere), elsewhere[:10],
             )
 
+    async def _list(
+        self, provider: str, now: float, states: list[S] | None = None
+    ) -> list[Machine]:
+        """A provider's machines (in `states`), page by page."""
+        out: list[Machine] = []
+        while True:
+            page: list[Machine] = await workflow.execute_activity(
+                "provider_list",
+                ProviderRead(
+                    provider=provider,
+                    now=now,
+                    states=[s.value for s in states or []],
+                    after=out[-1].id if out else "",
+                ),
+                task_queue=provider_task_queue(provider) + "-read",
+                result_type=list[Machine],
+                **QUICK,
+            )
+            out += page
+            if len(page) < LIST_PAGE:
+                return out
+
     async def _owned_elsewhere(self, ids: list[str]) -> set[str]:
         """Which of `ids` another running shard holds (or took out of the fleet)."""
         found: set[str] = set()
@@ -357,13 +374,7 @@ class ShardWorkflow(InstructionHandlers):
         """Take this shard's share of every provider's machines: whole racks, cloud slots by id
         (seed §5). A restarted shard adopts machines as they are, mid-transition included."""
         for provider in self.cfg.providers:
-            machines: list[Machine] = await workflow.execute_activity(
-                "provider_list",
-                ProviderRead(provider=provider, now=workflow.now().timestamp()),
-                task_queue=provider_task_queue(provider) + "-read",
-                result_type=list[Machine],
-                **QUICK,
-            )
+            machines = await self._list(provider, workflow.now().timestamp())
             shards = self.cfg.shards
             mine = [m for m in machines if machine_shard(m, shards) == self.cfg.shard]
             self.shard.adopt(mine, workflow.now().timestamp())
@@ -422,13 +433,7 @@ class ShardWorkflow(InstructionHandlers):
         """Machines that failed while nobody watched (a spot interruption): fold them in and
         clean them up so their need gets a replacement."""
         for provider in self.cfg.providers:
-            failed: list[Machine] = await workflow.execute_activity(
-                "provider_list",
-                ProviderRead(provider=provider, now=now, states=[S.FAILED.value]),
-                task_queue=provider_task_queue(provider) + "-read",
-                result_type=list[Machine],
-                **QUICK,
-            )
+            failed = await self._list(provider, now, [S.FAILED])
             inv = self.shard.inventory
             for m in failed:
                 row = inv.ids.find(m.id)
@@ -456,13 +461,7 @@ class ShardWorkflow(InstructionHandlers):
 
         unowned: set[str] = set()
         for provider in self.cfg.providers:
-            listed: list[Machine] = await workflow.execute_activity(
-                "provider_list",
-                ProviderRead(provider=provider, now=now, states=[S.SPECULATIVE.value]),
-                task_queue=provider_task_queue(provider) + "-read",
-                result_type=list[Machine],
-                **QUICK,
-            )
+            listed = await self._list(provider, now, [S.SPECULATIVE])
             gone, fresh = self.shard.capacity_changes(provider, listed, mine)
             if gone:
                 self.shard.release(gone)

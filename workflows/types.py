@@ -12,6 +12,7 @@ from bigfleet.coordinator import DecommissionRequest as DecommissionRequest
 from bigfleet.models import FencingToken, Machine, NodeSelectorRequirement, Transition
 
 SHARD_TASK_QUEUE = "bigfleet-shards"
+LIST_PAGE = 1000  # machine records per provider_list page (~0.6 MB)
 TRANSITION_TASK_QUEUE = "bigfleet-transitions"
 
 
@@ -98,6 +99,10 @@ class ProviderRead(Model):
     machine_ids: list[str] = Field(default_factory=list)
     now: float
     states: list[str] = Field(default_factory=list)
+    # provider_list pages: machines with ids after `after`, at most `limit` (a page of records
+    # stays far below Temporal's 2 MB payload limit).
+    after: str = ""
+    limit: int = Field(default=LIST_PAGE, ge=1)
 
 
 class BootstrapCall(Model):
