@@ -8,6 +8,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
+from bigfleet.coordinator import Matching
 from workflows.types import (
     SHARD_TASK_QUEUE,
     ShardConfig,
@@ -62,10 +63,10 @@ class MembershipActivities:
         return await self.client.get_workflow_handle(shard_workflow_id(shard)).query("status")
 
     @activity.defn(name="shard_matching")
-    async def matching(self, shard: int, where: dict[str, str]) -> dict[str, list[str]]:
+    async def matching(self, shard: int, where: dict[str, str], limit: int) -> Matching:
         """A shard's machines a decommission could take (`where`: provider, zone, …)."""
         return await self.client.get_workflow_handle(shard_workflow_id(shard)).query(
-            "matching", where, result_type=dict[str, list[str]]
+            "matching", args=[where, limit], result_type=Matching
         )
 
     @activity.defn(name="owned_elsewhere")

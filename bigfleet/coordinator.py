@@ -141,6 +141,16 @@ class DecommissionRequest(Wire):
         return {k: v for k, v in self.model_dump(include=fields).items() if v is not None}
 
 
+class Matching(Wire):
+    """A shard's machines a decommission could take: how many, and the first ids of each kind
+    (at most the decommission's count: a shard never gives more)."""
+
+    free: list[str] = Field(default_factory=list)
+    configured: list[str] = Field(default_factory=list)
+    free_count: Count = 0
+    configured_count: Count = 0
+
+
 class MembershipThresholds(Wire):
     """Seed §16: split a shard over either split threshold; merge two shards under both merge
     thresholds (`merge_machines` 0: never merge on its own)."""
@@ -395,17 +405,17 @@ def proportional(available: Mapping[int, int], total: int) -> dict[int, int]:
 
 
 def decommission_plan(
-    found: Mapping[int, Mapping[str, list[str]]], count: int
+    found: Mapping[int, Matching], count: int
 ) -> tuple[dict[int, int], dict[int, tuple[list[str], list[str]]]]:
     """Each shard's share of `count` (proportional to its matching machines) and the machines
     that make it up, free ones first: {shard: (free ids, configured ids to drain)}."""
     shares = proportional(
-        {s: len(f["free"]) + len(f["configured"]) for s, f in found.items()}, count
+        {s: f.free_count + f.configured_count for s, f in found.items()}, count
     )
     picks = {}
     for shard, share in shares.items():
-        free = found[shard]["free"][:share]
-        configured = found[shard]["configured"][: share - len(free)]
+        free = found[shard].free[:share]
+        configured = found[shard].configured[: share - len(free)]
         if share:
             picks[shard] = (free, configured)
     return shares, picks

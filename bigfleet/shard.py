@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from . import labels as L
-from .coordinator import Preemptible, ShardReport
+from .coordinator import Matching, Preemptible, ShardReport
 from .engine import Decision, FastEngine
 from .engine.claims import CONFIGURED_SLOT
 from .engine.rows import RowPicker
@@ -169,9 +169,9 @@ class Shard:
         row = self.inventory.ids.find(machine_id)
         return self.inventory.state_of(row).value if row >= 0 else "GONE"
 
-    def matching(self, where: Mapping[str, str]) -> dict[str, list[str]]:
-        """Machines a decommission could take (seed §16), free ones first: {"free": [...],
-        "configured": [...]}, those whose provider / zone / instance_type / rack equal
+    def matching(self, where: Mapping[str, str], limit: int) -> Matching:
+        """Machines a decommission could take (seed §16): how many, and up to `limit` ids of
+        each kind (free, configured) whose provider / zone / instance_type / rack equal
         `where`'s. Machines in a transition or already leaving are not offered."""
         inv = self.inventory
         n = inv.rows_used
@@ -183,14 +183,18 @@ class Shard:
         wanted = np.array(
             [all(f.get(k) == v for k, v in where.items()) for f in fields] or [False]
         )
-        out: dict[str, list[str]] = {}
+        found: dict[str, list[str]] = {}
         for kind, states in (("free", (S.IDLE, S.SPECULATIVE)), ("configured", (S.CONFIGURED,))):
             in_state = np.isin(inv.state[:n], [CODE[s] for s in states])
             rows = np.flatnonzero(in_state & wanted[inv.profile[:n]])
-            out[kind] = [
-                mid for mid in map(inv.machine_id, rows.tolist()) if mid not in self.transfer_out
-            ]
-        return out
+            ids = map(inv.machine_id, rows.tolist())
+            found[kind] = [mid for mid in ids if mid not in self.transfer_out]
+        return Matching(
+            free=found["free"][:limit],
+            configured=found["configured"][:limit],
+            free_count=len(found["free"]),
+            configured_count=len(found["configured"]),
+        )
 
     # ---- splits and merges (seed §16) -------------------------------------------------------
 

@@ -17,7 +17,7 @@ from temporalio.exceptions import ActivityError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from bigfleet.coordinator import Coordinator, ShardReport, decommission_plan
+    from bigfleet.coordinator import Coordinator, Matching, ShardReport, decommission_plan
     from workflows.membership import MembershipSagaWorkflow
     from workflows.sagas import STEP, TransferSagaWorkflow
     from workflows.types import (
@@ -178,10 +178,10 @@ class CoordinatorWorkflow:
         drains its share (idle ones first) and gives it up; cloud machines are deleted."""
         await workflow.wait_condition(lambda: self.ready)
         where = req.where()
-        found: dict[int, dict[str, list[str]]] = {}
+        found: dict[int, Matching] = {}
         for shard in self.c.shards:
             found[shard] = await workflow.execute_activity(
-                "shard_matching", args=[shard, where], result_type=dict[str, list[str]], **STEP
+                "shard_matching", args=[shard, where, req.count], result_type=Matching, **STEP
             )
         shares, picks = decommission_plan(found, req.count)
         sagas = []

@@ -14,6 +14,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from bigfleet.coordinator import Matching
     from bigfleet.models import Machine, MachineState, Transition
     from bigfleet.shard import Shard
     from workflows.sagas import COORDINATOR_ID
@@ -359,10 +360,10 @@ class InstructionHandlers:
             self._check_free(ins)
 
     @workflow.query
-    def matching(self, where: dict[str, str]) -> dict[str, list[str]]:
+    def matching(self, where: dict[str, str], limit: int) -> Matching:
         """Machines a decommission could take (see `Shard.matching`)."""
         self._not_restoring()
-        return self.shard.matching(where)
+        return self.shard.matching(where, limit)
 
     async def report(self) -> None:
         """Summary and shortfalls to the coordinator every 30 s, if one runs (static stability:

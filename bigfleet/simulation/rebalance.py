@@ -149,7 +149,7 @@ class Rebalancer:
         """Each shard gives its proportional share: free machines leave at once, configured
         ones are drained first; cloud machines are deleted, bare metal is left to its
         provider."""
-        found = {i: s.matching(req.where()) for i, s in enumerate(self.sim.shards)}
+        found = {i: s.matching(req.where(), req.count) for i, s in enumerate(self.sim.shards)}
         shares, picks = decommission_plan(found, req.count)
         for i, (free, configured) in picks.items():
             self._leave(i, free, now)
