@@ -10,11 +10,17 @@ from typing import Any
 
 import pytest
 from temporalio import activity
-from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.client import (
+    Client,
+    WorkflowExecution,
+    WorkflowExecutionStatus,
+    WorkflowUpdateFailedError,
+)
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.providers import ProviderActivities
+from activities.snapshots import SnapshotActivities
 from bigfleet import labels as L
 from bigfleet.models import ListFilter, Machine, MachineState, Transition, from_wire
 from bigfleet.simulation.scenario import Scenario
@@ -28,8 +34,10 @@ from workflows.types import (
     RESULT_STATE,
     SHARD,
     TRANSITION,
+    Instruction,
     ProviderRead,
     ShardInput,
+    SnapshotPart,
     TransitionInput,
     TransitionResult,
     provider_task_queue,
@@ -396,3 +404,44 @@ async def test_a_shard_adopts_a_listing_larger_than_one_payload(dev_env: Workflo
             and e.activity_task_scheduled_event_attributes.activity_type.name == "provider_list"
         ]
         assert len(pages) >= 5
+
+
+async def test_what_arrives_while_a_snapshot_is_written_is_not_lost(
+    dev_env: WorkflowEnvironment, tmp_path, monkeypatch
+):
+    """Writing a snapshot to the store takes activity round trips, during which the shard is
+    still open: a roll-up that arrives then travels to the next run; an instruction is told to
+    retry (one carried out then would be missing from the state the next run starts from)."""
+    writing = asyncio.Event()
+    put = SnapshotActivities.put
+
+    @activity.defn(name="snapshot_put")
+    async def slow_put(self, part: SnapshotPart) -> None:
+        writing.set()
+        await asyncio.sleep(1.5)
+        await put(self, part)
+
+    monkeypatch.setattr(SnapshotActivities, "put", slow_put)
+    monkeypatch.setenv("BIGFLEET_SNAPSHOT_DIR", str(tmp_path))
+    client = dev_env.client
+    async with fleet_workers(client, fleet(4)) as sim:
+        await ensure_shards(
+            client,
+            sim.fleet,
+            max_cycles_per_run=3,
+            snapshot_inline_bytes=1,
+            snapshot_part_bytes=100_000,
+            **FAST,
+        )
+        await shard(client).signal(ShardWorkflow.rollup, rollup("a", 1, 1, 500_000, 1.0))
+        await asyncio.wait_for(writing.wait(), 30)
+        await shard(client).signal(ShardWorkflow.rollup, rollup("a", 2, 3, 500_000, 1.0))
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await shard(client).execute_update("adopt", Instruction(term=1, seq=1))
+        assert "writing its snapshot; retry" in str(refused.value.cause)
+        view = await eventually(
+            lambda: cluster(client, "a"), lambda v: v["needs"] and v["needs"][0]["count"] == 3
+        )
+        assert view["needs"][0]["count"] == 3
+        runs = await listed(client, 'WorkflowId = "shard-0"')
+        assert any(wf.status is WorkflowExecutionStatus.CONTINUED_AS_NEW for wf in runs)

@@ -68,6 +68,7 @@ class InstructionHandlers:
         }
 
     restoring: bool
+    snapshotting: bool = False
 
     def _not_restoring(self) -> None:
         """Until a shard has read its state back from the snapshot store (a moment after each
@@ -77,6 +78,15 @@ class InstructionHandlers:
             raise ApplicationError(
                 f"shard {self.shard.id} is reading its snapshot back; retry",
                 type="ShardRestoring",
+            )
+
+    def _not_moving(self) -> None:
+        """Nor does it take instructions while it writes its snapshot before continuing as new:
+        one carried out then would be missing from the state the next run starts from."""
+        self._not_restoring()
+        if self.snapshotting:
+            raise ApplicationError(
+                f"shard {self.shard.id} is writing its snapshot; retry", type="ShardRestoring"
             )
 
     def _replay(self, ins: Instruction | SplitInstruction | TakeIn) -> bool:
@@ -89,7 +99,7 @@ class InstructionHandlers:
         it is answered with its first outcome and checked no further. `any_term`: a
         compensation that only gives the shard back what is its own, accepted from any term
         (a newer coordinator must not strand machines an older one's saga was returning)."""
-        self._not_restoring()
+        self._not_moving()
         if self._replay(ins):
             return True
         if ins.term < self.term and not any_term:

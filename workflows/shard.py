@@ -75,10 +75,11 @@ class ShardWorkflow(InstructionHandlers):
         # State in the snapshot store: read back first thing in `run`; until then roll-ups
         # wait and instructions are told to retry.
         self.restoring = inp.snapshot is not None
-        self.early_rollups: list[dict[str, Any]] = []
+        self.snapshotting = False
+        self.early_rollups: list[dict[str, Any]] = list(inp.rollups)
         self._restore(inp.state, inp.joining)
         self.forward: dict[str, dict[str, Any]] = {}
-        self.results: list[TransitionResult] = []
+        self.results: list[TransitionResult] = list(inp.results)
         # A revived shard drops its predecessor's queued starts (tokens of the dead epoch; most
         # were started already): reconciling with the providers and the next cycle redo them.
         self.pipeline: list[TransitionInput] = [] if self.restarted else list(inp.pipeline)
@@ -99,8 +100,8 @@ class ShardWorkflow(InstructionHandlers):
     def rollup(self, raw: dict[str, Any]) -> None:
         """A cluster's roll-up. An invalid one is logged and dropped; the previous stands. One
         for a cluster that moved away in a split or merge is passed on to its new shard."""
-        if self.restoring:
-            self.early_rollups.append(raw)
+        if self.restoring or self.snapshotting:
+            self.early_rollups.append(raw)  # applied once the state is read / carried over
             return
         cluster = raw.get("cluster") if isinstance(raw, dict) else None
         if isinstance(cluster, str) and cluster in self.shard.moved:
@@ -148,6 +149,8 @@ class ShardWorkflow(InstructionHandlers):
     async def run(self, inp: ShardInput) -> None:
         if inp.snapshot is not None:
             await self._load(inp.snapshot, inp.joining)
+        else:
+            self._apply_early_rollups()
         if self.fresh:
             # A shard started from scratch fences out every earlier incarnation (seed §11).
             self.shard.epoch = int(workflow.now().timestamp() * 1000)
@@ -216,6 +219,9 @@ class ShardWorkflow(InstructionHandlers):
                         snapshot=snapshot,
                         # With a snapshot, the queued starts travel in it: they can be many.
                         pipeline=[] if snapshot else self.pipeline,
+                        # What arrived while the snapshot was written (none if inline).
+                        rollups=self.early_rollups,
+                        results=self.results,
                     )
                 )
 
@@ -246,6 +252,9 @@ class ShardWorkflow(InstructionHandlers):
         blob = json.dumps(state, separators=(",", ":"))
         if len(blob) <= self.cfg.snapshot_inline_bytes:
             return None
+        # From here the state is written: signals wait in the next run's input, instructions
+        # are told to retry.
+        self.snapshotting = True
         key = f"{shard_workflow_id(self.shard.id)}/{workflow.info().run_id}"
         size = self.cfg.snapshot_part_bytes
         parts = [blob[i : i + size] for i in range(0, len(blob), size)]
@@ -288,6 +297,9 @@ class ShardWorkflow(InstructionHandlers):
         if not self.restarted:  # a revived shard drops them (see __init__)
             self.pipeline = queued + self.pipeline
         self.restoring = False
+        self._apply_early_rollups()
+
+    def _apply_early_rollups(self) -> None:
         early, self.early_rollups = self.early_rollups, []
         for raw in early:
             self.rollup(raw)

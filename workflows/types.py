@@ -157,6 +157,9 @@ class ShardInput(Model):
     snapshot: SnapshotRef | None = None
     # Carried across continue-as-new: transitions decided but not yet started.
     pipeline: list[TransitionInput] = Field(default_factory=list)
+    # Signals that arrived while the state was being written to the snapshot store.
+    rollups: list[dict[str, Any]] = Field(default_factory=list)
+    results: list[TransitionResult] = Field(default_factory=list)
     # Revived from a dead run's durable state: take a new epoch, reconcile against providers.
     restarted: bool = False
     # Born of a split: adopts nothing from the providers and decides nothing until the split's
