@@ -27,6 +27,14 @@ def _bench_engine(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_snapshot(args: argparse.Namespace) -> int:
+    from .bench_snapshot import render, run
+
+    result = run(args.sizes, seed=args.seed)
+    print(json.dumps(result) if args.json else render(result))
+    return 0
+
+
 def _simulate(args: argparse.Namespace) -> int:
     from .simulation.report import render_text
     from .simulation.run import run_scenario
@@ -61,6 +69,13 @@ def parser() -> argparse.ArgumentParser:
     engine.add_argument("--seed", type=int, default=7)
     engine.add_argument("--json", action="store_true", help="print one JSON object")
     engine.set_defaults(run=_bench_engine)
+    snap = what.add_parser(
+        "snapshot", help="a shard's state at continue-as-new: size, encode/decode time, parts"
+    )
+    snap.add_argument("--sizes", type=_sizes, default=[5000, 50000, 500000])
+    snap.add_argument("--seed", type=int, default=7)
+    snap.add_argument("--json", action="store_true", help="print one JSON object")
+    snap.set_defaults(run=_bench_snapshot)
 
     sim = verbs.add_parser("simulate", help="run a scenario in virtual time and report")
     sim.add_argument("scenario", help="scenario YAML file (see examples/)")

@@ -271,6 +271,30 @@ class Inventory:
         self.holder_interruption[rows] = interruption
         self.holder_reclamation[rows] = reclamation
 
+    def recount(self, rows: np.ndarray) -> None:
+        """Count `rows` into the per-(state, profile) and per-(cluster, profile) tallies at
+        once, as `_count(row, +1)` for each would (a restored snapshot of 500 K rows)."""
+        codes = self.state[rows].astype(np.int64)
+        pids = self.profile[rows].astype(np.int64)
+        np.add.at(self.counts, (codes, pids), 1)
+        slot_of = np.full(len(STATES), -1, dtype=np.int64)
+        for state, slot in HELD_SLOT.items():
+            slot_of[STATES.index(state)] = slot
+        slots = slot_of[codes]
+        clusters = self.cluster[rows].astype(np.int64)
+        held = (clusters != NONE16) & (slots >= 0)
+        if not held.any():
+            return
+        n_slots, n_profiles = len(HELD_STATES), int(pids.max()) + 1
+        keys = (clusters[held] * n_profiles + pids[held]) * n_slots + slots[held]
+        uniq, counts = np.unique(keys, return_counts=True)
+        for key, k in zip(uniq.tolist(), counts.tolist(), strict=True):
+            rest, slot = divmod(key, n_slots)
+            c, pid = divmod(rest, n_profiles)
+            tally = self.held.setdefault(c, {}).setdefault(pid, [0] * n_slots)
+            tally[slot] += k
+            self.cluster_version[c] = self.cluster_version.get(c, 0) + k
+
     def _count(self, row: int, delta: int) -> None:
         code = int(self.state[row])
         pid = int(self.profile[row])

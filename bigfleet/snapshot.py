@@ -27,6 +27,10 @@ from .needs import NeedsTable
 from .profiles import Profile
 from .shard import Shard
 
+# A state larger than this crosses continue-as-new through the snapshot store, in parts of this
+# size (Temporal refuses a payload over 2 MB and warns over 512 KB).
+INLINE_BYTES = 400_000
+
 
 def _pack(array: np.ndarray) -> str:
     return base64.b64encode(zlib.compress(array.tobytes(), 1)).decode()
@@ -99,8 +103,7 @@ def restore_inventory(state: dict[str, Any]) -> Inventory:
     inv._free = np.flatnonzero(inv.state[:n] == GONE).tolist()
     inv.ids._insert(live)
     inv.counts = np.zeros((inv.counts.shape[0], max(len(inv.profiles), 1)), dtype=np.int64)
-    for row in live.tolist():
-        inv._count(row, +1)
+    inv.recount(live)
     return inv
 
 

@@ -10,6 +10,7 @@ from temporalio.common import SearchAttributeKey
 from bigfleet.coordinator import MAX_SHARE, MembershipThresholds
 from bigfleet.coordinator import DecommissionRequest as DecommissionRequest
 from bigfleet.models import FencingToken, Machine, NodeSelectorRequirement, Transition
+from bigfleet.snapshot import INLINE_BYTES
 
 SHARD_TASK_QUEUE = "bigfleet-shards"
 LIST_PAGE = 1000  # machine records per provider_list page (~0.6 MB)
@@ -131,8 +132,8 @@ class ShardConfig(Model):
     max_share: float = Field(default=MAX_SHARE, gt=0, le=1)
     # State larger than this crosses continue-as-new through the snapshot store, in parts of
     # `snapshot_part_bytes` (Temporal refuses a payload over 2 MB and warns over 512 KB).
-    snapshot_inline_bytes: int = Field(default=400_000, ge=1)
-    snapshot_part_bytes: int = Field(default=400_000, ge=1)
+    snapshot_inline_bytes: int = Field(default=INLINE_BYTES, ge=1)
+    snapshot_part_bytes: int = Field(default=INLINE_BYTES, ge=1)
 
 
 class SnapshotRef(Model):
