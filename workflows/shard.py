@@ -9,24 +9,17 @@ pure `decide()` and starts the transition workflows it asks for.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import time
-from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from bigfleet.assignment import machine_shard
     from bigfleet.engine import Decision
     from bigfleet.models import (
         Action,
         CreateAction,
         DeleteAction,
-        DeleteReason,
         DrainAction,
         DrainReason,
         Machine,
@@ -37,15 +30,14 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.shard import REFUSAL_BACKOFF_SECONDS, Shard
     from bigfleet.snapshot import restore_shard, shard_state
     from workflows.instructions import InstructionHandlers
+    from workflows.provider_sync import QUICK, ProviderSync
+    from workflows.snapshot_store import SnapshotStore
     from workflows.types import (
-        LIST_PAGE,
         SHARD_TASK_QUEUE,
         TRANSITION_TASK_QUEUE,
         ProviderRead,
         ShardConfig,
         ShardInput,
-        SnapshotPart,
-        SnapshotRef,
         TransitionInput,
         TransitionResult,
         provider_task_queue,
@@ -54,16 +46,11 @@ with workflow.unsafe.imports_passed_through():
 
 S = MachineState
 T = Transition
-QUICK = dict(
-    start_to_close_timeout=timedelta(seconds=60),
-    retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=10),
-)
 START_BATCH = 200
-OWNERSHIP_BATCH = 20_000  # machine ids per question to the other shards (~0.5 MB)
 
 
 @workflow.defn(name="Shard")
-class ShardWorkflow(InstructionHandlers):
+class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
     @workflow.init
     def __init__(self, inp: ShardInput) -> None:
         self.cfg = inp.config
@@ -244,66 +231,6 @@ class ShardWorkflow(InstructionHandlers):
         meter.create_gauge("bigfleet_shortfalls", "unserved needs").set(len(decision.shortfalls))
         return decision
 
-    # ---- state too large for one payload: the snapshot store (claim check) ------------------
-
-    async def _store(self, state: dict[str, Any]) -> SnapshotRef | None:
-        """Put a state larger than `snapshot_inline_bytes` into the snapshot store, in parts;
-        None if it travels inline."""
-        blob = json.dumps(state, separators=(",", ":"))
-        if len(blob) <= self.cfg.snapshot_inline_bytes:
-            return None
-        # From here the state is written: signals wait in the next run's input, instructions
-        # are told to retry.
-        self.snapshotting = True
-        key = f"{shard_workflow_id(self.shard.id)}/{workflow.info().run_id}"
-        size = self.cfg.snapshot_part_bytes
-        parts = [blob[i : i + size] for i in range(0, len(blob), size)]
-        await asyncio.gather(
-            *(
-                workflow.execute_activity(
-                    "snapshot_put",
-                    SnapshotPart(key=key, part=i, data=data),
-                    task_queue=SHARD_TASK_QUEUE,
-                    **QUICK,
-                )
-                for i, data in enumerate(parts)
-            )
-        )
-        digest = hashlib.sha256(blob.encode()).hexdigest()
-        return SnapshotRef(key=key, parts=len(parts), size=len(blob), sha256=digest)
-
-    async def _load(self, ref: SnapshotRef, joining: bool) -> None:
-        parts: list[str] = await asyncio.gather(
-            *(
-                workflow.execute_activity(
-                    "snapshot_get",
-                    SnapshotPart(key=ref.key, part=i, data=""),
-                    task_queue=SHARD_TASK_QUEUE,
-                    result_type=str,
-                    **QUICK,
-                )
-                for i in range(ref.parts)
-            )
-        )
-        blob = "".join(parts)
-        if hashlib.sha256(blob.encode()).hexdigest() != ref.sha256:
-            raise ApplicationError(
-                f"snapshot {ref.key}: {len(blob)} bytes read, {ref.size} written, checksum "
-                "differs: the store lost or changed a part"
-            )
-        state = json.loads(blob)
-        queued = [TransitionInput.model_validate(t) for t in state.pop("pipeline", [])]
-        self._restore(state, joining)
-        if not self.restarted:  # a revived shard drops them (see __init__)
-            self.pipeline = queued + self.pipeline
-        self.restoring = False
-        self._apply_early_rollups()
-
-    def _apply_early_rollups(self) -> None:
-        early, self.early_rollups = self.early_rollups, []
-        for raw in early:
-            self.rollup(raw)
-
     async def _forward(self) -> None:
         """Roll-ups of clusters that moved away go to their new shard."""
         forward, self.forward = self.forward, {}
@@ -315,81 +242,6 @@ class ShardWorkflow(InstructionHandlers):
                 workflow.logger.warning("roll-up of %s not passed to %s: %s", cluster, target, err)
 
     # ---- machines coming and going ----------------------------------------------------------
-
-    async def _reconcile_restored(self) -> None:
-        """Observe every machine this shard owns as its provider lists it now; give up those
-        no provider lists. Adopts nothing: machines it does not own are another shard's."""
-        listed: list[Machine] = []
-        for provider in self.cfg.providers:
-            listed += await self._list(provider, workflow.now().timestamp())
-        summary = self.shard.reconcile_listing(listed, workflow.now().timestamp())
-        workflow.logger.warning(
-            "shard %s restarted with epoch %s, reconciled with providers: %s",
-            self.shard.id,
-            self.shard.epoch,
-            summary,
-        )
-
-    async def _drop_owned_elsewhere(self) -> None:
-        """Machines another shard owns now are not this one's: they moved away after the state
-        it started from (a revival from an older snapshot, or from scratch by the assignment
-        rule). Ownership stays exactly-once; asked in batches far below the payload limit."""
-        inv = self.shard.inventory
-        ids = [inv.machine_id(r) for r in inv.live_rows().tolist()] + list(self.shard.handoff)
-        elsewhere = sorted(await self._owned_elsewhere(ids))
-        if elsewhere:
-            self.shard.release(elsewhere)
-            self.shard.transfer_out.difference_update(elsewhere)
-            workflow.logger.warning(
-                "shard %s gave up %d machines other shards own: %s",
-                self.shard.id, len(elsewhere), elsewhere[:10],
-            )
-
-    async def _list(
-        self, provider: str, now: float, states: list[S] | None = None
-    ) -> list[Machine]:
-        """A provider's machines (in `states`), page by page."""
-        out: list[Machine] = []
-        while True:
-            page: list[Machine] = await workflow.execute_activity(
-                "provider_list",
-                ProviderRead(
-                    provider=provider,
-                    now=now,
-                    states=[s.value for s in states or []],
-                    after=out[-1].id if out else "",
-                ),
-                task_queue=provider_task_queue(provider) + "-read",
-                result_type=list[Machine],
-                **QUICK,
-            )
-            out += page
-            if len(page) < LIST_PAGE:
-                return out
-
-    async def _owned_elsewhere(self, ids: list[str]) -> set[str]:
-        """Which of `ids` another running shard holds (or took out of the fleet)."""
-        found: set[str] = set()
-        for i in range(0, len(ids), OWNERSHIP_BATCH):
-            found.update(
-                await workflow.execute_activity(
-                    "owned_elsewhere",
-                    args=[self.shard.id, ids[i : i + OWNERSHIP_BATCH]],
-                    task_queue=SHARD_TASK_QUEUE,
-                    result_type=list[str],
-                    **QUICK,
-                )
-            )
-        return found
-
-    async def _adopt_from_providers(self) -> None:
-        """Take this shard's share of every provider's machines: whole racks, cloud slots by id
-        (seed §5). A restarted shard adopts machines as they are, mid-transition included."""
-        for provider in self.cfg.providers:
-            machines = await self._list(provider, workflow.now().timestamp())
-            shards = self.cfg.shards
-            mine = [m for m in machines if machine_shard(m, shards) == self.cfg.shard]
-            self.shard.adopt(mine, workflow.now().timestamp())
 
     def _fold_results(self, now: float) -> None:
         results, self.results = self.results, []
@@ -440,54 +292,6 @@ class ShardWorkflow(InstructionHandlers):
                     inv.missed[inv.row(m.id)] = 0
                 else:
                     self.shard.observe(m, now)
-
-    async def _reconcile(self, now: float) -> None:
-        """Machines that failed while nobody watched (a spot interruption): fold them in and
-        clean them up so their need gets a replacement."""
-        for provider in self.cfg.providers:
-            failed = await self._list(provider, now, [S.FAILED])
-            inv = self.shard.inventory
-            for m in failed:
-                row = inv.ids.find(m.id)
-                if row < 0 or m.failed_from not in (S.IDLE, S.CONFIGURED, None):
-                    continue  # a failed transition: its own workflow takes the corrective path
-                if inv.state_of(row) is not S.FAILED:
-                    self.shard.observe(m, now)
-                    if m.capacity_type.value != "bare-metal":
-                        self.pipeline.append(
-                            self._input(T.DELETE, [m.id], reason=DeleteReason.FAILED.value)
-                        )
-
-    async def _capacity(self, now: float) -> None:
-        """Capacity that came or went since the shard started (seed §16): speculative machines
-        its providers no longer list are given up (quota shrank); new ones that are this
-        shard's by the assignment rule — or a merged-away shard's it inherited — are adopted
-        once no shard owns them at two looks in a row (a machine between a saga's release and
-        adopt is nobody's for a moment)."""
-        if self.joining or self.merging:
-            return
-        shares = {self.cfg.shard, *self.inherited}
-
-        def mine(m: Machine) -> bool:
-            return machine_shard(m, self.cfg.shards) in shares
-
-        unowned: set[str] = set()
-        for provider in self.cfg.providers:
-            listed = await self._list(provider, now, [S.SPECULATIVE])
-            gone, fresh = self.shard.capacity_changes(provider, listed, mine)
-            if gone:
-                self.shard.release(gone)
-                workflow.logger.info("shard %s: %d speculative gone", self.shard.id, len(gone))
-            if not fresh:
-                continue
-            elsewhere = await self._owned_elsewhere([m.id for m in fresh])
-            nobodys = [m for m in fresh if m.id not in elsewhere]
-            unowned.update(m.id for m in nobodys)
-            new = [m for m in nobodys if m.id in self.unowned]
-            if new:
-                self.shard.adopt(new, now)
-                workflow.logger.info("shard %s: adopted %d new machines", self.shard.id, len(new))
-        self.unowned = unowned
 
     # ---- actions to workflow inputs ---------------------------------------------------------
 

@@ -1,0 +1,182 @@
+"""A shard's side of fleet membership (seed §16): splitting in two, merging, taking machines
+out of the fleet, and capacity that comes and goes at its providers. Mixed into `Shard`, whose
+state these methods share; the coordinator's side is in `coordinator.py`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from . import labels as L
+from .coordinator import Matching
+from .inventory import CODE, Inventory
+from .models import Machine, MachineState
+from .needs import NeedsTable
+from .policy import Policy
+
+S = MachineState
+
+
+class ShardMembership:
+    inventory: Inventory
+    needs: NeedsTable
+    policy: Policy
+    transfer_out: set[str]
+    handoff: dict[str, Machine]
+    leaving: dict[str, Machine]
+    moved: dict[str, int]
+    decommissioned: set[str]
+    adopt: Callable[[Iterable[Machine], float], int]
+
+    def capacity_changes(
+        self, provider: str, speculative: Iterable[Machine], mine: Callable[[Machine], bool]
+    ) -> tuple[list[str], list[Machine]]:
+        """Against a provider's list of speculative machines: this shard's speculative machines
+        of that provider it no longer lists (quota shrank), and listed ones that are this
+        shard's by the assignment rule (`mine`) but not in its hands (new capacity — or a
+        machine another shard owns now, which the caller must rule out)."""
+        inv = self.inventory
+        listed = {m.id: m for m in speculative}
+        n = inv.rows_used
+        rows = np.flatnonzero(inv.state[:n] == CODE[S.SPECULATIVE]).tolist()
+        gone = [
+            inv.machine_id(r)
+            for r in rows
+            if inv.profile_of(r).provider == provider and inv.machine_id(r) not in listed
+        ]
+        fresh = [
+            m
+            for mid, m in listed.items()
+            if inv.ids.find(mid) < 0
+            and mid not in self.handoff
+            and mid not in self.leaving
+            and mid not in self.decommissioned
+            and mine(m)
+        ]
+        return gone, fresh
+
+    def ownership(self, machine_id: str) -> str:
+        """What this shard holds of a machine: its state, DECOMMISSIONED, or GONE."""
+        if machine_id in self.handoff:
+            return S.IDLE.value
+        if machine_id in self.leaving:
+            return self.leaving[machine_id].state.value
+        if machine_id in self.decommissioned:
+            return "DECOMMISSIONED"
+        row = self.inventory.ids.find(machine_id)
+        return self.inventory.state_of(row).value if row >= 0 else "GONE"
+
+    def matching(self, where: Mapping[str, str], limit: int) -> Matching:
+        """Machines a decommission could take (seed §16): how many, and up to `limit` ids of
+        each kind (free, configured) whose provider / zone / instance_type / rack equal
+        `where`'s. Machines in a transition or already leaving are not offered."""
+        inv = self.inventory
+        n = inv.rows_used
+        fields = [
+            {"provider": p.provider, "zone": p.zone, "instance_type": p.instance_type,
+             "rack": dict(p.labels).get(L.RACK)}
+            for p in inv.profiles.profiles
+        ]
+        wanted = np.array(
+            [all(f.get(k) == v for k, v in where.items()) for f in fields] or [False]
+        )
+        found: dict[str, list[str]] = {}
+        for kind, states in (("free", (S.IDLE, S.SPECULATIVE)), ("configured", (S.CONFIGURED,))):
+            in_state = np.isin(inv.state[:n], [CODE[s] for s in states])
+            rows = np.flatnonzero(in_state & wanted[inv.profile[:n]])
+            ids = map(inv.machine_id, rows.tolist())
+            found[kind] = [mid for mid in ids if mid not in self.transfer_out]
+        return Matching(
+            free=found["free"][:limit],
+            configured=found["configured"][:limit],
+            free_count=len(found["free"]),
+            configured_count=len(found["configured"]),
+        )
+
+    # ---- splits and merges (seed §16) -------------------------------------------------------
+
+    def split_plan(self, fraction: float = 0.5) -> tuple[list[str], list[str]]:
+        """What leaves when the shard divides: `fraction` of its clusters, with the machines
+        configured for them, and free machines by whole rack (a `Same`-rack need stays
+        satisfiable on both sides) until `fraction` of its machines leave. Machines in a
+        transition stay: their workflow reports back here. `fraction=1` is a merge: all."""
+        inv = self.inventory
+        n = inv.rows_used
+        configured = CODE[S.CONFIGURED]
+        held: Counter[str] = Counter()
+        for r in np.flatnonzero(inv.state[:n] == configured).tolist():
+            cluster = inv.cluster_of(r)
+            if cluster is not None:
+                held[cluster] += 1
+        clusters = sorted(set(self.needs.clusters()) | set(held), key=lambda c: (-held[c], c))
+        want = len(clusters) if fraction >= 1 else round(len(clusters) * fraction)
+        leave: list[str] = []
+        moving = staying = 0
+        for i, cluster in enumerate(clusters):
+            left = len(clusters) - i  # clusters not placed yet, this one included
+            must = want - len(leave) >= left
+            balanced = moving * (1 - fraction) <= staying * fraction
+            if len(leave) < want and (must or balanced):
+                leave.append(cluster)
+                moving += held[cluster]
+            else:
+                staying += held[cluster]
+        leaving = set(leave)
+        ids = [
+            inv.machine_id(r)
+            for r in np.flatnonzero(inv.state[:n] == configured).tolist()
+            if inv.cluster_of(r) in leaving or fraction >= 1
+        ]
+        target = len(inv) * fraction
+        free = np.flatnonzero(
+            (inv.state[:n] == CODE[S.IDLE]) | (inv.state[:n] == CODE[S.SPECULATIVE])
+        ).tolist()
+        racks: dict[str, list[str]] = {}
+        for r in free:
+            m = inv.machine(r)
+            if m.id not in self.transfer_out:
+                racks.setdefault(m.labels.get(L.RACK) or m.id, []).append(m.id)
+        for rack in sorted(racks):
+            if fraction < 1 and len(ids) >= target:
+                break
+            ids.extend(racks[rack])
+        return sorted(leave), ids
+
+    def split_out(
+        self, clusters: Iterable[str], machine_ids: Iterable[str], to: int
+    ) -> list[dict[str, Any]]:
+        """Let clusters and machines go to shard `to`: the clusters' needs leave the table
+        (returned, for `to`; roll-ups that still come here are for `to`), the machines wait in
+        `leaving`, out of the engine's reach, until handed out."""
+        from .snapshot import needs_state
+
+        clusters = list(clusters)
+        needs = needs_state(self.needs, clusters)
+        for cluster in clusters:
+            self.needs.remove(cluster)
+            self.moved[cluster] = to
+        for mid in machine_ids:
+            if self.inventory.ids.find(mid) >= 0:
+                self.leaving[mid] = self.inventory.remove(mid)
+        return needs
+
+    def hand_out(self, limit: int) -> list[Machine]:
+        """The next `limit` machines of a split, for the receiving shard."""
+        ids = sorted(self.leaving)[:limit]
+        return [self.leaving.pop(mid) for mid in ids]
+
+    def take_in(
+        self, needs: list[dict[str, Any]], machines: Iterable[Machine], now: float
+    ) -> int:
+        """Clusters and machines from a split or merge (or back from one that failed): the
+        needs keep their place in the queue, the machines their state."""
+        from .snapshot import restore_needs
+
+        restore_needs(needs, self.policy.max_silence_seconds, self.needs)
+        for c in needs:
+            self.moved.pop(c["cluster"], None)
+        return self.adopt(machines, now)

@@ -1,0 +1,168 @@
+"""A shard workflow and its providers (seed §7, §10, §11): what it adopts when it starts, how a
+revived shard reconciles with the providers' lists, machines that failed unwatched, and
+capacity that comes and goes — every listing read page by page, and no machine kept that
+another shard owns. Mixed into the shard workflow, whose state these methods share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from bigfleet.assignment import machine_shard
+    from bigfleet.models import DeleteReason, Machine, MachineState, Transition
+    from bigfleet.shard import Shard
+    from workflows.types import (
+        LIST_PAGE,
+        SHARD_TASK_QUEUE,
+        ProviderRead,
+        ShardConfig,
+        TransitionInput,
+        provider_task_queue,
+    )
+
+S = MachineState
+T = Transition
+QUICK = dict(
+    start_to_close_timeout=timedelta(seconds=60),
+    retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=10),
+)
+OWNERSHIP_BATCH = 20_000  # machine ids per question to the other shards (~0.5 MB)
+
+
+class ProviderSync:
+    shard: Shard
+    cfg: ShardConfig
+    pipeline: list[TransitionInput]
+    inherited: list[int]
+    joining: bool
+    merging: bool
+    unowned: set[str]
+    _input: Callable[..., TransitionInput]
+
+    async def _reconcile_restored(self) -> None:
+        """Observe every machine this shard owns as its provider lists it now; give up those
+        no provider lists. Adopts nothing: machines it does not own are another shard's."""
+        listed: list[Machine] = []
+        for provider in self.cfg.providers:
+            listed += await self._list(provider, workflow.now().timestamp())
+        summary = self.shard.reconcile_listing(listed, workflow.now().timestamp())
+        workflow.logger.warning(
+            "shard %s restarted with epoch %s, reconciled with providers: %s",
+            self.shard.id,
+            self.shard.epoch,
+            summary,
+        )
+
+    async def _drop_owned_elsewhere(self) -> None:
+        """Machines another shard owns now are not this one's: they moved away after the state
+        it started from (a revival from an older snapshot, or from scratch by the assignment
+        rule). Ownership stays exactly-once; asked in batches far below the payload limit."""
+        inv = self.shard.inventory
+        ids = [inv.machine_id(r) for r in inv.live_rows().tolist()] + list(self.shard.handoff)
+        elsewhere = sorted(await self._owned_elsewhere(ids))
+        if elsewhere:
+            self.shard.release(elsewhere)
+            self.shard.transfer_out.difference_update(elsewhere)
+            workflow.logger.warning(
+                "shard %s gave up %d machines other shards own: %s",
+                self.shard.id, len(elsewhere), elsewhere[:10],
+            )
+
+    async def _list(
+        self, provider: str, now: float, states: list[S] | None = None
+    ) -> list[Machine]:
+        """A provider's machines (in `states`), page by page."""
+        out: list[Machine] = []
+        while True:
+            page: list[Machine] = await workflow.execute_activity(
+                "provider_list",
+                ProviderRead(
+                    provider=provider,
+                    now=now,
+                    states=[s.value for s in states or []],
+                    after=out[-1].id if out else "",
+                ),
+                task_queue=provider_task_queue(provider) + "-read",
+                result_type=list[Machine],
+                **QUICK,
+            )
+            out += page
+            if len(page) < LIST_PAGE:
+                return out
+
+    async def _owned_elsewhere(self, ids: list[str]) -> set[str]:
+        """Which of `ids` another running shard holds (or took out of the fleet)."""
+        found: set[str] = set()
+        for i in range(0, len(ids), OWNERSHIP_BATCH):
+            found.update(
+                await workflow.execute_activity(
+                    "owned_elsewhere",
+                    args=[self.shard.id, ids[i : i + OWNERSHIP_BATCH]],
+                    task_queue=SHARD_TASK_QUEUE,
+                    result_type=list[str],
+                    **QUICK,
+                )
+            )
+        return found
+
+    async def _adopt_from_providers(self) -> None:
+        """Take this shard's share of every provider's machines: whole racks, cloud slots by id
+        (seed §5). A restarted shard adopts machines as they are, mid-transition included."""
+        for provider in self.cfg.providers:
+            machines = await self._list(provider, workflow.now().timestamp())
+            shards = self.cfg.shards
+            mine = [m for m in machines if machine_shard(m, shards) == self.cfg.shard]
+            self.shard.adopt(mine, workflow.now().timestamp())
+
+    async def _reconcile(self, now: float) -> None:
+        """Machines that failed while nobody watched (a spot interruption): fold them in and
+        clean them up so their need gets a replacement."""
+        for provider in self.cfg.providers:
+            failed = await self._list(provider, now, [S.FAILED])
+            inv = self.shard.inventory
+            for m in failed:
+                row = inv.ids.find(m.id)
+                if row < 0 or m.failed_from not in (S.IDLE, S.CONFIGURED, None):
+                    continue  # a failed transition: its own workflow takes the corrective path
+                if inv.state_of(row) is not S.FAILED:
+                    self.shard.observe(m, now)
+                    if m.capacity_type.value != "bare-metal":
+                        self.pipeline.append(
+                            self._input(T.DELETE, [m.id], reason=DeleteReason.FAILED.value)
+                        )
+
+    async def _capacity(self, now: float) -> None:
+        """Capacity that came or went since the shard started (seed §16): speculative machines
+        its providers no longer list are given up (quota shrank); new ones that are this
+        shard's by the assignment rule — or a merged-away shard's it inherited — are adopted
+        once no shard owns them at two looks in a row (a machine between a saga's release and
+        adopt is nobody's for a moment)."""
+        if self.joining or self.merging:
+            return
+        shares = {self.cfg.shard, *self.inherited}
+
+        def mine(m: Machine) -> bool:
+            return machine_shard(m, self.cfg.shards) in shares
+
+        unowned: set[str] = set()
+        for provider in self.cfg.providers:
+            listed = await self._list(provider, now, [S.SPECULATIVE])
+            gone, fresh = self.shard.capacity_changes(provider, listed, mine)
+            if gone:
+                self.shard.release(gone)
+                workflow.logger.info("shard %s: %d speculative gone", self.shard.id, len(gone))
+            if not fresh:
+                continue
+            elsewhere = await self._owned_elsewhere([m.id for m in fresh])
+            nobodys = [m for m in fresh if m.id not in elsewhere]
+            unowned.update(m.id for m in nobodys)
+            new = [m for m in nobodys if m.id in self.unowned]
+            if new:
+                self.shard.adopt(new, now)
+                workflow.logger.info("shard %s: adopted %d new machines", self.shard.id, len(new))
+        self.unowned = unowned
