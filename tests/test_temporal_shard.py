@@ -313,9 +313,10 @@ async def test_search_attributes_find_every_transition_of_a_machine(
             lambda ms: set(ms.values()) == {(S.CONFIGURED, "b")},
             what="the machine configured for cluster b",
         )
-
-    (mid,) = machines
-    life = await closed(client, f'BigFleetMachineIds = "{mid}"', 4)
+        # The provider shows CONFIGURED before the configure workflow has completed: wait for
+        # the four workflows while the workers are still running to finish them.
+        (mid,) = machines
+        life = await closed(client, f'BigFleetMachineIds = "{mid}"', 4)
     attrs = [wf.typed_search_attributes for wf in life]
     assert [(a.get(TRANSITION), a.get(CLUSTER), a.get(RESULT_STATE)) for a in attrs] == [
         ("create", "a", "IDLE"),
