@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import timedelta
 
 from temporalio import activity
@@ -38,6 +39,20 @@ class VirtualClock:
 
     def catch_up(self, now: float) -> None:
         self.now = max(self.now, now)
+
+
+@contextmanager
+def provider_errors() -> Iterator[None]:
+    """A provider's refusal or malformed reply fails the read at once (retrying the same read
+    gets the same answer); throttling is retried after the provider's hint."""
+    try:
+        yield
+    except RateLimited as err:
+        raise ApplicationError(
+            str(err), type="RateLimited", next_retry_delay=timedelta(seconds=err.retry_after)
+        ) from err
+    except ProviderError as err:
+        raise ApplicationError(str(err), type=type(err).__name__, non_retryable=True) from err
 
 
 class ProviderActivities:
@@ -78,38 +93,35 @@ class ProviderActivities:
         info = activity.info()
         late = (info.current_attempt_scheduled_time - info.scheduled_time).total_seconds()
         p = self._provider(c.provider, c.now + max(0.0, late))
-        try:
-            if c.transition is T.CREATE:
-                return [ack.machine for ack in p.create(c.machine_ids, c.token)]
-            (mid,) = c.machine_ids
-            if c.transition is T.CONFIGURE:
-                blob = BootstrapBlob(user_data=c.user_data, ttl_seconds=c.ttl_seconds)
-                return [p.configure(mid, blob, c.cluster or "", c.token).machine]
-            if c.transition is T.DRAIN:
-                return [p.drain(mid, c.grace_seconds, c.token, force=c.force).machine]
-            return [p.delete(mid, c.token).machine]
-        except RateLimited as err:
-            # Retried by Temporal after the provider's own hint; the queue's rate limit should
-            # make this rare.
-            raise ApplicationError(
-                str(err), type="RateLimited", next_retry_delay=timedelta(seconds=err.retry_after)
-            ) from err
-        except InvalidTransition as err:
-            # A retry of a call that already went through finds the machine at its target.
-            machines = [p.get(mid) for mid in c.machine_ids]
-            if all(m.state is TARGET_OF[c.transition] for m in machines):
-                return machines
-            raise ApplicationError(str(err), type=type(err).__name__, non_retryable=True) from err
-        except ProviderError as err:
-            raise ApplicationError(str(err), type=type(err).__name__, non_retryable=True) from err
+        # Throttling is retried by Temporal after the provider's own hint (the queue's rate
+        # limit should make it rare); any other refusal fails the call.
+        with provider_errors():
+            try:
+                return self._lifecycle(p, c)
+            except InvalidTransition:
+                # A retry of a call that already went through finds the machine at its target.
+                machines = [p.get(mid) for mid in c.machine_ids]
+                if all(m.state is TARGET_OF[c.transition] for m in machines):
+                    return machines
+                raise
+
+    @staticmethod
+    def _lifecycle(p: CapacityProvider, c: ProviderCall) -> list[Machine]:
+        if c.transition is T.CREATE:
+            return [ack.machine for ack in p.create(c.machine_ids, c.token)]
+        (mid,) = c.machine_ids
+        if c.transition is T.CONFIGURE:
+            blob = BootstrapBlob(user_data=c.user_data, ttl_seconds=c.ttl_seconds)
+            return [p.configure(mid, blob, c.cluster or "", c.token).machine]
+        if c.transition is T.DRAIN:
+            return [p.drain(mid, c.grace_seconds, c.token, force=c.force).machine]
+        return [p.delete(mid, c.token).machine]
 
     @activity.defn(name="provider_get")
     async def get(self, r: ProviderRead) -> list[Machine]:
         p = self._provider(r.provider, r.now)
-        try:
+        with provider_errors():
             return [p.get(mid) for mid in r.machine_ids]
-        except ProviderError as err:
-            raise ApplicationError(str(err), type=type(err).__name__, non_retryable=True) from err
 
     @activity.defn(name="provider_list")
     async def list(self, r: ProviderRead) -> list[Machine]:
@@ -121,7 +133,8 @@ class ProviderActivities:
         if cached is None:
             p = self._provider(r.provider, r.now)
             states = [MachineState(s) for s in r.states]
-            listing = sorted(p.list(ListFilter(states=states)), key=lambda m: m.id)
+            with provider_errors():
+                listing = sorted(p.list(ListFilter(states=states)), key=lambda m: m.id)
             cached = (listing, [m.id for m in listing])
             self._listings = {k: v for k, v in self._listings.items() if k[:2] != key[:2]}
             self._listings[key] = cached

@@ -23,6 +23,7 @@ from activities.providers import ProviderActivities
 from activities.snapshots import SnapshotActivities
 from bigfleet import labels as L
 from bigfleet.models import ListFilter, Machine, MachineState, Transition, from_wire
+from bigfleet.providers import ProviderReplyError
 from bigfleet.simulation.scenario import Scenario
 from tests.conftest import eventually, fleet_workers, query_retrying
 from workers.worker import SimulatedFleet, build_workers, ensure_shards, run_workers
@@ -446,3 +447,68 @@ async def test_what_arrives_while_a_snapshot_is_written_is_not_lost(
         assert view["needs"][0]["count"] == 3
         runs = await listed(client, 'WorkflowId = "shard-0"')
         assert any(wf.status is WorkflowExecutionStatus.CONTINUED_AS_NEW for wf in runs)
+
+
+async def test_a_provider_whose_listing_breaks_does_not_stop_the_shard(
+    dev_env: WorkflowEnvironment,
+):
+    """A provider that sends a malformed listing: each periodic reconcile fails at once, the
+    failure names the field and shows in `status`, and the shard goes on deciding with what it
+    knows; when the listing is good again, the quota that grew meanwhile is adopted."""
+    client = dev_env.client
+    quota = {"instance_type": "m6i.xlarge", "zone": "us-east-1a", "capacity_type": "on-demand"}
+    raw = {
+        "name": "broken-listing",
+        "cycle_seconds": 1,
+        "duration_seconds": 1,
+        "shards": 1,
+        "providers": [
+            {
+                "name": "aws",
+                "kind": "cloud",
+                "create_latency": [1, 2],
+                "configure_latency": 1,
+                "quota": [{**quota, "count": 10, "price_per_hour": 1}],
+            }
+        ],
+        "clusters": [{"name": "a"}],
+    }
+    need = {
+        "requirements": [{"key": L.INSTANCE_TYPE, "operator": "In", "values": ["m6i.xlarge"]}],
+        "priority": 1000,
+        "count": 2,
+        "interruption_penalty": 1.0,
+    }
+    async with fleet_workers(client, raw) as sim:
+        aws = sim.providers["aws"]
+        await ensure_shards(client, from_wire(Scenario, raw), **FAST, reconcile_seconds=1.0)
+        await eventually(lambda: status(client), lambda st: st["machines"]["SPECULATIVE"] == 10)
+
+        def malformed(filter: ListFilter) -> list[Machine]:
+            raise ProviderReplyError("aws", [("machines.3.state", "Input should be 'IDLE'")])
+
+        aws.list = malformed  # type: ignore[method-assign]
+        aws.set_quota("m6i.xlarge", "us-east-1a", "on-demand", 20)
+        await shard(client).signal(
+            ShardWorkflow.rollup, {"cluster": "a", "generation": 1, "needs": [need]}
+        )
+        # Still deciding: the need is served from the machines it knew.
+        st = await eventually(
+            lambda: status(client),
+            lambda st: st["machines"].get("CONFIGURED") == 2 and st["failures"],
+            timeout=60,
+            what="cluster a served while the listing fails",
+        )
+        assert "machines.3.state" in st["failures"][-1]["error"], st["failures"]
+        assert "aws" in st["failures"][-1]["error"]
+        assert sum(st["machines"].values()) == 10  # the new quota is not seen yet
+        assert (await shard(client).describe()).status is WorkflowExecutionStatus.RUNNING
+
+        del aws.list  # the provider's own method again
+        st = await eventually(
+            lambda: status(client),
+            lambda st: sum(st["machines"].values()) == 20,
+            timeout=60,
+            what="the grown quota adopted once the listing is good",
+        )
+        assert st["machines"]["CONFIGURED"] == 2

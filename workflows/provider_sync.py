@@ -31,6 +31,19 @@ QUICK = dict(
     start_to_close_timeout=timedelta(seconds=60),
     retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=10),
 )
+# Reads of the periodic reconcile: a few quick tries, then the shard carries on and reads again
+# at the next reconcile (a provider down must not stall every decision of the shard).
+PERIODIC = dict(
+    start_to_close_timeout=timedelta(seconds=60),
+    retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3),
+)
+# Reads a shard cannot start without (its machines): tried until they answer.
+PATIENT = dict(
+    start_to_close_timeout=timedelta(seconds=60),
+    retry_policy=RetryPolicy(
+        initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=60)
+    ),
+)
 OWNERSHIP_BATCH = 20_000  # machine ids per question to the other shards (~0.5 MB)
 
 
@@ -49,7 +62,7 @@ class ProviderSync:
         no provider lists. Adopts nothing: machines it does not own are another shard's."""
         listed: list[Machine] = []
         for provider in self.cfg.providers:
-            listed += await self._list(provider, workflow.now().timestamp())
+            listed += await self._list(provider, workflow.now().timestamp(), patient=True)
         summary = self.shard.reconcile_listing(listed, workflow.now().timestamp())
         workflow.logger.warning(
             "shard %s restarted with epoch %s, reconciled with providers: %s",
@@ -64,7 +77,7 @@ class ProviderSync:
         rule). Ownership stays exactly-once; asked in batches far below the payload limit."""
         inv = self.shard.inventory
         ids = [inv.machine_id(r) for r in inv.live_rows().tolist()] + list(self.shard.handoff)
-        elsewhere = sorted(await self._owned_elsewhere(ids))
+        elsewhere = sorted(await self._owned_elsewhere(ids, patient=True))
         if elsewhere:
             self.shard.release(elsewhere)
             self.shard.transfer_out.difference_update(elsewhere)
@@ -74,9 +87,9 @@ class ProviderSync:
             )
 
     async def _list(
-        self, provider: str, now: float, states: list[S] | None = None
+        self, provider: str, now: float, states: list[S] | None = None, patient: bool = False
     ) -> list[Machine]:
-        """A provider's machines (in `states`), page by page."""
+        """A provider's machines (in `states`), page by page; `patient` at start-up."""
         out: list[Machine] = []
         while True:
             page: list[Machine] = await workflow.execute_activity(
@@ -89,13 +102,13 @@ class ProviderSync:
                 ),
                 task_queue=provider_task_queue(provider) + "-read",
                 result_type=list[Machine],
-                **QUICK,
+                **(PATIENT if patient else PERIODIC),
             )
             out += page
             if len(page) < LIST_PAGE:
                 return out
 
-    async def _owned_elsewhere(self, ids: list[str]) -> set[str]:
+    async def _owned_elsewhere(self, ids: list[str], patient: bool = False) -> set[str]:
         """Which of `ids` another running shard holds (or took out of the fleet)."""
         found: set[str] = set()
         for i in range(0, len(ids), OWNERSHIP_BATCH):
@@ -105,7 +118,7 @@ class ProviderSync:
                     args=[self.shard.id, ids[i : i + OWNERSHIP_BATCH]],
                     task_queue=SHARD_TASK_QUEUE,
                     result_type=list[str],
-                    **QUICK,
+                    **(PATIENT if patient else PERIODIC),
                 )
             )
         return found
@@ -114,7 +127,7 @@ class ProviderSync:
         """Take this shard's share of every provider's machines: whole racks, cloud slots by id
         (seed §5). A restarted shard adopts machines as they are, mid-transition included."""
         for provider in self.cfg.providers:
-            machines = await self._list(provider, workflow.now().timestamp())
+            machines = await self._list(provider, workflow.now().timestamp(), patient=True)
             shards = self.cfg.shards
             mine = [m for m in machines if machine_shard(m, shards) == self.cfg.shard]
             self.shard.adopt(mine, workflow.now().timestamp())

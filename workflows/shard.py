@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from bigfleet.engine import Decision
@@ -30,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.shard import REFUSAL_BACKOFF_SECONDS, Shard
     from bigfleet.snapshot import restore_shard, shard_state
     from workflows.instructions import InstructionHandlers
-    from workflows.provider_sync import QUICK, ProviderSync
+    from workflows.provider_sync import PERIODIC, QUICK, ProviderSync
     from workflows.snapshot_store import SnapshotStore
     from workflows.types import (
         SHARD_TASK_QUEUE,
@@ -74,6 +76,8 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
         self.started: dict[str, int] = {}
         # New capacity seen unowned at the last look (adopted if still unowned at the next).
         self.unowned: set[str] = set()
+        # The last outside calls that failed after their retries (shown in `status`).
+        self.failures: list[dict[str, Any]] = []
 
     def _restore(self, state: dict[str, Any] | None, joining: bool = False) -> None:
         if state is not None:
@@ -118,6 +122,7 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
             "rejections": list(self.shard.rejections)[-10:],
             "coordinator_term": self.term,
             "inherited": self.inherited,
+            "failures": self.failures,
         }
 
     @workflow.query
@@ -162,29 +167,18 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
                 return
             # Mid-split or merging away: machines and results still fold in; nothing is decided.
             decision = Decision() if self.joining or self.merging else self._cycle(now)
-            await self._verify(decision, now)
+            # Suspects stay suspect: a verify that failed is asked for again next cycle.
+            await self._survive("verifying silent machines", self._verify(decision, now))
             starts = self.pipeline + [self._transition(a) for a in decision.actions]
             self.pipeline = []
-            starts = [s for s in starts if s is not None]
-            # Batches keep each activity's payload far below Temporal's 2 MB limit.
-            await asyncio.gather(
-                *(
-                    workflow.execute_activity(
-                        "start_transitions",
-                        starts[i : i + START_BATCH],
-                        task_queue=SHARD_TASK_QUEUE,
-                        **QUICK,
-                    )
-                    for i in range(0, len(starts), START_BATCH)
-                )
-            )
+            await self._start([s for s in starts if s is not None])
             for update in self.shard.operator_updates(decision):
                 workflow.start_activity(
                     "notify_operator", update, task_queue=TRANSITION_TASK_QUEUE, **QUICK
                 )
-            if now >= next_reconcile:
-                await self._reconcile(now)
-                await self._capacity(now)
+            if now >= next_reconcile and await self._survive(
+                "reconciling with the providers", self._reconcile(now), self._capacity(now)
+            ):
                 next_reconcile = now + self.cfg.reconcile_seconds
             await self.report()
             cycles_this_run += 1
@@ -196,9 +190,15 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
                 self._fold_results(workflow.now().timestamp())
                 state = shard_state(self.shard)
                 state.update(self.instruction_state())
-                snapshot = await self._store(
-                    {**state, "pipeline": [t.model_dump(mode="json") for t in self.pipeline]}
-                )
+                try:
+                    snapshot = await self._store(
+                        {**state, "pipeline": [t.model_dump(mode="json") for t in self.pipeline]}
+                    )
+                except ActivityError as err:
+                    # The store is out of reach: carry on in this run and try again next cycle.
+                    self._note_failure("writing the snapshot", err)
+                    self._store_failed()
+                    continue
                 workflow.continue_as_new(
                     ShardInput(
                         config=self.cfg,
@@ -211,6 +211,47 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
                         results=self.results,
                     )
                 )
+
+    async def _start(self, starts: list[TransitionInput]) -> None:
+        """Start the transition workflows; in batches far below Temporal's 2 MB payload limit.
+        A batch that could not be started is queued for the next cycle (starting is
+        idempotent: a workflow already started is found, not started twice)."""
+        batches = [starts[i : i + START_BATCH] for i in range(0, len(starts), START_BATCH)]
+        outcomes = await asyncio.gather(
+            *(
+                workflow.execute_activity(
+                    "start_transitions", batch, task_queue=SHARD_TASK_QUEUE, **QUICK
+                )
+                for batch in batches
+            ),
+            return_exceptions=True,
+        )
+        for batch, outcome in zip(batches, outcomes, strict=True):
+            if isinstance(outcome, ActivityError):
+                self._note_failure("starting transitions", outcome)
+                self.pipeline += batch
+            elif isinstance(outcome, BaseException):
+                raise outcome
+
+    async def _survive(self, what: str, *steps: Coroutine[Any, Any, None]) -> bool:
+        """Run periodic steps that read the outside world; one that fails after its retries
+        (a provider down, a malformed reply) is logged and surfaced in `status`, and the shard
+        carries on with its last good state: it never fails for it. False if a step failed."""
+        for i, step in enumerate(steps):
+            try:
+                await step
+            except ActivityError as err:
+                for rest in steps[i + 1 :]:
+                    rest.close()  # never started
+                self._note_failure(what, err)
+                return False
+        return True
+
+    def _note_failure(self, what: str, err: ActivityError) -> None:
+        cause = err.cause if err.cause is not None else err
+        message = f"{what}: {cause}"
+        workflow.logger.warning("shard %s: %s", self.shard.id, message)
+        self.failures = [*self.failures[-9:], {"at": workflow.now().timestamp(), "error": message}]
 
     def _cycle(self, now: float) -> Decision:
         with workflow.unsafe.sandbox_unrestricted():
@@ -284,7 +325,7 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
                 ProviderRead(provider=provider, machine_ids=ids, now=now),
                 task_queue=provider_task_queue(provider) + "-read",
                 result_type=list[Machine],
-                **QUICK,
+                **PERIODIC,
             )
             inv = self.shard.inventory
             for m in machines:

@@ -16,7 +16,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from bigfleet.shard import Shard
-    from workflows.provider_sync import QUICK
+    from workflows.provider_sync import PATIENT, QUICK
     from workflows.types import (
         SHARD_TASK_QUEUE,
         ShardConfig,
@@ -64,6 +64,12 @@ class SnapshotStore:
         digest = hashlib.sha256(blob.encode()).hexdigest()
         return SnapshotRef(key=key, parts=len(parts), size=len(blob), sha256=digest)
 
+    def _store_failed(self) -> None:
+        """Writing the snapshot failed: this run goes on (its history grows a little longer)
+        and what waited for the next run is applied here."""
+        self.snapshotting = False
+        self._apply_early_rollups()
+
     async def _load(self, ref: SnapshotRef, joining: bool) -> None:
         parts: list[str] = await asyncio.gather(
             *(
@@ -72,7 +78,7 @@ class SnapshotStore:
                     SnapshotPart(key=ref.key, part=i, data=""),
                     task_queue=SHARD_TASK_QUEUE,
                     result_type=str,
-                    **QUICK,
+                    **PATIENT,  # the shard cannot go on without it
                 )
                 for i in range(ref.parts)
             )
