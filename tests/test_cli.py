@@ -255,9 +255,13 @@ def test_status_text():
                 }
             ],
             "rejections": ["roll-up from cluster c rejected: needs.0.count: bad"],
+            "failures": [
+                {"at": 3600.0, "error": "reconciling with the providers: machines.3.state: bad"}
+            ],
         }
     )
     assert "shard-1" in text
+    assert "01:00:00Z reconciling with the providers: machines.3.state: bad" in text
     assert "CONFIGURED 8, DRAINING 2" in text and "SPECULATIVE" not in text
     assert "a: 4 × instance-type In [gpu-8xh100] at priority 500000" in text
     assert "ESCALATED" in text

@@ -1,8 +1,12 @@
-"""A shard whose workflow is gone is restarted by the coordinator from its durable state (seed
-§6) on a real Temporal dev server: same machines, same clusters' needs, a new epoch, and every
-machine of the fleet still owned by exactly one shard."""
+"""A shard whose workflow is gone is brought back from its durable state (seed §6) on a real
+Temporal dev server: by the coordinator, which resets the dead run so it replays to the state it
+died with, or by `bigfleet shard revive --from-snapshot`, which restarts it from its last
+snapshot. Same machines, same clusters' needs, a new epoch, and every machine of the fleet
+still owned by exactly one shard."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus
@@ -18,6 +22,7 @@ from tests.test_temporal_coordinator import (
     start_coordinator,
     two_shard_fleet,
 )
+from workers import cli
 from workflows.sagas import COORDINATOR_ID
 
 S = MachineState
@@ -39,13 +44,26 @@ async def revivals(client) -> list[str]:
     return outcomes
 
 
-@pytest.mark.parametrize("store", [False, True], ids=["inline", "snapshot-store"])
-async def test_a_terminated_shard_is_restarted_from_its_snapshot(
-    dev_env: WorkflowEnvironment, store: bool, tmp_path, monkeypatch
+async def revive_by_hand(client, shard: int) -> None:
+    """`bigfleet shard revive N --from-snapshot`, with the coordinator stopped first (it would
+    revive the shard its own way within seconds)."""
+    await client.get_workflow_handle(COORDINATOR_ID).terminate("test: revive by hand")
+    address = client.service_client.config.target_host
+    argv = ["shard", "revive", str(shard), "--from-snapshot", "--address", address]
+    assert await asyncio.to_thread(cli.main, argv) == 0
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["reset", "from-snapshot-inline", "from-snapshot-store"],
+)
+async def test_a_terminated_shard_is_brought_back_with_its_state(
+    dev_env: WorkflowEnvironment, how: str, tmp_path, monkeypatch
 ):
-    """Its durable state is its latest run's input: the snapshot inline, or a reference into
-    the snapshot store."""
+    """Reset: the coordinator replays the dead run to its end. From a snapshot: the latest
+    run's input, the snapshot inline or a reference into the snapshot store."""
     client = dev_env.client
+    store = how == "from-snapshot-store"
     monkeypatch.setenv("BIGFLEET_SNAPSHOT_DIR", str(tmp_path))
     sizes = dict(snapshot_inline_bytes=1, snapshot_part_bytes=1000) if store else {}
     raw = two_shard_fleet()  # 40 machines, one rack, all on shard 0
@@ -73,16 +91,19 @@ async def test_a_terminated_shard_is_restarted_from_its_snapshot(
 
         dead = (await shard0.describe()).run_id
         await shard0.terminate("test: the shard workflow vanished")
+        if how != "reset":
+            await revive_by_hand(client, 0)
         revived = await eventually(
             shard0.describe,
             lambda d: d.run_id != dead and d.status == WorkflowExecutionStatus.RUNNING,
             timeout=20,
-            what="shard-0 restarted by the coordinator",
+            what="shard-0 brought back",
         )
-        assert "restarted" in await revivals(client)
+        if how == "reset":
+            assert "reset" in await revivals(client)
         assert revived.run_id != dead
 
-        # Restarted from its snapshot, not from scratch: a new epoch, but the cluster's needs
+        # Brought back with its state, not from scratch: a new epoch, but the cluster's needs
         # (a fresh shard would know none until the next roll-up) and its machines carried over.
         after = await eventually(
             lambda: shard0.query("status"),
@@ -104,10 +125,54 @@ async def test_a_terminated_shard_is_restarted_from_its_snapshot(
         assert sum((await machines_of(client, 1)).values()) == 0
 
 
-async def test_a_revived_shard_gives_up_machines_that_moved_away_since_its_state(
+async def four_moved_to_shard_1(client, raw: dict, ids: list[str]) -> set[str]:
+    """Neither shard continues as new (its durable input is its first); shard 1's cluster
+    needs 4 GPUs, which the coordinator moves from shard 0's rack. The 4 moved machines."""
+    await start_coordinator(client, missing_after_seconds=3)
+    await start(client, raw)
+    await ask(client, 1, raw["clusters"][0]["name"], 1_000_000, 4)
+    await eventually(lambda: machines_of(client, 1), lambda m: m["CONFIGURED"] == 4, timeout=60)
+    states = await client.get_workflow_handle("shard-1").query("machine_states", ids)
+    moved = {m for m, s in states.items() if s != "GONE"}
+    assert len(moved) == 4
+    return moved
+
+
+async def test_a_reset_shard_keeps_machines_it_adopted_after_its_snapshot(
     dev_env: WorkflowEnvironment,
 ):
-    """Shard 0 never continued as new, so its durable state is its first input: revived, it
+    """Shard 1 got its 4 machines after the input of its last run: restarted from that input
+    it would own none of them, and no shard would (the donor released them). Reset, it replays
+    the adopt and keeps them, configured for its cluster."""
+    client = dev_env.client
+    raw = two_shard_fleet()
+    rack = raw["providers"][0]["racks"][0]["rack"]
+    ids = [f"dc-{rack}-{i:05d}" for i in range(40)]
+    shard1 = client.get_workflow_handle("shard-1")
+    async with fleet_workers(client, raw):
+        moved = await four_moved_to_shard_1(client, raw, ids)
+        before = await query_retrying(lambda: shard1.query("status"))
+        dead = (await shard1.describe()).run_id
+        await shard1.terminate("test: the shard workflow vanished")
+        after = await eventually(
+            lambda: shard1.query("status"),
+            lambda s: s["epoch"] > before["epoch"] and s["cycles"] > before["cycles"],
+            timeout=30,
+            what="shard-1 reset and cycling again",
+        )
+        assert (await shard1.describe()).run_id != dead
+        assert await revivals(client) == ["reset"]
+        states = await query_retrying(lambda: shard1.query("machine_states", ids))
+        assert {m for m, s in states.items() if s != "GONE"} == moved
+        assert after["machines"]["CONFIGURED"] == 4
+        assert sum(after["machines"].values()) == 4
+        assert sum((await machines_of(client, 0)).values()) == 36
+
+
+async def test_a_shard_restarted_from_scratch_gives_up_machines_that_moved_away(
+    dev_env: WorkflowEnvironment,
+):
+    """Shard 0 never continued as new, so its last snapshot is none: restarted from it, it
     starts from scratch and adopts its rack by the assignment rule — including 4 machines the
     coordinator has since moved to shard 1. It gives those up: each machine stays owned once."""
     client = dev_env.client
@@ -116,23 +181,10 @@ async def test_a_revived_shard_gives_up_machines_that_moved_away_since_its_state
     ids = [f"dc-{rack}-{i:05d}" for i in range(40)]
     shard0 = client.get_workflow_handle("shard-0")
     async with fleet_workers(client, raw):
-        await start_coordinator(client, missing_after_seconds=3)
-        await start(client, raw)
-        await ask(client, 1, raw["clusters"][0]["name"], 1_000_000, 4)
-        await eventually(
-            lambda: machines_of(client, 1), lambda m: m["CONFIGURED"] == 4, timeout=60
-        )
-        moved = {
-            m
-            for m, s in (
-                await client.get_workflow_handle("shard-1").query("machine_states", ids)
-            ).items()
-            if s != "GONE"
-        }
-        assert len(moved) == 4
-
+        moved = await four_moved_to_shard_1(client, raw, ids)
         dead = (await shard0.describe()).run_id
         await shard0.terminate("test: the shard workflow vanished")
+        await revive_by_hand(client, 0)
         await eventually(
             shard0.describe,
             lambda d: d.run_id != dead and d.status == WorkflowExecutionStatus.RUNNING,

@@ -38,6 +38,7 @@ from workers.verbs import (
     _escalate,
     _history,
     _merge,
+    _revive,
     _rollup_send,
     _split,
     _status,
@@ -311,7 +312,7 @@ def parser() -> argparse.ArgumentParser:
     _connection(e)
     e.set_defaults(run=_escalate)
 
-    sh = verbs.add_parser("shard", help="fleet membership: add, split or merge shards")
+    sh = verbs.add_parser("shard", help="fleet membership: add, split, merge or revive shards")
     shverbs = sh.add_subparsers(dest="what", required=True)
     ad = shverbs.add_parser(
         "add",
@@ -343,6 +344,24 @@ def parser() -> argparse.ArgumentParser:
     mg.add_argument("--wait", action="store_true", help="wait for the merge and print it")
     _connection(mg)
     mg.set_defaults(run=_merge)
+
+    rv = shverbs.add_parser(
+        "revive",
+        help="bring back a shard whose workflow was terminated or failed",
+        description="Bring back shard N's workflow (the coordinator does this by itself for a "
+        "shard that stops reporting): its last run is reset to where it ended and replays to "
+        "the state it died with, then reconciles with its providers under a new epoch.",
+    )
+    rv.add_argument("shard", type=shard_number, metavar="N")
+    rv.add_argument(
+        "--from-snapshot",
+        action="store_true",
+        help="restart from its last continue-as-new snapshot instead of replaying its last run "
+        "(after a code change that makes that history unreplayable); changes since the "
+        "snapshot are rebuilt from the providers' lists",
+    )
+    _connection(rv)
+    rv.set_defaults(run=_revive)
 
     dc = verbs.add_parser(
         "decommission",

@@ -246,6 +246,12 @@ def render_status(st: dict[str, Any]) -> str:
     if st.get("rejections"):
         lines.append("  rejected roll-ups (latest last):")
         lines += [f"    {r}" for r in st["rejections"]]
+    if st.get("failures"):
+        lines.append("  failed calls, retried next cycle (latest last):")
+        lines += [
+            f"    {time.strftime('%H:%M:%S', time.gmtime(f['at']))}Z {f['error']}"
+            for f in st["failures"]
+        ]
     return "\n".join(lines)
 
 
@@ -414,6 +420,29 @@ async def _add_shard(args: argparse.Namespace) -> int:
     _, shard = await _coordinator_update(args, "add_shard", None)
     print(f"started shard-{shard}: new clusters go to it first")
     return 0
+
+
+@_async
+async def _revive(args: argparse.Namespace) -> int:
+    from activities.shards import revive
+
+    client = await _connect(args)
+    try:
+        outcome = await revive(client, args.shard, from_snapshot=args.from_snapshot)
+    except Exception as err:
+        raise _rpc_error(err, f"shard-{args.shard}") from None
+    print(
+        {
+            "running": f"shard-{args.shard} is running: nothing to revive",
+            "completed": f"shard-{args.shard} retired (merged away): not revived",
+            "unknown": f"shard-{args.shard} never ran: nothing to revive it from",
+            "reset": f"shard-{args.shard} reset to the end of its last run; it reconciles with "
+            "its providers next cycle",
+            "restarted": f"shard-{args.shard} restarted from its last snapshot (or from scratch "
+            "if it had none) with a new epoch",
+        }[outcome]
+    )
+    return 0 if outcome in ("reset", "restarted", "running") else 1
 
 
 @_async

@@ -135,6 +135,10 @@ async def ensure_shards(
     await client.start_workflow(**coordinator_start(fleet.shards, plan_seconds))
 
 
+# The workflows on the shard task queue; with MachineTransitionWorkflow, every workflow.
+SHARD_WORKFLOWS = [ShardWorkflow, CoordinatorWorkflow, TransferSagaWorkflow, MembershipSagaWorkflow]
+
+
 def build_workers(
     client: Client,
     sim: SimulatedFleet,
@@ -156,12 +160,7 @@ def build_workers(
             Worker(
                 client,
                 task_queue=SHARD_TASK_QUEUE,
-                workflows=[
-                    ShardWorkflow,
-                    CoordinatorWorkflow,
-                    TransferSagaWorkflow,
-                    MembershipSagaWorkflow,
-                ],
+                workflows=SHARD_WORKFLOWS,
                 activities=[
                     StarterActivities(client).start_transitions,
                     SnapshotActivities(snapshot_dir).put,

@@ -269,7 +269,7 @@ class CoordinatorWorkflow:
                 workflow.logger.warning("shard %s could not be revived: %s", shard, err.cause)
                 continue
             workflow.logger.warning("missing shard %s: revive_shard says %s", shard, outcome)
-            if outcome == "restarted":
+            if outcome in ("reset", "restarted"):
                 restarts.add(1, {"shard": str(shard)})
 
     async def _round(self, inp: CoordinatorInput) -> None:

@@ -14,7 +14,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from bigfleet.coordinator import Matching
+    from bigfleet.coordinator import Matching, ShardReport
     from bigfleet.models import Machine, MachineState, Transition
     from bigfleet.shard import Shard
     from workflows.sagas import COORDINATOR_ID
@@ -375,15 +375,23 @@ class InstructionHandlers:
         self._not_restoring()
         return self.shard.matching(where, limit)
 
-    async def report(self) -> None:
-        """Summary and shortfalls to the coordinator every 30 s, if one runs (static stability:
-        without one the shard carries on alone)."""
-        now = workflow.now().timestamp()
+    def report_due(self, now: float) -> ShardReport | None:
+        """The report, every 30 s, taken right after a decision at `now`: what it offers
+        (idle, speculative, preemptible) and what it lacks (shortfalls) are that decision's.
+        Machines adopted later in the cycle are in the next report, after a decision has
+        claimed them; else the coordinator would see them idle beside a shortfall they are
+        about to serve, and with a report newer than the saga that brought them, plan again."""
         if now - self.last_report < self.cfg.report_seconds:
-            return
+            return None
         self.last_report = now
         # Small samples: every report lands in the coordinator's history.
-        report = self.shard.report(now, sample=REPORT_SAMPLE)
+        return self.shard.report(now, sample=REPORT_SAMPLE)
+
+    async def send_report(self, report: ShardReport | None) -> None:
+        """To the coordinator, if one runs (static stability: without one the shard carries
+        on alone)."""
+        if report is None:
+            return
         try:
             await workflow.get_external_workflow_handle(COORDINATOR_ID).signal(
                 "shard_report", report

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from temporalio import workflow
@@ -69,9 +70,8 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
         self._restore(inp.state, inp.joining)
         self.forward: dict[str, dict[str, Any]] = {}
         self.results: list[TransitionResult] = list(inp.results)
-        # A revived shard drops its predecessor's queued starts (tokens of the dead epoch; most
-        # were started already): reconciling with the providers and the next cycle redo them.
-        self.pipeline: list[TransitionInput] = [] if self.restarted else list(inp.pipeline)
+        self.pipeline: list[TransitionInput] = list(inp.pipeline)  # (a revived shard drops it)
+        self.revive = False  # `revived` arrived: catch up with the providers next cycle
         self.last_cycle_ms = 0.0
         self.started: dict[str, int] = {}
         # New capacity seen unowned at the last look (adopted if still unowned at the next).
@@ -105,6 +105,20 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
     @workflow.signal
     def transition_done(self, result: TransitionResult) -> None:
         self.results.append(result)
+
+    @workflow.signal
+    def revived(self) -> None:
+        """Sent with the reset that brought this run back from the dead (`revive_shard`)."""
+        self.revive = True
+
+    async def _after_revival(self) -> None:
+        """Back from a dead run's durable state (seed §6): a new epoch fences the dead run's
+        transitions out, its queued starts are dropped (most were started; the next cycle redoes
+        the rest), and the providers say what became of its machines meanwhile."""
+        self.shard.epoch = int(workflow.now().timestamp() * 1000)
+        self.pipeline = []
+        await self._reconcile_restored()
+        await self._drop_owned_elsewhere()
 
     @workflow.query
     def status(self) -> dict[str, Any]:
@@ -150,15 +164,14 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
                 await self._adopt_from_providers()
                 await self._drop_owned_elsewhere()
         elif self.restarted:
-            # Revived from a dead run's durable state (seed §6): a new epoch fences the dead
-            # run's transitions out; the providers say what became of its machines meanwhile.
-            self.shard.epoch = int(workflow.now().timestamp() * 1000)
-            await self._reconcile_restored()
-            await self._drop_owned_elsewhere()
+            await self._after_revival()
         cycles_this_run = 0
         next_reconcile = workflow.now().timestamp() + self.cfg.reconcile_seconds
         while True:
             await workflow.sleep(self.cfg.cycle_seconds)
+            if self.revive:
+                self.revive = False
+                await self._after_revival()
             now = workflow.now().timestamp()
             self._fold_results(now)
             await self._forward()
@@ -167,8 +180,9 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
                 return
             # Mid-split or merging away: machines and results still fold in; nothing is decided.
             decision = Decision() if self.joining or self.merging else self._cycle(now)
+            report = self.report_due(now)
             # Suspects stay suspect: a verify that failed is asked for again next cycle.
-            await self._survive("verifying silent machines", self._verify(decision, now))
+            await self._survive("verifying silent machines", partial(self._verify, decision, now))
             starts = self.pipeline + [self._transition(a) for a in decision.actions]
             self.pipeline = []
             await self._start([s for s in starts if s is not None])
@@ -177,10 +191,12 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
                     "notify_operator", update, task_queue=TRANSITION_TASK_QUEUE, **QUICK
                 )
             if now >= next_reconcile and await self._survive(
-                "reconciling with the providers", self._reconcile(now), self._capacity(now)
+                "reconciling with the providers",
+                partial(self._reconcile, now),
+                partial(self._capacity, now),
             ):
                 next_reconcile = now + self.cfg.reconcile_seconds
-            await self.report()
+            await self.send_report(report)
             cycles_this_run += 1
             if (
                 workflow.info().is_continue_as_new_suggested()
@@ -209,6 +225,8 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
                         # What arrived while the snapshot was written (none if inline).
                         rollups=self.early_rollups,
                         results=self.results,
+                        # A `revived` not yet acted on: the next run does it.
+                        restarted=self.revive,
                     )
                 )
 
@@ -233,16 +251,15 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
             elif isinstance(outcome, BaseException):
                 raise outcome
 
-    async def _survive(self, what: str, *steps: Coroutine[Any, Any, None]) -> bool:
-        """Run periodic steps that read the outside world; one that fails after its retries
-        (a provider down, a malformed reply) is logged and surfaced in `status`, and the shard
-        carries on with its last good state: it never fails for it. False if a step failed."""
-        for i, step in enumerate(steps):
+    async def _survive(self, what: str, *steps: Callable[[], Awaitable[None]]) -> bool:
+        """Run periodic steps that read the outside world, in order; one that fails after its
+        retries (a provider down, a malformed reply) is logged and surfaced in `status`, the
+        rest wait for the next time, and the shard carries on with its last good state: it
+        never fails for it. False if a step failed."""
+        for step in steps:
             try:
-                await step
+                await step()
             except ActivityError as err:
-                for rest in steps[i + 1 :]:
-                    rest.close()  # never started
                 self._note_failure(what, err)
                 return False
         return True

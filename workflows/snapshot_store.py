@@ -31,7 +31,6 @@ class SnapshotStore:
     shard: Shard
     cfg: ShardConfig
     pipeline: list[TransitionInput]
-    restarted: bool
     restoring: bool
     snapshotting: bool
     early_rollups: list[dict[str, Any]]
@@ -92,8 +91,7 @@ class SnapshotStore:
         state = json.loads(blob)
         queued = [TransitionInput.model_validate(t) for t in state.pop("pipeline", [])]
         self._restore(state, joining)
-        if not self.restarted:  # a revived shard drops them (see __init__)
-            self.pipeline = queued + self.pipeline
+        self.pipeline = queued + self.pipeline
         self.restoring = False
         self._apply_early_rollups()
 
