@@ -125,6 +125,13 @@ async def test_a_terminated_shard_is_brought_back_with_its_state(
         assert sum((await machines_of(client, 1)).values()) == 0
 
 
+def one_rack() -> tuple[dict, list[str]]:
+    """Two shards, one rack of 40 machines (all on shard 0), and their ids."""
+    raw = two_shard_fleet()
+    rack = raw["providers"][0]["racks"][0]["rack"]
+    return raw, [f"dc-{rack}-{i:05d}" for i in range(40)]
+
+
 async def four_moved_to_shard_1(client, raw: dict, ids: list[str]) -> set[str]:
     """Neither shard continues as new (its durable input is its first); shard 1's cluster
     needs 4 GPUs, which the coordinator moves from shard 0's rack. The 4 moved machines."""
@@ -145,9 +152,7 @@ async def test_a_reset_shard_keeps_machines_it_adopted_after_its_snapshot(
     it would own none of them, and no shard would (the donor released them). Reset, it replays
     the adopt and keeps them, configured for its cluster."""
     client = dev_env.client
-    raw = two_shard_fleet()
-    rack = raw["providers"][0]["racks"][0]["rack"]
-    ids = [f"dc-{rack}-{i:05d}" for i in range(40)]
+    raw, ids = one_rack()
     shard1 = client.get_workflow_handle("shard-1")
     async with fleet_workers(client, raw):
         moved = await four_moved_to_shard_1(client, raw, ids)
@@ -176,9 +181,7 @@ async def test_a_shard_restarted_from_scratch_gives_up_machines_that_moved_away(
     starts from scratch and adopts its rack by the assignment rule — including 4 machines the
     coordinator has since moved to shard 1. It gives those up: each machine stays owned once."""
     client = dev_env.client
-    raw = two_shard_fleet()
-    rack = raw["providers"][0]["racks"][0]["rack"]
-    ids = [f"dc-{rack}-{i:05d}" for i in range(40)]
+    raw, ids = one_rack()
     shard0 = client.get_workflow_handle("shard-0")
     async with fleet_workers(client, raw):
         moved = await four_moved_to_shard_1(client, raw, ids)

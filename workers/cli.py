@@ -357,8 +357,8 @@ def parser() -> argparse.ArgumentParser:
         "--from-snapshot",
         action="store_true",
         help="restart from its last continue-as-new snapshot instead of replaying its last run "
-        "(after a code change that makes that history unreplayable); changes since the "
-        "snapshot are rebuilt from the providers' lists",
+        "(after a code change that makes that history unreplayable). Machines it released since "
+        "are given up; machines it adopted since are owned by no shard until handed back",
     )
     _connection(rv)
     rv.set_defaults(run=_revive)
