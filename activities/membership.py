@@ -73,14 +73,20 @@ class MembershipActivities:
     async def owned_elsewhere(self, shard: int, machine_ids: list[str]) -> list[str]:
         """Which of `machine_ids` another running shard owns (a shard restarted from an older
         state, or afresh, must not keep machines that moved away since)."""
-        mine = shard_workflow_id(shard)
-        query = 'WorkflowType = "Shard" AND ExecutionStatus = "Running"'
-        found: set[str] = set()
-        async for wf in self.client.list_workflows(query):
-            if wf.id == mine:
-                continue
-            states = await self.client.get_workflow_handle(wf.id).query(
-                "machine_states", machine_ids, result_type=dict[str, str]
-            )
-            found.update(mid for mid, state in states.items() if state != "GONE")
-        return sorted(found)
+        return await owned_elsewhere(self.client, shard, machine_ids)
+
+
+async def owned_elsewhere(client: Client, shard: int, machine_ids: list[str]) -> list[str]:
+    """Which of `machine_ids` a running shard other than `shard` holds, or took out of the
+    fleet."""
+    mine = shard_workflow_id(shard)
+    query = 'WorkflowType = "Shard" AND ExecutionStatus = "Running"'
+    found: set[str] = set()
+    async for wf in client.list_workflows(query):
+        if wf.id == mine:
+            continue
+        states = await client.get_workflow_handle(wf.id).query(
+            "machine_states", machine_ids, result_type=dict[str, str]
+        )
+        found.update(mid for mid, state in states.items() if state != "GONE")
+    return sorted(found)

@@ -8,9 +8,12 @@ from contextlib import contextmanager
 from datetime import timedelta
 
 from temporalio import activity
+from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
+from activities.membership import owned_elsewhere
 from activities.metrics import PROVIDER_CALL_SECONDS, PROVIDER_CALLS
+from bigfleet.assignment import machine_shard
 from bigfleet.models import BootstrapBlob, ListFilter, Machine, MachineState, Transition
 from bigfleet.providers.base import (
     CapacityProvider,
@@ -19,7 +22,17 @@ from bigfleet.providers.base import (
     RateLimited,
 )
 from bigfleet.states import TARGET_OF
-from workflows.types import ProviderCall, ProviderRead
+from workflows.types import (
+    CAPACITY_GONE,
+    LIST_PAGE,
+    CapacityDiff,
+    CapacityRead,
+    ProviderCall,
+    ProviderRead,
+    shard_workflow_id,
+)
+
+ID_PAGE = 20_000  # machine ids a query asks or answers (~1 MB)
 
 T = Transition
 
@@ -60,8 +73,10 @@ class ProviderActivities:
         self,
         providers: Mapping[str, CapacityProvider],
         clocks: Mapping[str, VirtualClock] | None = None,
+        client: Client | None = None,
     ) -> None:
         self.providers = dict(providers)
+        self.client = client  # for `provider_capacity`, which asks the shards
         self.clocks = dict(clocks or {})
         # The listing being paged through, per (provider, states, caller's now): the machines
         # in id order, and their ids.
@@ -122,6 +137,48 @@ class ProviderActivities:
         p = self._provider(r.provider, r.now)
         with provider_errors():
             return [p.get(mid) for mid in r.machine_ids]
+
+    @activity.defn(name="provider_capacity")
+    async def capacity(self, r: CapacityRead) -> CapacityDiff:
+        """Speculative capacity that came or went (seed §16), for shard `r.shard`: the
+        provider's listing is compared here with the shard's own speculative machines, read
+        from it by queries, so neither the listing nor the shard's ids enter its history —
+        only what changed: its speculative machines no longer listed (quota shrank), and listed
+        ones that are its by the assignment rule (`r.shares`) which no shard holds (new)."""
+        if self.client is None:
+            raise ApplicationError("provider_capacity needs a Temporal client", non_retryable=True)
+        p = self._provider(r.provider, r.now)
+        with provider_errors():
+            listed = {m.id: m for m in p.list(ListFilter(states=[MachineState.SPECULATIVE]))}
+        shard = self.client.get_workflow_handle(shard_workflow_id(r.shard))
+        held: set[str] = set()
+        after = ""
+        while True:
+            page: list[str] = await shard.query(
+                "speculative_ids", args=[r.provider, after, ID_PAGE], result_type=list[str]
+            )
+            held.update(page)
+            if len(page) < ID_PAGE:
+                break
+            after = page[-1]
+        gone = sorted(mid for mid in held if mid not in listed)
+        shares = set(r.shares)
+        maybe = sorted(
+            mid
+            for mid, m in listed.items()
+            if mid not in held and machine_shard(m, r.shards) in shares
+        )
+        fresh: list[Machine] = []
+        for i in range(0, len(maybe), ID_PAGE):
+            if len(fresh) >= LIST_PAGE:
+                break
+            chunk = maybe[i : i + ID_PAGE]
+            states = await shard.query("machine_states", chunk, result_type=dict[str, str])
+            unknown = [mid for mid in chunk if states.get(mid) == "GONE"]
+            if unknown:
+                elsewhere = set(await owned_elsewhere(self.client, r.shard, unknown))
+                fresh += [listed[mid] for mid in unknown if mid not in elsewhere]
+        return CapacityDiff(gone=gone[:CAPACITY_GONE], fresh=fresh[:LIST_PAGE])
 
     @activity.defn(name="provider_list")
     async def list(self, r: ProviderRead) -> list[Machine]:

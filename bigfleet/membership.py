@@ -32,32 +32,19 @@ class ShardMembership:
     decommissioned: set[str]
     adopt: Callable[[Iterable[Machine], float], int]
 
-    def capacity_changes(
-        self, provider: str, speculative: Iterable[Machine], mine: Callable[[Machine], bool]
-    ) -> tuple[list[str], list[Machine]]:
-        """Against a provider's list of speculative machines: this shard's speculative machines
-        of that provider it no longer lists (quota shrank), and listed ones that are this
-        shard's by the assignment rule (`mine`) but not in its hands (new capacity — or a
-        machine another shard owns now, which the caller must rule out)."""
+    def speculative_ids(self, provider: str, after: str, limit: int) -> list[str]:
+        """This shard's speculative machines of `provider`, in id order after `after`, at most
+        `limit` (a page: a provider's listing is compared with them without the ids ever
+        entering the workflow's history)."""
         inv = self.inventory
-        listed = {m.id: m for m in speculative}
         n = inv.rows_used
         rows = np.flatnonzero(inv.state[:n] == CODE[S.SPECULATIVE]).tolist()
-        gone = [
-            inv.machine_id(r)
+        ids = sorted(
+            mid
             for r in rows
-            if inv.profile_of(r).provider == provider and inv.machine_id(r) not in listed
-        ]
-        fresh = [
-            m
-            for mid, m in listed.items()
-            if inv.ids.find(mid) < 0
-            and mid not in self.handoff
-            and mid not in self.leaving
-            and mid not in self.decommissioned
-            and mine(m)
-        ]
-        return gone, fresh
+            if inv.profile_of(r).provider == provider and (mid := inv.machine_id(r)) > after
+        )
+        return ids[:limit]
 
     def ownership(self, machine_id: str) -> str:
         """What this shard holds of a machine: its state, DECOMMISSIONED, or GONE."""

@@ -188,7 +188,7 @@ def build_workers(
             )
         )
     if "providers" in roles:
-        acts = ProviderActivities(sim.providers, sim.clocks)
+        acts = ProviderActivities(sim.providers, sim.clocks, client)
         for name in sim.providers:
             workers.append(
                 Worker(
@@ -201,7 +201,7 @@ def build_workers(
             workers.append(
                 Worker(
                     client, task_queue=provider_task_queue(name) + "-read",
-                    activities=[acts.get, acts.list],
+                    activities=[acts.get, acts.list, acts.capacity],
                 )
             )
     return workers

@@ -171,6 +171,11 @@ class InstructionHandlers:
         self._not_restoring()
         return {mid: self.shard.ownership(mid) for mid in machine_ids}
 
+    @workflow.query
+    def speculative_ids(self, provider: str, after: str, limit: int) -> list[str]:
+        self._not_restoring()
+        return self.shard.speculative_ids(provider, after, limit)
+
     @workflow.update
     def adopt(self, ins: Instruction) -> int:
         """Take ownership of machines another shard released (or new capacity)."""

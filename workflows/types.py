@@ -106,6 +106,29 @@ class ProviderRead(Model):
     limit: int = Field(default=LIST_PAGE, ge=1)
 
 
+class CapacityRead(Model):
+    """`provider_capacity`: a provider's speculative machines against what `shard` holds."""
+
+    provider: str
+    now: float
+    shard: int
+    shards: int
+    # The shards whose machines by the assignment rule this shard takes (its own, and those of
+    # shards merged into it).
+    shares: list[int]
+
+
+class CapacityDiff(Model):
+    """What changed, small in steady state: at most `CAPACITY_GONE` ids and `LIST_PAGE`
+    machines a reconcile (the rest at the next)."""
+
+    gone: list[str] = Field(default_factory=list)
+    fresh: list[Machine] = Field(default_factory=list)
+
+
+CAPACITY_GONE = 20_000  # ids (~1 MB)
+
+
 class BootstrapCall(Model):
     cluster: str
     machine_id: str
