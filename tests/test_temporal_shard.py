@@ -389,23 +389,40 @@ async def test_continue_as_new_keeps_a_configure_queued_by_a_finished_create(
     assert len(machines) == 1
 
 
-async def test_a_shard_adopts_a_listing_larger_than_one_payload(dev_env: WorkflowEnvironment):
+@pytest.mark.parametrize("runs", [1, 5], ids=["one-run", "a-run-per-page"])
+async def test_a_shard_adopts_a_listing_larger_than_one_payload(
+    dev_env: WorkflowEnvironment, runs: int
+):
     """5 000 machines are ~3 MB of records, over Temporal's 2 MB payload limit: the shard reads
-    its provider's listing page by page."""
+    its provider's listing page by page. Each page costs history, so past
+    `adopt_history_bytes` (forced down to one page here) the shard continues as new and adopts
+    the rest in the next run — a 100 000-machine fleet would pass Temporal's 50 MB limit."""
     client = dev_env.client
+    limit = {} if runs == 1 else {"adopt_history_bytes": 1}
     async with fleet_workers(client, fleet(5000)) as sim:
-        await ensure_shards(client, sim.fleet, **FAST)
+        await ensure_shards(client, sim.fleet, **FAST, **limit)
         st = await eventually(
-            lambda: status(client), lambda st: sum(st["machines"].values()) == 5000, timeout=60
+            lambda: status(client), lambda st: sum(st["machines"].values()) == 5000, timeout=90
         )
         assert st["machines"]["SPECULATIVE"] == 5000
-        pages = [
-            e
-            async for e in shard(client).fetch_history_events()
-            if e.HasField("activity_task_scheduled_event_attributes")
-            and e.activity_task_scheduled_event_attributes.activity_type.name == "provider_list"
-        ]
-        assert len(pages) >= 5
+        runs_ = await listed(client, 'WorkflowId = "shard-0"')
+        adopting = [wf for wf in runs_ if wf.status is WorkflowExecutionStatus.CONTINUED_AS_NEW]
+        pages = [await listings(client, wf) for wf in runs_]
+        if runs == 1:
+            assert not adopting and pages[0] >= 5
+        else:  # a page a run: 5 pages of 1 000 and the empty sixth in the running run
+            assert len(adopting) == 5, [wf.run_id for wf in adopting]
+            assert pages[:5] == [1, 1, 1, 1, 1]
+
+
+async def listings(client: Client, wf: WorkflowExecution) -> int:
+    """How many `provider_list` pages a run read."""
+    n = 0
+    handle = client.get_workflow_handle(wf.id, run_id=wf.run_id)
+    async for e in handle.fetch_history_events():
+        if e.HasField("activity_task_scheduled_event_attributes"):
+            n += e.activity_task_scheduled_event_attributes.activity_type.name == "provider_list"
+    return n
 
 
 async def test_what_arrives_while_a_snapshot_is_written_is_not_lost(

@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.types import (
         LIST_PAGE,
         SHARD_TASK_QUEUE,
+        AdoptCursor,
         CapacityDiff,
         CapacityRead,
         ProviderRead,
@@ -94,21 +95,24 @@ class ProviderSync:
         """A provider's machines (in `states`), page by page; `patient` at start-up."""
         out: list[Machine] = []
         while True:
-            page: list[Machine] = await workflow.execute_activity(
-                "provider_list",
-                ProviderRead(
-                    provider=provider,
-                    now=now,
-                    states=[s.value for s in states or []],
-                    after=out[-1].id if out else "",
-                ),
-                task_queue=provider_task_queue(provider) + "-read",
-                result_type=list[Machine],
-                **(PATIENT if patient else PERIODIC),
-            )
+            page = await self._page(provider, now, states, out[-1].id if out else "", patient)
             out += page
             if len(page) < LIST_PAGE:
                 return out
+
+    async def _page(
+        self, provider: str, now: float, states: list[S] | None, after: str, patient: bool
+    ) -> list[Machine]:
+        """One page of a provider's listing: the machines after id `after`."""
+        return await workflow.execute_activity(
+            "provider_list",
+            ProviderRead(
+                provider=provider, now=now, states=[s.value for s in states or []], after=after
+            ),
+            task_queue=provider_task_queue(provider) + "-read",
+            result_type=list[Machine],
+            **(PATIENT if patient else PERIODIC),
+        )
 
     async def _owned_elsewhere(self, ids: list[str], patient: bool = False) -> set[str]:
         """Which of `ids` another running shard holds (or took out of the fleet)."""
@@ -125,14 +129,28 @@ class ProviderSync:
             )
         return found
 
-    async def _adopt_from_providers(self) -> None:
+    async def _adopt_from_providers(self, start: AdoptCursor | None) -> AdoptCursor | None:
         """Take this shard's share of every provider's machines: whole racks, cloud slots by id
-        (seed §5). A restarted shard adopts machines as they are, mid-transition included."""
-        for provider in self.cfg.providers:
-            machines = await self._list(provider, workflow.now().timestamp(), patient=True)
-            shards = self.cfg.shards
-            mine = [m for m in machines if machine_shard(m, shards) == self.cfg.shard]
-            self.shard.adopt(mine, workflow.now().timestamp())
+        (seed §5), page by page from `start`. Every listed machine costs history (~630 bytes),
+        so past `adopt_history_bytes` this stops and returns where the next run goes on (a
+        100 000-machine fleet would otherwise pass Temporal's 50 MB limit in one run); None
+        once everything is adopted. A restarted shard adopts machines as they are,
+        mid-transition included."""
+        first = start.provider if start else 0
+        for i, provider in enumerate(self.cfg.providers[first:], start=first):
+            after = start.after if start and i == first else ""
+            now = workflow.now().timestamp()  # one listing for all its pages
+            while True:
+                page = await self._page(provider, now, None, after, patient=True)
+                shards = self.cfg.shards
+                mine = [m for m in page if machine_shard(m, shards) == self.cfg.shard]
+                self.shard.adopt(mine, workflow.now().timestamp())
+                if len(page) < LIST_PAGE:
+                    break
+                after = page[-1].id
+                if workflow.info().get_current_history_size() > self.cfg.adopt_history_bytes:
+                    return AdoptCursor(provider=i, after=after)
+        return None
 
     async def _reconcile(self, now: float) -> None:
         """Machines that failed while nobody watched (a spot interruption): fold them in and

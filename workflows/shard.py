@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.types import (
         SHARD_TASK_QUEUE,
         TRANSITION_TASK_QUEUE,
+        AdoptCursor,
         ProviderRead,
         ShardConfig,
         ShardInput,
@@ -160,10 +161,14 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
         if self.fresh:
             # A shard started from scratch fences out every earlier incarnation (seed §11).
             self.shard.epoch = int(workflow.now().timestamp() * 1000)
-            if not self.joining:  # a split-born shard gets its machines from the split
-                await self._adopt_from_providers()
-                await self._drop_owned_elsewhere()
-        elif self.restarted:
+        if (self.fresh or inp.adopting) and not self.joining:
+            # (A split-born shard gets its machines from the split.)
+            more = await self._adopt_from_providers(inp.adopting)
+            while more is not None:
+                await self._continue_as_new(adopting=more)  # returns if the store failed
+                await workflow.sleep(self.cfg.cycle_seconds)
+            await self._drop_owned_elsewhere()
+        if self.restarted:
             await self._after_revival()
         cycles_this_run = 0
         next_reconcile = workflow.now().timestamp() + self.cfg.reconcile_seconds
@@ -202,33 +207,38 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
                 workflow.info().is_continue_as_new_suggested()
                 or cycles_this_run >= self.cfg.max_cycles_per_run
             ):
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                self._fold_results(workflow.now().timestamp())
-                state = shard_state(self.shard)
-                state.update(self.instruction_state())
-                try:
-                    snapshot = await self._store(
-                        {**state, "pipeline": [t.model_dump(mode="json") for t in self.pipeline]}
-                    )
-                except ActivityError as err:
-                    # The store is out of reach: carry on in this run and try again next cycle.
-                    self._note_failure("writing the snapshot", err)
-                    self._store_failed()
-                    continue
-                workflow.continue_as_new(
-                    ShardInput(
-                        config=self.cfg,
-                        state=None if snapshot else state,
-                        snapshot=snapshot,
-                        # With a snapshot, the queued starts travel in it: they can be many.
-                        pipeline=[] if snapshot else self.pipeline,
-                        # What arrived while the snapshot was written (none if inline).
-                        rollups=self.early_rollups,
-                        results=self.results,
-                        # A `revived` not yet acted on: the next run does it.
-                        restarted=self.revive,
-                    )
-                )
+                await self._continue_as_new()  # returns if the store failed: next cycle
+
+    async def _continue_as_new(self, adopting: AdoptCursor | None = None) -> None:
+        """Hand the state to the next run: inline, or through the snapshot store. Returns only
+        if the store could not be written (the run carries on; try again later)."""
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._fold_results(workflow.now().timestamp())
+        state = shard_state(self.shard)
+        state.update(self.instruction_state())
+        try:
+            snapshot = await self._store(
+                {**state, "pipeline": [t.model_dump(mode="json") for t in self.pipeline]}
+            )
+        except ActivityError as err:
+            self._note_failure("writing the snapshot", err)
+            self._store_failed()
+            return
+        workflow.continue_as_new(
+            ShardInput(
+                config=self.cfg,
+                state=None if snapshot else state,
+                snapshot=snapshot,
+                # With a snapshot, the queued starts travel in it: they can be many.
+                pipeline=[] if snapshot else self.pipeline,
+                # What arrived while the snapshot was written (none if inline).
+                rollups=self.early_rollups,
+                results=self.results,
+                # A `revived` not yet acted on: the next run does it.
+                restarted=self.revive,
+                adopting=adopting,
+            )
+        )
 
     async def _start(self, starts: list[TransitionInput]) -> None:
         """Start the transition workflows; in batches far below Temporal's 2 MB payload limit.

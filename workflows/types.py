@@ -157,6 +157,18 @@ class ShardConfig(Model):
     # `snapshot_part_bytes` (Temporal refuses a payload over 2 MB and warns over 512 KB).
     snapshot_inline_bytes: int = Field(default=INLINE_BYTES, ge=1)
     snapshot_part_bytes: int = Field(default=INLINE_BYTES, ge=1)
+    # Adopting a fleet's machines at a fresh start: past this much history the shard continues
+    # as new and adopts the rest in the next run (Temporal terminates a workflow past 50 MB;
+    # each machine listed costs ~630 bytes of history).
+    adopt_history_bytes: int = Field(default=20_000_000, ge=1)
+
+
+class AdoptCursor(Model):
+    """Where a fresh shard's adoption goes on: after machine `after` of provider number
+    `provider` in its config."""
+
+    provider: int
+    after: str
 
 
 class SnapshotRef(Model):
@@ -189,6 +201,8 @@ class ShardInput(Model):
     # Born of a split: adopts nothing from the providers and decides nothing until the split's
     # last part has arrived.
     joining: bool = False
+    # A fresh start whose adoption goes on in this run (see `adopt_history_bytes`).
+    adopting: AdoptCursor | None = None
 
 
 class Instruction(Model):
