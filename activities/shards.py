@@ -85,12 +85,12 @@ async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str
     ("reset"), so it replays to the very state it died with — machines adopted and released
     since its last snapshot, the outcomes it owes retried instructions — and is then signalled
     `revived`: a new epoch, and every provider's list for what became of its machines while
-    nobody watched. A run that failed again after such a reset, a history that cannot be
-    reset, or `from_snapshot` (an operator's choice when the code changed so that the history
-    no longer replays) restart it from its latest run's input instead — the snapshot of its
-    last continue-as-new, or from scratch if it never continued as new; what it adopted since
-    is then owned by no shard
-    ("restarted")."""
+    nobody watched. A run that failed again after such a reset, a run the server ended for
+    the size of its history, a history that cannot be reset, or `from_snapshot` (an
+    operator's choice when the code changed so that the history no longer replays) restart it
+    from its latest run's input instead ("restarted") — the snapshot of its last
+    continue-as-new, or from scratch if it never continued as new; what it adopted since is
+    then owned by no shard."""
     wid = shard_workflow_id(shard)
     try:
         desc = await client.get_workflow_handle(wid).describe()
@@ -108,7 +108,7 @@ async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str
     dead = client.get_workflow_handle(wid, run_id=desc.run_id)
     start: ShardInput | None = None
     last_task = 0
-    was_reset = False
+    was_reset = too_long = False
     async for event in dead.fetch_history_events():
         if event.HasField("workflow_execution_started_event_attributes"):
             started = event.workflow_execution_started_event_attributes
@@ -118,10 +118,15 @@ async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str
         elif event.HasField("workflow_task_failed_event_attributes"):
             cause = event.workflow_task_failed_event_attributes.cause
             was_reset |= cause == WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW
+        elif event.HasField("workflow_execution_terminated_event_attributes"):
+            # The server ends a run whose history passed its limits ("Workflow history size
+            # exceeds limit."): a reset would replay into the same wall.
+            reason = event.workflow_execution_terminated_event_attributes.reason
+            too_long = "exceeds limit" in reason
     if start is None:
         raise ApplicationError(f"{wid}: run {desc.run_id} has no start event")
     failed_again = was_reset and desc.status == WorkflowExecutionStatus.FAILED
-    if last_task and not from_snapshot and not failed_again:
+    if last_task and not from_snapshot and not failed_again and not too_long:
         try:
             reset = await client.workflow_service.reset_workflow_execution(
                 ResetWorkflowExecutionRequest(
