@@ -27,6 +27,7 @@ from workflows.types import (
     LIST_PAGE,
     CapacityDiff,
     CapacityRead,
+    MachinePage,
     ProviderCall,
     ProviderRead,
     shard_workflow_id,
@@ -181,7 +182,7 @@ class ProviderActivities:
         return CapacityDiff(gone=gone[:CAPACITY_GONE], fresh=fresh[:LIST_PAGE])
 
     @activity.defn(name="provider_list")
-    async def list(self, r: ProviderRead) -> list[Machine]:
+    async def list(self, r: ProviderRead) -> MachinePage:
         """One page of a listing, in id order: the machines after `r.after`, at most
         `r.limit`. The pages of one listing share the caller's `now`; the listing is taken
         once for them (a real provider pages with its own token)."""
@@ -197,4 +198,4 @@ class ProviderActivities:
             self._listings[key] = cached
         listing, ids = cached
         start = bisect.bisect_right(ids, r.after) if r.after else 0
-        return listing[start : start + r.limit]
+        return MachinePage.of(listing[start : start + r.limit])

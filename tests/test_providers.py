@@ -447,3 +447,24 @@ def test_a_malformed_reply_names_the_provider_and_the_field(field, value, messag
         parse_machine_reply(raw, "aws-euw1")
     assert str(err.value).startswith(f"provider aws-euw1 sent a bad machine: {message}")
     assert err.value.fields == [field]
+
+
+def test_a_listing_page_travels_compact_and_comes_back_the_same():
+    """`provider_list` pages travel as a `MachinePage` (each rack's or pool's shape once, a
+    row per machine): the machines a shard reads back are the provider's, field for field —
+    speculative, configured with host and cluster, failed with its origin — at a fraction of
+    the records' size (each page enters the shard's history)."""
+    from workflows.types import MachinePage
+
+    clock = Clock()
+    aws = cloud(clock, count=200)
+    configured(aws, clock)
+    aws.fail_next[Transition.CREATE] = 1  # hangs, and fails at its timeout
+    aws.create([slots(aws)[0]], TOKEN)
+    run_until(aws, clock, clock.now + 600)
+    machines = sorted(aws.list(ListFilter()), key=lambda m: m.id)
+    assert {m.state for m in machines} >= {S.SPECULATIVE, S.CONFIGURED, S.FAILED}
+    page = MachinePage.of(machines)
+    assert page.machines() == machines
+    records = sum(len(m.model_dump_json()) for m in machines)
+    assert len(page.model_dump_json()) * 5 < records

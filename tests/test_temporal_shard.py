@@ -36,6 +36,7 @@ from workflows.types import (
     SHARD,
     TRANSITION,
     Instruction,
+    MachinePage,
     ProviderRead,
     ShardInput,
     SnapshotPart,
@@ -345,7 +346,7 @@ class CreateDoneDuringReconcile:
         self.acts = acts
 
     @activity.defn(name="provider_list")
-    async def list(self, r: ProviderRead) -> list[Machine]:
+    async def list(self, r: ProviderRead) -> MachinePage:
         if r.states == [S.FAILED.value]:
             st = await status(self.client)
             if st["machines"]["CREATING"]:

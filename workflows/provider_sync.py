@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
         AdoptCursor,
         CapacityDiff,
         CapacityRead,
+        MachinePage,
         ProviderRead,
         ShardConfig,
         TransitionInput,
@@ -104,15 +105,16 @@ class ProviderSync:
         self, provider: str, now: float, states: list[S] | None, after: str, patient: bool
     ) -> list[Machine]:
         """One page of a provider's listing: the machines after id `after`."""
-        return await workflow.execute_activity(
+        page: MachinePage = await workflow.execute_activity(
             "provider_list",
             ProviderRead(
                 provider=provider, now=now, states=[s.value for s in states or []], after=after
             ),
             task_queue=provider_task_queue(provider) + "-read",
-            result_type=list[Machine],
+            result_type=MachinePage,
             **(PATIENT if patient else PERIODIC),
         )
+        return page.machines()
 
     async def _owned_elsewhere(self, ids: list[str], patient: bool = False) -> set[str]:
         """Which of `ids` another running shard holds (or took out of the fleet)."""
