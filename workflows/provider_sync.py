@@ -133,7 +133,7 @@ class ProviderSync:
 
     async def _adopt_from_providers(self, start: AdoptCursor | None) -> AdoptCursor | None:
         """Take this shard's share of every provider's machines: whole racks, cloud slots by id
-        (seed §5), page by page from `start`. Every listed machine costs history (~630 bytes),
+        (seed §5), page by page from `start`. Every listed machine costs history (~90 bytes),
         so past `adopt_history_bytes` this stops and returns where the next run goes on (a
         100 000-machine fleet would otherwise pass Temporal's 50 MB limit in one run); None
         once everything is adopted. A restarted shard adopts machines as they are,
