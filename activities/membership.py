@@ -10,6 +10,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from bigfleet.coordinator import Matching
 from workflows.types import (
+    ELSEWHERE_MAX,
     SHARD_TASK_QUEUE,
     ShardConfig,
     ShardInput,
@@ -70,10 +71,27 @@ class MembershipActivities:
         )
 
     @activity.defn(name="owned_elsewhere")
-    async def owned_elsewhere(self, shard: int, machine_ids: list[str]) -> list[str]:
-        """Which of `machine_ids` another running shard owns (a shard restarted from an older
-        state, or afresh, must not keep machines that moved away since)."""
-        return await owned_elsewhere(self.client, shard, machine_ids)
+    async def owned_elsewhere(self, shard: int) -> list[str]:
+        """Which machines shard `shard` holds that another running shard holds too (a shard
+        restarted from an older state, or afresh, must not keep machines that moved away
+        since). Its ids are read from it by queries, a page at a time: only the answer enters
+        its history, not its 500 000 ids."""
+        handle = self.client.get_workflow_handle(shard_workflow_id(shard))
+        found: list[str] = []
+        after = ""
+        while True:
+            page: list[str] = await handle.query(
+                "owned_ids", args=[after, ID_PAGE], result_type=list[str]
+            )
+            if page:
+                found += await owned_elsewhere(self.client, shard, page)
+            if len(page) < ID_PAGE:
+                return found[:ELSEWHERE_MAX]
+            after = page[-1]
+            activity.heartbeat(after)
+
+
+ID_PAGE = 20_000  # machine ids a query asks or answers (~1 MB)
 
 
 async def owned_elsewhere(client: Client, shard: int, machine_ids: list[str]) -> list[str]:

@@ -11,7 +11,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from activities.membership import owned_elsewhere
+from activities.membership import ID_PAGE, owned_elsewhere
 from activities.metrics import PROVIDER_CALL_SECONDS, PROVIDER_CALLS
 from bigfleet.assignment import machine_shard
 from bigfleet.models import BootstrapBlob, ListFilter, Machine, MachineState, Transition
@@ -32,8 +32,6 @@ from workflows.types import (
     ProviderRead,
     shard_workflow_id,
 )
-
-ID_PAGE = 20_000  # machine ids a query asks or answers (~1 MB)
 
 T = Transition
 

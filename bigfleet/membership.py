@@ -5,6 +5,7 @@ state these methods share; the coordinator's side is in `coordinator.py`.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -31,6 +32,15 @@ class ShardMembership:
     moved: dict[str, int]
     decommissioned: set[str]
     adopt: Callable[[Iterable[Machine], float], int]
+
+    def owned_ids(self, after: str, limit: int) -> list[str]:
+        """Every machine this shard holds (its inventory and its drained hand-offs), in id
+        order after `after`, at most `limit` (a page)."""
+        inv = self.inventory
+        ids = sorted(
+            [inv.machine_id(r) for r in inv.live_rows().tolist()] + list(self.handoff)
+        )
+        return ids[bisect.bisect_right(ids, after) :][:limit] if after else ids[:limit]
 
     def speculative_ids(self, provider: str, after: str, limit: int) -> list[str]:
         """This shard's speculative machines of `provider`, in id order after `after`, at most

@@ -172,6 +172,11 @@ class InstructionHandlers:
         return {mid: self.shard.ownership(mid) for mid in machine_ids}
 
     @workflow.query
+    def owned_ids(self, after: str, limit: int) -> list[str]:
+        self._not_restoring()
+        return self.shard.owned_ids(after, limit)
+
+    @workflow.query
     def speculative_ids(self, provider: str, after: str, limit: int) -> list[str]:
         self._not_restoring()
         return self.shard.speculative_ids(provider, after, limit)

@@ -17,6 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.models import DeleteReason, Machine, MachineState, Transition
     from bigfleet.shard import Shard
     from workflows.types import (
+        ELSEWHERE_MAX,
         LIST_PAGE,
         SHARD_TASK_QUEUE,
         AdoptCursor,
@@ -48,7 +49,6 @@ PATIENT = dict(
         initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=60)
     ),
 )
-OWNERSHIP_BATCH = 20_000  # machine ids per question to the other shards (~0.5 MB)
 
 
 class ProviderSync:
@@ -78,17 +78,26 @@ class ProviderSync:
     async def _drop_owned_elsewhere(self) -> None:
         """Machines another shard owns now are not this one's: they moved away after the state
         it started from (a revival from an older snapshot, or from scratch by the assignment
-        rule). Ownership stays exactly-once; asked in batches far below the payload limit."""
-        inv = self.shard.inventory
-        ids = [inv.machine_id(r) for r in inv.live_rows().tolist()] + list(self.shard.handoff)
-        elsewhere = sorted(await self._owned_elsewhere(ids, patient=True))
-        if elsewhere:
-            self.shard.release(elsewhere)
-            self.shard.transfer_out.difference_update(elsewhere)
-            workflow.logger.warning(
-                "shard %s gave up %d machines other shards own: %s",
-                self.shard.id, len(elsewhere), elsewhere[:10],
+        rule). Ownership stays exactly-once. The `owned_elsewhere` activity reads this shard's
+        ids by queries; only the answer enters the history."""
+        while True:
+            elsewhere: list[str] = await workflow.execute_activity(
+                "owned_elsewhere",
+                self.shard.id,
+                task_queue=SHARD_TASK_QUEUE,
+                result_type=list[str],
+                heartbeat_timeout=timedelta(seconds=60),
+                **{**PATIENT, "start_to_close_timeout": timedelta(minutes=10)},
             )
+            if elsewhere:
+                self.shard.release(elsewhere)
+                self.shard.transfer_out.difference_update(elsewhere)
+                workflow.logger.warning(
+                    "shard %s gave up %d machines other shards own: %s",
+                    self.shard.id, len(elsewhere), elsewhere[:10],
+                )
+            if len(elsewhere) < ELSEWHERE_MAX:
+                return
 
     async def _list(
         self, provider: str, now: float, states: list[S] | None = None, patient: bool = False
@@ -115,21 +124,6 @@ class ProviderSync:
             **(PATIENT if patient else PERIODIC),
         )
         return page.machines()
-
-    async def _owned_elsewhere(self, ids: list[str], patient: bool = False) -> set[str]:
-        """Which of `ids` another running shard holds (or took out of the fleet)."""
-        found: set[str] = set()
-        for i in range(0, len(ids), OWNERSHIP_BATCH):
-            found.update(
-                await workflow.execute_activity(
-                    "owned_elsewhere",
-                    args=[self.shard.id, ids[i : i + OWNERSHIP_BATCH]],
-                    task_queue=SHARD_TASK_QUEUE,
-                    result_type=list[str],
-                    **(PATIENT if patient else PERIODIC),
-                )
-            )
-        return found
 
     async def _adopt_from_providers(self, start: AdoptCursor | None) -> AdoptCursor | None:
         """Take this shard's share of every provider's machines: whole racks, cloud slots by id

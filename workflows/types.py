@@ -191,6 +191,7 @@ class CapacityDiff(Model):
 
 
 CAPACITY_GONE = 20_000  # ids (~1 MB)
+ELSEWHERE_MAX = 20_000  # ids an `owned_elsewhere` answer carries; asked again while full
 
 
 class BootstrapCall(Model):
