@@ -78,17 +78,15 @@ class MembershipActivities:
         its history, not its 500 000 ids."""
         handle = self.client.get_workflow_handle(shard_workflow_id(shard))
         found: list[str] = []
-        after = ""
-        while True:
-            page: list[str] = await handle.query(
-                "owned_ids", args=[after, ID_PAGE], result_type=list[str]
+        start = 0
+        while start >= 0:
+            page, start = await handle.query(
+                "owned_ids", args=[start, ID_PAGE], result_type=tuple[list[str], int]
             )
             if page:
                 found += await owned_elsewhere(self.client, shard, page)
-            if len(page) < ID_PAGE:
-                return found[:ELSEWHERE_MAX]
-            after = page[-1]
-            activity.heartbeat(after)
+            activity.heartbeat(start)
+        return found[:ELSEWHERE_MAX]
 
 
 ID_PAGE = 20_000  # machine ids a query asks or answers (~1 MB)

@@ -151,15 +151,14 @@ class ProviderActivities:
             listed = {m.id: m for m in p.list(ListFilter(states=[MachineState.SPECULATIVE]))}
         shard = self.client.get_workflow_handle(shard_workflow_id(r.shard))
         held: set[str] = set()
-        after = ""
-        while True:
-            page: list[str] = await shard.query(
-                "speculative_ids", args=[r.provider, after, ID_PAGE], result_type=list[str]
+        start = 0
+        while start >= 0:
+            page, start = await shard.query(
+                "speculative_ids",
+                args=[r.provider, start, ID_PAGE],
+                result_type=tuple[list[str], int],
             )
             held.update(page)
-            if len(page) < ID_PAGE:
-                break
-            after = page[-1]
         gone = sorted(mid for mid in held if mid not in listed)
         shares = set(r.shares)
         maybe = sorted(

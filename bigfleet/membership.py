@@ -5,7 +5,6 @@ state these methods share; the coordinator's side is in `coordinator.py`.
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -14,7 +13,7 @@ import numpy as np
 
 from . import labels as L
 from .coordinator import Matching
-from .inventory import CODE, Inventory
+from .inventory import CODE, GONE, Inventory
 from .models import Machine, MachineState
 from .needs import NeedsTable
 from .policy import Policy
@@ -33,28 +32,31 @@ class ShardMembership:
     decommissioned: set[str]
     adopt: Callable[[Iterable[Machine], float], int]
 
-    def owned_ids(self, after: str, limit: int) -> list[str]:
-        """Every machine this shard holds (its inventory and its drained hand-offs), in id
-        order after `after`, at most `limit` (a page)."""
+    def owned_ids(self, start: int, limit: int) -> tuple[list[str], int]:
+        """A page of the machines this shard holds, from inventory row `start`: up to `limit`
+        ids and the row the next page starts at (-1: none; the drained hand-offs come with the
+        last page). Rows, not sorted ids, so a page costs one numpy pass and no sort; a
+        machine that comes or goes between pages may be missed, never invented."""
         inv = self.inventory
-        ids = sorted(
-            [inv.machine_id(r) for r in inv.live_rows().tolist()] + list(self.handoff)
-        )
-        return ids[bisect.bisect_right(ids, after) :][:limit] if after else ids[:limit]
+        rows = np.flatnonzero(inv.state[start : inv.rows_used] != GONE)[:limit] + start
+        ids = [inv.machine_id(r) for r in rows.tolist()]
+        if len(rows) == limit:
+            return ids, int(rows[-1]) + 1
+        return ids + sorted(self.handoff), -1
 
-    def speculative_ids(self, provider: str, after: str, limit: int) -> list[str]:
-        """This shard's speculative machines of `provider`, in id order after `after`, at most
-        `limit` (a page: a provider's listing is compared with them without the ids ever
-        entering the workflow's history)."""
+    def speculative_ids(self, provider: str, start: int, limit: int) -> tuple[list[str], int]:
+        """A page of this shard's speculative machines of `provider`, from inventory row
+        `start` (as `owned_ids`): a provider's listing is compared with them without the ids
+        entering the workflow's history."""
         inv = self.inventory
+        pid = inv.providers.get(provider)
+        if pid is None:
+            return [], -1
         n = inv.rows_used
-        rows = np.flatnonzero(inv.state[:n] == CODE[S.SPECULATIVE]).tolist()
-        ids = sorted(
-            mid
-            for r in rows
-            if inv.profile_of(r).provider == provider and (mid := inv.machine_id(r)) > after
-        )
-        return ids[:limit]
+        hit = (inv.state[start:n] == CODE[S.SPECULATIVE]) & (inv.provider[start:n] == pid)
+        rows = np.flatnonzero(hit)[:limit] + start
+        ids = [inv.machine_id(r) for r in rows.tolist()]
+        return ids, (int(rows[-1]) + 1 if len(rows) == limit else -1)
 
     def ownership(self, machine_id: str) -> str:
         """What this shard holds of a machine: its state, DECOMMISSIONED, or GONE."""

@@ -75,3 +75,39 @@ def test_a_restored_transfer_follows_the_provider():
     shard.reconcile_listing(listing[1:], 30)
     assert shard.handoff == {}
     assert sum(shard.machines_by_state().values()) == 3
+
+
+def test_a_shards_ids_are_read_page_by_page_each_once():
+    """What `provider_capacity` and `owned_elsewhere` read from a shard by queries, a page at a
+    time: every machine it holds once (the drained hand-offs with the last page), and its
+    speculative machines of one provider — not another provider's, not other states."""
+    m6i = next(o for o in OFFERS if o.instance_type == "m6i.xlarge")
+    shard = Shard(0)
+    shard.adopt([machine(f"s-{i:03d}", m6i, S.SPECULATIVE) for i in range(250)], 0)
+    shard.adopt([machine(f"i-{i:03d}", m6i, S.IDLE) for i in range(7)], 0)
+    shard.adopt([machine(f"g-{i}", GPU, S.CONFIGURED, "research") for i in range(4)], 0)
+    shard.drain_for_transfer(["g-0"], 1)
+    shard.reconcile_listing(
+        [machine("g-0", GPU, S.IDLE)]
+        + [machine(f"g-{i}", GPU, S.CONFIGURED, "research") for i in range(1, 4)]
+        + [machine(f"s-{i:03d}", m6i, S.SPECULATIVE) for i in range(250)]
+        + [machine(f"i-{i:03d}", m6i, S.IDLE) for i in range(7)],
+        2,
+    )
+    assert set(shard.handoff) == {"g-0"}
+
+    def pages(read) -> list[str]:
+        out: list[str] = []
+        start = 0
+        while start >= 0:
+            page, start = read(start, 100)
+            assert len(page) <= 100 or start < 0
+            out += page
+        return out
+
+    owned = pages(shard.owned_ids)
+    assert len(owned) == len(set(owned)) == 261 and "g-0" in owned
+    speculative = pages(lambda start, n: shard.speculative_ids(m6i.provider, start, n))
+    assert sorted(speculative) == [f"s-{i:03d}" for i in range(250)]
+    assert pages(lambda start, n: shard.speculative_ids(GPU.provider, start, n)) == []
+    assert shard.speculative_ids("nobody", 0, 100) == ([], -1)

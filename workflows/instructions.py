@@ -172,14 +172,14 @@ class InstructionHandlers:
         return {mid: self.shard.ownership(mid) for mid in machine_ids}
 
     @workflow.query
-    def owned_ids(self, after: str, limit: int) -> list[str]:
+    def owned_ids(self, start: int, limit: int) -> tuple[list[str], int]:
         self._not_restoring()
-        return self.shard.owned_ids(after, limit)
+        return self.shard.owned_ids(start, limit)
 
     @workflow.query
-    def speculative_ids(self, provider: str, after: str, limit: int) -> list[str]:
+    def speculative_ids(self, provider: str, start: int, limit: int) -> tuple[list[str], int]:
         self._not_restoring()
-        return self.shard.speculative_ids(provider, after, limit)
+        return self.shard.speculative_ids(provider, start, limit)
 
     @workflow.update
     def adopt(self, ins: Instruction) -> int:
