@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 from typing import Any
@@ -50,6 +51,17 @@ def fleet(speculative: int, racks: int) -> dict[str, Any]:
     }
 
 
+async def status_of(shard: WorkflowHandle) -> dict[str, Any]:
+    """The shard's status; a big shard busy with a long workflow task may refuse a query for a
+    moment ("consistent query buffer is full"): ask again."""
+    for _ in range(120):
+        try:
+            return await shard.query("status")
+        except Exception:
+            await asyncio.sleep(0.5)
+    return await shard.query("status")
+
+
 async def size(handle: WorkflowHandle) -> tuple[str, int, int]:
     info = (await handle.describe()).raw_description.workflow_execution_info
     return info.execution.run_id, info.history_length, info.history_size_bytes
@@ -76,13 +88,7 @@ async def measure(speculative: int, racks: int, reconciles: int, reconcile_secon
                 client, from_wire(Scenario, raw), reconcile_seconds=reconcile_seconds
             )
             shard = client.get_workflow_handle("shard-0")
-            while True:
-                try:
-                    status = await shard.query("status")
-                    if sum(status["machines"].values()) >= total:
-                        break
-                except Exception:
-                    pass
+            while sum((status := await status_of(shard))["machines"].values()) < total:
                 await asyncio.sleep(0.5)
             adopted = time.perf_counter() - began
             run, events, nbytes = await size(shard)
@@ -101,7 +107,7 @@ async def measure(speculative: int, racks: int, reconciles: int, reconcile_secon
                 print(f"  after reconcile {i + 1}: {events} events, {nbytes / 1e6:.2f} MB "
                       f"(+{(nbytes - last) / 1e6:.2f} MB)")
                 last = nbytes
-            status = await shard.query("status")
+            status = await status_of(shard)
             print(f"  cycles {status['cycles'] - cycles} in {reconciles * reconcile_seconds:g} s, "
                   f"failures {len(status['failures'])}")
         finally:
@@ -121,4 +127,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    os._exit(code)  # the SDK can abort in interpreter teardown (sdk-python#300)
