@@ -14,7 +14,7 @@ from bigfleet.models import FencingToken, Machine, NodeSelectorRequirement, Tran
 from bigfleet.snapshot import INLINE_BYTES
 
 SHARD_TASK_QUEUE = "bigfleet-shards"
-LIST_PAGE = 1000  # machines per provider_list page (~150 KB as a MachinePage)
+LIST_PAGE = 1000  # machines per provider_list page (~70–90 KB as a MachinePage)
 TRANSITION_TASK_QUEUE = "bigfleet-transitions"
 
 
