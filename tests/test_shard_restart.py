@@ -10,13 +10,11 @@ import asyncio
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from bigfleet.models import ListFilter, MachineState
 from tests.conftest import (
-    DEV_SERVER_ARGS,
     TEMPORAL,
     eventually,
     fleet_workers,
@@ -31,8 +29,8 @@ from tests.test_temporal_coordinator import (
     two_shard_fleet,
 )
 from workers import cli
+from workers.devserver import throwaway_server
 from workflows.sagas import COORDINATOR_ID
-from workflows.types import SEARCH_ATTRIBUTES
 
 S = MachineState
 
@@ -223,15 +221,7 @@ async def test_a_shard_the_server_ended_for_its_history_size_restarts_from_its_s
         "--dynamic-config-value",
         "limit.historySize.warn=500000",
     ]
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(TEMPORAL),
-        search_attributes=SEARCH_ATTRIBUTES,
-        data_converter=pydantic_data_converter,
-        dev_server_extra_args=DEV_SERVER_ARGS + limits,
-        dev_server_log_level="error",
-        ui=False,
-    )
-    async with env:
+    async with await throwaway_server(TEMPORAL, limits) as env:
         client = env.client
         raw, ids = one_rack()
         shard0 = client.get_workflow_handle("shard-0")

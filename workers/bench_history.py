@@ -20,15 +20,11 @@ import time
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 from bigfleet.models import from_wire
 from bigfleet.simulation.scenario import Scenario
+from workers.devserver import temporal_binary, throwaway_server
 from workers.worker import SimulatedFleet, build_workers, ensure_shards, run_workers
-from workflows.types import SEARCH_ATTRIBUTES
-
-TEMPORAL = f"{sys.prefix}/bin/temporal"
 
 
 def fleet(speculative: int, racks: int) -> dict[str, Any]:
@@ -68,14 +64,7 @@ async def size(handle: WorkflowHandle) -> tuple[str, int, int]:
 
 
 async def measure(speculative: int, racks: int, reconciles: int, reconcile_seconds: float) -> None:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=TEMPORAL,
-        search_attributes=SEARCH_ATTRIBUTES,
-        data_converter=pydantic_data_converter,
-        dev_server_log_level="error",
-        ui=False,
-    )
-    async with env:
+    async with await throwaway_server(temporal_binary()) as env:
         client: Client = env.client
         raw = fleet(speculative, racks)
         sim = SimulatedFleet(from_wire(Scenario, raw))

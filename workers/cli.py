@@ -10,8 +10,8 @@ Exit status: 0 done, 1 the server said no (cannot connect, nothing running to si
 input (arguments, a fleet or roll-up file), found before anything is sent.
 
 This module is the parser, its argument types and main(); the Temporal verbs and their renderers
-are in workers/verbs.py, `bigfleet worker`'s serving in workers/serve.py, `bigfleet dev` in
-workers/dev.py.
+are in workers/verbs.py (the fleet-shape ones in workers/membership_verbs.py), `bigfleet
+worker`'s serving in workers/serve.py, `bigfleet dev` in workers/dev.py.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from bigfleet import cli as core
+from workers.membership_verbs import _add_shard, _decommission, _merge, _revive, _split
 
 # The `x as x` imports are part of this module's interface (tests use them as cli.<name>).
 from workers.serve import _worker
@@ -32,15 +33,10 @@ from workers.serve import search_attribute_commands as search_attribute_commands
 from workers.serve import search_attribute_type as search_attribute_type
 from workers.verbs import (
     CliError,
-    _add_shard,
     _cluster,
-    _decommission,
     _escalate,
     _history,
-    _merge,
-    _revive,
     _rollup_send,
-    _split,
     _status,
 )
 from workers.verbs import load_rollup as load_rollup

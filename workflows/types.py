@@ -163,9 +163,6 @@ class MachinePage(Model):
         # Validated as JSON, as the records were (enums by value, every type strict).
         return _MACHINES.validate_json(json.dumps(raw))
 
-    def __len__(self) -> int:
-        return len(self.rows)
-
 
 _MACHINES = TypeAdapter(list[Machine])
 
