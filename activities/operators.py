@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.metrics import BOOTSTRAPS
+from activities.metrics import BOOTSTRAP_REFUSALS, BOOTSTRAPS
 from bigfleet.models import BootstrapRequest
 from bigfleet.operators import BootstrapRefused, ClusterOperator, OperatorUpdate
 from workflows.types import BootstrapAnswer, BootstrapCall
@@ -16,6 +16,8 @@ from workflows.types import BootstrapAnswer, BootstrapCall
 class OperatorActivities:
     def __init__(self, operators: Mapping[str, ClusterOperator]) -> None:
         self.operators = dict(operators)
+        for cluster in self.operators:  # exported at 0, so an alert sees the first refusal
+            BOOTSTRAP_REFUSALS.labels(cluster)
 
     def _operator(self, cluster: str) -> ClusterOperator:
         operator = self.operators.get(cluster)
@@ -37,6 +39,7 @@ class OperatorActivities:
             )
         except BootstrapRefused as refused:
             BOOTSTRAPS.labels(call.cluster, "refused").inc()
+            BOOTSTRAP_REFUSALS.labels(call.cluster).inc()
             return BootstrapAnswer(refused=str(refused))
         BOOTSTRAPS.labels(call.cluster, "ok").inc()
         return BootstrapAnswer(user_data=blob.user_data, ttl_seconds=blob.ttl_seconds)

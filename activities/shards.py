@@ -8,7 +8,12 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
+from temporalio.api.enums.v1 import (
+    EventType,
+    ResetReapplyExcludeType,
+    ResetReapplyType,
+    WorkflowTaskFailedCause,
+)
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import (
     Client,
@@ -20,6 +25,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from bigfleet.inputs import clip
 from bigfleet.models import Machine
 from workflows.types import (
     SHARD_TASK_QUEUE,
@@ -85,7 +91,10 @@ async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str
     ("reset"), so it replays to the very state it died with — machines adopted and released
     since its last snapshot, the outcomes it owes retried instructions — and is then signalled
     `revived`: a new epoch, and every provider's list for what became of its machines while
-    nobody watched. A run that failed again after such a reset, a run the server ended for
+    nobody watched; signals and updates after the reset point are not applied again (one may
+    be what broke it). A running shard whose workflow task fails on every attempt (`wedged`)
+    is terminated first and revived the same way. A run born of such a reset that died again
+    (in any way), a run the server ended for
     the size of its history, a history that cannot be reset, or `from_snapshot` (an
     operator's choice when the code changed so that the history no longer replays) restart it
     from its latest run's input instead ("restarted") — the snapshot of its last
@@ -98,11 +107,16 @@ async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str
         if err.status == RPCStatusCode.NOT_FOUND:
             return "unknown"
         raise
-    if desc.status in (
-        WorkflowExecutionStatus.RUNNING,
-        WorkflowExecutionStatus.CONTINUED_AS_NEW,  # its next run is already there
-    ):
-        return "running"
+    if desc.status == WorkflowExecutionStatus.RUNNING:
+        failing = await wedged(client, wid, desc)
+        if failing is None:
+            return "running"
+        # Running but deciding nothing: its workflow task fails on every attempt. End this
+        # run and bring it back below, without the input that broke it.
+        await terminate(client, wid, desc.run_id, f"bigfleet: revived: {failing}")
+        desc = await client.get_workflow_handle(wid, run_id=desc.run_id).describe()
+    elif desc.status == WorkflowExecutionStatus.CONTINUED_AS_NEW:
+        return "running"  # its next run is already there
     if desc.status == WorkflowExecutionStatus.COMPLETED:
         return "completed"
     dead = client.get_workflow_handle(wid, run_id=desc.run_id)
@@ -125,8 +139,9 @@ async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str
             too_long = "exceeds limit" in reason
     if start is None:
         raise ApplicationError(f"{wid}: run {desc.run_id} has no start event")
-    failed_again = was_reset and desc.status == WorkflowExecutionStatus.FAILED
-    if last_task and not from_snapshot and not failed_again and not too_long:
+    # A run born of a reset that died again (failed, terminated, timed out) is not reset once
+    # more: whatever killed it may be in the history a reset replays. Its snapshot it is.
+    if last_task and not from_snapshot and not was_reset and not too_long:
         try:
             reset = await client.workflow_service.reset_workflow_execution(
                 ResetWorkflowExecutionRequest(
@@ -136,11 +151,22 @@ async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str
                     workflow_task_finish_event_id=last_task,
                     # A retried revival of the same dead run is the same reset.
                     request_id=f"revive-{desc.run_id}",
+                    # Signals and updates that came after the reset point are not applied again:
+                    # one of them may be what wedged the run (the shard reconciles with its
+                    # providers instead, and roll-ups stand until their cluster sends again).
+                    reset_reapply_type=ResetReapplyType.RESET_REAPPLY_TYPE_NONE,
+                    reset_reapply_exclude_types=[
+                        ResetReapplyExcludeType.RESET_REAPPLY_EXCLUDE_TYPE_SIGNAL,
+                        ResetReapplyExcludeType.RESET_REAPPLY_EXCLUDE_TYPE_UPDATE,
+                    ],
                 )
             )
             # (Servers up to 1.32 refuse a signal as a post-reset operation, so it follows the
-            # reset: the new run may finish the cycle it died in before it reads it.)
-            await client.get_workflow_handle(wid, run_id=reset.run_id).signal("revived")
+            # reset: the new run may finish the cycle it died in before it reads it.) It names
+            # the new run: the shard takes `revived` only from a run born of a reset.
+            await client.get_workflow_handle(wid, run_id=reset.run_id).signal(
+                "revived", {"run_id": reset.run_id}
+            )
             activity.logger.warning(
                 "shard %s was %s; reset to event %s of its last run",
                 shard,
@@ -171,3 +197,36 @@ async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str
 
 def status_name(desc: WorkflowExecutionDescription) -> str:
     return desc.status.name.lower() if desc.status else "gone"
+
+
+WEDGED_ATTEMPTS = 3  # workflow task attempts in a row that failed: the workflow is wedged
+
+
+async def wedged(
+    client: Client, wid: str, desc: WorkflowExecutionDescription | None = None
+) -> str | None:
+    """Why a running workflow decides nothing ("workflow task failing, attempt N: …"), or None
+    if its workflow tasks complete. Temporal retries a failing workflow task forever without
+    failing the workflow; the attempt count of the pending task says so."""
+    if desc is None:
+        desc = await client.get_workflow_handle(wid).describe()
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        return None
+    attempt = desc.raw_description.pending_workflow_task.attempt
+    if attempt < WEDGED_ATTEMPTS:
+        return None
+    cause = ""
+    history = client.get_workflow_handle(wid, run_id=desc.run_id).fetch_history_events()
+    async for event in history:
+        if event.HasField("workflow_task_failed_event_attributes"):
+            cause = event.workflow_task_failed_event_attributes.failure.message
+    return f"workflow task failing, attempt {attempt}: {clip(cause, 300)}"
+
+
+async def terminate(client: Client, wid: str, run_id: str | None, reason: str) -> None:
+    """End one run (only that one: a newer run started meanwhile is left alone)."""
+    try:
+        await client.get_workflow_handle(wid, run_id=run_id).terminate(reason=reason)
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import Field
 
@@ -22,6 +23,10 @@ from .requirements import all_match
 
 REPORT_SECONDS = 30.0
 MAX_SHARE = 0.10
+# The cluster → shard map crosses continue-as-new in the coordinator's one payload (Temporal
+# refuses a payload over 2 MB): at most this many bytes of names (~25 000 names of 30 letters).
+ASSIGNMENT_BYTES = 1_000_000
+ClusterName = Annotated[str, Field(min_length=1, max_length=253)]
 
 
 class Preemptible(Wire):
@@ -282,8 +287,24 @@ class Coordinator:
     def learn(self, shard: int, clusters: Iterable[str]) -> None:
         """Clusters a shard already serves are its own, whoever assigned them (a coordinator
         started from scratch rebuilds its map this way before it assigns anything new)."""
+        used = None
         for cluster in clusters:
-            self.clusters.setdefault(cluster, shard)
+            if cluster in self.clusters:
+                continue
+            used = self.assignment_bytes() if used is None else used
+            if 0 < len(cluster) <= 253 and used + len(cluster) + 8 <= ASSIGNMENT_BYTES:
+                self.clusters[cluster] = shard
+                used += len(cluster) + 8
+
+    def assignment_bytes(self) -> int:
+        return sum(len(c) + 8 for c in self.clusters)  # name, quotes, colon, shard number
+
+    def room_for(self, cluster: str) -> bool:
+        """Whether the map can take one more cluster (`ASSIGNMENT_BYTES`)."""
+        return (
+            0 < len(cluster) <= 253
+            and self.assignment_bytes() + len(cluster) + 8 <= ASSIGNMENT_BYTES
+        )
 
     def missing(self, now: float, after: float = REPORT_SECONDS) -> list[int]:
         """Shards that have not reported for `after` seconds (or never)."""

@@ -18,6 +18,7 @@ from .coordinator import Preemptible, ShardReport
 from .engine import Decision, FastEngine
 from .engine.claims import CONFIGURED_SLOT
 from .engine.rows import RowPicker
+from .inputs import clip, explain
 from .inventory import CODE, Inventory, MachineNotFound
 from .membership import ShardMembership
 from .models import (
@@ -37,13 +38,6 @@ from .states import LEGAL
 S = MachineState
 # How long a need the operator refused to bootstrap waits before BigFleet tries again.
 REFUSAL_BACKOFF_SECONDS = 300.0
-
-
-def explain(err: ValidationError) -> str:
-    """One line per problem, each naming the field: `needs.0.count: Input should be >= 0`."""
-    return "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or '(roll-up)'}: {e['msg']}" for e in err.errors()
-    )
 
 
 class Shard(ShardMembership):
@@ -87,9 +81,11 @@ class Shard(ShardMembership):
                 if isinstance(raw, ClusterCapacityNeeds)
                 else from_wire(ClusterCapacityNeeds, raw)
             )
-        except ValidationError as err:
+        except ValueError as err:  # (a ValidationError, or data that is not JSON-shaped)
             cluster = raw.get("cluster", "?") if isinstance(raw, Mapping) else "?"
-            reason = f"roll-up from cluster {cluster} rejected: {explain(err)}"
+            why = explain(err) if isinstance(err, ValidationError) else clip(str(err))
+            # Bounded: the cluster's name and the fields are the sender's choice.
+            reason = f"roll-up from cluster {clip(cluster, 80)} rejected: {why}"
             self.rejections.append(reason)
             return reason
         if self.needs.apply(rollup, now) and rollup.health is not None:

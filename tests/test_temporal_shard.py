@@ -142,7 +142,7 @@ async def test_preemption_walkthrough(dev_env: WorkflowEnvironment):
     async with fleet_workers(client, fleet(8)) as sim:
         await ensure_shards(client, sim.fleet, **FAST)
         # t=0: cluster A's batch pipeline (priority 500000, cheap to interrupt) holds them all.
-        await shard(client).signal(ShardWorkflow.rollup, rollup("a", 1, 8, 500_000, 1.0))
+        await shard(client).signal("rollup", rollup("a", 1, 8, 500_000, 1.0))
         await eventually(
             lambda: status(client),
             lambda st: st["machines"]["CONFIGURED"] == 8,
@@ -150,7 +150,7 @@ async def test_preemption_walkthrough(dev_env: WorkflowEnvironment):
         )
         a_served = datetime.now().astimezone()
         # t=7s: cluster B needs the same 8 machines at priority 1000000.
-        await shard(client).signal(ShardWorkflow.rollup, rollup("b", 1, 8, 1_000_000, 1000.0))
+        await shard(client).signal("rollup", rollup("b", 1, 8, 1_000_000, 1000.0))
         machines = await eventually(
             lambda: provider_machines(sim),
             lambda ms: set(ms.values()) == {(S.CONFIGURED, "b")},
@@ -206,7 +206,7 @@ async def test_invalid_rollup_leaves_the_previous_in_force(dev_env: WorkflowEnvi
     client = dev_env.client
     async with fleet_workers(client, fleet(2)) as sim:
         await ensure_shards(client, sim.fleet, **FAST)
-        await shard(client).signal(ShardWorkflow.rollup, rollup("a", 1, 2, 500_000, 1.0))
+        await shard(client).signal("rollup", rollup("a", 1, 2, 500_000, 1.0))
         await eventually(
             lambda: status(client),
             lambda st: st["machines"]["CONFIGURED"] == 2,
@@ -214,7 +214,7 @@ async def test_invalid_rollup_leaves_the_previous_in_force(dev_env: WorkflowEnvi
         )
         before = await cluster(client, "a")
         bad = rollup("a", 2, -1, 500_000, 1.0)
-        await shard(client).signal(ShardWorkflow.rollup, bad)
+        await shard(client).signal("rollup", bad)
         st = await eventually(
             lambda: status(client), lambda st: st["rejections"], what="the rejection"
         )
@@ -251,7 +251,7 @@ async def test_continue_as_new_keeps_needs_inventory_and_transitions(
     # Configure takes 6 s; the shard continues as new every 3 cycles (3 s) meanwhile.
     async with fleet_workers(client, fleet(2, configure_latency=6)) as sim:
         await ensure_shards(client, sim.fleet, max_cycles_per_run=3, **FAST, **sizes)
-        await shard(client).signal(ShardWorkflow.rollup, rollup("a", 1, 2, 500_000, 1.0))
+        await shard(client).signal("rollup", rollup("a", 1, 2, 500_000, 1.0))
         st = await eventually(
             lambda: status(client),
             lambda st: st["machines"]["CONFIGURING"] == 2,
@@ -303,13 +303,13 @@ async def test_search_attributes_find_every_transition_of_a_machine(
     client = dev_env.client
     async with fleet_workers(client, fleet(1)) as sim:
         await ensure_shards(client, sim.fleet, **FAST)
-        await shard(client).signal(ShardWorkflow.rollup, rollup("a", 1, 1, 500_000, 1.0))
+        await shard(client).signal("rollup", rollup("a", 1, 1, 500_000, 1.0))
         await eventually(
             lambda: status(client),
             lambda st: st["machines"]["CONFIGURED"] == 1,
             what="cluster a served",
         )
-        await shard(client).signal(ShardWorkflow.rollup, rollup("b", 1, 1, 1_000_000, 1000.0))
+        await shard(client).signal("rollup", rollup("b", 1, 1, 1_000_000, 1000.0))
         machines = await eventually(
             lambda: provider_machines(sim),
             lambda ms: set(ms.values()) == {(S.CONFIGURED, "b")},
@@ -376,7 +376,7 @@ async def test_continue_as_new_keeps_a_configure_queued_by_a_finished_create(
         await ensure_shards(
             client, sim.fleet, max_cycles_per_run=1, reconcile_seconds=0.001, **FAST
         )
-        await shard(client).signal(ShardWorkflow.rollup, rollup("a", 1, 1, 500_000, 1.0))
+        await shard(client).signal("rollup", rollup("a", 1, 1, 500_000, 1.0))
         await closed(client, 'BigFleetTransition = "create"', 1)
         machines = await eventually(
             lambda: provider_machines(sim),
@@ -453,9 +453,9 @@ async def test_what_arrives_while_a_snapshot_is_written_is_not_lost(
             snapshot_part_bytes=100_000,
             **FAST,
         )
-        await shard(client).signal(ShardWorkflow.rollup, rollup("a", 1, 1, 500_000, 1.0))
+        await shard(client).signal("rollup", rollup("a", 1, 1, 500_000, 1.0))
         await asyncio.wait_for(writing.wait(), 30)
-        await shard(client).signal(ShardWorkflow.rollup, rollup("a", 2, 3, 500_000, 1.0))
+        await shard(client).signal("rollup", rollup("a", 2, 3, 500_000, 1.0))
         with pytest.raises(WorkflowUpdateFailedError) as refused:
             await shard(client).execute_update("adopt", Instruction(term=1, seq=1))
         assert "writing its snapshot; retry" in str(refused.value.cause)
@@ -508,7 +508,7 @@ async def test_a_provider_whose_listing_breaks_does_not_stop_the_shard(
         aws.list = malformed  # type: ignore[method-assign]
         aws.set_quota("m6i.xlarge", "us-east-1a", "on-demand", 20)
         await shard(client).signal(
-            ShardWorkflow.rollup, {"cluster": "a", "generation": 1, "needs": [need]}
+            "rollup", {"cluster": "a", "generation": 1, "needs": [need]}
         )
         # Still deciding: the need is served from the machines it knew.
         st = await eventually(

@@ -9,15 +9,18 @@ import itertools
 import time
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+import pytest
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.testing import WorkflowEnvironment
 
 from activities.starter import start_transition
 from bigfleet.models import BootstrapBlob, FencingToken, ListFilter, MachineState, Transition
 from tests.conftest import eventually, fleet_workers
 from workers.worker import SimulatedFleet, build_workers, run_workers
-from workflows.transition import MachineTransitionWorkflow
 from workflows.types import (
+    RESULT_STATE,
     TransitionInput,
     TransitionResult,
 )
@@ -151,7 +154,7 @@ async def test_escalate_drain_shortens_the_grace(skipping_env: WorkflowEnvironme
             transition(T.DRAIN, [mid], cluster="a", grace_seconds=HOUR, poll_seconds=30),
         )
         await eventually(lambda: len(seen), bool, what="the first drain call")
-        await handle.signal(MachineTransitionWorkflow.escalate_drain, 5.0)
+        await handle.signal("escalate_drain", 5.0)
         result = await handle.result()
 
     (m,) = result.machines
@@ -220,9 +223,90 @@ async def test_escalate_drain_sent_to_a_configure_changes_nothing(dev_env: Workf
         handle = await start(client, transition(T.CONFIGURE, [mid], cluster="a", poll_seconds=1))
         await eventually(lambda: provider.calls["configure"] == 2, bool, what="configure")
         gets = provider.calls["get"]
-        await handle.signal(MachineTransitionWorkflow.escalate_drain, 0.0)
+        await handle.signal("escalate_drain", 0.0)
         result = await asyncio.wait_for(handle.result(), 30)
     (m,) = result.machines
     assert m.state is S.CONFIGURED
     # About one read a second for ~4 s; a hot loop of reads would make hundreds.
     assert provider.calls["get"] - gets <= 10, provider.calls
+
+
+async def metered(env: WorkflowEnvironment) -> tuple[Client, MetricBuffer]:
+    """A client on the same server whose runtime keeps the SDK's metric updates in a buffer:
+    workers built on it record what the workflows count."""
+    buffer = MetricBuffer(100_000)
+    client = await Client.connect(
+        env.client.service_client.config.target_host,
+        namespace=env.client.namespace,
+        data_converter=pydantic_data_converter,
+        runtime=Runtime(telemetry=TelemetryConfig(metrics=buffer)),
+    )
+    return client, buffer
+
+
+def outcomes(buffer: MetricBuffer) -> list[tuple[str, str, float]]:
+    """(transition, outcome, seconds) of each transition end the workflows counted."""
+    updates = buffer.retrieve_updates()
+    counted = [
+        (u.attributes["transition"], u.attributes["outcome"])
+        for u in updates
+        if u.metric.name == "bigfleet_transition_outcomes_total"
+    ]
+    durations = [
+        u.value for u in updates if u.metric.name == "bigfleet_transition_duration_seconds"
+    ]
+    assert len(durations) == len(counted), (counted, durations)
+    return [(t, o, float(d)) for (t, o), d in zip(counted, durations, strict=True)]
+
+
+async def test_every_end_of_a_transition_is_counted_and_searchable(
+    skipping_env: WorkflowEnvironment,
+):
+    """ok, forced (outlasting its time, or escalated to grace 0) and failed for good: each end
+    is counted with its outcome and duration, and sets BigFleetState — a workflow that fails
+    too, so `BigFleetState = "FAILED"` finds it."""
+    client = skipping_env.client
+    workers_client, buffer = await metered(skipping_env)
+    async with fleet_workers(workers_client, fleet(drain_latency=3000), ROLES) as sim:
+        ids = machine_ids(sim, 4)
+        configure_directly(sim, ids[:2])
+        # The graceful drain of ids[0] hangs; the workflow's time (grace + 300 s) runs out
+        # before the provider's (grace + 600 s), so the workflow forces it.
+        sim.providers["dc"].fail_next[T.DRAIN] = 1
+        outlasting = await start(
+            client,
+            transition(
+                T.DRAIN, [ids[0]], cluster="a", grace_seconds=HOUR, timeout_seconds=300,
+                poll_seconds=60,
+            ),
+        )
+        assert (await outlasting.result()).machines[0].state is S.IDLE
+        seen = spy_drains(sim)
+        escalated = await start(
+            client,
+            transition(T.DRAIN, [ids[1]], cluster="a", grace_seconds=HOUR, poll_seconds=30),
+        )
+        await eventually(lambda: len(seen), bool, what="the first drain call")
+        await escalated.signal("escalate_drain", 0.0)
+        assert (await escalated.result()).machines[0].state is S.IDLE
+        created = await start(client, transition(T.CREATE, [ids[2]], poll_seconds=5))
+        assert (await created.result()).machines[0].state is S.IDLE
+        # A drain of a machine that was never created: the provider refuses the call for good
+        # (a non-retryable error), and the workflow fails.
+        failing = await start(client, transition(T.DRAIN, [ids[3]], cluster="a"))
+        with pytest.raises(WorkflowFailureError):
+            await failing.result()
+
+    states = [
+        (await h.describe()).typed_search_attributes.get(RESULT_STATE)
+        for h in (outlasting, escalated, created, failing)
+    ]
+    assert states == ["IDLE", "IDLE", "IDLE", "FAILED"]
+    counted = outcomes(buffer)
+    assert [(t, o) for t, o, _ in counted] == [
+        ("drain", "forced"),
+        ("drain", "forced"),
+        ("create", "ok"),
+        ("drain", "failed"),
+    ]
+    assert counted[0][2] >= HOUR  # seconds, not milliseconds: an hour's grace and more

@@ -25,6 +25,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from bigfleet import cli as core
+from workers.audit_verb import _audit, settle_seconds
 from workers.membership_verbs import _add_shard, _decommission, _merge, _revive, _split
 
 # The `x as x` imports are part of this module's interface (tests use them as cli.<name>).
@@ -58,6 +59,7 @@ TEMPORAL_VERBS = (
     "drain",
     "shard",
     "decommission",
+    "audit",
 )
 
 
@@ -378,6 +380,26 @@ def parser() -> argparse.ArgumentParser:
     )
     _connection(dc)
     dc.set_defaults(run=_decommission)
+
+    au = verbs.add_parser(
+        "audit",
+        help="compare every provider's machines with every shard's (after an incident)",
+        description="List machines owned by no shard, by two shards, or in another state (or "
+        "cluster) at their shard than at their provider; exit 3 if there are any, 0 if none. "
+        "--repair has the coordinator resolve them with fenced instructions, then audits again.",
+    )
+    au.add_argument("--repair", action="store_true", help="resolve what is found, then re-audit")
+    au.add_argument("--json", action="store_true", help="print JSON")
+    au.add_argument(
+        "--limit", type=bounded_int("a number of examples", 0, 1000), default=1000,
+        metavar="N", help="example machines to report (default and most 1000)",
+    )
+    au.add_argument(
+        "--settle", type=settle_seconds, default=2.0, metavar="SECONDS",
+        help="time between the audit's two looks (default 2)",
+    )
+    _connection(au)
+    au.set_defaults(run=_audit)
     return top
 
 

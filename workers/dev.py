@@ -192,7 +192,13 @@ async def _serve(
     args: argparse.Namespace, fleet: Any, server: DevServer, stop: asyncio.Event, resumed: bool
 ) -> int:
     from workers.connect import runtime
-    from workers.worker import SimulatedFleet, build_workers, ensure_shards, run_workers
+    from workers.worker import (
+        SimulatedFleet,
+        build_workers,
+        ensure_shards,
+        keep_coordinator,
+        run_workers,
+    )
 
     rt = None
     if args.metrics_port:
@@ -217,6 +223,8 @@ async def _serve(
     worker_task = asyncio.create_task(run_workers(workers, stop))
     # The simulated providers start over with this process: so do shards that ended.
     await ensure_shards(client, fleet, restart_closed=not args.keep_shards)
+    keeper = asyncio.create_task(keep_coordinator(client, fleet.shards, stop))
+    keeper.add_done_callback(lambda _: None)
     ops = Operators(client, fleet)
 
     ui = f"http://localhost:{args.ui_port}"
@@ -234,7 +242,7 @@ async def _serve(
             f"  metrics          http://localhost:{args.metrics_port}/metrics (BigFleet: "
             f"provider calls, bootstraps)\n"
             f"                   http://localhost:{args.metrics_port + 1}/metrics (Temporal "
-            "SDK: bigfleet_decision_cycle_ms, bigfleet_machines, bigfleet_actions, ...)",
+            "SDK: bigfleet_decision_cycle_seconds, bigfleet_machines, bigfleet_actions_total, ...)",
             flush=True,
         )
     print(

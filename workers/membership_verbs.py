@@ -85,7 +85,7 @@ async def _merge(args: argparse.Namespace) -> int:
 async def _decommission(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from bigfleet.shard import explain
+    from bigfleet.inputs import explain
     from workflows.types import DecommissionRequest
 
     fields = {

@@ -37,7 +37,13 @@ async def _worker(args: argparse.Namespace) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     from workers.connect import runtime
-    from workers.worker import SimulatedFleet, build_workers, ensure_shards, run_workers
+    from workers.worker import (
+        SimulatedFleet,
+        build_workers,
+        ensure_shards,
+        keep_coordinator,
+        run_workers,
+    )
 
     rt = None
     if args.metrics_port:
@@ -52,6 +58,9 @@ async def _worker(args: argparse.Namespace) -> int:
     task = asyncio.create_task(run_workers(workers, stop))
     if "shards" in args.role:
         await ensure_shards(client, fleet)
+        # (Kept for the process's life; it ends when `stop` is set.)
+        keeper = asyncio.create_task(keep_coordinator(client, fleet.shards, stop))
+        keeper.add_done_callback(lambda _: None)
     queues = sorted({w.task_queue for w in workers})
     print(
         f"bigfleet worker: fleet {fleet.name} ({fleet.shards} shard(s)), roles "

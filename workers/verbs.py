@@ -77,8 +77,8 @@ def load_rollup(path: str) -> Any:
     import yaml
     from pydantic import ValidationError
 
+    from bigfleet.inputs import explain
     from bigfleet.models import ClusterCapacityNeeds, from_wire
-    from bigfleet.shard import explain
 
     try:
         raw = yaml.safe_load(pathlib.Path(path).read_text())
@@ -177,7 +177,15 @@ async def _status(args: argparse.Namespace) -> int:
     shards = [args.shard] if args.shard is not None else await _running_shards(client)
     if not shards:
         raise CliError(f"no shard workflow is running on {_display_address(args)}")
-    statuses = [await _query(client, shard_workflow_id(s), "status") for s in shards]
+    statuses = []
+    for s in shards:
+        # A wedged shard answers no query: say so instead of waiting for one.
+        problem = await _health(client, shard_workflow_id(s))
+        statuses.append(
+            {"shard": s, "problem": problem}
+            if problem
+            else await _query(client, shard_workflow_id(s), "status")
+        )
     coordinator = await _coordinator_status(client) if args.shard is None else None
     if args.json:
         out: Any = statuses if args.shard is None else statuses[0]
@@ -189,20 +197,55 @@ async def _status(args: argparse.Namespace) -> int:
         if coordinator is not None:
             text.append(render_coordinator(coordinator))
         print("\n\n".join(text))
-    return 0
+    return 0 if not any(st.get("problem") for st in [*statuses, coordinator or {}]) else 1
+
+
+async def _health(client: Any, wid: str) -> str | None:
+    """What is wrong with a workflow that should be running: not running, or wedged (its
+    workflow task fails on every attempt); None if it runs."""
+    from temporalio.client import WorkflowExecutionStatus
+
+    from activities.shards import wedged
+
+    try:
+        desc = await client.get_workflow_handle(wid).describe()
+    except Exception as err:
+        return f"not found ({_rpc_error(err, wid)})"
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        name = desc.status.name.lower() if desc.status else "gone"
+        when = f" at {desc.close_time:%Y-%m-%d %H:%M:%S}Z" if desc.close_time else ""
+        return f"NOT RUNNING: {name}{when}"
+    failing = await wedged(client, wid, desc)
+    return f"WEDGED: {failing}" if failing else None
 
 
 async def _coordinator_status(client: Any) -> dict[str, Any] | None:
-    """The coordinator's view, if one runs (a single shard runs without one)."""
-    from temporalio.service import RPCError
+    """The coordinator's view, or what is wrong with it; None if the fleet never had one (a
+    single shard runs without one). A coordinator that ended still answers queries with its
+    last state, so it is described first."""
+    from temporalio.service import RPCError, RPCStatusCode
 
     try:
+        await client.get_workflow_handle("coordinator").describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise _rpc_error(err, "coordinator") from None
+    problem = await _health(client, "coordinator")
+    if problem:
+        return {"problem": problem}
+    try:
         return await client.get_workflow_handle("coordinator").query("status")
-    except RPCError:
-        return None
+    except RPCError as err:
+        return {"problem": f"does not answer: {err}"}
 
 
 def render_coordinator(st: dict[str, Any]) -> str:
+    if st.get("problem"):
+        return (
+            f"coordinator  {st['problem']}\n  (a `bigfleet worker` with the shards role "
+            "restarts it within a cycle; shards keep serving meanwhile)"
+        )
     lines = [f"coordinator  term {st['term']}  shards {st['shards']}"]
     lines.append(f"  sagas running:     {len(st['sagas_running'])}")
     if st.get("membership"):
@@ -227,6 +270,8 @@ def _requirements(reqs: list[dict[str, Any]]) -> str:
 
 
 def render_status(st: dict[str, Any]) -> str:
+    if st.get("problem"):
+        return f"shard-{st['shard']}  {st['problem']}"
     machines = {k: v for k, v in st["machines"].items() if v}
     lines = [
         f"shard-{st['shard']}  epoch {st['epoch']}  cycles {st['cycles']}  "
@@ -246,6 +291,10 @@ def render_status(st: dict[str, Any]) -> str:
     if st.get("rejections"):
         lines.append("  rejected roll-ups (latest last):")
         lines += [f"    {r}" for r in st["rejections"]]
+    rejected = st.get("rejected_inputs") or {}
+    if rejected:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(rejected.items()))
+        lines.append(f"  rejected signals: {counts}  (the last ones: query `rejections`)")
     if st.get("failures"):
         lines.append("  failed calls, retried next cycle (latest last):")
         lines += [

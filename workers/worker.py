@@ -8,16 +8,19 @@ rate-limited task queue per provider). A process may take any set of roles.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WithStartWorkflowOperation
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities.audit import AuditActivities
 from activities.membership import MembershipActivities
 from activities.operators import OperatorActivities
 from activities.providers import ProviderActivities, VirtualClock
@@ -26,6 +29,7 @@ from activities.snapshots import SnapshotActivities
 from activities.starter import StarterActivities
 from bigfleet.simulation import fleet as simulated
 from bigfleet.simulation.scenario import CloudProviderSpec, Scenario
+from workflows.audit import FleetAuditWorkflow
 from workflows.coordinator import CoordinatorWorkflow
 from workflows.membership import MembershipSagaWorkflow
 from workflows.sagas import COORDINATOR_ID, TransferSagaWorkflow
@@ -42,6 +46,7 @@ from workflows.types import (
 )
 
 ROLES = ("shards", "transitions", "providers")
+log = logging.getLogger("bigfleet.worker")
 
 RUNNER = SandboxedWorkflowRunner(
     restrictions=SandboxRestrictions.default.with_passthrough_modules(
@@ -135,8 +140,60 @@ async def ensure_shards(
     await client.start_workflow(**coordinator_start(fleet.shards, plan_seconds))
 
 
+async def keep_coordinator(
+    client: Client,
+    shards: int,
+    stop: asyncio.Event,
+    every: float = 10.0,
+    plan_seconds: float | None = None,
+) -> None:
+    """Keep the coordinator running (every worker with the shards role does this): one that
+    ended (terminated, failed) is started again within `every` seconds; one that is wedged
+    (its workflow task fails on every attempt) is ended and started afresh. A fresh
+    coordinator takes a new term and learns the shards' clusters before it assigns any; the
+    shards serve on meanwhile (static stability). Each restart is logged."""
+    from activities.shards import terminate, wedged
+
+    while not stop.is_set():
+        try:
+            await _keep_coordinator_once(client, shards, plan_seconds, terminate, wedged)
+        except Exception as err:  # the server may be down for a moment: look again later
+            log.warning("coordinator keeper: %s", err)
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=every)
+        except TimeoutError:
+            pass
+
+
+async def _keep_coordinator_once(
+    client: Client, shards: int, plan_seconds: float | None, terminate: Any, wedged: Any
+) -> None:
+    handle = client.get_workflow_handle(COORDINATOR_ID)
+    try:
+        desc = await handle.describe()
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+        desc = None
+    if desc is not None and desc.status == WorkflowExecutionStatus.RUNNING:
+        failing = await wedged(client, COORDINATOR_ID, desc)
+        if failing is None:
+            return
+        log.warning("coordinator run %s is wedged (%s): restarting it", desc.run_id, failing)
+        await terminate(client, COORDINATOR_ID, desc.run_id, f"bigfleet: {failing}")
+    elif desc is not None:
+        log.warning("coordinator ended (%s): starting it again", desc.status)
+    await client.start_workflow(**coordinator_start(shards, plan_seconds))
+
+
 # The workflows on the shard task queue; with MachineTransitionWorkflow, every workflow.
-SHARD_WORKFLOWS = [ShardWorkflow, CoordinatorWorkflow, TransferSagaWorkflow, MembershipSagaWorkflow]
+SHARD_WORKFLOWS = [
+    ShardWorkflow,
+    CoordinatorWorkflow,
+    TransferSagaWorkflow,
+    MembershipSagaWorkflow,
+    FleetAuditWorkflow,
+]
 
 
 def build_workers(
@@ -201,7 +258,7 @@ def build_workers(
             workers.append(
                 Worker(
                     client, task_queue=provider_task_queue(name) + "-read",
-                    activities=[acts.get, acts.list, acts.capacity],
+                    activities=[acts.get, acts.list, acts.capacity, AuditActivities(acts).audit],
                 )
             )
     return workers

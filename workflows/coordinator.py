@@ -9,15 +9,28 @@ coordinator they keep serving from their own inventory (static stability).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from bigfleet.coordinator import Coordinator, Matching, ShardReport, decommission_plan
+    from bigfleet.coordinator import (
+        ASSIGNMENT_BYTES,
+        ClusterName,
+        Coordinator,
+        Matching,
+        ShardReport,
+        decommission_plan,
+    )
+    from bigfleet.inputs import Rejected, clip
+    from workflows.audit import AuditReport, check_repair
+    from workflows.audit import repair as repair_findings
+    from workflows.guard import NO_ARGUMENT, Guard, accepts, guarded
     from workflows.membership import MembershipSagaWorkflow
     from workflows.sagas import STEP, TransferSagaWorkflow
     from workflows.types import (
@@ -32,6 +45,8 @@ with workflow.unsafe.imports_passed_through():
 
 SEQS_PER_SAGA = 4  # drain, release, adopt, and one compensation
 SEQ_BLOCK = 1_000_000  # a split or merge: as many steps as it has parts
+REPORT_BYTES = 1_000_000  # a shard report (its offers are bounded samples: ~10s of KB)
+MAX_REPORT_CLUSTERS = 20_000
 
 
 def _machines(n: int) -> str:
@@ -60,43 +75,82 @@ class CoordinatorWorkflow:
         # clusters the shards already serve (else a known cluster could land on a second shard).
         self.ready = inp.state is not None
         self.revived: dict[int, float] = {}  # shard → last revival attempt (this run only)
+        self.guard = Guard(self, "Coordinator", state.get("guard"))
 
-    @workflow.signal
+    @workflow.signal(dynamic=True)
+    def _signal(self, name: str, args: Sequence[RawValue]) -> None:
+        self.guard.signal(name, args)  # (see workflows/guard.py)
+
+    @accepts(ShardReport, max_bytes=REPORT_BYTES)
     def shard_report(self, report: ShardReport) -> None:
-        self.c.receive(report, workflow.now().timestamp())
+        """A shard's report. Refused unless it names a member shard, is no older than that
+        shard's last report, and is not from the future (a report names the shard's time)."""
+        now = workflow.now().timestamp()
+        if report.shard not in self.c.shards or report.shard in self.c.retired:
+            raise Rejected(f"shard_report: shard: {report.shard} is not a member of the fleet")
+        if not report.at <= now + 60:
+            raise Rejected(f"shard_report: at: {report.at} is in the future")
+        last = self.c.reports.get(report.shard)
+        if last is not None and report.at < last.at:
+            raise Rejected(f"shard_report: at: older than shard {report.shard}'s last report")
+        if len(report.clusters) > MAX_REPORT_CLUSTERS:
+            raise Rejected(f"shard_report: clusters: more than {MAX_REPORT_CLUSTERS}")
+        self.c.receive(report, now)
 
-    @workflow.signal
+    @accepts(str)
     def saga_done(self, saga_id: str) -> None:
         saga = self.sagas.get(saga_id)
-        if saga is not None:
-            saga["done_at"] = workflow.now().timestamp()
+        if saga is None or saga["done_at"] is not None:
+            raise Rejected(f"saga_done: saga_id: {clip(saga_id, 80)} is not a running saga")
+        saga["done_at"] = workflow.now().timestamp()
 
     @workflow.update
-    async def assign_cluster(self, cluster: str) -> int:
+    @guarded
+    async def assign_cluster(self, raw: RawValue = NO_ARGUMENT) -> int:
         """A cluster's shard: least-loaded on first contact, permanent after (seed §16).
         Roll-up senders ask once (update-with-start) and then signal the shard directly."""
+        cluster = self.guard.arg(raw, ClusterName, "assign_cluster")
         await workflow.wait_condition(lambda: self.ready)
+        self._room_for(cluster)
         return self.c.assign(cluster)
 
     @assign_cluster.validator
-    def _assign_ok(self, cluster: str) -> None:
-        if not isinstance(cluster, str) or not cluster.strip():
-            raise ValueError(f"cluster: a non-empty name is required, got {cluster!r}")
+    def _assign_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
+        cluster = self.guard.arg(raw, ClusterName, "assign_cluster")
+        if not cluster.strip():
+            raise Rejected("assign_cluster: cluster: a non-empty name is required")
+        self._room_for(cluster)
+
+    def _room_for(self, cluster: str) -> None:
+        """The assignments cross continue-as-new in one payload: bounded in bytes."""
+        if cluster not in self.c.clusters and not self.c.room_for(cluster):
+            raise Rejected(
+                f"assign_cluster: the coordinator holds {len(self.c.clusters)} clusters, "
+                f"{ASSIGNMENT_BYTES} bytes of names: no room for more (split the fleet)"
+            )
+
+    @workflow.query
+    def rejections(self) -> dict[str, Any]:
+        """Signals this coordinator refused: counts and the last few."""
+        return self.guard.view()
 
     # ---- membership (seed §16) ---------------------------------------------------------------
 
     @workflow.update
-    async def split_shard(self, shard: int) -> str:
+    @guarded
+    async def split_shard(self, raw: RawValue = NO_ARGUMENT) -> str:
         """Divide `shard` in two: half its clusters and machines go to a new shard."""
+        shard = self.guard.arg(raw, int, "split_shard")
         await workflow.wait_condition(lambda: self.ready)
         return await self._membership("split", shard, self.c.new_shard_id(), self.inp)
 
     @split_shard.validator
-    def _split_ok(self, shard: int) -> None:
-        self._membership_ok([shard])
+    def _split_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
+        self._membership_ok([self.guard.arg(raw, int, "split_shard")])
 
     @workflow.update
-    async def add_shard(self) -> int:
+    @guarded
+    async def add_shard(self, raw: RawValue = NO_ARGUMENT) -> int:
         """A new, empty shard (seed §16): new clusters go to it first (it is the least loaded)
         and the coordinator moves capacity to it as its shortfalls ask."""
         await workflow.wait_condition(lambda: self.ready)
@@ -109,18 +163,27 @@ class CoordinatorWorkflow:
         await workflow.execute_activity("shard_update", call, **STEP)
         return new
 
+    @add_shard.validator
+    def _add_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
+        if raw is not NO_ARGUMENT:
+            raise Rejected("add_shard: takes no argument")
+        if not self.c.shards:
+            raise Rejected("add_shard: no shard to model the new one on")
+
     @workflow.update
-    async def merge_shards(self, donor_into: list[int]) -> str:
+    @guarded
+    async def merge_shards(self, raw: RawValue = NO_ARGUMENT) -> str:
         """Merge shard `donor_into[0]` into `donor_into[1]`; the first retires."""
+        donor, into = self.guard.arg(raw, tuple[int, int], "merge_shards")
         await workflow.wait_condition(lambda: self.ready)
-        donor, into = donor_into
         return await self._membership("merge", donor, into, self.inp)
 
     @merge_shards.validator
-    def _merge_ok(self, donor_into: list[int]) -> None:
-        if len(donor_into) != 2 or donor_into[0] == donor_into[1]:
-            raise ValueError(f"merge: two different shards are needed, got {donor_into}")
-        self._membership_ok(donor_into)
+    def _merge_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
+        donor_into = self.guard.arg(raw, tuple[int, int], "merge_shards")
+        if donor_into[0] == donor_into[1]:
+            raise Rejected(f"merge_shards: two different shards are needed, got {donor_into}")
+        self._membership_ok(list(donor_into))
 
     def _membership_ok(self, shards: list[int]) -> None:
         for shard in shards:
@@ -156,14 +219,24 @@ class CoordinatorWorkflow:
         )
         return saga_id
 
-    @workflow.signal
+    @accepts(MembershipResult)
     def membership_done(self, result: MembershipResult) -> None:
-        self.membership = {
+        """A split or merge ended. Refused unless it is the one running; of the clusters it
+        says it moved, only the donor's are moved."""
+        running = {
             k: v
             for k, v in self.membership.items()
-            if (v["kind"], v["donor"], v["into"]) != (result.kind, result.donor, result.into)
+            if (v["kind"], v["donor"], v["into"]) == (result.kind, result.donor, result.into)
         }
-        self.c.moved(result.clusters, result.into)
+        if not running:
+            raise Rejected(
+                f"membership_done: no {clip(result.kind, 20)} of shard {result.donor} into "
+                f"{result.into} is running"
+            )
+        self.membership = {k: v for k, v in self.membership.items() if k not in running}
+        self.c.moved(
+            [c for c in result.clusters if self.c.clusters.get(c) == result.donor], result.into
+        )
         if result.retired:
             self.c.remove_shard(result.donor)
         elif result.kind == "merge":
@@ -173,9 +246,11 @@ class CoordinatorWorkflow:
                 self.c.remove_shard(result.into)
 
     @workflow.update
-    async def decommission(self, req: DecommissionRequest) -> dict[str, Any]:
+    @guarded
+    async def decommission(self, raw: RawValue = NO_ARGUMENT) -> dict[str, Any]:
         """Take machines out of the fleet proportionally across shards (seed §16): each shard
         drains its share (idle ones first) and gives it up; cloud machines are deleted."""
+        req = self.guard.arg(raw, DecommissionRequest, "decommission")
         await workflow.wait_condition(lambda: self.ready)
         where = req.where()
         found: dict[int, Matching] = {}
@@ -198,6 +273,22 @@ class CoordinatorWorkflow:
                     sagas.append(saga)
         return {"shares": {str(s): n for s, n in shares.items()}, "sagas": sagas}
 
+    @decommission.validator
+    def _decommission_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
+        self.guard.arg(raw, DecommissionRequest, "decommission")
+
+    @workflow.update
+    @guarded
+    async def repair(self, raw: RawValue = NO_ARGUMENT) -> dict[str, Any]:
+        """Resolve what `bigfleet audit` found, with fenced instructions (workflows/audit.py)."""
+        report = self.guard.arg(raw, AuditReport, "repair")
+        await workflow.wait_condition(lambda: self.ready)
+        return await repair_findings(self.c, report, self.inp.max_share)
+
+    @repair.validator
+    def _repair_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
+        check_repair(self.guard.arg(raw, AuditReport, "repair"))
+
     @workflow.query
     def status(self) -> dict[str, Any]:
         now = workflow.now().timestamp()
@@ -213,6 +304,7 @@ class CoordinatorWorkflow:
                 {"shard": s, **sf.model_dump(mode="json")} for s, sf in self.c.escalations()
             ],
             "shared_shortfalls": self.c.shared_shortfalls(),
+            "rejected_inputs": self.guard.rejections.counts,
         }
 
     @workflow.run
@@ -236,6 +328,7 @@ class CoordinatorWorkflow:
                     "retiring": sorted(self.c.retiring),
                     "retired": sorted(self.c.retired),
                     "membership": self.membership,
+                    "guard": self.guard.rejections.state(),
                 }
                 workflow.continue_as_new(
                     CoordinatorInput(**{**inp.model_dump(), "state": state})
@@ -253,7 +346,7 @@ class CoordinatorWorkflow:
         """A missing shard whose workflow is gone is restarted from its durable state (seed
         §6); at most one attempt per shard every 4 × `missing_after_seconds`."""
         restarts = workflow.metric_meter().create_counter(
-            "bigfleet_shard_restarts", "shard workflows restarted by the coordinator"
+            "bigfleet_shard_restarts_total", "shard workflows restarted by the coordinator"
         )
         for shard in self.c.missing(now, inp.missing_after_seconds):
             if shard in self.c.retiring:

@@ -8,15 +8,18 @@ before it changes anything.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from bigfleet.coordinator import Matching, ShardReport
+    from bigfleet.inputs import clip
     from bigfleet.models import Machine, MachineState, Transition
     from bigfleet.shard import Shard
+    from workflows.guard import NO_ARGUMENT, Guard, guarded
     from workflows.sagas import COORDINATOR_ID
     from workflows.types import (
         Instruction,
@@ -33,6 +36,20 @@ SEEN_KEPT = 1000
 # for a retry that arrives after a continue-as-new (Temporal deduplicates update ids within one
 # run only). Bounded by machine records, since it crosses continue-as-new with the shard.
 OUTBOX_RECORDS = 500
+
+
+QUERY_IDS = 100_000  # ids a query may ask about (an answer stays far below 4 MB)
+FUTURE_TERM_MS = 300_000  # clocks of workers and server may differ a little
+Ins = TypeVar("Ins", Instruction, SplitInstruction, TakeIn)
+
+
+def _page(start: object, limit: object) -> tuple[int, int]:
+    """(start, limit) of a paged query, checked: whole numbers, limit 1…QUERY_IDS."""
+    for name, value in (("start", start), ("limit", limit)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ApplicationError(f"{name}: a whole number ≥ 0 is required, got {clip(value, 40)}")
+    assert isinstance(start, int) and isinstance(limit, int)
+    return start, max(1, min(limit, QUERY_IDS))
 
 
 class InstructionHandlers:
@@ -89,6 +106,14 @@ class InstructionHandlers:
                 f"shard {self.shard.id} is writing its snapshot; retry", type="ShardRestoring"
             )
 
+    guard: Guard
+
+    def _ins(self, raw: RawValue, model: type[Ins], update: str) -> Ins:
+        """An update's instruction, decoded strictly; refused (before it enters history, in
+        the validator) if it is missing, malformed or oversized."""
+        ins: Ins = self.guard.arg(raw, model, update)
+        return ins
+
     def _replay(self, ins: Instruction | SplitInstruction | TakeIn) -> bool:
         return ins.term == self.term and ins.seq in self.seen
 
@@ -102,6 +127,14 @@ class InstructionHandlers:
         self._not_moving()
         if self._replay(ins):
             return True
+        # Terms are the coordinator's start times in milliseconds: one from beyond this
+        # shard's clock was never issued, and taking it would fence out the real coordinator.
+        if ins.term > workflow.now().timestamp() * 1000 + FUTURE_TERM_MS:
+            raise ApplicationError(
+                f"term: {ins.term} is not a coordinator term (from the future)",
+                type="StaleInstruction",
+                non_retryable=True,
+            )
         if ins.term < self.term and not any_term:
             raise ApplicationError(
                 f"stale instruction from coordinator term {ins.term}: shard {self.shard.id} "
@@ -169,34 +202,41 @@ class InstructionHandlers:
         """Where machines are as this shard holds them: a state (drained for a transfer: IDLE),
         DECOMMISSIONED (taken out of the fleet here), or GONE (not this shard's)."""
         self._not_restoring()
-        return {mid: self.shard.ownership(mid) for mid in machine_ids}
+        if not isinstance(machine_ids, list) or len(machine_ids) > QUERY_IDS:
+            raise ApplicationError(f"machine_ids: a list of at most {QUERY_IDS} ids is required")
+        return {mid: self.shard.ownership(mid) for mid in machine_ids if isinstance(mid, str)}
 
     @workflow.query
     def owned_ids(self, start: int, limit: int) -> tuple[list[str], int]:
         self._not_restoring()
-        return self.shard.owned_ids(start, limit)
+        return self.shard.owned_ids(*_page(start, limit))
 
     @workflow.query
     def speculative_ids(self, provider: str, start: int, limit: int) -> tuple[list[str], int]:
         self._not_restoring()
-        return self.shard.speculative_ids(provider, start, limit)
+        return self.shard.speculative_ids(str(provider), *_page(start, limit))
 
     @workflow.update
-    def adopt(self, ins: Instruction) -> int:
+    @guarded
+    def adopt(self, raw: RawValue = NO_ARGUMENT) -> int:
         """Take ownership of machines another shard released (or new capacity)."""
+        ins = self._ins(raw, Instruction, "adopt")
         if self._accept(ins):
             return 0
         return self.shard.adopt(ins.machines, workflow.now().timestamp())
 
     @adopt.validator
-    def _adopt_ok(self, ins: Instruction) -> None:
+    def _adopt_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
+        ins = self._ins(raw, Instruction, "adopt")
         # Adopting takes nothing away from the shard: fenced, but no share limit. Taking back
         # what this shard released (a saga's compensation) is accepted from any term.
         self._fence(ins, 0, any_term=ins.compensation and self._released_here(ins))
 
     @workflow.update
-    def release(self, ins: Instruction) -> list[Machine]:
+    @guarded
+    def release(self, raw: RawValue = NO_ARGUMENT) -> list[Machine]:
         """Give up idle or speculative machines; returns their records for the receiver."""
+        ins = self._ins(raw, Instruction, "release")
         if self._accept(ins):
             return self._first_outcome(ins, "release")
         released = self.shard.release(ins.machine_ids)
@@ -204,7 +244,8 @@ class InstructionHandlers:
         return released
 
     @release.validator
-    def _release_ok(self, ins: Instruction) -> None:
+    def _release_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
+        ins = self._ins(raw, Instruction, "release")
         # Machines drained for this transfer were counted when the drain was accepted.
         if self._fence(ins, sum(1 for mid in ins.machine_ids if mid not in self.shard.handoff)):
             self._first_outcome(ins, "release")  # refused if no longer kept
@@ -218,16 +259,21 @@ class InstructionHandlers:
                 continue
             row = inv.ids.find(mid)
             if row < 0:
-                raise ApplicationError(f"machine {mid} is not owned by shard {self.shard.id}")
+                raise ApplicationError(
+                    f"machine {clip(mid, 80)} is not owned by shard {self.shard.id}"
+                )
             if inv.state_of(row) not in (S.IDLE, S.SPECULATIVE):
                 raise ApplicationError(
-                    f"machine {mid} is {inv.state_of(row)}: only idle or speculative machines "
+                    f"machine {clip(mid, 80)} is {inv.state_of(row)}: only idle or speculative "
+                    "machines "
                     "move between shards"
                 )
 
     @workflow.update
-    def drain_for_transfer(self, ins: Instruction) -> list[str]:
+    @guarded
+    def drain_for_transfer(self, raw: RawValue = NO_ARGUMENT) -> list[str]:
         """Drain configured machines so they can be handed over (cross-shard preemption)."""
+        ins = self._ins(raw, Instruction, "drain_for_transfer")
         if self._accept(ins):
             return ins.machine_ids
         now = workflow.now().timestamp()
@@ -247,33 +293,41 @@ class InstructionHandlers:
         return ins.machine_ids
 
     @workflow.update
-    def cancel_transfer(self, ins: Instruction) -> list[str]:
+    @guarded
+    def cancel_transfer(self, raw: RawValue = NO_ARGUMENT) -> list[str]:
         """Compensation of a drain for transfer: the machines stay and are the shard's again
         (idempotent; it only touches the shard's own machines, so any term may ask)."""
+        ins = self._ins(raw, Instruction, "cancel_transfer")
         if not self._accept(ins):
             self.shard.cancel_transfer(ins.machine_ids, workflow.now().timestamp())
         return ins.machine_ids
 
     @cancel_transfer.validator
-    def _cancel_ok(self, ins: Instruction) -> None:
+    def _cancel_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
+        ins = self._ins(raw, Instruction, "cancel_transfer")
         self._fence(ins, 0, any_term=True)
 
     @drain_for_transfer.validator
-    def _drain_ok(self, ins: Instruction) -> None:
+    def _drain_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
+        ins = self._ins(raw, Instruction, "drain_for_transfer")
         if self._fence(ins, len(ins.machine_ids)):
             return
         inv = self.shard.inventory
         for mid in ins.machine_ids:
             row = inv.ids.find(mid)
             if row < 0 or inv.state_of(row) is not S.CONFIGURED:
-                raise ApplicationError(f"machine {mid} is not a configured machine of this shard")
+                raise ApplicationError(
+                    f"machine {clip(mid, 80)} is not a configured machine of this shard"
+                )
 
     # ---- splits, merges, decommissions (seed §16) --------------------------------------------
 
     @workflow.update
-    def split_out(self, ins: SplitInstruction) -> dict[str, Any]:
+    @guarded
+    def split_out(self, raw: RawValue = NO_ARGUMENT) -> dict[str, Any]:
         """Let `fraction` of the clusters and machines go to shard `ins.to` (all of them: a
         merge). Returns the clusters, their needs, and how many machines will be handed out."""
+        ins = self._ins(raw, SplitInstruction, "split_out")
         if self._accept(ins):
             return self._first_outcome(ins, "split_out")
         clusters, ids = self.shard.split_plan(ins.fraction)
@@ -284,7 +338,8 @@ class InstructionHandlers:
         return self._remember(ins, "split_out", out)
 
     @split_out.validator
-    def _split_ok(self, ins: SplitInstruction) -> None:
+    def _split_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
+        ins = self._ins(raw, SplitInstruction, "split_out")
         # Dividing is the one instruction that moves half a shard: fenced, but not share-limited
         # (each part handed out is bounded by the saga's chunk instead).
         if self._fence(ins, 0):
@@ -298,15 +353,18 @@ class InstructionHandlers:
             )
 
     @workflow.update
-    def hand_out(self, ins: Instruction) -> list[Machine]:
+    @guarded
+    def hand_out(self, raw: RawValue = NO_ARGUMENT) -> list[Machine]:
         """The next part of a split's machines (at most `ins.limit` records)."""
+        ins = self._ins(raw, Instruction, "hand_out")
         if self._accept(ins):
             return self._first_outcome(ins, "hand_out")
         part = [m.model_dump(mode="json") for m in self.shard.hand_out(ins.limit)]
         return self._remember(ins, "hand_out", part)
 
     @hand_out.validator
-    def _hand_out_ok(self, ins: Instruction) -> None:
+    def _hand_out_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
+        ins = self._ins(raw, Instruction, "hand_out")
         if self._fence(ins, 0):
             self._first_outcome(ins, "hand_out")
             return
@@ -314,8 +372,10 @@ class InstructionHandlers:
             raise ApplicationError(f"limit: must be above 0, got {ins.limit}")
 
     @workflow.update
-    def take_in(self, ins: TakeIn) -> int:
+    @guarded
+    def take_in(self, raw: RawValue = NO_ARGUMENT) -> int:
         """Clusters and machines of a split or merge (or given back after one failed)."""
+        ins = self._ins(raw, TakeIn, "take_in")
         if self._accept(ins):
             return 0
         taken = self.shard.take_in(ins.needs, ins.machines, workflow.now().timestamp())
@@ -326,21 +386,25 @@ class InstructionHandlers:
         return taken
 
     @take_in.validator
-    def _take_in_ok(self, ins: TakeIn) -> None:
+    def _take_in_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
+        ins = self._ins(raw, TakeIn, "take_in")
         if self._fence(ins, 0):
             return
         if self.retired:
             raise ApplicationError(f"shard {self.shard.id} has retired: it takes nothing in")
 
     @workflow.update
-    def retire(self, ins: Instruction) -> int:
+    @guarded
+    def retire(self, raw: RawValue = NO_ARGUMENT) -> int:
         """End a merged-away shard's workflow. Returns its last cycle count."""
+        ins = self._ins(raw, Instruction, "retire")
         self._accept(ins)
         self.retired = True
         return self.shard.cycles
 
     @retire.validator
-    def _retire_ok(self, ins: Instruction) -> None:
+    def _retire_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
+        ins = self._ins(raw, Instruction, "retire")
         if self._fence(ins, 0):
             return
         owned = sum(self.shard.machines_by_state().values())
@@ -352,9 +416,11 @@ class InstructionHandlers:
             )
 
     @workflow.update
-    def decommission(self, ins: Instruction) -> list[str]:
+    @guarded
+    def decommission(self, raw: RawValue = NO_ARGUMENT) -> list[str]:
         """Machines leaving the fleet (seed §16): idle or drained ones are given up; cloud
         machines are deleted, bare metal goes back to its provider as it is."""
+        ins = self._ins(raw, Instruction, "decommission")
         if self._accept(ins):
             return ins.machine_ids
         inv = self.shard.inventory
@@ -375,7 +441,8 @@ class InstructionHandlers:
         return ins.machine_ids
 
     @decommission.validator
-    def _decommission_ok(self, ins: Instruction) -> None:
+    def _decommission_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
+        ins = self._ins(raw, Instruction, "decommission")
         if not self._fence(ins, sum(1 for m in ins.machine_ids if m not in self.shard.handoff)):
             self._check_free(ins)
 
@@ -383,6 +450,11 @@ class InstructionHandlers:
     def matching(self, where: dict[str, str], limit: int) -> Matching:
         """Machines a decommission could take (see `Shard.matching`)."""
         self._not_restoring()
+        if not isinstance(where, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in where.items()
+        ):
+            raise ApplicationError("where: a map of field names to values is required")
+        limit = _page(0, limit)[1]
         return self.shard.matching(where, limit)
 
     def report_due(self, now: float) -> ShardReport | None:

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from bigfleet.engine import Decision
+    from bigfleet.inputs import Rejected
     from bigfleet.models import (
         Action,
         CreateAction,
@@ -32,6 +34,8 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.policy import Policy
     from bigfleet.shard import REFUSAL_BACKOFF_SECONDS, Shard
     from bigfleet.snapshot import restore_shard, shard_state
+    from workflows.audit_handlers import AuditHandlers
+    from workflows.guard import Guard, accepts
     from workflows.instructions import InstructionHandlers
     from workflows.provider_sync import PERIODIC, QUICK, ProviderSync
     from workflows.snapshot_store import SnapshotStore
@@ -51,10 +55,13 @@ with workflow.unsafe.imports_passed_through():
 S = MachineState
 T = Transition
 START_BATCH = 200
+MAX_CREATE_BATCH = 64  # machines a transition (a batched create) may report
+PENDING_RESULTS = 50_000  # transition results waiting for the next cycle
+EARLY_ROLLUPS = 5_000  # roll-ups waiting while the state is read back or written
 
 
 @workflow.defn(name="Shard")
-class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
+class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore, AuditHandlers):
     @workflow.init
     def __init__(self, inp: ShardInput) -> None:
         self.cfg = inp.config
@@ -68,11 +75,13 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
         self.restoring = inp.snapshot is not None
         self.snapshotting = False
         self.early_rollups: list[dict[str, Any]] = list(inp.rollups)
+        self.guard = Guard(self, "Shard")
         self._restore(inp.state, inp.joining)
         self.forward: dict[str, dict[str, Any]] = {}
         self.results: list[TransitionResult] = list(inp.results)
         self.pipeline: list[TransitionInput] = list(inp.pipeline)  # (a revived shard drops it)
         self.revive = False  # `revived` arrived: catch up with the providers next cycle
+        self.revived_run = False  # (once per run)
         self.last_cycle_ms = 0.0
         self.started: dict[str, int] = {}
         # New capacity seen unowned at the last look (adopted if still unowned at the next).
@@ -83,34 +92,69 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
     def _restore(self, state: dict[str, Any] | None, joining: bool = False) -> None:
         if state is not None:
             restore_shard(state, self.shard)
+            self.guard.rejections.absorb(state.get("guard"))
         InstructionHandlers.__init__(self, state or {})
         self.joining = self.joining or joining
 
     # ---- what people and operators send and ask ---------------------------------------------
 
-    @workflow.signal
+    @workflow.signal(dynamic=True)
+    def _signal(self, name: str, args: Sequence[RawValue]) -> None:
+        self.guard.signal(name, args)  # (see workflows/guard.py)
+
+    @workflow.query
+    def rejections(self) -> dict[str, Any]:
+        """Signals this shard refused (and roll-ups it rejected): counts and the last few."""
+        return self.guard.view()
+
+    @accepts(dict[str, Any])
     def rollup(self, raw: dict[str, Any]) -> None:
-        """A cluster's roll-up. An invalid one is logged and dropped; the previous stands. One
-        for a cluster that moved away in a split or merge is passed on to its new shard."""
+        """A cluster's roll-up. An invalid one is recorded (`status`'s rejections) and dropped;
+        the previous stands. One for a cluster that moved away in a split or merge is passed
+        on to its new shard."""
         if self.restoring or self.snapshotting:
+            if len(self.early_rollups) >= EARLY_ROLLUPS:
+                raise Rejected(f"rollup: shard busy restoring its state; {EARLY_ROLLUPS} waiting")
             self.early_rollups.append(raw)  # applied once the state is read / carried over
             return
-        cluster = raw.get("cluster") if isinstance(raw, dict) else None
+        cluster = raw.get("cluster")
         if isinstance(cluster, str) and cluster in self.shard.moved:
             self.forward[cluster] = raw
             return
         reason = self.shard.receive(raw, workflow.now().timestamp())
         if reason:
-            workflow.logger.warning(reason)
+            self.guard.reject("rollup", reason)
 
-    @workflow.signal
+    @accepts(TransitionResult)
     def transition_done(self, result: TransitionResult) -> None:
+        """What a transition workflow ended with; machines this shard does not own are
+        ignored when it is folded in."""
+        if len(result.machines) > MAX_CREATE_BATCH:
+            raise Rejected(
+                f"transition_done: machines: {len(result.machines)} records, a transition has "
+                f"at most {MAX_CREATE_BATCH}"
+            )
+        if len(self.results) >= PENDING_RESULTS:
+            raise Rejected(f"transition_done: {PENDING_RESULTS} results already wait")
         self.results.append(result)
 
-    @workflow.signal
-    def revived(self) -> None:
-        """Sent with the reset that brought this run back from the dead (`revive_shard`)."""
-        self.revive = True
+    @accepts(dict[str, str], optional=True)
+    def revived(self, proof: dict[str, str] | None) -> None:
+        """Sent by `revive_shard` right after the reset that brought this run back from the
+        dead, naming this run. Refused unless this run was born of a reset (Temporal keeps the
+        original run id across resets), names it, and is the first: a reset happens once per
+        run, so anyone else's `revived` cannot force a new epoch on a healthy shard."""
+        info = workflow.info()
+        if not workflow.patched("revived-names-its-run"):
+            self.revive = True  # (a history from before the check: replayed as it ran)
+            return
+        if info.run_id == info.original_execution_run_id:
+            raise Rejected("revived: this run was not reset; nothing to revive")
+        if not proof or proof.get("run_id") != info.run_id:
+            raise Rejected("revived: run_id: must name the run the reset created")
+        if self.revive or self.revived_run:
+            raise Rejected("revived: this run was already revived")
+        self.revive = self.revived_run = True
 
     async def _after_revival(self) -> None:
         """Back from a dead run's durable state (seed §6): a new epoch fences the dead run's
@@ -135,6 +179,7 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
             "needs": len(self.shard.needs),
             "shortfalls": [s.model_dump(mode="json") for s in last.shortfalls],
             "rejections": list(self.shard.rejections)[-10:],
+            "rejected_inputs": self.guard.rejections.counts,
             "coordinator_term": self.term,
             "inherited": self.inherited,
             "failures": self.failures,
@@ -216,6 +261,7 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
         self._fold_results(workflow.now().timestamp())
         state = shard_state(self.shard)
         state.update(self.instruction_state())
+        state["guard"] = self.guard.rejections.state()
         try:
             snapshot = await self._store(
                 {**state, "pipeline": [t.model_dump(mode="json") for t in self.pipeline]}
@@ -288,12 +334,14 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore):
             self.last_cycle_ms = (time.perf_counter() - start) * 1000
         meter = workflow.metric_meter().with_additional_attributes({"shard": str(self.shard.id)})
         meter.create_histogram_float(
-            "bigfleet_decision_cycle_ms", "decide() plus applying its actions", "ms"
-        ).record(self.last_cycle_ms)
+            "bigfleet_decision_cycle_seconds", "decide() plus applying its actions", "s"
+        ).record(self.last_cycle_ms / 1000)
         for kind in ("create", "configure", "drain", "delete", "verify"):
             n = decision.count(kind)
             if n:
-                meter.create_counter("bigfleet_actions", "actions decided").add(n, {"kind": kind})
+                meter.create_counter("bigfleet_actions_total", "actions decided").add(
+                    n, {"kind": kind}
+                )
         for state, n in self.shard.machines_by_state().items():
             meter.create_gauge("bigfleet_machines", "machines by state").set(n, {"state": state})
         meter.create_gauge("bigfleet_shortfalls", "unserved needs").set(len(decision.shortfalls))

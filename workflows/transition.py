@@ -3,16 +3,20 @@ durable timers until it settles or times out, and take the corrective path when 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.common import RawValue, RetryPolicy
+from temporalio.exceptions import ActivityError, FailureError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
+    from bigfleet.inputs import Rejected, number
     from bigfleet.models import CapacityType, Machine, MachineState, Transition
     from bigfleet.states import TARGET_OF, TRANSITIONAL
     from bigfleet.transitions import Corrective, corrective
+    from workflows.guard import Guard, accepts
     from workflows.types import (
         RESULT_STATE,
         BootstrapAnswer,
@@ -33,30 +37,57 @@ CALL = dict(
 )
 # How long a forced drain or a cleanup may take after the transition itself gave up.
 CORRECTIVE_SECONDS = 600.0
+OUTCOMES = ("ok", "failed", "forced", "corrected", "refused")
 
 
 @workflow.defn(name="MachineTransition")
 class MachineTransitionWorkflow:
+    # Set by `_watch` when a drain had to be forced: escalated to grace 0, or outlasting its
+    # time (outcome "forced" in bigfleet_transition_outcomes_total).
+    _forced = False
+
     @workflow.init
     def __init__(self, t: TransitionInput) -> None:
         self.t = t
         self._escalation: float | None = None
         self._grace = t.grace_seconds if t.transition is T.DRAIN else None
         self._machines: list[Machine] = []
+        self.guard = Guard(self, "MachineTransition")
 
-    @workflow.signal
-    def escalate_drain(self, grace_seconds: float) -> None:
-        """A shorter grace for a running drain (0 = forced). A longer one changes nothing, and
-        so does the signal sent to any other transition."""
-        if self._grace is not None and grace_seconds < self._grace:
-            self._escalation = max(0.0, grace_seconds)
+    @workflow.signal(dynamic=True)
+    def _signal(self, name: str, args: Sequence[RawValue]) -> None:
+        self.guard.signal(name, args)  # (see workflows/guard.py)
+
+    @accepts(Any)
+    def escalate_drain(self, grace_seconds: Any) -> None:
+        """A shorter grace for a running drain (0 = forced), in seconds: a number from 0 to
+        the drain's own grace. A longer one changes nothing; one sent to any other transition
+        is refused."""
+        grace = number(grace_seconds, "escalate_drain: grace_seconds", 0.0, 7 * 24 * 3600.0)
+        if self._grace is None:
+            raise Rejected(f"escalate_drain: this is a {self.t.transition.value}, not a drain")
+        if grace < self._grace:
+            self._escalation = grace
 
     @workflow.query
     def machines(self) -> list[Machine]:
         return self._machines
 
+    @workflow.query
+    def rejections(self) -> dict[str, Any]:
+        """Signals this workflow refused: how many per signal, and the last few."""
+        return self.guard.view()
+
     @workflow.run
     async def run(self, t: TransitionInput) -> TransitionResult:
+        try:
+            return await self._run(t)
+        except FailureError as err:  # fails the workflow (other errors retry its task)
+            if not is_cancelled_exception(err):
+                self._failed(err)
+            raise
+
+    async def _run(self, t: TransitionInput) -> TransitionResult:
         result = TransitionResult(transition=t.transition, machines=[])
         if t.transition is T.CONFIGURE:
             answer = await self._bootstrap(t.machine_ids[0])
@@ -158,7 +189,13 @@ class MachineTransitionWorkflow:
             if self._escalation is not None and self.t.transition is T.DRAIN:
                 grace, self._escalation = self._escalation, None
                 self._grace = grace
+                self._forced = self._forced or grace == 0
                 workflow.logger.info("drain of %s escalated to %s s grace", machine_ids, grace)
+                # The static summary keeps the grace the drain started with; this shows now.
+                workflow.set_current_details(
+                    f"**drain** escalated: grace now {grace:g} s"
+                    + (" (forced)" if grace == 0 else f", was {self.t.grace_seconds:g} s")
+                )
                 await self._call(T.DRAIN, machine_ids, grace=grace, force=grace == 0)
             machines = await self._read(machine_ids)
             settled = [m for m in machines if m.state in (target, S.FAILED)]
@@ -166,7 +203,7 @@ class MachineTransitionWorkflow:
                 return machines
             if workflow.now() >= deadline:
                 if self.t.transition is T.DRAIN and not forced:
-                    forced = True
+                    forced = self._forced = True
                     workflow.logger.warning("drain of %s outlasted its time: forcing", machine_ids)
                     stuck = [m.id for m in machines if m.state in TRANSITIONAL]
                     for mid in stuck:
@@ -192,22 +229,38 @@ class MachineTransitionWorkflow:
             workflow.logger.warning("corrective %s of %s failed: %s", path, m.id, err)
         return [m]
 
-    async def _finish(self, result: TransitionResult) -> TransitionResult:
-        states = sorted({m.state.value for m in result.machines})
-        outcome = "refused" if result.refused else ("corrected" if result.corrective else "ok")
-        if any(m.state is S.FAILED for m in result.machines):
-            outcome = "failed"
+    def _count(self, outcome: str) -> None:
+        """Every end of a transition, one of OUTCOMES (labels bounded: transition, provider,
+        outcome)."""
         meter = workflow.metric_meter().with_additional_attributes(
             {"transition": self.t.transition.value, "provider": self.t.provider}
         )
         elapsed = (workflow.now() - workflow.info().start_time).total_seconds()
         meter.create_histogram_float(
-            "bigfleet_transition_seconds", "machine transition time, start to settled", "s"
+            "bigfleet_transition_duration_seconds",
+            "machine transition time, start to settled",
+            "s",
         ).record(elapsed, {"outcome": outcome})
-        if outcome != "ok":
-            meter.create_counter(
-                "bigfleet_transition_failures", "transitions that failed, were refused or corrected"
-            ).add(1, {"outcome": outcome})
+        meter.create_counter(
+            "bigfleet_transition_outcomes_total",
+            "transitions ended, by outcome: ok, failed, forced, corrected, refused",
+        ).add(1, {"outcome": outcome})
+
+    def _failed(self, err: BaseException) -> None:
+        """The workflow is about to fail (a step failed for good): BigFleetState says so, as
+        on every other end, so `BigFleetState = "FAILED"` finds it."""
+        self._count("failed")
+        workflow.upsert_search_attributes([RESULT_STATE.value_set(S.FAILED.value)])
+        workflow.set_current_details(f"**{self.t.transition.value}** failed: {err}")
+
+    async def _finish(self, result: TransitionResult) -> TransitionResult:
+        states = sorted({m.state.value for m in result.machines})
+        outcome = "refused" if result.refused else ("corrected" if result.corrective else "ok")
+        if self._forced:
+            outcome = "forced"
+        if any(m.state is S.FAILED for m in result.machines):
+            outcome = "failed"
+        self._count(outcome)
         workflow.upsert_search_attributes([RESULT_STATE.value_set(",".join(states))])
         workflow.set_current_details(
             f"**{self.t.transition.value}** → {', '.join(states)}"

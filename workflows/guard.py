@@ -1,0 +1,162 @@
+"""Every signal and update of every BigFleet workflow enters through here (DESIGN §8).
+
+- Signals: each workflow has one dynamic signal handler that receives raw payloads and calls
+  `Guard.signal`, which looks the name up among the methods marked `@accepts(...)`, decodes
+  the one argument strictly (`bigfleet.inputs.decode`) and calls the method. A missing, extra,
+  oversized, undecodable or invalid argument, an unknown signal name, a method that refuses
+  (`Rejected`) or even a bug in it is recorded as a bounded rejection, logged, counted
+  (`bigfleet_rejected_inputs_total`) and shown by the workflow's queries; the workflow task
+  never fails for it.
+- Updates: their one parameter is a `RawValue` with a default (`NO_ARGUMENT`), so the SDK
+  binds nothing; the validator decodes it with `Guard.arg` and refuses bad input before it
+  enters history. `@guarded` turns anything unexpected an accepted update raises into a failed
+  update instead of a failed workflow task.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from bigfleet.inputs import (
+        SIGNAL_BYTES,
+        UPDATE_BYTES,
+        Rejected,
+        Rejections,
+        clip,
+        decode,
+    )
+
+NO_ARGUMENT = RawValue(Payload())
+SIGNAL_SPEC = "__bigfleet_signal__"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def accepts(hint: Any, max_bytes: int = SIGNAL_BYTES, optional: bool = False) -> Callable[[F], F]:
+    """Mark a method as the handler of the signal of its own name, taking one `hint`."""
+
+    def mark(fn: F) -> F:
+        setattr(fn, SIGNAL_SPEC, (hint, max_bytes, optional))
+        return fn
+
+    return mark
+
+
+def _payloads(args: Sequence[RawValue]) -> list[tuple[str, bytes]]:
+    out = []
+    for a in args:
+        if a is NO_ARGUMENT or not isinstance(a, RawValue):
+            continue
+        encoding = a.payload.metadata.get("encoding", b"")
+        out.append((encoding.decode("utf-8", "replace"), a.payload.data))
+    return out
+
+
+def handler_names(cls: type) -> list[str]:
+    """The signal and update names a workflow class handles (what its rejections count by)."""
+    names = []
+    for attr in dir(cls):
+        value = getattr(cls, attr, None)
+        if hasattr(value, SIGNAL_SPEC):
+            names.append(attr)
+        defn = getattr(value, "_defn", None)
+        if type(defn).__name__ == "_UpdateDefinition" and defn.name:
+            names.append(defn.name)
+    return names
+
+
+class Guard:
+    """The rejections of one workflow, and the decoding of what its handlers receive."""
+
+    def __init__(self, owner: object, workflow_type: str, state: Any = None) -> None:
+        self.owner = owner
+        self.workflow_type = workflow_type
+        self.rejections = Rejections(
+            handler_names(type(owner)), state if isinstance(state, dict) else None
+        )
+
+    def signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """Dispatch a signal by name; never raises."""
+        method = getattr(type(self.owner), name, None) if len(name) <= 100 else None
+        spec = getattr(method, SIGNAL_SPEC, None)
+        if method is None or spec is None:
+            self.reject(name, f"no signal {clip(name, 60)!r} on a {self.workflow_type} workflow")
+            return
+        hint, max_bytes, optional = spec
+        try:
+            value = decode(_payloads(args), hint, name, max_bytes, optional)
+            method(self.owner, value)
+        except Rejected as err:
+            self.reject(name, str(err))
+        except Exception as err:  # a bug must not wedge the workflow: recorded, not raised
+            workflow.logger.exception("signal %s failed in its handler", name)
+            self.reject(name, f"{name}: the handler failed: {clip(repr(err))}")
+
+    def arg(self, raw: RawValue, hint: Any, what: str, max_bytes: int = UPDATE_BYTES) -> Any:
+        """An update's argument as `hint`, or `Rejected` (call it in the validator first)."""
+        try:
+            return decode(_payloads([raw]), hint, what, max_bytes)
+        except Rejected:
+            self.count(what)
+            raise
+
+    def reject(self, handler: str, error: str) -> None:
+        self.rejections.add(handler, error, workflow.now().timestamp())
+        workflow.logger.warning("%s: rejected %s", self.workflow_type, clip(error, 400))
+        self.count(handler)
+
+    def count(self, handler: str) -> None:
+        workflow.metric_meter().create_counter(
+            "bigfleet_rejected_inputs_total", "signals and updates refused as malformed or unknown"
+        ).add(1, {"workflow": self.workflow_type, "handler": self.rejections.known(handler)})
+
+    def view(self) -> dict[str, Any]:
+        return {"total": self.rejections.total, **self.rejections.state()}
+
+
+def guarded(fn: F) -> F:
+    """An update handler whose unexpected exceptions fail the update, not the workflow task."""
+    name = fn.__name__
+
+    def failed(err: Exception) -> ApplicationError:
+        workflow.logger.exception("update %s failed in its handler", name)
+        return ApplicationError(
+            f"{name}: the handler failed: {clip(repr(err))}", type="HandlerFailed",
+            non_retryable=True,
+        )
+
+    if inspect.iscoroutinefunction(fn):
+
+        async def run_async(self, raw: RawValue = NO_ARGUMENT):  # type: ignore[no-untyped-def]
+            try:
+                return await fn(self, raw)
+            except ApplicationError:
+                raise
+            except Rejected as err:
+                raise ApplicationError(str(err), type="Rejected", non_retryable=True) from None
+            except Exception as err:
+                raise failed(err) from err
+
+        wrapper: Any = run_async
+    else:
+
+        def run(self, raw: RawValue = NO_ARGUMENT):  # type: ignore[no-untyped-def]
+            try:
+                return fn(self, raw)
+            except ApplicationError:
+                raise
+            except Rejected as err:
+                raise ApplicationError(str(err), type="Rejected", non_retryable=True) from None
+            except Exception as err:
+                raise failed(err) from err
+
+        wrapper = run
+    wrapper.__name__, wrapper.__qualname__, wrapper.__doc__ = name, fn.__qualname__, fn.__doc__
+    return wrapper  # type: ignore[no-any-return]
