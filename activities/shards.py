@@ -94,12 +94,13 @@ async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str
     nobody watched; signals and updates after the reset point are not applied again (one may
     be what broke it). A running shard whose workflow task fails on every attempt (`wedged`)
     is terminated first and revived the same way. A run born of such a reset that died again
-    (in any way), a run the server ended for
+    (in any way: what broke it may lie before the reset point), a run the server ended for
     the size of its history, a history that cannot be reset, or `from_snapshot` (an
     operator's choice when the code changed so that the history no longer replays) restart it
     from its latest run's input instead ("restarted") — the snapshot of its last
     continue-as-new, or from scratch if it never continued as new; what it adopted since is
-    then owned by no shard."""
+    then owned by no shard (`bigfleet audit --repair` finds it). A run restarted that way,
+    reset, and dead again is "held" for an operator: recovery never goes round in a circle."""
     wid = shard_workflow_id(shard)
     try:
         desc = await client.get_workflow_handle(wid).describe()
@@ -176,6 +177,17 @@ async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str
             return "reset"
         except RPCError as err:
             activity.logger.warning("shard %s could not be reset (%s): restarting it", shard, err)
+    if was_reset and start.restarted and not from_snapshot:
+        # Restarted from its snapshot, reset, and dead again: a third automatic try would go
+        # round the same circle. Held for an operator (`bigfleet status` says WEDGED or NOT
+        # RUNNING; `bigfleet shard revive N --from-snapshot` tries the snapshot once more).
+        activity.logger.error(
+            "shard %s was %s again after a restart from its snapshot and a reset: held for an "
+            "operator",
+            shard,
+            status_name(desc),
+        )
+        return "held"
     snapshot = start.state is not None or start.snapshot is not None
     await client.start_workflow(
         "Shard",

@@ -14,13 +14,18 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.testing import WorkflowEnvironment
 
+from bigfleet.audit import classify, holdings_page, persisting
+from bigfleet.coordinator import Coordinator
 from bigfleet.models import FencingToken, MachineState
+from bigfleet.shard import Shard
 from tests.conftest import eventually, fleet_workers, query_retrying
+from tests.fleet import DC, bare_metal, many, on_demand
 from tests.test_shard_restart import one_rack
 from tests.test_temporal_coordinator import ask, machines_of, start, start_coordinator
 from workers import cli
+from workflows.audit import AuditFinding, AuditHolder, AuditReport, check_repair, plan_repair
 from workflows.sagas import COORDINATOR_ID
-from workflows.types import Instruction
+from workflows.types import Instruction, MachinePage
 
 S = MachineState
 
@@ -154,3 +159,99 @@ async def test_audit_finds_and_repairs_double_owned_drifted_and_orphaned_machine
         assert await asyncio.to_thread(cli.main, ["audit", "--address", address]) == 0
         text = capsys.readouterr().out
         assert "owned by no shard:" in text and "40 machines listed" in text
+
+
+# ---- the pure parts, without a server ---------------------------------------------------------
+
+
+def test_holdings_pages_cover_the_inventory_and_the_hand_offs_once():
+    shard = Shard(0)
+    rack = many(bare_metal, 7)
+    shard.adopt(rack + many(on_demand, 3), 0)
+    shard.handoff["gpu-0100"] = bare_metal(100)  # drained for a transfer, out of the inventory
+    seen, cursor, pages = [], 0, 0
+    while cursor >= 0:
+        rows, cursor = holdings_page(shard, DC, cursor, 3)
+        assert len(rows) <= 3
+        seen += rows
+        pages += 1
+    assert sorted(r[0] for r in seen) == sorted([m.id for m in rack] + ["gpu-0100"])
+    assert pages == 3  # 3 + 3 + (1 row, then the hand-off)
+    assert holdings_page(shard, "nobody", 0, 10) == ([], -1)
+
+
+def test_classify_tells_discrepancies_from_transitions_in_flight():
+    now = 10_000.0
+    listed = {
+        m.id: m
+        for m in [
+            bare_metal(1),  # nobody holds it
+            bare_metal(2),  # two shards do
+            bare_metal(3, S.CONFIGURED, cluster="a"),  # its shard has it for "b"
+            bare_metal(4, S.CONFIGURED, cluster="a"),  # configuring at its shard: in flight
+            bare_metal(5, S.CONFIGURED, cluster="a"),  # configuring for two hours: stuck
+            bare_metal(6),  # the same on both sides
+        ]
+    }
+    held = {
+        "gpu-0002": [(0, "IDLE", None, 0), (1, "IDLE", None, 0)],
+        "gpu-0003": [(1, "CONFIGURED", "b", 0)],
+        "gpu-0004": [(1, "CONFIGURING", "a", int(now) - 60)],
+        "gpu-0005": [(1, "CONFIGURING", "a", int(now) - 7200)],
+        "gpu-0006": [(0, "IDLE", None, 0)],
+        "gpu-0007": [(0, "IDLE", None, 0)],  # no provider lists it
+        "od-0001": [(0, "SPECULATIVE", None, 0)],  # a slot the quota dropped: given up soon
+    }
+    found = classify(listed, held, now)
+    assert {k: sorted(v) for k, v in found.items()} == {
+        "orphan": ["gpu-0001"],
+        "double": ["gpu-0002"],
+        "mismatch": ["gpu-0003", "gpu-0005"],
+        "unlisted": ["gpu-0007"],
+        "in_flight": ["gpu-0004", "od-0001"],
+    }
+    # A second look that saw the double differently (it moved between pages) drops it.
+    again = classify(listed, {**held, "gpu-0002": [(0, "IDLE", None, 0)]}, now + 2)
+    assert sorted(persisting(found, again)["double"]) == []
+    assert sorted(persisting(found, again)["orphan"]) == ["gpu-0001"]
+
+
+def test_repair_plan_follows_the_cluster_assignment_then_the_rule():
+    c = Coordinator(term=5, shards=[0, 1, 2], clusters={"a": 2})
+    configured = bare_metal(1, S.CONFIGURED, cluster="a")
+    idle, busy, double = bare_metal(2), bare_metal(3, S.DRAINING, cluster="a"), bare_metal(4)
+    shared = bare_metal(5, S.CONFIGURED, cluster="a")
+    findings = [
+        AuditFinding(kind="orphan", machine_id=configured.id, provider=DC, rule_shard=0),
+        AuditFinding(kind="orphan", machine_id=idle.id, provider=DC, rule_shard=1),
+        AuditFinding(kind="orphan", machine_id=busy.id, provider=DC, rule_shard=0),
+        AuditFinding(
+            kind="double", machine_id=double.id, provider=DC, rule_shard=1,
+            holders=[AuditHolder(shard=0, state="IDLE"), AuditHolder(shard=1, state="IDLE")],
+        ),
+        AuditFinding(
+            kind="double", machine_id=shared.id, provider=DC, rule_shard=0,
+            holders=[AuditHolder(shard=0, state="CONFIGURED", cluster="a"),
+                     AuditHolder(shard=2, state="IDLE")],
+        ),
+        AuditFinding(
+            kind="unlisted", machine_id="gpu-0099", provider=DC,
+            holders=[AuditHolder(shard=1, state="IDLE")],
+        ),
+    ]
+    report = AuditReport(
+        findings=findings,
+        machines=MachinePage.of([configured, idle, busy, double, shared]),
+    )
+    work, skipped = plan_repair(c, report)
+    assert {k: [getattr(m, "id", m) for m in v] for k, v in work.items()} == {
+        (2, "adopt"): [configured.id],  # the cluster's shard
+        (1, "adopt"): [idle.id],  # the rule's shard
+        (0, "disown"): [double.id, shared.id],  # the rule's shard keeps it / the cluster's shard
+        (2, "observe_records"): [shared.id],  # the keeper had it IDLE
+        (1, "disown"): ["gpu-0099"],
+    }
+    assert skipped == [[busy.id, "DRAINING at its provider: audit again later"]]
+    check_repair(report)
+    with pytest.raises(ValueError, match="not running"):
+        check_repair(report.model_copy(update={"not_running": [1]}))

@@ -225,6 +225,7 @@ async def test_a_fleet_converges_after_its_worker_and_server_are_killed(tmp_path
                 last = await audit(client, settle_seconds=1.0)
             except Exception as err:  # the server said no for now: ask again
                 last = {"error": str(err)}
+                seen.append(f"{time.monotonic() - churned:.0f}s: {str(err)[:200]}")
             else:
                 r = last["report"]
                 seen.append(

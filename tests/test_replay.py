@@ -16,7 +16,8 @@ left (`record_histories` in conftest.py):
       "tests/test_temporal_coordinator.py::test_a_refused_adopt_hands_the_machines_back_to_the_donor" \
       "tests/test_temporal_coordinator.py::test_cross_shard_preemption_drains_on_the_donor_and_configures_on_the_receiver" \
       "tests/test_temporal_membership.py::test_a_split_keeps_everything_once_and_a_merge_puts_it_back" \
-      "tests/test_shard_restart.py::test_a_reset_shard_keeps_machines_it_adopted_after_its_snapshot"
+      "tests/test_shard_restart.py::test_a_reset_shard_keeps_machines_it_adopted_after_its_snapshot" \
+      tests/test_audit.py
 """  # noqa: E501
 
 from __future__ import annotations

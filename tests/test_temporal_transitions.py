@@ -250,7 +250,7 @@ def outcomes(buffer: MetricBuffer) -> list[tuple[str, str, float]]:
     counted = [
         (u.attributes["transition"], u.attributes["outcome"])
         for u in updates
-        if u.metric.name == "bigfleet_transition_outcomes_total"
+        if u.metric.name == "bigfleet_transition_outcomes_total" and u.value
     ]
     durations = [
         u.value for u in updates if u.metric.name == "bigfleet_transition_duration_seconds"

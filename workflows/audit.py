@@ -12,6 +12,7 @@ report into fenced instructions (`adopt`, `disown`, `observe_records`) sent thro
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -153,8 +154,13 @@ class FleetAuditWorkflow:
 # ---- repair (the coordinator's side) ------------------------------------------------------------
 
 
-def check_repair(report: AuditReport) -> None:
-    """The `repair` update's validator: a bounded report, of running shards only."""
+def check_repair(report: AuditReport, membership: Mapping[str, Any] | None = None) -> None:
+    """The `repair` update's validator: a bounded report, of running shards only, and no split
+    or merge running (its machines are nobody's between a hand-out and a take-in)."""
+    if membership:
+        raise ValueError(
+            f"repair: a split or merge is running ({sorted(membership)}): audit again after it"
+        )
     if len(report.findings) > EXAMPLES_MAX or len(report.machines.rows) > EXAMPLES_MAX:
         raise ValueError(
             f"repair: at most {EXAMPLES_MAX} findings a time, got {len(report.findings)} "
@@ -171,9 +177,11 @@ def check_repair(report: AuditReport) -> None:
 
 
 def plan_repair(
-    c: Coordinator, report: AuditReport
+    c: Coordinator, report: AuditReport, busy: Collection[str] = ()
 ) -> tuple[dict[tuple[int, str], list[Any]], list[list[str]]]:
     """(shard, update) → machines or ids, and [machine, why not] for what is left alone.
+    Machines of a running saga (`busy`) are its own: between its release and adopt they are
+    nobody's, and adopting them here would make them two shards' once it adopts them.
 
     - owned by no shard: a machine configured for a cluster goes to the cluster's shard (the
       coordinator's assignment); any other stable one to the shard the assignment rule gives;
@@ -197,6 +205,9 @@ def plan_repair(
 
     for f in report.findings:
         m = records.get(f.machine_id)
+        if f.machine_id in busy:
+            skipped.append([f.machine_id, "in a running saga: audit again once it ended"])
+            continue
         if f.kind == "unlisted" or (f.kind == "double" and m is None):
             for h in f.holders:
                 add(h.shard, "disown", f.machine_id)
@@ -231,11 +242,16 @@ def plan_repair(
     return work, skipped
 
 
-async def repair(c: Coordinator, report: AuditReport, max_share: float) -> dict[str, Any]:
+async def repair(
+    c: Coordinator, report: AuditReport, max_share: float, sagas: Mapping[str, Any]
+) -> dict[str, Any]:
     """Carry out `plan_repair` with fenced instructions: every disown first (within each shard's
     share limit a step), then adoptions, then observations. A refused step is reported, the
-    rest go on. Runs inside the coordinator's `repair` update."""
-    work, skipped = plan_repair(c, report)
+    rest go on. Runs inside the coordinator's `repair` update; `sagas` are its sagas."""
+    busy = {
+        mid for saga in sagas.values() if saga["done_at"] is None for mid in saga["machine_ids"]
+    }
+    work, skipped = plan_repair(c, report, busy)
     done: dict[str, dict[str, int]] = {"disown": {}, "adopt": {}, "observe_records": {}}
     refused: list[dict[str, Any]] = []
     order = {"disown": 0, "adopt": 1, "observe_records": 2}
@@ -251,7 +267,7 @@ async def repair(c: Coordinator, report: AuditReport, max_share: float) -> dict[
             _, seq = c.next_token()
             ins = Instruction(term=c.term, seq=seq, machine_ids=ids, machines=machines)
             try:
-                await workflow.execute_activity(
+                out = await workflow.execute_activity(
                     "shard_update", ShardCall(shard=shard, update=update, instruction=ins), **STEP
                 )
             except ActivityError as err:
@@ -260,8 +276,10 @@ async def repair(c: Coordinator, report: AuditReport, max_share: float) -> dict[
                      "error": str(err.cause or err)}
                 )
                 continue
+            # What the shard did: the ids it disowned, how many it adopted or changed.
+            n = len(out) if isinstance(out, list) else int(out or 0)
             key = str(shard)
-            done[update][key] = done[update].get(key, 0) + len(ids)
+            done[update][key] = done[update].get(key, 0) + n
     return {
         "term": c.term,
         "adopted": done["adopt"],

@@ -283,11 +283,11 @@ class CoordinatorWorkflow:
         """Resolve what `bigfleet audit` found, with fenced instructions (workflows/audit.py)."""
         report = self.guard.arg(raw, AuditReport, "repair")
         await workflow.wait_condition(lambda: self.ready)
-        return await repair_findings(self.c, report, self.inp.max_share)
+        return await repair_findings(self.c, report, self.inp.max_share, self.sagas)
 
     @repair.validator
     def _repair_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
-        check_repair(self.guard.arg(raw, AuditReport, "repair"))
+        check_repair(self.guard.arg(raw, AuditReport, "repair"), self.membership)
 
     @workflow.query
     def status(self) -> dict[str, Any]:
@@ -348,6 +348,8 @@ class CoordinatorWorkflow:
         restarts = workflow.metric_meter().create_counter(
             "bigfleet_shard_restarts_total", "shard workflows restarted by the coordinator"
         )
+        for shard in self.c.shards:  # exported at 0, so an alert sees the first restart
+            restarts.add(0, {"shard": str(shard)})
         for shard in self.c.missing(now, inp.missing_after_seconds):
             if shard in self.c.retiring:
                 continue  # merging away: its workflow ends on purpose

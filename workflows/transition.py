@@ -241,10 +241,12 @@ class MachineTransitionWorkflow:
             "machine transition time, start to settled",
             "s",
         ).record(elapsed, {"outcome": outcome})
-        meter.create_counter(
+        counter = meter.create_counter(
             "bigfleet_transition_outcomes_total",
             "transitions ended, by outcome: ok, failed, forced, corrected, refused",
-        ).add(1, {"outcome": outcome})
+        )
+        for o in OUTCOMES:  # every outcome exported (at 0), so an alert sees the first failure
+            counter.add(int(o == outcome), {"outcome": o})
 
     def _failed(self, err: BaseException) -> None:
         """The workflow is about to fail (a step failed for good): BigFleetState says so, as

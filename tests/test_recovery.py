@@ -1,0 +1,77 @@
+"""Recovery never loops (issue 9): a shard wedged by an input its code cannot take (its
+workflow task fails on every attempt) is seen as wedged, and the revival does not replay the
+input that broke it; a revived run that dies again comes back from its snapshot instead of
+being reset once more. The bug is planted (tests/poisoned.py): input checks make the real
+handlers unbreakable by payload, but not every future bug."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+import workers.worker as worker_module
+from activities.shards import revive, wedged
+from tests.conftest import eventually, fleet_workers
+from tests.poisoned import POISON, PoisonedShard
+from tests.test_temporal_coordinator import gpu_fleet, start
+
+NEED = {"requirements": [], "priority": 1000, "count": 2}
+
+
+@pytest.fixture
+def poisoned(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        worker_module,
+        "SHARD_WORKFLOWS",
+        [PoisonedShard, *worker_module.SHARD_WORKFLOWS[1:]],
+    )
+
+
+async def test_a_wedged_shard_is_revived_without_the_input_that_broke_it(
+    dev_env: WorkflowEnvironment, poisoned: None
+):
+    client = dev_env.client
+    raw_fleet = gpu_fleet(1, {"r1": 4}, ["web"])
+    shard = client.get_workflow_handle("shard-0")
+    async with fleet_workers(client, raw_fleet):
+        await start(client, raw_fleet, max_cycles_per_run=3)
+        await shard.signal("rollup", {"cluster": "web", "generation": 1, "needs": [NEED]})
+        before = await eventually(
+            lambda: shard.query("status"),
+            lambda s: s["machines"]["CONFIGURED"] == 2,
+            timeout=60,
+            what="web served",
+        )
+        assert await revive(client, 0) == "running"  # healthy: nothing to do
+
+        await shard.signal("rollup", {"cluster": POISON, "generation": 1, "needs": [NEED]})
+        why = await eventually(
+            lambda: wedged(client, "shard-0"), bool, timeout=90, what="the shard wedged"
+        )
+        assert "planted bug" in why and "attempt" in why
+
+        # Ended and reset to its last good workflow task, without the signals after it. The
+        # roll-up came before that point (it was taken; the cycle after it breaks), so the
+        # reset run breaks the same way ...
+        assert await revive(client, 0) == "reset"
+        why = await eventually(
+            lambda: wedged(client, "shard-0"), bool, timeout=90, what="the reset run wedged"
+        )
+        # ... and is not reset again: it comes back from the snapshot its run started from,
+        # taken before the roll-up arrived (this shard continues as new every 3 cycles).
+        assert await revive(client, 0) == "restarted"
+        after = await eventually(
+            lambda: shard.query("status"),
+            lambda s: s["epoch"] != before["epoch"] and s["cycles"] > before["cycles"],
+            timeout=60,
+            what="the revived shard cycling under a new epoch",
+        )
+        assert await wedged(client, "shard-0") is None
+        assert after["clusters"] == ["web"]  # no poison
+        assert after["machines"]["CONFIGURED"] == 2  # nothing lost
+        await eventually(
+            lambda: shard.query("status"),
+            lambda s: s["cycles"] > after["cycles"] + 3,
+            what="cycles after the revival",
+        )
+        assert await wedged(client, "shard-0") is None
