@@ -252,6 +252,12 @@ def test_repair_plan_follows_the_cluster_assignment_then_the_rule():
         (1, "disown"): ["gpu-0099"],
     }
     assert skipped == [[busy.id, "DRAINING at its provider: audit again later"]]
+    # A machine a saga is moving is the saga's: nobody's between its release and adopt.
+    work, skipped = plan_repair(c, report, busy={idle.id})
+    assert (1, "adopt") not in work
+    assert [idle.id, "in a running saga: audit again once it ended"] in skipped
     check_repair(report)
+    with pytest.raises(ValueError, match="split or merge"):
+        check_repair(report, {"split-0-2-5-7": {}})
     with pytest.raises(ValueError, match="not running"):
         check_repair(report.model_copy(update={"not_running": [1]}))

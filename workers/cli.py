@@ -415,13 +415,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = err.code
     except KeyboardInterrupt:
         code = 130
+    except BrokenPipeError:
+        # `bigfleet cluster web | head -4`: the reader left; what it read was all it wanted.
+        _quiet_stdout()
+        code = 0
     if argv is None and args.verb in TEMPORAL_VERBS:
         # The Temporal SDK can abort at interpreter exit (sdk-python issue 300); once the work is
         # done there is nothing left to tear down, so leave with the real status.
-        sys.stdout.flush()
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _quiet_stdout()
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's own last flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 # ---- dev --------------------------------------------------------------------------------------

@@ -126,6 +126,26 @@ async def _shard_for(client: Any, args: argparse.Namespace, cluster: str) -> int
         raise _rpc_error(err, f"assigning cluster {cluster} (coordinator)") from None
 
 
+async def _shard_serving(client: Any, args: argparse.Namespace, cluster: str) -> int:
+    """The shard that serves `cluster` now (`--shard` if given), found without assigning it
+    anywhere: the coordinator's map, else the running shards' own lists. A CliError if none
+    does."""
+    from workflows.types import shard_workflow_id
+
+    if args.shard is not None:
+        return int(args.shard)
+    coordinator = await _coordinator_status(client)
+    if coordinator and not coordinator.get("problem"):
+        shard = coordinator["clusters"].get(cluster)
+        if shard is not None:
+            return int(shard)
+    for shard in await _running_shards(client):
+        status = await _query(client, shard_workflow_id(shard), "status")
+        if cluster in status["clusters"]:
+            return shard
+    raise CliError(f"cluster {cluster}: no shard serves it (see `bigfleet status`)")
+
+
 def _rpc_error(err: Exception, what: str) -> CliError:
     from temporalio.service import RPCError, RPCStatusCode
 
@@ -309,7 +329,7 @@ async def _cluster(args: argparse.Namespace) -> int:
     from workflows.types import shard_workflow_id
 
     client = await _connect(args)
-    shard = await _shard_for(client, args, args.name)
+    shard = await _shard_serving(client, args, args.name)
     view = await _query(client, shard_workflow_id(shard), "cluster", args.name)
     view = {"shard": shard, **view}
     print(json.dumps(view, indent=2) if args.json else render_cluster(view))

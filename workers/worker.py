@@ -182,7 +182,7 @@ async def _keep_coordinator_once(
         log.warning("coordinator run %s is wedged (%s): restarting it", desc.run_id, failing)
         await terminate(client, COORDINATOR_ID, desc.run_id, f"bigfleet: {failing}")
     elif desc is not None:
-        log.warning("coordinator ended (%s): starting it again", desc.status)
+        log.warning("coordinator ended (%s): starting it again", getattr(desc.status, "name", "?"))
     await client.start_workflow(**coordinator_start(shards, plan_seconds))
 
 

@@ -161,6 +161,8 @@ def check_repair(report: AuditReport, membership: Mapping[str, Any] | None = Non
         raise ValueError(
             f"repair: a split or merge is running ({sorted(membership)}): audit again after it"
         )
+    if not report.findings:
+        raise ValueError("repair: the report has no findings: nothing to repair")
     if len(report.findings) > EXAMPLES_MAX or len(report.machines.rows) > EXAMPLES_MAX:
         raise ValueError(
             f"repair: at most {EXAMPLES_MAX} findings a time, got {len(report.findings)} "

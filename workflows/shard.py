@@ -237,9 +237,10 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore, AuditHandl
             self.pipeline = []
             await self._start([s for s in starts if s is not None])
             for update in self.shard.operator_updates(decision):
+                # Not awaited (the cycle goes on); a failure is read and shown in `status`.
                 workflow.start_activity(
                     "notify_operator", update, task_queue=TRANSITION_TASK_QUEUE, **QUICK
-                )
+                ).add_done_callback(self._notified)
             if now >= next_reconcile and await self._survive(
                 "reconciling with the providers",
                 partial(self._reconcile, now),
@@ -319,6 +320,15 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore, AuditHandl
                 self._note_failure(what, err)
                 return False
         return True
+
+    def _notified(self, handle: asyncio.Future[Any]) -> None:
+        if handle.cancelled():
+            return
+        err = handle.exception()
+        if isinstance(err, ActivityError):
+            self._note_failure("notifying an operator", err)
+        elif err is not None:
+            workflow.logger.warning("shard %s: notifying an operator: %s", self.shard.id, err)
 
     def _note_failure(self, what: str, err: ActivityError) -> None:
         cause = err.cause if err.cause is not None else err
