@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from temporalio.api.common.v1 import Payload
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import RawValue
 from temporalio.service import RPCError
@@ -143,6 +144,12 @@ async def refused_updates(
     return messages
 
 
+async def current_details(handle: WorkflowHandle[Any, Any]) -> str:
+    """What the Temporal UI shows as the workflow's current details."""
+    meta = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    return meta.current_details
+
+
 async def rejections(handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:
     return await handle.query("rejections")
 
@@ -200,12 +207,15 @@ async def test_shard_and_coordinator_survive_hostile_signals_and_updates(
         # Every update with the whole catalogue, then well-formed but unauthorised ones.
         shard_updates = [
             "adopt", "release", "drain_for_transfer", "cancel_transfer", "split_out",
-            "hand_out", "take_in", "retire", "decommission",
+            "hand_out", "take_in", "retire", "decommission", "disown", "observe_records",
         ]
         refused = await refused_updates(shard0, shard_updates, seed=3)
         refused |= await refused_updates(
             coordinator,
-            ["assign_cluster", "split_shard", "merge_shards", "add_shard", "decommission"],
+            [
+                "assign_cluster", "split_shard", "merge_shards", "add_shard", "decommission",
+                "repair",
+            ],
             seed=4,
         )
         term = before_shard["coordinator_term"]
@@ -284,7 +294,13 @@ async def test_a_drain_survives_hostile_escalations(dev_env: WorkflowEnvironment
         assert seen["counts"]["escalate_drain"] == sent - len(list(hostile(5))), seen
         assert seen["counts"]["(unknown)"] == len(list(hostile(5))), seen
         assert all(len(r["error"]) < 1000 for r in seen["recent"])
-        # A good escalation still works after all that.
+        # A good escalation still works after all that, and the UI shows the grace in force
+        # (the static summary keeps the one the drain started with).
+        await handle.signal("escalate_drain", 1000)
+        details = await eventually(
+            lambda: current_details(handle), lambda d: "1000" in d, what="details"
+        )
+        assert "grace now 1000 s" in details and "was 3600 s" in details
         await handle.signal("escalate_drain", 0)
         result = await handle.result()
     assert [m.state.value for m in result.machines] == ["IDLE"]

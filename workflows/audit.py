@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.coordinator import Coordinator
     from bigfleet.models import Machine, MachineState
     from bigfleet.states import STABLE
+    from workflows.guard import NoSignals
     from workflows.sagas import STEP
     from workflows.types import (
         Instruction,
@@ -125,7 +126,7 @@ def merge(reports: list[AuditReport], scope: AuditScope) -> AuditReport:
 
 
 @workflow.defn(name="FleetAudit")
-class FleetAuditWorkflow:
+class FleetAuditWorkflow(NoSignals):
     @workflow.run
     async def run(self, scope: AuditScope) -> AuditReport:
         now = workflow.now().timestamp()

@@ -160,3 +160,24 @@ def guarded(fn: F) -> F:
         wrapper = run
     wrapper.__name__, wrapper.__qualname__, wrapper.__doc__ = name, fn.__qualname__, fn.__doc__
     return wrapper  # type: ignore[no-any-return]
+
+
+class NoSignals:
+    """Mixed into workflows that take no signal (sagas, audits): a signal sent to one anyway is
+    recorded as a bounded rejection, not buffered by the SDK for the rest of the run."""
+
+    _refusals: Guard | None = None
+
+    @workflow.signal(dynamic=True)
+    def _signal(self, name: str, args: Sequence[RawValue]) -> None:
+        self._guard().signal(name, args)
+
+    @workflow.query
+    def rejections(self) -> dict[str, Any]:
+        """Signals this workflow refused: counts and the last few."""
+        return self._guard().view()
+
+    def _guard(self) -> Guard:
+        if self._refusals is None:
+            self._refusals = Guard(self, workflow.info().workflow_type)
+        return self._refusals

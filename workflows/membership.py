@@ -19,6 +19,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from bigfleet.models import Machine
+    from workflows.guard import NoSignals
     from workflows.sagas import COORDINATOR_ID, STEP
     from workflows.types import (
         Instruction,
@@ -31,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
 
 
 @workflow.defn(name="MembershipSaga")
-class MembershipSagaWorkflow:
+class MembershipSagaWorkflow(NoSignals):
     @workflow.run
     async def run(self, m: MembershipInput) -> MembershipResult:
         self.m, self.seq = m, m.seq

@@ -13,6 +13,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from bigfleet.models import Machine
+    from workflows.guard import NoSignals
     from workflows.types import (
         SHARD_TASK_QUEUE,
         Instruction,
@@ -38,7 +39,7 @@ UNDO = dict(
 
 
 @workflow.defn(name="TransferSaga")
-class TransferSagaWorkflow:
+class TransferSagaWorkflow(NoSignals):
     @workflow.run
     async def run(self, s: SagaInput) -> SagaResult:
         self.s = s

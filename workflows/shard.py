@@ -9,6 +9,7 @@ pure `decide()` and starts the transition workflows it asks for.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -57,7 +58,7 @@ T = Transition
 START_BATCH = 200
 MAX_CREATE_BATCH = 64  # machines a transition (a batched create) may report
 PENDING_RESULTS = 50_000  # transition results waiting for the next cycle
-EARLY_ROLLUPS = 5_000  # roll-ups waiting while the state is read back or written
+EARLY_ROLLUP_BYTES = 500_000  # roll-ups waiting while the state is read back or written
 
 
 @workflow.defn(name="Shard")
@@ -75,6 +76,7 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore, AuditHandl
         self.restoring = inp.snapshot is not None
         self.snapshotting = False
         self.early_rollups: list[dict[str, Any]] = list(inp.rollups)
+        self.early_bytes = 0
         self.guard = Guard(self, "Shard")
         self._restore(inp.state, inp.joining)
         self.forward: dict[str, dict[str, Any]] = {}
@@ -113,9 +115,18 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore, AuditHandl
         the previous stands. One for a cluster that moved away in a split or merge is passed
         on to its new shard."""
         if self.restoring or self.snapshotting:
-            if len(self.early_rollups) >= EARLY_ROLLUPS:
-                raise Rejected(f"rollup: shard busy restoring its state; {EARLY_ROLLUPS} waiting")
-            self.early_rollups.append(raw)  # applied once the state is read / carried over
+            # Applied once the state is read / carried over; they may cross continue-as-new
+            # in its input, so they are bounded in bytes.
+            if not self.early_rollups:
+                self.early_bytes = 0
+            size = len(json.dumps(raw))
+            if self.early_bytes + size > EARLY_ROLLUP_BYTES:
+                raise Rejected(
+                    f"rollup: the shard is busy reading or writing its state and "
+                    f"{len(self.early_rollups)} roll-ups wait already; send it again"
+                )
+            self.early_rollups.append(raw)
+            self.early_bytes += size
             return
         cluster = raw.get("cluster")
         if isinstance(cluster, str) and cluster in self.shard.moved:
