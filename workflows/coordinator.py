@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.audit import AuditReport, check_repair
     from workflows.audit import repair as repair_findings
     from workflows.guard import NO_ARGUMENT, Guard, accepts, guarded
+    from workflows.instructions import RECORDS_MAX
     from workflows.membership import MembershipSagaWorkflow
     from workflows.sagas import STEP, TransferSagaWorkflow
     from workflows.types import (
@@ -395,15 +396,18 @@ class CoordinatorWorkflow:
             key = (saga["receiver"], saga["cluster"], saga["priority"])
             pending[key] = pending.get(key, 0) + len(saga["machine_ids"])
         for move in self.c.plan(max_share=inp.max_share, busy=busy, pending=pending):
-            await self._start_saga(
-                move.kind.value,
-                move.donor,
-                move.receiver,
-                move.machine_ids,
-                move.priority,
-                move.cluster,
-                move.grace_seconds,
-            )
+            # A saga's release returns the machines' records in one reply: parts of at most
+            # RECORDS_MAX (shards refuse more).
+            for i in range(0, len(move.machine_ids), RECORDS_MAX):
+                await self._start_saga(
+                    move.kind.value,
+                    move.donor,
+                    move.receiver,
+                    move.machine_ids[i : i + RECORDS_MAX],
+                    move.priority,
+                    move.cluster,
+                    move.grace_seconds,
+                )
         await self._membership_round(inp)
 
     async def _membership_round(self, inp: CoordinatorInput) -> None:

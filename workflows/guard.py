@@ -125,7 +125,9 @@ def guarded(fn: F) -> F:
     """An update handler whose unexpected exceptions fail the update, not the workflow task."""
     name = fn.__name__
 
-    def failed(err: Exception) -> ApplicationError:
+    def failure(err: Exception) -> ApplicationError:
+        if isinstance(err, Rejected):
+            return ApplicationError(str(err), type="Rejected", non_retryable=True)
         workflow.logger.exception("update %s failed in its handler", name)
         return ApplicationError(
             f"{name}: the handler failed: {clip(repr(err))}", type="HandlerFailed",
@@ -139,10 +141,8 @@ def guarded(fn: F) -> F:
                 return await fn(self, raw)
             except ApplicationError:
                 raise
-            except Rejected as err:
-                raise ApplicationError(str(err), type="Rejected", non_retryable=True) from None
             except Exception as err:
-                raise failed(err) from err
+                raise failure(err) from err
 
         wrapper: Any = run_async
     else:
@@ -152,10 +152,8 @@ def guarded(fn: F) -> F:
                 return fn(self, raw)
             except ApplicationError:
                 raise
-            except Rejected as err:
-                raise ApplicationError(str(err), type="Rejected", non_retryable=True) from None
             except Exception as err:
-                raise failed(err) from err
+                raise failure(err) from err
 
         wrapper = run
     wrapper.__name__, wrapper.__qualname__, wrapper.__doc__ = name, fn.__qualname__, fn.__doc__

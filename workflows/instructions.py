@@ -38,7 +38,10 @@ SEEN_KEPT = 1000
 OUTBOX_RECORDS = 500
 
 
-QUERY_IDS = 100_000  # ids a query may ask about (an answer stays far below 4 MB)
+QUERY_IDS = 50_000  # ids a query may ask about (an answer stays below gRPC's 4 MB)
+# Machine records an update may return (release, hand_out): ~630 bytes each, and an update's
+# result is one payload (Temporal refuses one over 2 MB, and the workflow task with it).
+RECORDS_MAX = 2_000
 FUTURE_TERM_MS = 300_000  # clocks of workers and server may differ a little
 Ins = TypeVar("Ins", Instruction, SplitInstruction, TakeIn)
 
@@ -250,6 +253,11 @@ class InstructionHandlers:
         if self._fence(ins, sum(1 for mid in ins.machine_ids if mid not in self.shard.handoff)):
             self._first_outcome(ins, "release")  # refused if no longer kept
             return
+        if len(ins.machine_ids) > RECORDS_MAX:
+            raise ApplicationError(
+                f"machine_ids: {len(ins.machine_ids)} machines, at most {RECORDS_MAX} a release "
+                "(their records must fit one reply)"
+            )
         self._check_free(ins)
 
     def _check_free(self, ins: Instruction) -> None:
@@ -368,8 +376,8 @@ class InstructionHandlers:
         if self._fence(ins, 0):
             self._first_outcome(ins, "hand_out")
             return
-        if ins.limit <= 0:
-            raise ApplicationError(f"limit: must be above 0, got {ins.limit}")
+        if not 0 < ins.limit <= RECORDS_MAX:
+            raise ApplicationError(f"limit: must be 1 … {RECORDS_MAX}, got {ins.limit}")
 
     @workflow.update
     @guarded
