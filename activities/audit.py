@@ -16,13 +16,13 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
+from activities.audit_wire import AuditFinding, AuditHolder, AuditRead, AuditReport
 from activities.membership import ID_PAGE
 from activities.providers import ProviderActivities, provider_errors
+from activities.wire import MachinePage, shard_workflow_id
 from bigfleet.assignment import machine_shard
 from bigfleet.audit import HOLDINGS_PAGE_MAX, KINDS, Holding, classify, persisting
 from bigfleet.models import ListFilter, Machine, MachineState
-from workflows.audit import AuditFinding, AuditHolder, AuditRead, AuditReport
-from workflows.types import MachinePage, shard_workflow_id
 
 QUERY_TRIES = 40
 

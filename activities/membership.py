@@ -8,14 +8,14 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from bigfleet.coordinator import Matching
-from workflows.types import (
+from activities.wire import (
     ELSEWHERE_MAX,
     SHARD_TASK_QUEUE,
     ShardConfig,
     ShardInput,
     shard_workflow_id,
 )
+from bigfleet.coordinator import Matching
 
 
 class MembershipActivities:

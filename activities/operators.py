@@ -8,9 +8,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.metrics import BOOTSTRAP_REFUSALS, BOOTSTRAPS
+from activities.wire import BootstrapAnswer, BootstrapCall
 from bigfleet.models import BootstrapRequest
 from bigfleet.operators import BootstrapRefused, ClusterOperator, OperatorUpdate
-from workflows.types import BootstrapAnswer, BootstrapCall
 
 
 class OperatorActivities:

@@ -13,16 +13,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.membership import ID_PAGE, owned_elsewhere
 from activities.metrics import PROVIDER_CALL_SECONDS, PROVIDER_CALLS
-from bigfleet.assignment import machine_shard
-from bigfleet.models import BootstrapBlob, ListFilter, Machine, MachineState, Transition
-from bigfleet.providers.base import (
-    CapacityProvider,
-    InvalidTransition,
-    ProviderError,
-    RateLimited,
-)
-from bigfleet.states import TARGET_OF
-from workflows.types import (
+from activities.wire import (
     CAPACITY_GONE,
     LIST_PAGE,
     CapacityDiff,
@@ -32,6 +23,15 @@ from workflows.types import (
     ProviderRead,
     shard_workflow_id,
 )
+from bigfleet.assignment import machine_shard
+from bigfleet.models import BootstrapBlob, ListFilter, Machine, MachineState, Transition
+from bigfleet.providers.base import (
+    CapacityProvider,
+    InvalidTransition,
+    ProviderError,
+    RateLimited,
+)
+from bigfleet.states import TARGET_OF
 
 T = Transition
 

@@ -25,15 +25,15 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from bigfleet.inputs import clip
-from bigfleet.models import Machine
-from workflows.types import (
+from activities.wire import (
     SHARD_TASK_QUEUE,
     Instruction,
     ShardCall,
     ShardInput,
     shard_workflow_id,
 )
+from bigfleet.inputs import clip
+from bigfleet.models import Machine
 
 
 class ShardClientActivities:

@@ -15,7 +15,7 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from workflows.types import SnapshotPart
+from activities.wire import SnapshotPart
 
 KEEP_PER_SHARD = 3  # the newest snapshots of a shard kept; older ones are deleted
 

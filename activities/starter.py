@@ -14,7 +14,7 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
 )
 
-from workflows.types import (
+from activities.wire import (
     CLUSTER,
     MACHINE_IDS,
     PROVIDER,

@@ -26,11 +26,11 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from activities.wire import SEARCH_ATTRIBUTES
 from bigfleet.models import from_wire
 from bigfleet.simulation.scenario import Scenario
 from workers.devserver import throwaway_server
 from workers.worker import ROLES, SimulatedFleet, build_workers, run_workers
-from workflows.types import SEARCH_ATTRIBUTES
 
 BIN = Path(sys.executable).parent
 TEMPORAL = BIN / "temporal"

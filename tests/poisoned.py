@@ -7,9 +7,9 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from activities.wire import ShardInput
     from bigfleet.engine import Decision
     from workflows.shard import ShardWorkflow
-    from workflows.types import ShardInput
 
 POISON = "poison"
 

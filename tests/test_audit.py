@@ -14,6 +14,8 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.testing import WorkflowEnvironment
 
+from activities.audit_wire import AuditFinding, AuditHolder, AuditReport
+from activities.wire import Instruction, MachinePage
 from bigfleet.audit import classify, holdings_page, persisting
 from bigfleet.coordinator import Coordinator
 from bigfleet.models import FencingToken, MachineState
@@ -23,9 +25,8 @@ from tests.fleet import DC, bare_metal, many, on_demand
 from tests.test_shard_restart import one_rack
 from tests.test_temporal_coordinator import ask, machines_of, start, start_coordinator
 from workers import cli
-from workflows.audit import AuditFinding, AuditHolder, AuditReport, check_repair, plan_repair
+from workflows.audit import check_repair, plan_repair
 from workflows.sagas import COORDINATOR_ID
-from workflows.types import Instruction, MachinePage
 
 S = MachineState
 

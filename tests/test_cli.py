@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 import workers.connect
+from activities.wire import SEARCH_ATTRIBUTES
 from bigfleet.simulation.scenario import load
 from workers import cli
 from workers.cli import main
-from workflows.types import SEARCH_ATTRIBUTES
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GPU = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["gpu-8xh100"]}]

@@ -25,6 +25,7 @@ from temporalio.common import RawValue
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
+from activities.wire import Instruction
 from bigfleet.models import Transition
 from tests.conftest import eventually, fleet_workers
 from tests.test_temporal_coordinator import gpu_fleet, on_shard, start, start_coordinator
@@ -32,7 +33,6 @@ from tests.test_temporal_transitions import ROLES as TRANSITION_ROLES
 from tests.test_temporal_transitions import configure_directly, machine_ids, transition
 from tests.test_temporal_transitions import fleet as transition_fleet
 from tests.test_temporal_transitions import start as start_transition
-from workflows.types import Instruction
 
 HUGE = "x" * 1_500_000  # under Temporal's 2 MB payload limit, so it reaches the handler
 

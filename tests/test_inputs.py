@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from activities.wire import Instruction, TransitionResult
 from bigfleet.coordinator import ShardReport
 from bigfleet.inputs import (
     KEPT,
@@ -23,7 +24,6 @@ from bigfleet.inputs import (
     decode,
     number,
 )
-from workflows.types import Instruction, TransitionResult
 
 JSON = st.recursive(
     st.none()

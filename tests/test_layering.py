@@ -1,12 +1,22 @@
-"""bigfleet/ is the pure core: it must run inside a workflow sandbox, a simulator and a
-benchmark alike, so it never imports Temporal."""
+"""The four layers import one way only (DESIGN §2): workers → workflows → activities →
+bigfleet. bigfleet/ is the pure core: it must run inside a workflow sandbox, a simulator and a
+benchmark alike, so it never imports Temporal either. What crosses the Temporal boundary lives
+in activities/wire.py, which both workflows and activities import."""
 
 import ast
 import pathlib
 import subprocess
 import sys
 
-CORE = pathlib.Path(__file__).resolve().parent.parent / "bigfleet"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CORE = ROOT / "bigfleet"
+# Each layer, and the packages above it that it must never import (at any depth: a lazy import
+# inside a function is an arrow up all the same).
+ABOVE = {
+    "bigfleet": {"activities", "workflows", "workers", "temporalio"},
+    "activities": {"workflows", "workers"},
+    "workflows": {"workers"},
+}
 
 
 def imported_modules(path: pathlib.Path) -> set[str]:
@@ -42,3 +52,27 @@ def test_importing_the_whole_core_loads_no_temporalio():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def upward_imports(layer: str, root: pathlib.Path = ROOT) -> set[str]:
+    return {
+        f"{path.relative_to(root)} imports {name}"
+        for path in (root / layer).rglob("*.py")
+        for name in imported_modules(path)
+        if name.split(".")[0] in ABOVE[layer]
+    }
+
+
+def test_each_layer_imports_only_downwards():
+    offenders = set().union(*(upward_imports(layer) for layer in ABOVE))
+    assert offenders == set()
+
+
+def test_the_check_sees_an_upward_import(tmp_path):
+    """The rule itself: a module of activities/ that imports workflows/ is an offender."""
+    layer = tmp_path / "activities"
+    layer.mkdir()
+    (layer / "bad.py").write_text("def f():\n    from workflows.shard import ShardWorkflow\n")
+    assert upward_imports("activities", tmp_path) == {
+        "activities/bad.py imports workflows.shard"
+    }

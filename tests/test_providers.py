@@ -454,7 +454,7 @@ def test_a_listing_page_travels_compact_and_comes_back_the_same():
     row per machine): the machines a shard reads back are the provider's, field for field —
     speculative, configured with host and cluster, failed with its origin — at a fraction of
     the records' size (each page enters the shard's history)."""
-    from workflows.types import MachinePage
+    from activities.wire import MachinePage
 
     clock = Clock()
     aws = cloud(clock, count=200)

@@ -36,11 +36,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from activities.shards import ShardClientActivities
-from tests.conftest import eventually, fleet_workers
-from tests.test_temporal_coordinator import ask, machines_of, on_shard, start, two_shard_fleet
-from workers.worker import build_workers, run_workers
-from workflows.sagas import COORDINATOR_ID, TransferSagaWorkflow
-from workflows.types import (
+from activities.wire import (
     SHARD_TASK_QUEUE,
     Instruction,
     SagaInput,
@@ -48,6 +44,10 @@ from workflows.types import (
     ShardCall,
     shard_workflow_id,
 )
+from tests.conftest import eventually, fleet_workers
+from tests.test_temporal_coordinator import ask, machines_of, on_shard, start, two_shard_fleet
+from workers.worker import build_workers, run_workers
+from workflows.sagas import COORDINATOR_ID, TransferSagaWorkflow
 
 FLEET = 40
 MOVED = 4  # the most a shard of 40 gives at once (10%)

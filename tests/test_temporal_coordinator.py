@@ -13,6 +13,13 @@ import yaml
 from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
+from activities.wire import (
+    SHARD_TASK_QUEUE,
+    CoordinatorInput,
+    Instruction,
+    SagaInput,
+    SagaResult,
+)
 from bigfleet.models import ListFilter, from_wire
 from bigfleet.simulation.scenario import Scenario
 from tests.conftest import eventually, fleet_workers, query_retrying
@@ -20,13 +27,6 @@ from workers import cli
 from workers.worker import assign_cluster, ensure_shards
 from workflows.coordinator import CoordinatorWorkflow
 from workflows.sagas import COORDINATOR_ID, TransferSagaWorkflow
-from workflows.types import (
-    SHARD_TASK_QUEUE,
-    CoordinatorInput,
-    Instruction,
-    SagaInput,
-    SagaResult,
-)
 
 REQ = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["gpu-8xh100"]}]
 

@@ -9,6 +9,7 @@ import asyncio
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
+from activities.wire import DecommissionRequest, MembershipResult
 from bigfleet.models import ListFilter
 from tests.conftest import eventually, fleet_workers
 from tests.test_saga_failures import REFUSE, FaultyShardClient
@@ -16,7 +17,6 @@ from tests.test_temporal_coordinator import REQ, gpu_fleet, machines_of, on_shar
 from workers import cli
 from workers.worker import assign_cluster, build_workers, run_workers
 from workflows.sagas import COORDINATOR_ID
-from workflows.types import DecommissionRequest, MembershipResult
 
 CLUSTERS = {"a": 6, "b": 4, "c": 3, "d": 1}
 

@@ -21,14 +21,7 @@ from temporalio.worker import Worker
 
 from activities.providers import ProviderActivities
 from activities.snapshots import SnapshotActivities
-from bigfleet import labels as L
-from bigfleet.models import ListFilter, Machine, MachineState, Transition, from_wire
-from bigfleet.providers import ProviderReplyError
-from bigfleet.simulation.scenario import Scenario
-from tests.conftest import eventually, fleet_workers, query_retrying
-from workers.worker import SimulatedFleet, build_workers, ensure_shards, run_workers
-from workflows.shard import ShardWorkflow
-from workflows.types import (
+from activities.wire import (
     CLUSTER,
     MACHINE_IDS,
     PROVIDER,
@@ -44,6 +37,13 @@ from workflows.types import (
     TransitionResult,
     provider_task_queue,
 )
+from bigfleet import labels as L
+from bigfleet.models import ListFilter, Machine, MachineState, Transition, from_wire
+from bigfleet.providers import ProviderReplyError
+from bigfleet.simulation.scenario import Scenario
+from tests.conftest import eventually, fleet_workers, query_retrying
+from workers.worker import SimulatedFleet, build_workers, ensure_shards, run_workers
+from workflows.shard import ShardWorkflow
 
 S = MachineState
 T = Transition

@@ -16,14 +16,14 @@ from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.testing import WorkflowEnvironment
 
 from activities.starter import start_transition
-from bigfleet.models import BootstrapBlob, FencingToken, ListFilter, MachineState, Transition
-from tests.conftest import eventually, fleet_workers
-from workers.worker import SimulatedFleet, build_workers, run_workers
-from workflows.types import (
+from activities.wire import (
     RESULT_STATE,
     TransitionInput,
     TransitionResult,
 )
+from bigfleet.models import BootstrapBlob, FencingToken, ListFilter, MachineState, Transition
+from tests.conftest import eventually, fleet_workers
+from workers.worker import SimulatedFleet, build_workers, run_workers
 
 S = MachineState
 T = Transition

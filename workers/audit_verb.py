@@ -50,8 +50,8 @@ async def audit_scope(client: Any, limit: int, settle_seconds: float) -> Any:
     coordinator counts that does not run is reported: its machines look nobody's until it is
     revived), the providers in their configs, and who takes each share of the assignment
     rule (a shard, and those merged into it)."""
-    from workflows.audit import AuditScope
-    from workflows.types import shard_workflow_id
+    from activities.audit_wire import AuditScope
+    from activities.wire import shard_workflow_id
 
     coordinator = await _coordinator(client)
     members = set(coordinator["shards"]) if coordinator else set()
@@ -84,8 +84,8 @@ async def run_audit(client: Any, scope: Any) -> Any:
     """One `FleetAudit` workflow: the merged report of every provider."""
     from datetime import timedelta
 
+    from activities.wire import SHARD_TASK_QUEUE
     from workflows.audit import FleetAuditWorkflow
-    from workflows.types import SHARD_TASK_QUEUE
 
     try:
         return await client.execute_workflow(

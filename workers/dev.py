@@ -117,8 +117,8 @@ class Operators:
                 await asyncio.wait_for(stop.wait(), max(0.05, wake - self.elapsed()))
 
     async def _send(self, c: _Cluster, index: int, changed: bool, now: float) -> bool:
+        from activities.wire import shard_workflow_id
         from workers.worker import assign_cluster
-        from workflows.types import shard_workflow_id
 
         at, needs = c.timeline[index]
         c.generation = max(c.generation + 1, time.time_ns() // 1_000_000)

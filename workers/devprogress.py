@@ -19,7 +19,7 @@ PROGRESS_SECONDS = 30.0
 
 async def progress(client: Any, fleet: Any, ops: Operators, ui: str, stop: asyncio.Event) -> None:
     """A line per shard every 30 s, and, once transitions exist, a real machine to look up."""
-    from workflows.types import shard_workflow_id
+    from activities.wire import shard_workflow_id
 
     hinted = False
     seen: set[str] = set()
@@ -66,7 +66,7 @@ async def _sagas(client: Any, now: float, seen: set[str]) -> None:
 
 async def _hint_machine(client: Any, ui: str) -> bool:
     """Point at a machine that has been through the most: a drain if there was one."""
-    from workflows.types import MACHINE_IDS
+    from activities.wire import MACHINE_IDS
 
     for query in (
         'WorkflowType = "MachineTransition" AND BigFleetTransition = "drain"',

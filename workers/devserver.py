@@ -36,7 +36,7 @@ async def throwaway_server(binary: Path, extra_args: Sequence[str] = ()) -> Any:
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
 
-    from workflows.types import SEARCH_ATTRIBUTES
+    from activities.wire import SEARCH_ATTRIBUTES
 
     return await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(binary),
@@ -69,7 +69,7 @@ def temporal_binary(explicit: str | None = None) -> Path:
 
 
 def search_attribute_flags() -> list[str]:
-    from workflows.types import SEARCH_ATTRIBUTES
+    from activities.wire import SEARCH_ATTRIBUTES
 
     flags = []
     for key in SEARCH_ATTRIBUTES:

@@ -85,8 +85,8 @@ async def _merge(args: argparse.Namespace) -> int:
 async def _decommission(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
+    from activities.wire import DecommissionRequest
     from bigfleet.inputs import explain
-    from workflows.types import DecommissionRequest
 
     fields = {
         k: getattr(args, k)

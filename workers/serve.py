@@ -130,7 +130,7 @@ async def check_search_attributes(client: Any, who: str, wait: float = 30.0) -> 
     tell (no permission to list), carry on."""
     from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 
-    from workflows.types import SEARCH_ATTRIBUTES
+    from activities.wire import SEARCH_ATTRIBUTES
 
     deadline = time.monotonic() + wait
     said = False

@@ -130,7 +130,7 @@ async def _shard_serving(client: Any, args: argparse.Namespace, cluster: str) ->
     """The shard that serves `cluster` now (`--shard` if given), found without assigning it
     anywhere: the coordinator's map, else the running shards' own lists. A CliError if none
     does."""
-    from workflows.types import shard_workflow_id
+    from activities.wire import shard_workflow_id
 
     if args.shard is not None:
         return int(args.shard)
@@ -157,7 +157,7 @@ def _rpc_error(err: Exception, what: str) -> CliError:
 @_async
 async def _rollup_send(args: argparse.Namespace) -> int:
     rollup = load_rollup(args.file)  # before connecting: a bad file never reaches a shard
-    from workflows.types import shard_workflow_id
+    from activities.wire import shard_workflow_id
 
     client = await _connect(args)
     shard = await _shard_for(client, args, rollup.cluster)
@@ -191,7 +191,7 @@ async def _query(client: Any, wid: str, name: str, *args: Any) -> Any:
 
 @_async
 async def _status(args: argparse.Namespace) -> int:
-    from workflows.types import shard_workflow_id
+    from activities.wire import shard_workflow_id
 
     client = await _connect(args)
     shards = [args.shard] if args.shard is not None else await _running_shards(client)
@@ -326,7 +326,7 @@ def render_status(st: dict[str, Any]) -> str:
 
 @_async
 async def _cluster(args: argparse.Namespace) -> int:
-    from workflows.types import shard_workflow_id
+    from activities.wire import shard_workflow_id
 
     client = await _connect(args)
     shard = await _shard_serving(client, args, args.name)
@@ -375,7 +375,7 @@ def machine_query(machine: str, *clauses: str) -> str:
 async def _history(args: argparse.Namespace) -> int:
     from temporalio.client import WorkflowExecutionStatus
 
-    from workflows.types import CLUSTER, RESULT_STATE, TRANSITION
+    from activities.wire import CLUSTER, RESULT_STATE, TRANSITION
 
     client = await _connect(args)
     rows = []

@@ -27,15 +27,7 @@ from activities.providers import ProviderActivities, VirtualClock
 from activities.shards import ShardClientActivities
 from activities.snapshots import SnapshotActivities
 from activities.starter import StarterActivities
-from bigfleet.simulation import fleet as simulated
-from bigfleet.simulation.scenario import CloudProviderSpec, Scenario
-from workflows.audit import FleetAuditWorkflow
-from workflows.coordinator import CoordinatorWorkflow
-from workflows.membership import MembershipSagaWorkflow
-from workflows.sagas import COORDINATOR_ID, TransferSagaWorkflow
-from workflows.shard import ShardWorkflow
-from workflows.transition import MachineTransitionWorkflow
-from workflows.types import (
+from activities.wire import (
     SHARD_TASK_QUEUE,
     TRANSITION_TASK_QUEUE,
     CoordinatorInput,
@@ -44,6 +36,14 @@ from workflows.types import (
     provider_task_queue,
     shard_workflow_id,
 )
+from bigfleet.simulation import fleet as simulated
+from bigfleet.simulation.scenario import CloudProviderSpec, Scenario
+from workflows.audit import FleetAuditWorkflow
+from workflows.coordinator import CoordinatorWorkflow
+from workflows.membership import MembershipSagaWorkflow
+from workflows.sagas import COORDINATOR_ID, TransferSagaWorkflow
+from workflows.shard import ShardWorkflow
+from workflows.transition import MachineTransitionWorkflow
 
 ROLES = ("shards", "transitions", "providers")
 log = logging.getLogger("bigfleet.worker")

@@ -15,12 +15,12 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.audit_wire import EXAMPLES_MAX
+    from activities.wire import Instruction, TransitionInput
     from bigfleet.audit import EXTRA, HOLDINGS_PAGE_MAX, holdings_page
     from bigfleet.inputs import clip
     from bigfleet.shard import Shard
-    from workflows.audit import EXAMPLES_MAX
     from workflows.guard import NO_ARGUMENT, guarded
-    from workflows.types import Instruction, TransitionInput
 
 
 class AuditHandlers:

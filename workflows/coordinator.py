@@ -19,6 +19,16 @@ from temporalio.exceptions import ActivityError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.audit_wire import AuditReport
+    from activities.wire import (
+        CoordinatorInput,
+        DecommissionRequest,
+        MembershipInput,
+        MembershipResult,
+        SagaInput,
+        ShardCall,
+        TakeIn,
+    )
     from bigfleet.coordinator import (
         ASSIGNMENT_BYTES,
         ClusterName,
@@ -28,21 +38,12 @@ with workflow.unsafe.imports_passed_through():
         decommission_plan,
     )
     from bigfleet.inputs import Rejected, clip
-    from workflows.audit import AuditReport, check_repair
+    from workflows.audit import check_repair
     from workflows.audit import repair as repair_findings
     from workflows.guard import NO_ARGUMENT, Guard, accepts, guarded
     from workflows.instructions import RECORDS_MAX
     from workflows.membership import MembershipSagaWorkflow
     from workflows.sagas import STEP, TransferSagaWorkflow
-    from workflows.types import (
-        CoordinatorInput,
-        DecommissionRequest,
-        MembershipInput,
-        MembershipResult,
-        SagaInput,
-        ShardCall,
-        TakeIn,
-    )
 
 SEQS_PER_SAGA = 4  # drain, release, adopt, and one compensation
 SEQ_BLOCK = 1_000_000  # a split or merge: as many steps as it has parts

@@ -15,19 +15,19 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from bigfleet.coordinator import Matching, ShardReport
-    from bigfleet.inputs import clip
-    from bigfleet.models import Machine, MachineState, Transition
-    from bigfleet.shard import Shard
-    from workflows.guard import NO_ARGUMENT, Guard, guarded
-    from workflows.sagas import COORDINATOR_ID
-    from workflows.types import (
+    from activities.wire import (
         Instruction,
         ShardConfig,
         SplitInstruction,
         TakeIn,
         TransitionInput,
     )
+    from bigfleet.coordinator import Matching, ShardReport
+    from bigfleet.inputs import clip
+    from bigfleet.models import Machine, MachineState, Transition
+    from bigfleet.shard import Shard
+    from workflows.guard import NO_ARGUMENT, Guard, guarded
+    from workflows.sagas import COORDINATOR_ID
 
 S = MachineState
 REPORT_SAMPLE = 32

@@ -18,10 +18,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from bigfleet.models import Machine
-    from workflows.guard import NoSignals
-    from workflows.sagas import COORDINATOR_ID, STEP
-    from workflows.types import (
+    from activities.wire import (
         Instruction,
         MembershipInput,
         MembershipResult,
@@ -29,6 +26,9 @@ with workflow.unsafe.imports_passed_through():
         SplitInstruction,
         TakeIn,
     )
+    from bigfleet.models import Machine
+    from workflows.guard import NoSignals
+    from workflows.sagas import COORDINATOR_ID, STEP
 
 
 @workflow.defn(name="MembershipSaga")

@@ -13,10 +13,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from bigfleet.assignment import machine_shard
-    from bigfleet.models import DeleteReason, Machine, MachineState, Transition
-    from bigfleet.shard import Shard
-    from workflows.types import (
+    from activities.wire import (
         ELSEWHERE_MAX,
         LIST_PAGE,
         SHARD_TASK_QUEUE,
@@ -29,6 +26,9 @@ with workflow.unsafe.imports_passed_through():
         TransitionInput,
         provider_task_queue,
     )
+    from bigfleet.assignment import machine_shard
+    from bigfleet.models import DeleteReason, Machine, MachineState, Transition
+    from bigfleet.shard import Shard
 
 S = MachineState
 T = Transition

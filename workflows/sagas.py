@@ -12,15 +12,15 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from bigfleet.models import Machine
-    from workflows.guard import NoSignals
-    from workflows.types import (
+    from activities.wire import (
         SHARD_TASK_QUEUE,
         Instruction,
         SagaInput,
         SagaResult,
         ShardCall,
     )
+    from bigfleet.models import Machine
+    from workflows.guard import NoSignals
 
 COORDINATOR_ID = "coordinator"
 STEP = dict(

@@ -20,6 +20,18 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.wire import (
+        SHARD_TASK_QUEUE,
+        TRANSITION_TASK_QUEUE,
+        AdoptCursor,
+        ProviderRead,
+        ShardConfig,
+        ShardInput,
+        TransitionInput,
+        TransitionResult,
+        provider_task_queue,
+        shard_workflow_id,
+    )
     from bigfleet.engine import Decision
     from bigfleet.inputs import Rejected
     from bigfleet.models import (
@@ -40,18 +52,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.instructions import InstructionHandlers
     from workflows.provider_sync import PERIODIC, QUICK, ProviderSync
     from workflows.snapshot_store import SnapshotStore
-    from workflows.types import (
-        SHARD_TASK_QUEUE,
-        TRANSITION_TASK_QUEUE,
-        AdoptCursor,
-        ProviderRead,
-        ShardConfig,
-        ShardInput,
-        TransitionInput,
-        TransitionResult,
-        provider_task_queue,
-        shard_workflow_id,
-    )
 
 S = MachineState
 T = Transition

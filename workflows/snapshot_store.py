@@ -15,9 +15,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from bigfleet.shard import Shard
-    from workflows.provider_sync import PATIENT, QUICK
-    from workflows.types import (
+    from activities.wire import (
         SHARD_TASK_QUEUE,
         ShardConfig,
         SnapshotPart,
@@ -25,6 +23,8 @@ with workflow.unsafe.imports_passed_through():
         TransitionInput,
         shard_workflow_id,
     )
+    from bigfleet.shard import Shard
+    from workflows.provider_sync import PATIENT, QUICK
 
 
 class SnapshotStore:

@@ -12,12 +12,7 @@ from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, FailureError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from bigfleet.inputs import Rejected, number
-    from bigfleet.models import CapacityType, Machine, MachineState, Transition
-    from bigfleet.states import TARGET_OF, TRANSITIONAL
-    from bigfleet.transitions import Corrective, corrective
-    from workflows.guard import Guard, accepts
-    from workflows.types import (
+    from activities.wire import (
         RESULT_STATE,
         BootstrapAnswer,
         BootstrapCall,
@@ -28,6 +23,11 @@ with workflow.unsafe.imports_passed_through():
         provider_task_queue,
         shard_workflow_id,
     )
+    from bigfleet.inputs import Rejected, number
+    from bigfleet.models import CapacityType, Machine, MachineState, Transition
+    from bigfleet.states import TARGET_OF, TRANSITIONAL
+    from bigfleet.transitions import Corrective, corrective
+    from workflows.guard import Guard, accepts
 
 S = MachineState
 T = Transition

@@ -1,4 +1,8 @@
-"""Names, search attributes and the one input/result model of each workflow and activity."""
+"""What crosses the Temporal boundary: workflow and task queue names, search attributes, and
+the one input/result model of each workflow and activity.
+
+Workflows (a layer up) and activities both import it; it imports only bigfleet/ below.
+Everything here travels as JSON through Temporal's pydantic data converter."""
 
 from __future__ import annotations
 
