@@ -101,19 +101,19 @@ def classify(
                 out["in_flight"][mid] = signature
                 continue
         out["mismatch"][mid] = signature
-    for mid, holders in held.items():
+    for mid, holding in held.items():
         if mid in listed:
             continue
-        holders = sorted(holders)
+        holders = sorted(holding)
         if len(holders) > 1:
             out["double"][mid] = (None, tuple((h[0], h[1]) for h in holders))
             continue
         shard, state, cluster, since = holders[0]
-        signature = (None, None, shard, state, cluster)
+        unlisted = (None, None, shard, state, cluster)
         if state == S.SPECULATIVE.value or (_busy(state) and now - since < stale_seconds):
-            out["in_flight"][mid] = signature
+            out["in_flight"][mid] = unlisted
         else:
-            out["unlisted"][mid] = signature
+            out["unlisted"][mid] = unlisted
     return out
 
 

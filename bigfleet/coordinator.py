@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -75,7 +75,7 @@ class ShardReport(Wire):
         idle: Iterable[Machine] = (),
         speculative: Iterable[Machine] = (),
         preemptible: Iterable[Preemptible] = (),
-        **summary: object,
+        **summary: Any,
     ) -> ShardReport:
         """A report from machine records, grouped by profile."""
         templates: dict[Profile, int] = {}

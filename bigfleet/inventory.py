@@ -76,6 +76,21 @@ class MachineNotFound(KeyError):
 
 
 class Inventory:
+    # The columns (`_COLUMNS`), one entry per row; made and grown by name.
+    state: np.ndarray
+    cluster: np.ndarray
+    profile: np.ndarray
+    provider: np.ndarray
+    price: np.ndarray
+    interruption: np.ndarray
+    domain: np.ndarray
+    since: np.ndarray
+    holder_priority: np.ndarray
+    holder_interruption: np.ndarray
+    holder_reclamation: np.ndarray
+    missed: np.ndarray
+    failed_from: np.ndarray
+
     def __init__(self, capacity: int = 1024) -> None:
         self.capacity = capacity
         self.ids = MachineIds(capacity)

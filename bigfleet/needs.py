@@ -110,7 +110,7 @@ class NeedsTable:
             generation=rollup.generation,
             last_seen=now,
             needs=fresh,
-            health=rollup.health if rollup.health is not None else (entry and entry.health),
+            health=rollup.health or (entry.health if entry else None),
             health_generation=health_gen,
         )
         self.version += 1

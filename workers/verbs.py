@@ -1,6 +1,6 @@
-"""The verbs of `bigfleet` that talk to Temporal: `rollup send`, `status`, `cluster`, `machine
-history` and `drain escalate`, with their renderers, and the connection plumbing they share with
-`bigfleet worker` and `bigfleet dev`. The parser and main() are in workers/cli.py.
+"""The `bigfleet` verbs that feed and read the shards: `rollup send`, `status` and `cluster`,
+with their renderers. Each verbs module registers its own subcommands (`register`); the
+parser and main() are in workers/cli.py, what the verbs share in workers/plumbing.py.
 
 Everything Temporal is imported inside the functions, so importing this module (as the offline
 verbs do, through workers/cli.py) does not load Temporal.
@@ -9,64 +9,51 @@ verbs do, through workers/cli.py) does not load Temporal.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import os
 import pathlib
-import sys
 import time
-from collections.abc import Awaitable, Callable
-from datetime import UTC
 from typing import Any
 
-
-class CliError(Exception):
-    """A failure to report in one line; `code` is the exit status."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-# ---- plumbing ---------------------------------------------------------------------------------
-
-
-def _async(coro: Callable[[argparse.Namespace], Awaitable[int]]) -> Callable[..., int]:
-    def run(args: argparse.Namespace) -> int:
-        return asyncio.run(coro(args))
-
-    return run
+from workers.args import cluster_name, connection_options, shard_number, shard_options
+from workers.plumbing import (
+    CliError,
+    blocking,
+    connect,
+    display_address,
+    query,
+    rpc_error,
+    running_shards,
+)
 
 
-def _display_address(args: argparse.Namespace) -> str:
-    address = getattr(args, "address", None) or os.environ.get("TEMPORAL_ADDRESS")
-    namespace = getattr(args, "namespace", None) or os.environ.get(
-        "TEMPORAL_NAMESPACE", "default"
+def register(verbs: argparse._SubParsersAction) -> None:
+    """`rollup send`, `status` and `cluster`."""
+    r = verbs.add_parser("rollup", help="send a cluster's roll-up to its shard")
+    rverbs = r.add_subparsers(dest="what", required=True)
+    send = rverbs.add_parser(
+        "send",
+        help="validate a roll-up file and signal it to the cluster's shard",
+        description="Validate a ClusterCapacityNeeds roll-up (JSON or YAML) and signal it to "
+        "the cluster's shard. Without `generation` in the file, the current time in "
+        "milliseconds is used, so a re-sent file is never ignored as stale.",
     )
-    return f"{address or 'localhost:7233 (or the profile default)'}, namespace {namespace}"
+    send.add_argument("file", metavar="FILE", help="roll-up file, JSON or YAML")
+    connection_options(send)
+    shard_options(send)
+    send.set_defaults(run=run_rollup_send)
 
+    s = verbs.add_parser("status", help="what each shard holds: machines, needs, shortfalls")
+    connection_options(s)
+    s.add_argument("--shard", type=shard_number, metavar="N", help="one shard (default: all)")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.set_defaults(run=run_status)
 
-async def _connect(args: argparse.Namespace, rt: Any = None, wait: float = 0.0) -> Any:
-    """Connect, retrying for `wait` seconds (a worker may start before its server)."""
-    from workers.connect import connect
-
-    deadline = time.monotonic() + wait
-    delay = 1.0
-    while True:
-        try:
-            return await connect(args.address, args.namespace, rt)
-        except Exception as err:  # RuntimeError from the core, or a bad config
-            if time.monotonic() >= deadline:
-                raise CliError(
-                    f"cannot connect to Temporal at {_display_address(args)}: {err}"
-                ) from None
-            print(
-                f"bigfleet {args.verb}: Temporal at {_display_address(args)} not reachable yet "
-                f"({err}); retrying",
-                file=sys.stderr,
-            )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 10.0)
+    c = verbs.add_parser("cluster", help="one cluster as its shard sees it")
+    c.add_argument("name", type=cluster_name, metavar="NAME")
+    connection_options(c)
+    shard_options(c)
+    c.add_argument("--json", action="store_true", help="print JSON")
+    c.set_defaults(run=run_cluster)
 
 
 # ---- roll-ups ---------------------------------------------------------------------------------
@@ -102,16 +89,6 @@ def load_rollup(path: str) -> Any:
         raise CliError(f"{path}: invalid roll-up: {err}", code=2) from None
 
 
-async def _running_shards(client: Any) -> list[int]:
-    found = []
-    async for wf in client.list_workflows(
-        'WorkflowType = "Shard" AND ExecutionStatus = "Running"'
-    ):
-        if wf.id.startswith("shard-") and wf.id[6:].isdigit():
-            found.append(int(wf.id[6:]))
-    return sorted(found)
-
-
 async def _shard_for(client: Any, args: argparse.Namespace, cluster: str) -> int:
     """`--shard` if given, else the coordinator's assignment (it is started if need be, for
     `--shards` or as many shards as are running)."""
@@ -119,53 +96,25 @@ async def _shard_for(client: Any, args: argparse.Namespace, cluster: str) -> int
 
     if args.shard is not None:
         return args.shard
-    shards = args.shards or len(await _running_shards(client)) or 1
+    shards = args.shards or len(await running_shards(client)) or 1
     try:
         return await assign_cluster(client, cluster, shards)
     except Exception as err:
-        raise _rpc_error(err, f"assigning cluster {cluster} (coordinator)") from None
+        raise rpc_error(err, f"assigning cluster {cluster} (coordinator)") from None
 
 
-async def _shard_serving(client: Any, args: argparse.Namespace, cluster: str) -> int:
-    """The shard that serves `cluster` now (`--shard` if given), found without assigning it
-    anywhere: the coordinator's map, else the running shards' own lists. A CliError if none
-    does."""
-    from activities.wire import shard_workflow_id
-
-    if args.shard is not None:
-        return int(args.shard)
-    coordinator = await _coordinator_status(client)
-    if coordinator and not coordinator.get("problem"):
-        shard = coordinator["clusters"].get(cluster)
-        if shard is not None:
-            return int(shard)
-    for shard in await _running_shards(client):
-        status = await _query(client, shard_workflow_id(shard), "status")
-        if cluster in status["clusters"]:
-            return shard
-    raise CliError(f"cluster {cluster}: no shard serves it (see `bigfleet status`)")
-
-
-def _rpc_error(err: Exception, what: str) -> CliError:
-    from temporalio.service import RPCError, RPCStatusCode
-
-    if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
-        return CliError(f"{what}: not found (is it running? see `bigfleet status`)")
-    return CliError(f"{what}: {err}")
-
-
-@_async
-async def _rollup_send(args: argparse.Namespace) -> int:
+@blocking
+async def run_rollup_send(args: argparse.Namespace) -> int:
     rollup = load_rollup(args.file)  # before connecting: a bad file never reaches a shard
     from activities.wire import shard_workflow_id
 
-    client = await _connect(args)
+    client = await connect(args)
     shard = await _shard_for(client, args, rollup.cluster)
     wid = shard_workflow_id(shard)
     try:
         await client.get_workflow_handle(wid).signal("rollup", rollup.model_dump(mode="json"))
     except Exception as err:
-        raise _rpc_error(err, wid) from None
+        raise rpc_error(err, wid) from None
     total = sum(n.count for n in rollup.needs)
     print(
         f"sent roll-up of cluster {rollup.cluster} (generation {rollup.generation}, "
@@ -177,26 +126,14 @@ async def _rollup_send(args: argparse.Namespace) -> int:
 # ---- status, cluster --------------------------------------------------------------------------
 
 
-async def _query(client: Any, wid: str, name: str, *args: Any) -> Any:
-    for attempt in range(20):
-        try:
-            return await client.get_workflow_handle(wid).query(name, *args)
-        except Exception as err:
-            # A large shard reads its state back for a moment after each continue-as-new.
-            if "reading its snapshot back" in str(err) and attempt < 19:
-                await asyncio.sleep(0.25)
-                continue
-            raise _rpc_error(err, wid) from None
-
-
-@_async
-async def _status(args: argparse.Namespace) -> int:
+@blocking
+async def run_status(args: argparse.Namespace) -> int:
     from activities.wire import shard_workflow_id
 
-    client = await _connect(args)
-    shards = [args.shard] if args.shard is not None else await _running_shards(client)
+    client = await connect(args)
+    shards = [args.shard] if args.shard is not None else await running_shards(client)
     if not shards:
-        raise CliError(f"no shard workflow is running on {_display_address(args)}")
+        raise CliError(f"no shard workflow is running on {display_address(args)}")
     statuses = []
     for s in shards:
         # A wedged shard answers no query: say so instead of waiting for one.
@@ -204,7 +141,7 @@ async def _status(args: argparse.Namespace) -> int:
         statuses.append(
             {"shard": s, "problem": problem}
             if problem
-            else await _query(client, shard_workflow_id(s), "status")
+            else await query(client, shard_workflow_id(s), "status")
         )
     coordinator = await _coordinator_status(client) if args.shard is None else None
     if args.json:
@@ -230,7 +167,7 @@ async def _health(client: Any, wid: str) -> str | None:
     try:
         desc = await client.get_workflow_handle(wid).describe()
     except Exception as err:
-        return f"not found ({_rpc_error(err, wid)})"
+        return f"not found ({rpc_error(err, wid)})"
     if desc.status != WorkflowExecutionStatus.RUNNING:
         name = desc.status.name.lower() if desc.status else "gone"
         when = f" at {desc.close_time:%Y-%m-%d %H:%M:%S}Z" if desc.close_time else ""
@@ -250,7 +187,7 @@ async def _coordinator_status(client: Any) -> dict[str, Any] | None:
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             return None
-        raise _rpc_error(err, "coordinator") from None
+        raise rpc_error(err, "coordinator") from None
     problem = await _health(client, "coordinator")
     if problem:
         return {"problem": problem}
@@ -324,13 +261,33 @@ def render_status(st: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@_async
-async def _cluster(args: argparse.Namespace) -> int:
+async def _shard_serving(client: Any, args: argparse.Namespace, cluster: str) -> int:
+    """The shard that serves `cluster` now (`--shard` if given), found without assigning it
+    anywhere: the coordinator's map, else the running shards' own lists. A CliError if none
+    does."""
     from activities.wire import shard_workflow_id
 
-    client = await _connect(args)
+    if args.shard is not None:
+        return int(args.shard)
+    coordinator = await _coordinator_status(client)
+    if coordinator and not coordinator.get("problem"):
+        shard = coordinator["clusters"].get(cluster)
+        if shard is not None:
+            return int(shard)
+    for shard in await running_shards(client):
+        status = await query(client, shard_workflow_id(shard), "status")
+        if cluster in status["clusters"]:
+            return shard
+    raise CliError(f"cluster {cluster}: no shard serves it (see `bigfleet status`)")
+
+
+@blocking
+async def run_cluster(args: argparse.Namespace) -> int:
+    from activities.wire import shard_workflow_id
+
+    client = await connect(args)
     shard = await _shard_serving(client, args, args.name)
-    view = await _query(client, shard_workflow_id(shard), "cluster", args.name)
+    view = await query(client, shard_workflow_id(shard), "cluster", args.name)
     view = {"shard": shard, **view}
     print(json.dumps(view, indent=2) if args.json else render_cluster(view))
     return 0
@@ -364,87 +321,3 @@ def render_cluster(view: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# ---- machine history, drain escalate ----------------------------------------------------------
-
-
-def machine_query(machine: str, *clauses: str) -> str:
-    return " AND ".join([f'BigFleetMachineIds = "{machine}"', *clauses])
-
-
-@_async
-async def _history(args: argparse.Namespace) -> int:
-    from temporalio.client import WorkflowExecutionStatus
-
-    from activities.wire import CLUSTER, RESULT_STATE, TRANSITION
-
-    client = await _connect(args)
-    rows = []
-    try:
-        async for wf in client.list_workflows(machine_query(args.machine)):
-            sa = wf.typed_search_attributes
-            running = wf.status == WorkflowExecutionStatus.RUNNING
-            state = sa.get(RESULT_STATE) or (
-                "(running)" if running else f"({wf.status.name.lower()})" if wf.status else "?"
-            )
-            rows.append(
-                {
-                    "start_time": wf.start_time.astimezone(UTC).isoformat(),
-                    "close_time": wf.close_time.astimezone(UTC).isoformat()
-                    if wf.close_time
-                    else None,
-                    "transition": sa.get(TRANSITION) or "?",
-                    "state": state,
-                    "cluster": sa.get(CLUSTER) or "",
-                    "status": wf.status.name if wf.status else None,
-                    "workflow_id": wf.id,
-                    "run_id": wf.run_id,
-                }
-            )
-    except Exception as err:
-        raise CliError(f"listing workflows of {args.machine}: {err}") from None
-    rows.sort(key=lambda r: (r["start_time"], r["workflow_id"]))
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    if not rows:
-        print(f"no transitions found for machine {args.machine}")
-        print(f"  (query: {machine_query(args.machine)})")
-        return 0
-    print(f"machine {args.machine}: {len(rows)} transition(s), oldest first")
-    print(f"  {'STARTED (UTC)':<23} {'TRANSITION':<10} {'STATE':<14} {'CLUSTER':<12} WORKFLOW ID")
-    for r in rows:
-        started = r["start_time"][:23].replace("T", " ")
-        print(
-            f"  {started:<23} {r['transition']:<10} {r['state']:<14} {r['cluster']:<12} "
-            f"{r['workflow_id']}"
-        )
-    return 0
-
-
-@_async
-async def _escalate(args: argparse.Namespace) -> int:
-    client = await _connect(args)
-    query = machine_query(
-        args.machine, 'BigFleetTransition = "drain"', 'ExecutionStatus = "Running"'
-    )
-    found = []
-    try:
-        async for wf in client.list_workflows(query):
-            found.append(wf)
-    except Exception as err:
-        raise CliError(f"listing drains of {args.machine}: {err}") from None
-    if not found:
-        raise CliError(
-            f"no running drain for machine {args.machine} (query: {query}); "
-            f"see `bigfleet machine history {args.machine}`"
-        )
-    for wf in found:
-        try:
-            await client.get_workflow_handle(wf.id, run_id=wf.run_id).signal(
-                "escalate_drain", args.grace
-            )
-        except Exception as err:
-            raise _rpc_error(err, wf.id) from None
-        what = "forced (grace 0 s)" if args.grace == 0 else f"grace {args.grace:g} s"
-        print(f"escalated {wf.id}: {what} (a longer grace than the current one changes nothing)")
-    return 0

@@ -67,7 +67,7 @@ def handler_names(cls: type) -> list[str]:
         if hasattr(value, SIGNAL_SPEC):
             names.append(attr)
         defn = getattr(value, "_defn", None)
-        if type(defn).__name__ == "_UpdateDefinition" and defn.name:
+        if defn is not None and type(defn).__name__ == "_UpdateDefinition" and defn.name:
             names.append(defn.name)
     return names
 

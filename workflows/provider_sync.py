@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -32,18 +33,18 @@ with workflow.unsafe.imports_passed_through():
 
 S = MachineState
 T = Transition
-QUICK = dict(
+QUICK: dict[str, Any] = dict(
     start_to_close_timeout=timedelta(seconds=60),
     retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=10),
 )
 # Reads of the periodic reconcile: a few quick tries, then the shard carries on and reads again
 # at the next reconcile (a provider down must not stall every decision of the shard).
-PERIODIC = dict(
+PERIODIC: dict[str, Any] = dict(
     start_to_close_timeout=timedelta(seconds=60),
     retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3),
 )
 # Reads a shard cannot start without (its machines): tried until they answer.
-PATIENT = dict(
+PATIENT: dict[str, Any] = dict(
     start_to_close_timeout=timedelta(seconds=60),
     retry_policy=RetryPolicy(
         initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=60)

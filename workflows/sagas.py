@@ -6,6 +6,7 @@ and if the receiver refuses, the donor takes it back."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -23,14 +24,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows.guard import NoSignals
 
 COORDINATOR_ID = "coordinator"
-STEP = dict(
+STEP: dict[str, Any] = dict(
     task_queue=SHARD_TASK_QUEUE,
     start_to_close_timeout=timedelta(seconds=30),
     retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5),
 )
 # A compensation is retried until it lands (a shard's worker may be down for a while): giving
 # up would leave machines owned by no shard. Only a refusal stops it.
-UNDO = dict(
+UNDO: dict[str, Any] = dict(
     STEP,
     retry_policy=RetryPolicy(
         initial_interval=timedelta(seconds=1), maximum_interval=timedelta(minutes=1)

@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
 
 S = MachineState
 T = Transition
-CALL = dict(
+CALL: dict[str, Any] = dict(
     start_to_close_timeout=timedelta(seconds=30),
     retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=20),
 )

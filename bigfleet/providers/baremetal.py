@@ -59,7 +59,7 @@ class SimulatedBareMetalProvider(SimulatedProvider):
         configure_latency: float = 120.0,
         drain_latency: float = 60.0,
         timeouts: Mapping[MachineState, float] | None = None,
-        failure_rates: Mapping[Transition | str, float] | None = None,
+        failure_rates: Mapping[Transition, float] | Mapping[str, float] | None = None,
     ) -> None:
         super().__init__(
             name,

@@ -86,7 +86,7 @@ class SimulatedCloudProvider(SimulatedProvider):
         create_latency: tuple[float, float] = (30.0, 90.0),
         configure_latency: float = 30.0,
         delete_latency: float = 5.0,
-        failure_rates: Mapping[Transition | str, float] | None = None,
+        failure_rates: Mapping[Transition, float] | Mapping[str, float] | None = None,
         *,
         api_burst: float = 5.0,
         drain_latency: float = 60.0,

@@ -75,7 +75,7 @@ class SimulatedProvider:
         delete_latency: float,
         drain_latency: float = 60.0,
         timeouts: Mapping[MachineState, float] | None = None,
-        failure_rates: Mapping[Transition | str, float] | None = None,
+        failure_rates: Mapping[Transition, float] | Mapping[str, float] | None = None,
     ) -> None:
         self.name = name
         self.calls: Counter[str] = Counter()

@@ -137,7 +137,7 @@ def snapshot(slot: Slot, provider: str, failed_from: MachineState | None = None)
     return Machine(
         id=slot.id,
         state=slot.state,
-        host=HostRef(provider=provider, ref=slot.host) if shows_host else None,
+        host=HostRef(provider=provider, ref=slot.host) if shows_host and slot.host else None,
         instance_type=pool.instance_type,
         zone=pool.zone,
         capacity_type=pool.capacity_type,

@@ -1,0 +1,115 @@
+"""The argument types and option groups the `bigfleet` verbs share: each verbs module builds its
+own parsers (its `register`) from these. Nothing here loads Temporal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Callable
+
+# Kept in step with workers.worker.ROLES (a test checks); not imported so that the offline verbs
+# start without loading Temporal.
+ROLES = ("shards", "transitions", "providers")
+DEFAULT_METRICS_PORT = 9464
+
+
+# ---- argument types ---------------------------------------------------------------------------
+
+
+def roles(text: str) -> list[str]:
+    """`--role shards,transitions`: a comma list of known roles, no repeats needed."""
+    chosen = [r.strip() for r in text.split(",") if r.strip()]
+    if not chosen:
+        raise argparse.ArgumentTypeError(f"expected one or more of {', '.join(ROLES)}")
+    unknown = [r for r in chosen if r not in ROLES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown role {', '.join(map(repr, unknown))}; choose from {', '.join(ROLES)}"
+        )
+    return sorted(set(chosen), key=ROLES.index)
+
+
+def bounded_int(what: str, low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer naming `what`, within [low, high]."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bounds = f">= {low}" if high is None else f"{low}..{high}"
+            raise argparse.ArgumentTypeError(f"expected {what} {bounds}, got {value}")
+        return value
+
+    return parse
+
+
+port = bounded_int("a port number", 0, 65535)
+shard_number = bounded_int("a shard number", 0)
+shard_count = bounded_int("a number of shards", 1, 64)
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
+
+
+_QUOTED_OK = re.compile(r'^[^"\\\x00-\x1f]+$')
+
+
+def machine_id(text: str) -> str:
+    """A machine id goes into a visibility query between double quotes: no quotes inside."""
+    if not _QUOTED_OK.match(text):
+        raise argparse.ArgumentTypeError(
+            f"not a machine id: {text!r} (empty, or contains a quote, backslash or control "
+            "character)"
+        )
+    return text
+
+
+def cluster_name(text: str) -> str:
+    if not _QUOTED_OK.match(text):
+        raise argparse.ArgumentTypeError(f"not a cluster name: {text!r}")
+    return text
+
+
+# ---- option groups ----------------------------------------------------------------------------
+
+
+def connection_options(p: argparse.ArgumentParser) -> None:
+    """`--address` and `--namespace`, in a "Temporal connection" group."""
+    g = p.add_argument_group("Temporal connection")
+    g.add_argument(
+        "--address",
+        metavar="HOST:PORT",
+        help="Temporal frontend (default: $TEMPORAL_ADDRESS, else the temporal CLI profile, "
+        "else localhost:7233)",
+    )
+    g.add_argument(
+        "--namespace", metavar="NS", help="namespace (default: $TEMPORAL_NAMESPACE or default)"
+    )
+
+
+def shard_options(p: argparse.ArgumentParser) -> None:
+    """`--shard` and `--shards`: which shard serves a cluster, if the coordinator cannot say."""
+    p.add_argument(
+        "--shard",
+        type=shard_number,
+        metavar="N",
+        help="the shard to ask (default: the cluster's, as the coordinator assigned it)",
+    )
+    p.add_argument(
+        "--shards",
+        type=shard_count,
+        metavar="N",
+        help="how many shards the fleet has, if no coordinator runs yet to assign the cluster "
+        "(default: the number of running shard workflows, or 1)",
+    )

@@ -1,0 +1,95 @@
+"""What every `bigfleet` verb that talks to Temporal shares: the one-line error (`CliError`),
+running an async verb, connecting (with retries), RPC errors in one line, the running shards
+and a query that waits out a shard reading its snapshot back.
+
+Everything Temporal is imported inside the functions, so importing this module (as the offline
+verbs do, through workers/cli.py) does not load Temporal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+
+class CliError(Exception):
+    """A failure to report in one line; `code` is the exit status."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def blocking(coro: Callable[[argparse.Namespace], Awaitable[int]]) -> Callable[..., int]:
+    """An async verb as the plain function argparse's `run=` default calls."""
+
+    def run(args: argparse.Namespace) -> int:
+        return asyncio.run(coro(args))
+
+    return run
+
+
+def display_address(args: argparse.Namespace) -> str:
+    address = getattr(args, "address", None) or os.environ.get("TEMPORAL_ADDRESS")
+    namespace = getattr(args, "namespace", None) or os.environ.get(
+        "TEMPORAL_NAMESPACE", "default"
+    )
+    return f"{address or 'localhost:7233 (or the profile default)'}, namespace {namespace}"
+
+
+async def connect(args: argparse.Namespace, rt: Any = None, wait: float = 0.0) -> Any:
+    """Connect, retrying for `wait` seconds (a worker may start before its server)."""
+    import workers.connect
+
+    deadline = time.monotonic() + wait
+    delay = 1.0
+    while True:
+        try:
+            return await workers.connect.connect(args.address, args.namespace, rt)
+        except Exception as err:  # RuntimeError from the core, or a bad config
+            if time.monotonic() >= deadline:
+                raise CliError(
+                    f"cannot connect to Temporal at {display_address(args)}: {err}"
+                ) from None
+            print(
+                f"bigfleet {args.verb}: Temporal at {display_address(args)} not reachable yet "
+                f"({err}); retrying",
+                file=sys.stderr,
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+
+def rpc_error(err: Exception, what: str) -> CliError:
+    from temporalio.service import RPCError, RPCStatusCode
+
+    if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
+        return CliError(f"{what}: not found (is it running? see `bigfleet status`)")
+    return CliError(f"{what}: {err}")
+
+
+async def running_shards(client: Any) -> list[int]:
+    found = []
+    async for wf in client.list_workflows(
+        'WorkflowType = "Shard" AND ExecutionStatus = "Running"'
+    ):
+        if wf.id.startswith("shard-") and wf.id[6:].isdigit():
+            found.append(int(wf.id[6:]))
+    return sorted(found)
+
+
+async def query(client: Any, wid: str, name: str, *args: Any) -> Any:
+    for attempt in range(20):
+        try:
+            return await client.get_workflow_handle(wid).query(name, *args)
+        except Exception as err:
+            # A large shard reads its state back for a moment after each continue-as-new.
+            if "reading its snapshot back" in str(err) and attempt < 19:
+                await asyncio.sleep(0.25)
+                continue
+            raise rpc_error(err, wid) from None
