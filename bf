@@ -2,7 +2,7 @@
 # One entry point that does its own set-up: a virtualenv in .venv with BigFleet and its test
 # tools, re-installed only when pyproject.toml changes.
 #   ./bf dev            run BigFleet locally (embedded Temporal dev server, workers, example fleet)
-#   ./bf test [ARGS]    lint and run the test suite (extra ARGS go to pytest)
+#   ./bf test [ARGS]    lint, type-check and run the test suite (extra ARGS go to pytest)
 #   ./bf ARGS...        any other `bigfleet` command, e.g. ./bf bench engine
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -22,6 +22,7 @@ case "${1:-}" in
   test)
     shift
     ruff check bigfleet workflows activities workers tests
+    mypy  # bigfleet/ and workflows/ (pyproject.toml [tool.mypy])
     exec python -m tests.run "$@"
     ;;
   "")

@@ -1,3 +1,6 @@
+# mypy: disable-error-code="arg-type,index,misc,var-annotated"
+# (The reference is the seed's pseudo-code written plainly: a domain of a machine without the
+# label is None and is tallied like any other, as the seed does; typed loosely on purpose.)
 """The reference engine: the seed's pseudo-code, plainly (one object per machine, linear scans).
 
 It is deliberately slow and obvious. It is the oracle the fast engine is property-tested against

@@ -2,7 +2,8 @@
 
 Bad arguments and bad files exit 2 with a message naming what is wrong, before anything connects;
 the offline verbs of bigfleet.cli stay reachable; the dev server and docker-compose register the
-search attributes the workflows use.
+search attributes the workflows use; each verbs module registers its own verbs, and the command
+line loads no Temporal until a verb runs; workers that started are stopped when another fails to.
 """
 
 from __future__ import annotations
@@ -15,11 +16,16 @@ import re
 import pytest
 import yaml
 
+import workers.args
 import workers.connect
 from activities.wire import SEARCH_ATTRIBUTES
 from bigfleet.simulation.scenario import load
 from workers import cli
+from workers.args import roles
 from workers.cli import main
+from workers.machine_verbs import machine_query
+from workers.serve import search_attribute_commands, search_attribute_type
+from workers.verbs import load_rollup, render_cluster, render_coordinator, render_status
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GPU = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["gpu-8xh100"]}]
@@ -58,11 +64,11 @@ def rollup(**changes) -> dict:
 def test_roles_are_the_workers_roles():
     from workers.worker import ROLES
 
-    assert cli.ROLES == ROLES
+    assert workers.args.ROLES == ROLES
 
 
 def test_role_list_parses_in_canonical_order():
-    assert cli.roles("providers, shards,providers") == ["shards", "providers"]
+    assert roles("providers, shards,providers") == ["shards", "providers"]
 
 
 def test_unknown_role_fails_clearly(capsys):
@@ -121,10 +127,47 @@ def test_a_bad_decommission_names_the_field_before_connecting(capsys):
 
 
 def test_machine_query_names_the_machine():
-    assert cli.machine_query("m-1") == 'BigFleetMachineIds = "m-1"'
-    assert cli.machine_query("m-1", 'ExecutionStatus = "Running"') == (
+    assert machine_query("m-1") == 'BigFleetMachineIds = "m-1"'
+    assert machine_query("m-1", 'ExecutionStatus = "Running"') == (
         'BigFleetMachineIds = "m-1" AND ExecutionStatus = "Running"'
     )
+
+
+def test_the_temporal_verbs_are_those_the_verbs_modules_register():
+    import argparse
+
+    verbs = argparse.ArgumentParser().add_subparsers()
+    for register in cli.REGISTRATIONS:
+        register(verbs)
+    assert tuple(verbs.choices) == cli.TEMPORAL_VERBS
+
+
+def test_the_command_line_loads_no_temporal_until_a_verb_runs():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, workers.cli\n"
+        "workers.cli.parser()\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'temporalio', 'pydantic'}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_no_module_imports_a_private_name_of_a_workers_module():
+    import ast
+
+    offenders = []
+    for path in [*(ROOT / "workers").rglob("*.py"), *(ROOT / "tests").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and (node.module or "").split(".")[0] == "workers"
+                and any(a.name.startswith("_") for a in node.names)
+            ):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.module}")
+    assert offenders == []
 
 
 # ---- roll-up files ----------------------------------------------------------------------------
@@ -164,7 +207,7 @@ def test_malformed_rollup_exits_2_naming_the_field_before_connecting(
 def test_json_rollup_is_read_too(tmp_path):
     path = tmp_path / "rollup.json"
     path.write_text(json.dumps(rollup()))
-    assert cli.load_rollup(str(path)).needs[0].count == 8
+    assert load_rollup(str(path)).needs[0].count == 8
 
 
 def test_rollup_without_generation_gets_a_rising_one(tmp_path):
@@ -172,9 +215,9 @@ def test_rollup_without_generation_gets_a_rising_one(tmp_path):
     raw = rollup()
     del raw["generation"]
     path.write_text(yaml.safe_dump(raw))
-    first = cli.load_rollup(str(path)).generation
+    first = load_rollup(str(path)).generation
     assert first > 1_600_000_000_000  # milliseconds since the epoch
-    assert cli.load_rollup(str(path)).generation >= first
+    assert load_rollup(str(path)).generation >= first
 
 
 @pytest.mark.parametrize(
@@ -234,7 +277,7 @@ def test_bench_bad_sizes_exit_2(capsys):
 
 
 def test_status_text():
-    text = cli.render_status(
+    text = render_status(
         {
             "shard": 1,
             "epoch": 5,
@@ -269,7 +312,7 @@ def test_status_text():
 
 
 def test_cluster_text():
-    text = cli.render_cluster(
+    text = render_cluster(
         {
             "shard": 0,
             "cluster": "a",
@@ -291,11 +334,11 @@ def test_cluster_text():
 
 
 def test_dev_server_registers_every_search_attribute_with_its_type(tmp_path):
-    from workers.dev import server_command
+    from workers.devserver import server_command
 
     cmd = server_command(pathlib.Path("temporal"), 7233, 8233, tmp_path / "temporal.db")
     pairs = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--search-attribute"]
-    assert pairs == [f"{k.name}={cli.search_attribute_type(k)}" for k in SEARCH_ATTRIBUTES]
+    assert pairs == [f"{k.name}={search_attribute_type(k)}" for k in SEARCH_ATTRIBUTES]
     assert "BigFleetMachineIds=KeywordList" in pairs
     assert cmd[cmd.index("--db-filename") + 1] == str(tmp_path / "temporal.db")
     assert "journal_mode=wal" in cmd
@@ -303,13 +346,13 @@ def test_dev_server_registers_every_search_attribute_with_its_type(tmp_path):
 
 def test_fix_it_commands_register_one_attribute_each():
     # Given several --name flags, the temporal CLI registers only the first.
-    commands = cli.search_attribute_commands(SEARCH_ATTRIBUTES, "prod")
+    commands = search_attribute_commands(SEARCH_ATTRIBUTES, "prod")
     assert len(commands) == len(SEARCH_ATTRIBUTES)
     for key, command in zip(SEARCH_ATTRIBUTES, commands, strict=True):
         words = command.split()
         assert words.count("--name") == 1 and words.count("--type") == 1
         assert words[words.index("--name") + 1] == key.name
-        assert words[words.index("--type") + 1] == cli.search_attribute_type(key)
+        assert words[words.index("--type") + 1] == search_attribute_type(key)
         assert words[words.index("--namespace") + 1] == "prod"
 
 
@@ -317,7 +360,7 @@ def test_docker_compose_registers_the_same_search_attributes():
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     script = compose["services"]["register-search-attributes"]["command"][0]
     registered = dict(re.findall(r"\b(BigFleet\w+)=(\w+)\b", script))
-    assert registered == {k.name: cli.search_attribute_type(k) for k in SEARCH_ATTRIBUTES}
+    assert registered == {k.name: search_attribute_type(k) for k in SEARCH_ATTRIBUTES}
     assert '--name "$${attribute%%=*}" --type "$${attribute#*=}"' in script
     worker = compose["services"]["bigfleet-worker"]
     assert worker["command"][:3] == ["worker", "--fleet", "examples/dev-fleet.yaml"]
@@ -352,7 +395,7 @@ class _Client:
 
 
 def test_dev_operators_send_rollups_in_order_with_rising_generations(tmp_path):
-    from workers.dev import Operators
+    from workers.devoperators import Operators
 
     path = tmp_path / "fleet.yaml"
     path.write_text(
@@ -416,7 +459,7 @@ def test_dev_operators_send_rollups_in_order_with_rising_generations(tmp_path):
 def test_dev_logs_a_failed_activity_attempt_in_one_line():
     import logging
 
-    from workers.dev import _one_line
+    from workers.devprogress import one_line
 
     try:
         raise RuntimeError("configure throttled")
@@ -432,7 +475,7 @@ def test_dev_logs_a_failed_activity_attempt_in_one_line():
             ("activity",),
             sys.exc_info(),
         )
-    assert _one_line(record)
+    assert one_line(record)
     assert record.exc_info is None
     assert record.getMessage() == (
         "Completing activity as failed: RuntimeError: configure throttled"
@@ -440,8 +483,6 @@ def test_dev_logs_a_failed_activity_attempt_in_one_line():
 
 
 def test_the_coordinators_status_names_escalations_and_fleet_wide_shortfalls():
-    from workers.verbs import render_coordinator
-
     text = render_coordinator(
         {
             "term": 5,
@@ -458,3 +499,65 @@ def test_the_coordinators_status_names_escalations_and_fleet_wide_shortfalls():
     assert "split/merge:       merge-1-0-5-40" in text and "retiring shards:   [1]" in text
     assert "train (1000000, 4)" in text
     assert "dc/gpu-8xh100/ams-1/bare-metal (time to buy capacity)" in text
+
+
+# ---- `bigfleet worker`: starting and stopping its workers -------------------------------------
+
+
+class _FakeWorker:
+    """Stands in for temporalio.worker.Worker (these tests are about starting and stopping a
+    set of workers, not about Temporal): it logs its start and stop, and may fail to start."""
+
+    def __init__(self, name: str, log: list, fail: bool = False) -> None:
+        self.name, self.log, self.fail = name, log, fail
+
+    async def __aenter__(self):
+        if self.fail:
+            raise RuntimeError(f"{self.name}: cannot start")
+        self.log.append(("started", self.name))
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.log.append(("stopped", self.name))
+
+
+def test_a_worker_that_fails_to_start_stops_those_already_started():
+    from workers.worker import run_workers
+
+    log: list = []
+    workers = [
+        _FakeWorker("shards", log),
+        _FakeWorker("transitions", log),
+        _FakeWorker("provider-dc", log, fail=True),
+        _FakeWorker("provider-dc-read", log),
+    ]
+
+    async def run() -> None:
+        await asyncio.wait_for(run_workers(workers, asyncio.Event()), 10)
+
+    with pytest.raises(RuntimeError, match="provider-dc: cannot start"):
+        asyncio.run(run())
+    assert log == [
+        ("started", "shards"),
+        ("started", "transitions"),
+        ("stopped", "transitions"),
+        ("stopped", "shards"),
+    ]
+
+
+def test_workers_run_until_stop_and_stop_last_started_first():
+    from workers.worker import run_workers
+
+    log: list = []
+    workers = [_FakeWorker(name, log) for name in ("shards", "transitions", "provider-dc")]
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(run_workers(workers, stop))
+        await asyncio.sleep(0.05)
+        assert log == [("started", w.name) for w in workers] and not task.done()
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+    asyncio.run(run())
+    assert log[3:] == [("stopped", w.name) for w in reversed(workers)]

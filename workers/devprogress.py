@@ -12,7 +12,7 @@ import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from workers.dev import Operators
+    from workers.devoperators import Operators
 
 PROGRESS_SECONDS = 30.0
 
@@ -92,7 +92,7 @@ def ui_query_url(ui: str, machine: str) -> str:
     return f"{ui}/namespaces/default/workflows?query={urllib.parse.quote(query)}"
 
 
-def _one_line(record: logging.LogRecord) -> bool:
+def one_line(record: logging.LogRecord) -> bool:
     """A failed activity attempt (a throttled provider call, say) is retried by Temporal: in dev,
     one line for it rather than a traceback. `bigfleet worker` logs the whole traceback."""
     if record.exc_info and record.exc_info[1] is not None:

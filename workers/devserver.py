@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from workers.plumbing import CliError
 from workers.serve import search_attribute_type
-from workers.verbs import CliError
 
 SERVER_START_SECONDS = 60.0
 SERVER_STOP_SECONDS = 15.0
@@ -201,7 +201,7 @@ async def wait_for_server(server: DevServer, rt: Any, stop: asyncio.Event) -> An
     )
 
 
-async def _watch_server(server: DevServer, stop: asyncio.Event) -> None:
+async def watch_server(server: DevServer, stop: asyncio.Event) -> None:
     while not stop.is_set():
         if server.exited() is not None:
             print(f"bigfleet dev: the Temporal dev server exited ({server.exited()})", flush=True)

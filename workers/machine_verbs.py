@@ -76,7 +76,8 @@ def transition_row(wf: Any) -> dict[str, Any]:
 async def run_history(args: argparse.Namespace) -> int:
     client = await connect(args)
     try:
-        rows = [transition_row(wf) async for wf in client.list_workflows(machine_query(args.machine))]
+        listed = client.list_workflows(machine_query(args.machine))
+        rows = [transition_row(wf) async for wf in listed]
     except Exception as err:
         raise CliError(f"listing workflows of {args.machine}: {err}") from None
     rows.sort(key=lambda r: (r["start_time"], r["workflow_id"]))

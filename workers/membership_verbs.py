@@ -1,8 +1,9 @@
 """The `bigfleet` verbs that change the fleet's shape (seed §16) through the coordinator —
 `shard add`, `shard split`, `shard merge`, `decommission` — and `shard revive`, which brings
-back a shard workflow that is gone. The parser is in workers/cli.py.
+back a shard workflow that is gone. Their parsers are registered here (`register`); the
+parser and main() are in workers/cli.py.
 
-Everything Temporal is imported inside the functions (see workers/verbs.py).
+Everything Temporal is imported inside the functions (see workers/plumbing.py).
 """
 
 from __future__ import annotations
@@ -11,7 +12,88 @@ import argparse
 import json
 from typing import Any
 
-from workers.verbs import CliError, _async, _connect, _rpc_error
+from workers.args import connection_options, seconds, shard_number
+from workers.plumbing import CliError, blocking, connect, rpc_error
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    """`shard add|split|merge|revive` and `decommission`."""
+    sh = verbs.add_parser("shard", help="fleet membership: add, split, merge or revive shards")
+    shverbs = sh.add_subparsers(dest="what", required=True)
+    _register_add_split_merge(shverbs)
+    rv = shverbs.add_parser(
+        "revive",
+        help="bring back a shard whose workflow was terminated or failed",
+        description="Bring back shard N's workflow (the coordinator does this by itself for a "
+        "shard that stops reporting): its last run is reset to where it ended and replays to "
+        "the state it died with, then reconciles with its providers under a new epoch.",
+    )
+    rv.add_argument("shard", type=shard_number, metavar="N")
+    rv.add_argument(
+        "--from-snapshot",
+        action="store_true",
+        help="restart from its last continue-as-new snapshot instead of replaying its last run "
+        "(after a code change that makes that history unreplayable). Machines it released since "
+        "are given up; machines it adopted since are owned by no shard until handed back",
+    )
+    connection_options(rv)
+    rv.set_defaults(run=run_revive)
+
+    dc = verbs.add_parser(
+        "decommission",
+        help="take machines out of the fleet, proportionally across shards",
+        description="Ask the coordinator to take COUNT machines of a provider out of the fleet "
+        "(seed §16): each shard gives its proportional share, free machines first, configured "
+        "ones drained with --grace; cloud machines are deleted, bare metal is left to its "
+        "provider.",
+    )
+    dc.add_argument("--provider", required=True, metavar="NAME")
+    dc.add_argument("--count", type=int, required=True, metavar="N")
+    dc.add_argument("--zone", metavar="ZONE")
+    dc.add_argument("--instance-type", metavar="TYPE")
+    dc.add_argument("--rack", metavar="RACK")
+    dc.add_argument(
+        "--grace", dest="grace_seconds", type=seconds, metavar="SECONDS",
+        help="drain grace for configured machines (default 600)",
+    )
+    connection_options(dc)
+    dc.set_defaults(run=run_decommission)
+
+
+def _register_add_split_merge(shverbs: argparse._SubParsersAction) -> None:
+    ad = shverbs.add_parser(
+        "add",
+        help="start a new, empty shard",
+        description="Ask the coordinator for a new, empty shard (seed §16): new clusters go to "
+        "it first, and capacity follows its shortfalls.",
+    )
+    connection_options(ad)
+    ad.set_defaults(run=run_add_shard)
+    sp = shverbs.add_parser(
+        "split",
+        help="divide a shard: half its clusters and machines go to a new shard",
+        description="Ask the coordinator to split shard N (seed §16): a new shard takes half "
+        "its clusters, their machines, and free machines by whole rack. The coordinator also "
+        "splits on its own when a shard exceeds its thresholds.",
+    )
+    sp.add_argument("shard", type=shard_number, metavar="N")
+    sp.add_argument("--wait", action="store_true", help="wait for the split and print it")
+    connection_options(sp)
+    sp.set_defaults(run=run_split)
+    mg = shverbs.add_parser(
+        "merge",
+        help="merge shard N into another; N's workflow ends",
+        description="Ask the coordinator to merge shard N into shard --into (seed §16): all of "
+        "N's clusters and machines move (those in a transition once it ends), then N retires.",
+    )
+    mg.add_argument("shard", type=shard_number, metavar="N")
+    mg.add_argument("--into", type=shard_number, required=True, metavar="M")
+    mg.add_argument("--wait", action="store_true", help="wait for the merge and print it")
+    connection_options(mg)
+    mg.set_defaults(run=run_merge)
+
+
+# ---- the verbs --------------------------------------------------------------------------------
 
 
 async def _coordinator_update(args: argparse.Namespace, update: str, arg: Any) -> Any:
@@ -19,7 +101,7 @@ async def _coordinator_update(args: argparse.Namespace, update: str, arg: Any) -
 
     from workflows.sagas import COORDINATOR_ID
 
-    client = await _connect(args)
+    client = await connect(args)
     try:
         return client, await client.get_workflow_handle(COORDINATOR_ID).execute_update(
             update, args=[] if arg is None else [arg]
@@ -27,7 +109,7 @@ async def _coordinator_update(args: argparse.Namespace, update: str, arg: Any) -
     except WorkflowUpdateFailedError as err:
         raise CliError(f"the coordinator refused: {err.cause}") from None
     except Exception as err:
-        raise _rpc_error(err, COORDINATOR_ID) from None
+        raise rpc_error(err, COORDINATOR_ID) from None
 
 
 async def _await_saga(client: Any, saga: str, wait: bool) -> int:
@@ -39,28 +121,28 @@ async def _await_saga(client: Any, saga: str, wait: bool) -> int:
     return 1 if result.get("failed_step") else 0
 
 
-@_async
-async def _split(args: argparse.Namespace) -> int:
+@blocking
+async def run_split(args: argparse.Namespace) -> int:
     client, saga = await _coordinator_update(args, "split_shard", args.shard)
     return await _await_saga(client, saga, args.wait)
 
 
-@_async
-async def _add_shard(args: argparse.Namespace) -> int:
+@blocking
+async def run_add_shard(args: argparse.Namespace) -> int:
     _, shard = await _coordinator_update(args, "add_shard", None)
     print(f"started shard-{shard}: new clusters go to it first")
     return 0
 
 
-@_async
-async def _revive(args: argparse.Namespace) -> int:
+@blocking
+async def run_revive(args: argparse.Namespace) -> int:
     from activities.shards import revive
 
-    client = await _connect(args)
+    client = await connect(args)
     try:
         outcome = await revive(client, args.shard, from_snapshot=args.from_snapshot)
     except Exception as err:
-        raise _rpc_error(err, f"shard-{args.shard}") from None
+        raise rpc_error(err, f"shard-{args.shard}") from None
     print(
         {
             "running": f"shard-{args.shard} is running: nothing to revive",
@@ -75,14 +157,14 @@ async def _revive(args: argparse.Namespace) -> int:
     return 0 if outcome in ("reset", "restarted", "running") else 1
 
 
-@_async
-async def _merge(args: argparse.Namespace) -> int:
+@blocking
+async def run_merge(args: argparse.Namespace) -> int:
     client, saga = await _coordinator_update(args, "merge_shards", [args.shard, args.into])
     return await _await_saga(client, saga, args.wait)
 
 
-@_async
-async def _decommission(args: argparse.Namespace) -> int:
+@blocking
+async def run_decommission(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from activities.wire import DecommissionRequest

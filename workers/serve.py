@@ -1,6 +1,7 @@
 """`bigfleet worker`: the serving side of the command. The fleet file, the metrics servers
 (BigFleet's and the Temporal SDK's), the stop handlers and the check that the namespace has
-BigFleet's search attributes; `bigfleet dev` uses them too.
+BigFleet's search attributes; `bigfleet dev` uses them too. The workers themselves are built
+in workers/worker.py.
 """
 
 from __future__ import annotations
@@ -8,17 +9,67 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import pathlib
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from workers.verbs import CliError, _async, _connect, _display_address
+from workers.args import DEFAULT_METRICS_PORT, ROLES, connection_options, port, roles
+from workers.plumbing import CliError, blocking, connect, display_address
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    """`worker --fleet FILE [--role ROLES] ...`."""
+    w = verbs.add_parser(
+        "worker",
+        help="run BigFleet's workers against a Temporal server",
+        description="Run BigFleet's Temporal workers (simulated providers and operators from "
+        "the fleet file) until SIGINT/SIGTERM. With role `shards` it also starts every shard "
+        "workflow that is not running yet.",
+    )
+    w.add_argument("--fleet", required=True, metavar="FILE", help="fleet file (scenario schema)")
+    connection_options(w)
+    w.add_argument(
+        "--role",
+        type=roles,
+        default=list(ROLES),
+        metavar="ROLES",
+        help=f"comma list of {', '.join(ROLES)} (default: all)",
+    )
+    w.add_argument(
+        "--metrics-port",
+        type=port,
+        default=DEFAULT_METRICS_PORT,
+        metavar="N",
+        help="BigFleet's Prometheus metrics on N, the Temporal SDK's on N+1 (0: none; "
+        f"default {DEFAULT_METRICS_PORT})",
+    )
+    w.add_argument(
+        "--metrics-host", default="0.0.0.0", metavar="ADDR", help="bind address for metrics"
+    )
+    w.add_argument(
+        "--snapshot-dir",
+        type=pathlib.Path,
+        default=None,
+        metavar="DIR",
+        help="the snapshot store for shard state too large for one Temporal payload; every "
+        "worker with role shards must see the same directory (default: $BIGFLEET_SNAPSHOT_DIR, "
+        "else .bigfleet/snapshots)",
+    )
+    w.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log level (default info)",
+    )
+    w.set_defaults(run=run_worker)
+
 
 # ---- worker -----------------------------------------------------------------------------------
 
 
-def _load_fleet(path: str) -> Any:
+def load_fleet(path: str) -> Any:
     from bigfleet.simulation.scenario import ScenarioError, load
 
     try:
@@ -27,12 +78,12 @@ def _load_fleet(path: str) -> Any:
         raise CliError(str(err), code=2) from None
 
 
-@_async
-async def _worker(args: argparse.Namespace) -> int:
+@blocking
+async def run_worker(args: argparse.Namespace) -> int:
     import logging
     import signal
 
-    fleet = _load_fleet(args.fleet)
+    fleet = load_fleet(args.fleet)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -49,7 +100,7 @@ async def _worker(args: argparse.Namespace) -> int:
     if args.metrics_port:
         serve_metrics(args.metrics_host, args.metrics_port)
         rt = sdk_runtime(args.metrics_host, args.metrics_port + 1, runtime)
-    client = await _connect(args, rt, wait=300.0)
+    client = await connect(args, rt, wait=300.0)
     await check_search_attributes(client, f"bigfleet {args.verb}")
     sim = SimulatedFleet(fleet)
     workers = build_workers(client, sim, args.role, snapshot_dir=args.snapshot_dir)
@@ -64,7 +115,7 @@ async def _worker(args: argparse.Namespace) -> int:
     queues = sorted({w.task_queue for w in workers})
     print(
         f"bigfleet worker: fleet {fleet.name} ({fleet.shards} shard(s)), roles "
-        f"{','.join(args.role)}, Temporal {_display_address(args)}",
+        f"{','.join(args.role)}, Temporal {display_address(args)}",
         flush=True,
     )
     print(f"  task queues: {', '.join(queues)}", flush=True)

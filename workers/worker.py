@@ -8,6 +8,7 @@ rate-limited task queue per provider). A process may take any set of roles.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -203,80 +204,93 @@ def build_workers(
     shard_client: Callable[[Client], ShardClientActivities] = ShardClientActivities,
     snapshot_dir: Path | None = None,
 ) -> list[Worker]:
-    """`shard_client` makes the saga steps' activities (tests pass one that injects faults);
-    `snapshot_dir` is the snapshot store's directory (default: $BIGFLEET_SNAPSHOT_DIR, else
-    .bigfleet/snapshots)."""
+    """The workers of `roles`, none started yet. `shard_client` makes the saga steps' activities
+    (tests pass one that injects faults); `snapshot_dir` is the snapshot store's directory
+    (default: $BIGFLEET_SNAPSHOT_DIR, else .bigfleet/snapshots)."""
     roles = set(roles)
     unknown = roles - set(ROLES)
     if unknown:
         raise ValueError(f"--role: unknown {sorted(unknown)}; choose from {', '.join(ROLES)}")
-    workers = []
+    workers: list[Worker] = []
     if "shards" in roles:
-        steps = shard_client(client)
-        workers.append(
-            Worker(
-                client,
-                task_queue=SHARD_TASK_QUEUE,
-                workflows=SHARD_WORKFLOWS,
-                activities=[
-                    StarterActivities(client).start_transitions,
-                    SnapshotActivities(snapshot_dir).put,
-                    SnapshotActivities(snapshot_dir).get,
-                    *MembershipActivities(client).all(),
-                    steps.update,
-                    steps.machine_states,
-                    ShardClientActivities(client).clusters,
-                    ShardClientActivities(client).revive_shard,
-                ],
-                workflow_runner=RUNNER,
-            )
-        )
+        workers += shard_workers(client, shard_client(client), snapshot_dir)
     if "transitions" in roles:
+        workers += transition_workers(client, sim)
+    if "providers" in roles:
+        workers += provider_workers(client, sim)
+    return workers
+
+
+def shard_workers(
+    client: Client, steps: ShardClientActivities, snapshot_dir: Path | None
+) -> list[Worker]:
+    """Role `shards`: the shard task queue, with every workflow but the transitions, and the
+    activities they run themselves (starting transitions, snapshots, membership, saga steps)."""
+    snapshots = SnapshotActivities(snapshot_dir)
+    shard_clients = ShardClientActivities(client)
+    return [
+        Worker(
+            client,
+            task_queue=SHARD_TASK_QUEUE,
+            workflows=SHARD_WORKFLOWS,
+            activities=[
+                StarterActivities(client).start_transitions,
+                snapshots.put,
+                snapshots.get,
+                *MembershipActivities(client).all(),
+                steps.update,
+                steps.machine_states,
+                shard_clients.clusters,
+                shard_clients.revive_shard,
+            ],
+            workflow_runner=RUNNER,
+        )
+    ]
+
+
+def transition_workers(client: Client, sim: SimulatedFleet) -> list[Worker]:
+    """Role `transitions`: machine transition workflows and the operators' callbacks."""
+    operators = OperatorActivities(sim.operators)
+    return [
+        Worker(
+            client,
+            task_queue=TRANSITION_TASK_QUEUE,
+            workflows=[MachineTransitionWorkflow],
+            activities=[operators.generate_bootstrap, operators.notify],
+            workflow_runner=RUNNER,
+        )
+    ]
+
+
+def provider_workers(client: Client, sim: SimulatedFleet) -> list[Worker]:
+    """Role `providers`: per provider, its calls on a queue held to its API rate limit, and its
+    reads (get, list, capacity, audit) on a `-read` queue of their own, without that limit."""
+    acts = ProviderActivities(sim.providers, sim.clocks, client)
+    workers: list[Worker] = []
+    for name in sim.providers:
         workers.append(
             Worker(
                 client,
-                task_queue=TRANSITION_TASK_QUEUE,
-                workflows=[MachineTransitionWorkflow],
-                activities=[
-                    OperatorActivities(sim.operators).generate_bootstrap,
-                    OperatorActivities(sim.operators).notify,
-                ],
-                workflow_runner=RUNNER,
+                task_queue=provider_task_queue(name),
+                activities=[acts.call],
+                max_task_queue_activities_per_second=sim.rate(name),
             )
         )
-    if "providers" in roles:
-        acts = ProviderActivities(sim.providers, sim.clocks, client)
-        for name in sim.providers:
-            workers.append(
-                Worker(
-                    client,
-                    task_queue=provider_task_queue(name),
-                    activities=[acts.call],
-                    max_task_queue_activities_per_second=sim.rate(name),
-                )
+        workers.append(
+            Worker(
+                client,
+                task_queue=provider_task_queue(name) + "-read",
+                activities=[acts.get, acts.list, acts.capacity, AuditActivities(acts).audit],
             )
-            workers.append(
-                Worker(
-                    client, task_queue=provider_task_queue(name) + "-read",
-                    activities=[acts.get, acts.list, acts.capacity, AuditActivities(acts).audit],
-                )
-            )
+        )
     return workers
 
 
 async def run_workers(workers: list[Worker], stop: asyncio.Event) -> None:
-    async with _all(workers):
+    """Start the workers one by one and run them until `stop`; then stop them, last started
+    first. If one fails to start, those already started are stopped before the error goes up.
+    (Anything with `__aenter__`/`__aexit__` will do: tests stand in fakes for Worker.)"""
+    async with contextlib.AsyncExitStack() as stack:
+        for w in workers:
+            await stack.enter_async_context(w)
         await stop.wait()
-
-
-class _all:
-    def __init__(self, workers: list[Worker]) -> None:
-        self.workers = workers
-
-    async def __aenter__(self) -> None:
-        for w in self.workers:
-            await w.__aenter__()
-
-    async def __aexit__(self, *exc: object) -> None:
-        for w in reversed(self.workers):
-            await w.__aexit__(*exc)

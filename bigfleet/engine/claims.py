@@ -8,14 +8,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ..inventory import HELD_SLOT, Inventory
 from ..needs import Need
 from .common import CLAIM_ORDER
-
-if TYPE_CHECKING:
-    from .fast import FastEngine
+from .supply import SupplyIndex
 
 CLAIM_SLOTS = tuple(HELD_SLOT[s] for s in CLAIM_ORDER)
 CONFIGURED_SLOT = HELD_SLOT[CLAIM_ORDER[0]]
@@ -35,6 +32,9 @@ class Claim:
 
 @dataclass
 class ClusterClaims:
+    """One cluster's claims, per need key; `claimed` counts them. Configured machines left
+    unclaimed are `excess`: Phase 3 drains them, Phase 2 earmarks them for needs still short."""
+
     claims: dict[str, list[Claim]] = field(default_factory=dict)
     claimed: dict[str, int] = field(default_factory=dict)
     # Configured machines no need claims: pid -> (first unclaimed position, count).
@@ -45,21 +45,27 @@ def claim_cluster(
     inventory: Inventory,
     cluster: str,
     needs: list[Need],
-    engine: FastEngine,
+    supply: SupplyIndex,
 ) -> ClusterClaims:
+    """Claims (docs/engine.md, The cycle 1): each need, in table order, keeps machines its own
+    cluster already has, CONFIGURED then CONFIGURING then CREATING, in its supply order; a
+    `Same` need only in the domain where it has the most. What no need keeps is excess."""
     cidx = inventory.clusters.get(cluster)
     held = inventory.held.get(cidx, {}) if cidx is not None else {}
     profiles = inventory.profiles.profiles
     remaining = {pid: list(tally) for pid, tally in held.items()}
     out = ClusterClaims()
     for need in needs:
-        rank = engine.supply_rank(need)
+        rank = supply.supply_rank(need)
         open_pids = [p for p in remaining if p in rank]
         if need.spec.same:
             key = need.spec.same
+            # (A machine without the label counts under None, as in the reference engine.)
             per_domain: dict[str, int] = defaultdict(int)
             for p in open_pids:
-                per_domain[profiles[p].label(key)] += sum(remaining[p][s] for s in CLAIM_SLOTS)
+                per_domain[profiles[p].label(key)] += sum(  # type: ignore[index]
+                    remaining[p][s] for s in CLAIM_SLOTS
+                )
             per_domain = {d: n for d, n in per_domain.items() if n}
             if per_domain:
                 home = max(sorted(per_domain), key=lambda d: per_domain[d])
@@ -84,4 +90,13 @@ def claim_cluster(
         if tally[CONFIGURED_SLOT] > 0:
             first = held[p][CONFIGURED_SLOT] - tally[CONFIGURED_SLOT]
             out.excess[p] = (first, tally[CONFIGURED_SLOT])
+    return out
+
+
+def excess_by_profile(claims: dict[str, ClusterClaims]) -> dict[int, int]:
+    """Excess configured machines per profile, over every cluster (a fresh dict to consume)."""
+    out: dict[int, int] = defaultdict(int)
+    for cc in claims.values():
+        for p, (_, n) in cc.excess.items():
+            out[p] += n
     return out

@@ -12,16 +12,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..cost import DELETABLE
 from ..inventory import CODE, NONE16, Inventory
-from ..models import CreateAction, DeleteAction, DeleteReason, MachineState, VerifyAction
+from ..models import CreateAction, MachineState, VerifyAction
 from ..needs import Need
 from ..policy import Policy
 from .claims import CONFIGURED_SLOT, ClusterClaims, claim_cluster
-from .common import Decision, EngineMemory, age_shortfalls, need_matches, supply_key
+from .common import Decision, EngineMemory, age_shortfalls
+from .cycle import CycleState
 from .phase1 import Assignment, assign_free_capacity
-from .phase2 import Victim, resolve_inversions
+from .phase2 import emit_preemptions, resolve_inversions
+from .phase3 import excess_segments, reclaim_excess, release_idle
 from .rows import RowPicker
+from .supply import SupplyIndex, free_pool
 
 S = MachineState
 
@@ -39,43 +41,20 @@ class _Quiet:
 
 
 class FastEngine:
+    """The decision engine of seed §8 over an `Inventory`: `decide` a cycle, then `apply` it."""
+
     def __init__(self, inventory: Inventory, policy: Policy) -> None:
         self.inventory = inventory
         self.policy = policy
         self.memory = EngineMemory()
-        self._match: dict[str, tuple[int, frozenset[int]]] = {}
-        self._rank: dict[str, tuple[int, dict[int, int]]] = {}
+        # Which profiles each need can use, in its order (cached across cycles).
+        self.supply = SupplyIndex(inventory)
         self._quiet: _Quiet | None = None
         self._rows: dict[str, int] = {}
-        # Free machines a waiting `Same` need keeps this cycle (need key -> count).
-        self.reserved: dict[str, int] = {}
         self._claims: dict[str, tuple[tuple, ClusterClaims]] = {}
         self._holders: list[tuple[np.ndarray, Need]] = []
+        # Each cluster's claims at the last cycle (the shard's report reads them).
         self.claims: dict[str, ClusterClaims] = {}
-
-    def matching(self, need: Need) -> frozenset[int]:
-        table = self.inventory.profiles
-        cached = self._match.get(need.signature)
-        if cached is not None and cached[0] == len(table):
-            return cached[1]
-        pids = table.matching(need.signature, need.requirements, need.spec.resources)
-        found = frozenset(
-            p for p in pids.tolist() if need_matches(need, table.profiles[p], True)
-        )
-        self._match[need.signature] = (len(table), found)
-        return found
-
-    def supply_rank(self, need: Need) -> dict[int, int]:
-        """Matching profiles in the order the need prefers them (cheapest effective cost, then
-        name), as profile -> rank; dicts keep that order for iteration too."""
-        table = self.inventory.profiles
-        cached = self._rank.get(need.signature)
-        if cached is not None and cached[0] == len(table):
-            return cached[1]
-        order = sorted(self.matching(need), key=lambda p: supply_key(need, table.profiles[p]))
-        rank = {p: i for i, p in enumerate(order)}
-        self._rank[need.signature] = (len(table), rank)
-        return rank
 
     def ready(self, need: Need) -> int:
         """Configured machines the need held at the last cycle."""
@@ -90,11 +69,24 @@ class FastEngine:
         cached = self._claims.get(cluster)
         if cached is not None and cached[0] == key:
             return cached[1]
-        result = claim_cluster(self.inventory, cluster, needs, self)
+        result = claim_cluster(self.inventory, cluster, needs, self.supply)
         self._claims[cluster] = (key, result)
         return result
 
     def decide(self, needs: Iterable[Need], now: float) -> Decision:
+        """One cycle of seed §8's worker loop (`runCycle`; docs/engine.md, The cycle).
+
+        Takes the needs table (in table order: priority descending, then arrival) and the
+        time; reads the inventory and the policy, and changes nothing in the inventory (that
+        is `apply`'s job). Claims, then Phase 1 (`assign_free_capacity`), Phase 2
+        (`resolve_inversions`), shortfalls (seed §9), Phase 3 (`reclaim_excess`) and upkeep:
+        stuck transitions and health verification (seed §9).
+
+        Returns the `Decision`: actions in that order, satisfied and earmarked counts per
+        need key, preemptions, aged shortfalls and timed-out machine ids. Updates the
+        engine's memory (shortfall ages, demand forecast). A cycle whose inputs are exactly
+        those of a previous cycle that changed nothing repeats its outcome.
+        """
         inv, policy = self.inventory, self.policy
         needs = list(needs)
         quiet = self._quiet
@@ -105,6 +97,38 @@ class FastEngine:
             and all(a is b for a, b in zip(quiet.needs, needs, strict=True))
         ):
             return self._repeat(quiet, now)
+        state = self._begin(needs)
+        out = Decision()
+        assignments = assign_free_capacity(state)
+        victims, unmet = resolve_inversions(state, assignments, out)
+        out.shortfalls = age_shortfalls(self.memory, policy, unmet)
+        self.memory.observe_demand(state.demand, policy)
+
+        picker = RowPicker(
+            inv,
+            free=[(a.state, a.profile) for a in assignments],
+            configured=[(v.cluster, v.profile) for v in victims] + excess_segments(state.claims),
+        )
+        self._emit_assignments(picker, assignments, out)
+        emit_preemptions(state, picker, victims, out)
+        taken = np.array(
+            [r for rows, _ in self._holders for r in rows.tolist()], dtype=np.int64
+        )
+        reclaim_excess(state, picker, out, taken, now)
+        self._upkeep(out, now)
+        changes = any(a.kind in ("create", "configure", "drain") for a in out.actions)
+        self._quiet = (
+            None
+            if changes
+            else _Quiet(
+                inv.version, needs, dict(out.satisfied), dict(out.earmarked), unmet, state.demand
+            )
+        )
+        return out
+
+    def _begin(self, needs: list[Need]) -> CycleState:
+        """The cycle's state: each cluster's claims (cached per cluster) and the free pools."""
+        inv = self.inventory
         by_cluster: dict[str, list[Need]] = defaultdict(list)
         for need in needs:
             by_cluster[need.cluster].append(need)
@@ -113,33 +137,17 @@ class FastEngine:
         claims = {c: self._cluster_claims(c, ns) for c, ns in by_cluster.items()}
         self._claims = {c: v for c, v in self._claims.items() if c in by_cluster}
         self.claims = claims
-
-        out = Decision()
-        demand: dict[str, int] = defaultdict(int)
-        assignments = assign_free_capacity(self, needs, claims, demand)
-        victims, unmet = resolve_inversions(self, needs, claims, assignments, out, demand)
-        out.shortfalls = age_shortfalls(self.memory, policy, unmet)
-        self.memory.observe_demand(demand, policy)
-
-        picker = RowPicker(
+        return CycleState(
             inv,
-            free=[(a.state, a.profile) for a in assignments],
-            configured=[(v.cluster, v.profile) for v in victims]
-            + [(c, p) for c, cc in claims.items() for p in cc.excess],
+            self.policy,
+            self.memory,
+            self.supply,
+            self._name,
+            needs=needs,
+            claims=claims,
+            idle_left=free_pool(inv.counts, S.IDLE),
+            spec_left=free_pool(inv.counts, S.SPECULATIVE),
         )
-        self._emit_assignments(picker, assignments, out)
-        self._emit_drains(picker, claims, victims, out)
-        taken = np.array(
-            [r for rows, _ in self._holders for r in rows.tolist()], dtype=np.int64
-        )
-        self._upkeep(out, taken, now)
-        changes = any(a.kind in ("create", "configure", "drain") for a in out.actions)
-        self._quiet = (
-            None
-            if changes
-            else _Quiet(inv.version, needs, dict(out.satisfied), dict(out.earmarked), unmet, demand)
-        )
-        return out
 
     def _repeat(self, quiet: _Quiet, now: float) -> Decision:
         """Nothing the phases read has changed since a cycle that changed nothing: its
@@ -148,7 +156,9 @@ class FastEngine:
         out.shortfalls = age_shortfalls(self.memory, self.policy, quiet.unmet)
         self.memory.observe_demand(quiet.demand, self.policy)
         self._holders = []
-        self._upkeep(out, np.zeros(0, dtype=np.int64), now)
+        state = CycleState(self.inventory, self.policy, self.memory, self.supply, self._name)
+        release_idle(state, np.zeros(0, dtype=np.int64), now, out)
+        self._upkeep(out, now)
         return out
 
     # ---- turning counts into actions --------------------------------------------------------
@@ -172,8 +182,8 @@ class FastEngine:
                 creates.setdefault(key, []).extend(ids)
                 create_need[key] = a.need
         batch = self.policy.create_batch
-        for (provider, key), ids in creates.items():
-            need = create_need[(provider, key)]
+        for (provider, need_key), ids in creates.items():
+            need = create_need[(provider, need_key)]
             for i in range(0, len(ids), batch):
                 out.actions.append(
                     CreateAction(
@@ -186,67 +196,18 @@ class FastEngine:
                     )
                 )
 
-    def _emit_drains(
-        self,
-        picker: RowPicker,
-        claims: dict[str, ClusterClaims],
-        victims: list[Victim],
-        out: Decision,
-    ) -> None:
-        inv, policy = self.inventory, self.policy
-        profiles = inv.profiles.profiles
-        for v in victims:
-            rows = picker.configured(v.cluster, v.profile, v.offset, v.count)
-            provider = profiles[v.profile].provider
-            for r in rows.tolist():
-                mid = self._name(r)
-                out.actions.append(v.drain(provider, mid))
-                out.preemptions.append(v.preemption(mid))
-        excess: list[tuple[float, float, int, str]] = []
-        for cluster, cc in claims.items():
-            for pid, (first, count) in cc.excess.items():
-                price = profiles[pid].price_per_hour
-                for r in picker.configured(cluster, pid, first, count).tolist():
-                    excess.append((-price, float(inv.holder_reclamation[r]), r, cluster))
-        excess.sort()
-        for _, _, r, cluster in excess:
-            out.actions.append(
-                Victim.excess_drain(
-                    profiles[int(inv.profile[r])].provider,
-                    self._name(r),
-                    cluster,
-                    policy.excess_grace_seconds,
-                )
-            )
+    def _upkeep(self, out: Decision, now: float) -> None:
+        """Stuck transitions and health verification (seed §9): vectorised column scans.
 
-    def _upkeep(self, out: Decision, taken: np.ndarray, now: float) -> None:
-        """Idle timeouts, stuck transitions and health verification: vectorised column scans."""
+        A machine in a transition longer than its timeout is reported `timed_out`; a
+        CONFIGURED machine its cluster has left out of `health_missed_reports` consecutive
+        health reports gets a Verify action (its provider is asked; a dead one is replaced).
+        """
         inv, policy = self.inventory, self.policy
         n = inv.rows_used
-        state, since, profile = inv.state[:n], inv.since[:n], inv.profile[:n]
+        state = inv.state[:n]
         profiles = inv.profiles.profiles
-        age = now - since.astype(np.float64)
-
-        timeout = np.array(
-            [
-                policy.idle_timeout_seconds[p.capacity_type]
-                if p.capacity_type in DELETABLE and not self.memory.wants_soon(p, policy)
-                else np.inf
-                for p in profiles
-            ],
-            dtype=np.float64,
-        )
-        idle = np.flatnonzero(state == CODE[S.IDLE])
-        if len(idle):
-            idle = idle[~np.isin(idle, taken)]
-            for r in idle[age[idle] >= timeout[profile[idle]]].tolist():
-                out.actions.append(
-                    DeleteAction(
-                        provider=profiles[int(inv.profile[r])].provider,
-                        machine_id=self._name(r),
-                        reason=DeleteReason.IDLE_TIMEOUT,
-                    )
-                )
+        age = now - inv.since[:n].astype(np.float64)
         limits = np.full(256, np.inf)
         for s, limit in policy.transition_timeout_seconds.items():
             limits[CODE[s]] = limit

@@ -4,24 +4,23 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-import numpy as np
+from typing import cast
 
 from ..inventory import CODE
 from ..models import ConfigureAction, MachineState
 from ..needs import Need
-from .claims import ClusterClaims
+from .claims import ClusterClaims, excess_by_profile
 from .common import pick_same_domain, pick_same_wait_domain, pick_spread_domain
-
-if TYPE_CHECKING:
-    from .fast import FastEngine
+from .cycle import CycleState
+from .supply import by_supply
 
 S = MachineState
 
 
 @dataclass(slots=True)
 class Assignment:
+    """`count` free machines of one profile in one state, assigned to `need` this cycle."""
+
     need: Need
     state: MachineState  # IDLE (configure it) or SPECULATIVE (create it, then configure)
     profile: int
@@ -38,37 +37,30 @@ class Assignment:
         )
 
 
-def free_pool(counts: np.ndarray, state: MachineState) -> dict[int, int]:
-    row = counts[CODE[state]]
-    return {int(p): int(row[p]) for p in np.flatnonzero(row)}
+def assign_free_capacity(state: CycleState) -> list[Assignment]:
+    """Phase 1 of seed §8 ("why idle before speculative"; docs/engine.md, The cycle 2).
 
+    Walks `state.needs` in table order; each need short of its count after its claims takes
+    free machines from `state.idle_left` before `state.spec_left`, each in its supply order
+    (cheapest effective cost, then name), and the pools shrink by what it takes. A `Same` need
+    takes all of its deficit in one domain or nothing; one that must wait keeps its domain's
+    free machines in `state.reserved`. A spread need fills domains one machine at a time
+    within `max_skew`. Every assigned machine counts in `state.demand`.
 
-def by_supply(pool: dict[int, int], rank: dict[int, int]) -> list[int]:
-    """Matching profiles (those `rank`ed) with supply left in `pool`, cheapest first."""
-    if len(pool) < len(rank):
-        return sorted((p for p, n in pool.items() if n > 0 and p in rank), key=rank.__getitem__)
-    return [p for p in rank if pool.get(p, 0) > 0]
-
-
-def assign_free_capacity(
-    engine: FastEngine,
-    needs: list[Need],
-    claims: dict[str, ClusterClaims],
-    demand: dict[str, int],
-) -> list[Assignment]:
-    inv = engine.inventory
-    profiles = inv.profiles.profiles
-    engine.idle_left = idle = free_pool(inv.counts, S.IDLE)
-    engine.spec_left = spec = free_pool(inv.counts, S.SPECULATIVE)
+    Returns the assignments, one per (need, state, profile): IDLE ones become Configure
+    actions, SPECULATIVE ones Create actions, once rows are picked.
+    """
+    profiles = state.inventory.profiles.profiles
+    idle, spec, claims = state.idle_left, state.spec_left, state.claims
+    supply_rank, demand = state.supply.supply_rank, state.demand
     out: list[Assignment] = []
-    engine.reserved = {}
     excess: dict[int, int] | None = None
-    for need in needs:
+    for need in state.needs:
         cc = claims[need.cluster]
         deficit = need.count - cc.claimed[need.key]
         if deficit <= 0 or not (idle or spec):
             continue
-        rank = engine.supply_rank(need)
+        rank = supply_rank(need)
         supply = [(S.IDLE, p, idle) for p in by_supply(idle, rank)] + [
             (S.SPECULATIVE, p, spec) for p in by_supply(spec, rank)
         ]
@@ -78,20 +70,20 @@ def assign_free_capacity(
             picks = _same(need, cc, supply, deficit, profiles)
             if not picks:
                 if excess is None:
-                    excess = _excess_by_profile(claims)
-                kept = _reserve_same(engine, need, cc, supply, deficit, excess)
+                    excess = excess_by_profile(claims)
+                kept = _reserve_same(state, need, cc, supply, deficit, excess)
                 for _, p, pool, n in kept:
                     pool[p] -= n
-                engine.reserved[need.key] = sum(n for *_, n in kept)
+                state.reserved[need.key] = sum(n for *_, n in kept)
                 continue
         elif need.spec.spread:
-            picks = _spread(engine, need, cc, supply, deficit, profiles)
+            picks = _spread(state, need, cc, supply, deficit, profiles)
         else:
             picks = _plain(supply, deficit)
-        for state, p, pool, n in picks:
+        for free_state, p, pool, n in picks:
             pool[p] -= n
             demand[profiles[p].name] += n
-            out.append(Assignment(need, state, p, n))
+            out.append(Assignment(need, free_state, p, n))
     return out
 
 
@@ -121,16 +113,8 @@ def _same(need: Need, cc: ClusterClaims, supply: list, deficit: int, profiles: l
     return _plain([s for s in supply if profiles[s[1]].label(key) == home], deficit)
 
 
-def _excess_by_profile(claims: dict[str, ClusterClaims]) -> dict[int, int]:
-    out: dict[int, int] = defaultdict(int)
-    for cc in claims.values():
-        for p, (_, n) in cc.excess.items():
-            out[p] += n
-    return out
-
-
 def _reserve_same(
-    engine: FastEngine,
+    state: CycleState,
     need: Need,
     cc: ClusterClaims,
     supply: list,
@@ -139,29 +123,30 @@ def _reserve_same(
 ) -> list:
     """A `Same` need that cannot be placed yet keeps the free machines of the domain it waits
     on (draining and excess machines will complete it), away from lower priorities."""
-    key = need.spec.same
-    profiles = engine.inventory.profiles.profiles
-    draining = engine.inventory.counts[CODE[S.DRAINING]]
-    coming: dict[str, int] = defaultdict(int)
+    key = cast(str, need.spec.same)  # (only `Same` needs come here)
+    profiles = state.inventory.profiles.profiles
+    draining = state.inventory.counts[CODE[S.DRAINING]]
+    # (A machine without the label counts under None, as in the reference engine.)
+    coming: dict[str | None, int] = defaultdict(int)
     for _, p, pool in supply:
         coming[profiles[p].label(key)] += pool[p]
-    for p in engine.supply_rank(need):
+    for p in state.supply.supply_rank(need):
         on_its_way = int(draining[p]) + excess.get(p, 0) if p < len(draining) else 0
         if on_its_way:
             coming[profiles[p].label(key)] += on_its_way
     claimed = {profiles[c.profile].label(key) for c in cc.claims[need.key]}
-    home = pick_same_wait_domain(claimed, coming, {}, deficit)
+    home = pick_same_wait_domain(claimed, coming, {}, deficit)  # type: ignore[arg-type]
     if home is None:
         return []
     return _plain([s for s in supply if profiles[s[1]].label(key) == home], deficit)
 
 
 def _spread(
-    engine: FastEngine, need: Need, cc: ClusterClaims, supply: list, deficit: int, profiles: list
+    state: CycleState, need: Need, cc: ClusterClaims, supply: list, deficit: int, profiles: list
 ) -> list:
     rule = need.spec.spread[0]
     key = rule.key
-    counts = engine.inventory.counts
+    counts = state.inventory.counts
     failed = CODE[S.FAILED]
     live = counts.sum(axis=0) - counts[failed]
     current: dict[str, int] = defaultdict(int)
@@ -169,7 +154,7 @@ def _spread(
         current[profiles[c.profile].label(key) or ""] += c.count
     eligible = {
         profiles[p].label(key)
-        for p in engine.matching(need)
+        for p in state.supply.matching(need)
         if p < len(live) and live[p] > 0 and profiles[p].label(key)
     }
     pools: dict[str, list[list]] = defaultdict(list)

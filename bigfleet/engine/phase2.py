@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ..cost import drain_grace_period, shard_pressure, victim_merit, victim_weights
 from ..inventory import CODE
 from ..models import DrainAction, DrainReason, MachineState
 from ..needs import Need
-from .claims import CONFIGURED_SLOT, ClusterClaims
+from .claims import CONFIGURED_SLOT, ClusterClaims, excess_by_profile
 from .common import (
     Decision,
     Preemption,
@@ -19,10 +18,10 @@ from .common import (
     pick_same_wait_domain,
     supply_key,
 )
-from .phase1 import Assignment, by_supply, free_pool
-
-if TYPE_CHECKING:
-    from .fast import FastEngine
+from .cycle import CycleState
+from .phase1 import Assignment
+from .rows import RowPicker
+from .supply import by_supply, free_pool
 
 S = MachineState
 
@@ -67,16 +66,6 @@ class Victim:
             self.grace,
         )
 
-    @staticmethod
-    def excess_drain(provider: str, machine_id: str, cluster: str, grace: float) -> DrainAction:
-        return DrainAction(
-            provider=provider,
-            machine_id=machine_id,
-            cluster=cluster,
-            grace_seconds=grace,
-            reason=DrainReason.EXCESS,
-        )
-
 
 @dataclass(slots=True)
 class _Held:
@@ -110,15 +99,17 @@ class _VictimPool:
         return found
 
 
-def _victim_pool(engine: FastEngine, claims: dict[str, ClusterClaims]) -> _VictimPool:
-    inv, policy = engine.inventory, engine.policy
+def _victim_pool(state: CycleState) -> _VictimPool:
+    """Every configured claim as a would-be victim, scored by seed §8's four factors with
+    weights shifted by how saturated the shard is (free = idle + speculative machines)."""
+    inv, policy = state.inventory, state.policy
     counts = inv.counts
     free = int(counts[CODE[S.IDLE]].sum() + counts[CODE[S.SPECULATIVE]].sum())
     usable = int(counts.sum() - counts[CODE[S.FAILED]].sum())
     weights = victim_weights(shard_pressure(free, usable))
     profiles = inv.profiles.profiles
     pool = []
-    for cc in claims.values():
+    for cc in state.claims.values():
         for taken in cc.claims.values():
             for c in taken:
                 if c.slot != CONFIGURED_SLOT:
@@ -137,76 +128,104 @@ def _victim_pool(engine: FastEngine, claims: dict[str, ClusterClaims]) -> _Victi
 
 
 def resolve_inversions(
-    engine: FastEngine,
-    needs: list[Need],
-    claims: dict[str, ClusterClaims],
-    assignments: list[Assignment],
-    out: Decision,
-    demand: dict[str, int],
+    state: CycleState, assignments: list[Assignment], out: Decision
 ) -> tuple[list[Victim], list[tuple[Need, int, str]]]:
-    inv = engine.inventory
-    profiles = inv.profiles.profiles
+    """Phase 2 of seed §8 ("resolving priority inversions"; docs/engine.md, The cycle 3-4).
+
+    Walks `state.needs` in table order with what Phase 1 `assignments` gave them and what it
+    kept for them (`state.reserved`). A need still short first earmarks supply on its way
+    (DRAINING machines, then excess CONFIGURED ones; a `Same` need also the free machines
+    Phase 1 left in its domain), then preempts CONFIGURED machines claimed by needs of
+    strictly lower priority, best victim first (`_victim_pool`); a preempted need loses those
+    machines before its own turn. Records per need key `out.satisfied` (claimed + assigned)
+    and `out.earmarked` (kept + waited for + preempted for). Missing machines count in
+    `state.demand` under the cheapest matching profile the shard knows.
+
+    Returns the victims (configured machines to drain, per claim segment) and the unmet needs
+    as (need, missing count, profile label), in table order, for `age_shortfalls`.
+    """
     assigned: dict[str, int] = defaultdict(int)
     for a in assignments:
         assigned[a.need.key] += a.count
-    draining = free_pool(inv.counts, S.DRAINING)
-    excess: dict[int, int] = defaultdict(int)
-    for cc in claims.values():
-        for p, (_, n) in cc.excess.items():
-            excess[p] += n
+    waiting = [free_pool(state.inventory.counts, S.DRAINING), excess_by_profile(state.claims)]
     held: _VictimPool | None = None
     lost: dict[str, int] = defaultdict(int)
     victims: list[Victim] = []
     unmet = []
-    for need in needs:
-        cc = claims[need.cluster]
-        have = cc.claimed[need.key] - lost[need.key]
-        kept = engine.reserved.get(need.key, 0)
+    for need in state.needs:
+        have = state.claims[need.cluster].claimed[need.key] - lost[need.key]
+        kept = state.reserved.get(need.key, 0)
         deficit = need.count - have - assigned[need.key] - kept
         out.satisfied[need.key] = have + assigned[need.key]
         if kept:
             out.earmarked[need.key] = kept
         if deficit <= 0:
             continue
-        matching = engine.matching(need)
-        pools = [draining, excess]
-        if need.spec.same:
-            pools = [engine.idle_left, engine.spec_left, *pools]
-        rank = engine.supply_rank(need)
-        incoming = [(pool, p) for pool in pools for p in by_supply(pool, rank)]
         if held is None:
-            held = _victim_pool(engine, claims)
-        candidates = held.candidates(need.priority, matching)
-        if need.spec.same:
-            incoming, candidates = _same_domain(need, cc, incoming, candidates, deficit, profiles)
-        took = 0
-        for pool, p in incoming:
-            n = min(deficit - took, pool[p])
-            pool[p] -= n
-            took += n
-            if took == deficit:
-                break
-        deficit -= took
-        hit = 0
-        if not need.spec.same or sum(e.left for e in candidates) >= deficit:
-            for e in candidates:
-                n = min(deficit - hit, e.left)
-                if n <= 0:
-                    break
-                victims.append(Victim(e.need, need, e.profile, e.offset + e.used, n))
-                e.used += n
-                e.left -= n
-                lost[e.need.key] += n
-                hit += n
-        deficit -= hit
+            held = _victim_pool(state)
+        took, hit = _wait_or_preempt(state, need, waiting, held, deficit, victims, lost)
+        deficit -= took + hit
         out.earmarked[need.key] = kept + took + hit
         if deficit > 0:
-            known = [p for p in matching if p < inv.counts.shape[1] and inv.counts[:, p].sum() > 0]
-            best = min(known, key=lambda p: supply_key(need, profiles[p]), default=None)
-            label = profiles[best].short_name if best is not None else describe(need.requirements)
-            unmet.append((need, deficit, label))
-            demand[profiles[best].name if best is not None else label] += deficit
+            unmet.append(_unmet(state, need, deficit))
     return victims, unmet
+
+
+def _wait_or_preempt(
+    state: CycleState,
+    need: Need,
+    waiting: list[dict[int, int]],
+    held: _VictimPool,
+    deficit: int,
+    victims: list[Victim],
+    lost: dict[str, int],
+) -> tuple[int, int]:
+    """One short need: machines it waits for (taken from the `waiting` pools), then machines
+    it preempts (appended to `victims`, counted in `lost` for their needs). Returns both."""
+    profiles = state.inventory.profiles.profiles
+    matching = state.supply.matching(need)
+    pools = [state.idle_left, state.spec_left, *waiting] if need.spec.same else waiting
+    rank = state.supply.supply_rank(need)
+    incoming = [(pool, p) for pool in pools for p in by_supply(pool, rank)]
+    candidates = held.candidates(need.priority, matching)
+    if need.spec.same:
+        cc = state.claims[need.cluster]
+        incoming, candidates = _same_domain(need, cc, incoming, candidates, deficit, profiles)
+    took = 0
+    for pool, p in incoming:
+        n = min(deficit - took, pool[p])
+        pool[p] -= n
+        took += n
+        if took == deficit:
+            break
+    deficit -= took
+    hit = 0
+    if not need.spec.same or sum(e.left for e in candidates) >= deficit:
+        for e in candidates:
+            n = min(deficit - hit, e.left)
+            if n <= 0:
+                break
+            victims.append(Victim(e.need, need, e.profile, e.offset + e.used, n))
+            e.used += n
+            e.left -= n
+            lost[e.need.key] += n
+            hit += n
+    return took, hit
+
+
+def _unmet(state: CycleState, need: Need, deficit: int) -> tuple[Need, int, str]:
+    """A shortfall's raw form, named by the cheapest matching profile the shard has machines
+    of (else by the requirements); the missing machines count as demand for that profile."""
+    inv = state.inventory
+    profiles = inv.profiles.profiles
+    counts = inv.counts
+    known = [
+        p for p in state.supply.matching(need) if p < counts.shape[1] and counts[:, p].sum() > 0
+    ]
+    best = min(known, key=lambda p: supply_key(need, profiles[p]), default=None)
+    label = profiles[best].short_name if best is not None else describe(need.requirements)
+    state.demand[profiles[best].name if best is not None else label] += deficit
+    return (need, deficit, label)
 
 
 def _same_domain(
@@ -231,3 +250,18 @@ def _same_domain(
         [(pool, p) for pool, p in incoming if profiles[p].label(key) == home],
         [e for e in candidates if profiles[e.profile].label(key) == home],
     )
+
+
+def emit_preemptions(
+    state: CycleState, picker: RowPicker, victims: list[Victim], out: Decision
+) -> None:
+    """Phase 2's victims as actions: one preemption drain (and `Preemption`) per machine,
+    the rows taken from each victim claim's segment of its cluster's configured machines."""
+    profiles = state.inventory.profiles.profiles
+    for v in victims:
+        rows = picker.configured(v.cluster, v.profile, v.offset, v.count)
+        provider = profiles[v.profile].provider
+        for r in rows.tolist():
+            mid = state.name(r)
+            out.actions.append(v.drain(provider, mid))
+            out.preemptions.append(v.preemption(mid))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import cast
 
 import numpy as np
 
@@ -68,7 +69,7 @@ class RowPicker:
             return {}
         n = inv.rows_used
         keys_wanted = np.array(
-            sorted(inv.clusters.get(c) * 65536 + p for c, p in wanted), dtype=np.int64
+            sorted(cast(int, inv.clusters.get(c)) * 65536 + p for c, p in wanted), dtype=np.int64
         )
         composite = inv.cluster[:n].astype(np.int64) * 65536 + inv.profile[:n]
         configured = inv.state[:n] == CODE[S.CONFIGURED]
@@ -85,5 +86,5 @@ class RowPicker:
         return self._free.get(key, np.zeros(0, dtype=np.int64))[start : start + count]
 
     def configured(self, cluster: str, profile: int, offset: int, count: int) -> np.ndarray:
-        key = self.inv.clusters.get(cluster) * 65536 + profile
+        key = cast(int, self.inv.clusters.get(cluster)) * 65536 + profile
         return self._configured.get(key, np.zeros(0, dtype=np.int64))[offset : offset + count]

@@ -1,0 +1,45 @@
+"""What one cycle's phases hand each other, declared in one place.
+
+`FastEngine.decide` builds a `CycleState` after the claims and passes it to Phase 1, Phase 2 and
+Phase 3 in turn; nothing a phase leaves for a later one is kept on the engine.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..inventory import Inventory
+from ..needs import Need
+from ..policy import Policy
+from .claims import ClusterClaims
+from .common import EngineMemory
+from .supply import SupplyIndex
+
+
+@dataclass(slots=True)
+class CycleState:
+    """One cycle: what it reads (inventory, policy, memory, needs, claims) and what the phases
+    pass on. Built fresh by every `decide`; dropped when it returns."""
+
+    inventory: Inventory
+    policy: Policy
+    memory: EngineMemory
+    supply: SupplyIndex
+    # The id of a row an action names; the engine remembers the row so `apply` need not look
+    # it up again.
+    name: Callable[[int], str]
+    # The needs table, in table order, and each cluster's claims on its own machines.
+    needs: list[Need] = field(default_factory=list)
+    claims: dict[str, ClusterClaims] = field(default_factory=dict)
+    # Free machines per profile not yet assigned: Phase 1 takes from them; Phase 2 lets a
+    # `Same` need earmark what is left in its domain.
+    idle_left: dict[int, int] = field(default_factory=dict)
+    spec_left: dict[int, int] = field(default_factory=dict)
+    # Free machines a waiting `Same` need keeps this cycle (need key -> count): set by Phase 1,
+    # counted as earmarked by Phase 2.
+    reserved: dict[str, int] = field(default_factory=dict)
+    # Machines wanted per profile name this cycle (assigned or missing): the demand forecast's
+    # input, filled by Phase 1 and Phase 2.
+    demand: dict[str, int] = field(default_factory=lambda: defaultdict(int))

@@ -1,0 +1,97 @@
+"""Phase 3 (seed §8, "reclaiming excess"): configured machines no need claims drain back to
+idle, most expensive first; idle cloud machines nobody is about to want go back to speculative.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cost import DELETABLE
+from ..inventory import CODE
+from ..models import DeleteAction, DeleteReason, DrainAction, DrainReason, MachineState
+from .claims import ClusterClaims
+from .common import Decision
+from .cycle import CycleState
+from .rows import RowPicker
+
+S = MachineState
+
+
+def reclaim_excess(
+    state: CycleState, picker: RowPicker, out: Decision, taken: np.ndarray, now: float
+) -> None:
+    """Phase 3 of seed §8 ("reclaiming excess"; docs/engine.md, The cycle 5, and the idle
+    timeouts of 6).
+
+    Takes the cycle's claims (`state.claims`, whose `excess` are the CONFIGURED machines no
+    need kept), the `picker` built with `excess_segments` among its configured segments, the
+    rows Phase 1 assigned this cycle (`taken`, never released) and the time.
+
+    Appends to `out.actions`: a Drain (reason `excess`, the policy's full excess grace) for
+    every excess machine, most expensive per hour first, lowest reclamation value on ties
+    (seed §8: free the cheap-to-replace capacity first); then `release_idle`'s Deletes.
+    Returns nothing: reclaimed machines reach IDLE when their drain completes.
+    """
+    _drain_excess(state, picker, out)
+    release_idle(state, taken, now, out)
+
+
+def excess_segments(claims: dict[str, ClusterClaims]) -> list[tuple[str, int]]:
+    """The (cluster, profile) segments of configured machines Phase 3 will drain, for the
+    `RowPicker` the cycle builds once."""
+    return [(c, p) for c, cc in claims.items() for p in cc.excess]
+
+
+def _drain_excess(state: CycleState, picker: RowPicker, out: Decision) -> None:
+    inv = state.inventory
+    profiles = inv.profiles.profiles
+    excess: list[tuple[float, float, int, str]] = []
+    for cluster, cc in state.claims.items():
+        for pid, (first, count) in cc.excess.items():
+            price = profiles[pid].price_per_hour
+            for r in picker.configured(cluster, pid, first, count).tolist():
+                excess.append((-price, float(inv.holder_reclamation[r]), r, cluster))
+    excess.sort()
+    grace = state.policy.excess_grace_seconds
+    for _, _, r, cluster in excess:
+        out.actions.append(
+            DrainAction(
+                provider=profiles[int(inv.profile[r])].provider,
+                machine_id=state.name(r),
+                cluster=cluster,
+                grace_seconds=grace,
+                reason=DrainReason.EXCESS,
+            )
+        )
+
+
+def release_idle(state: CycleState, taken: np.ndarray, now: float, out: Decision) -> None:
+    """Idle → Speculative (seed §8, "Idle → Speculative happens lazily, per-provider"): an
+    IDLE cloud machine (a capacity type in `DELETABLE`) not `taken` this cycle is deleted once
+    idle for its capacity type's timeout, unless the demand forecast wants its profile soon.
+    Bare metal is never released."""
+    inv, policy, memory = state.inventory, state.policy, state.memory
+    n = inv.rows_used
+    profiles = inv.profiles.profiles
+    idle = np.flatnonzero(inv.state[:n] == CODE[S.IDLE])
+    if not len(idle):
+        return
+    timeout = np.array(
+        [
+            policy.idle_timeout_seconds[p.capacity_type]
+            if p.capacity_type in DELETABLE and not memory.wants_soon(p, policy)
+            else np.inf
+            for p in profiles
+        ],
+        dtype=np.float64,
+    )
+    idle = idle[~np.isin(idle, taken)]
+    age = now - inv.since[idle].astype(np.float64)
+    for r in idle[age >= timeout[inv.profile[idle]]].tolist():
+        out.actions.append(
+            DeleteAction(
+                provider=profiles[int(inv.profile[r])].provider,
+                machine_id=state.name(r),
+                reason=DeleteReason.IDLE_TIMEOUT,
+            )
+        )

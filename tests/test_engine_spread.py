@@ -1,0 +1,67 @@
+"""Topology spread (docs/engine.md, The cycle 2) directly, against both engines: a spread need
+fills the least-filled zone one machine at a time and stops rather than put a zone more than
+`max_skew` above the least-filled zone it could use; what it cannot place is a shortfall."""
+
+from collections import Counter
+
+import pytest
+
+from bigfleet import labels as L
+from tests.fleet import ENGINES, S, created, many, need, on_demand, rollup, shortfall_of, table
+
+
+def slots(zone: str, count: int, start: int, **kw):
+    return many(on_demand, count, start=start, zone=zone, **kw)
+
+
+def spread_need(count: int, max_skew: int, priority: int = 1000) -> dict:
+    return need(count, priority, spread=[{"key": L.ZONE, "max_skew": max_skew}])
+
+
+def created_per_zone(decision, fleet) -> Counter:
+    zone = {m.id: m.zone for m in fleet}
+    return Counter(zone[mid] for mid in created(decision))
+
+
+@ENGINES
+def test_a_spread_need_lands_evenly_when_every_zone_has_room(make_shard):
+    fleet = slots("z1", 3, 0) + slots("z2", 3, 10) + slots("z3", 3, 20)
+    shard = make_shard(fleet)
+
+    decision = shard.decide(table(rollup("a", 1, spread_need(6, max_skew=1))), 10)
+
+    assert created_per_zone(decision, fleet) == {"z1": 2, "z2": 2, "z3": 2}
+    assert decision.shortfalls == []
+
+
+@ENGINES
+@pytest.mark.parametrize(
+    ("max_skew", "z1", "short"), [(1, 2, 3), (2, 3, 2), (5, 5, None)], ids=lambda v: f"{v}"
+)
+def test_max_skew_caps_how_far_one_zone_runs_ahead(make_shard, max_skew, z1, short):
+    """z2 has a single free machine, z1 five: once z2 is spent, z1 may only run `max_skew`
+    ahead of it; the rest of the need is reported short, not piled into z1."""
+    fleet = slots("z1", 5, 0) + slots("z2", 1, 10)
+    shard = make_shard(fleet)
+
+    decision = shard.decide(table(rollup("a", 1, spread_need(6, max_skew))), 10)
+
+    assert created_per_zone(decision, fleet) == {"z1": z1, "z2": 1}
+    found = shortfall_of(decision, "a")
+    assert (found.count if found else None) == short
+
+
+@ENGINES
+def test_a_zone_with_machines_but_no_free_ones_still_holds_the_others_back(make_shard):
+    """z3's only machine serves another cluster (at a priority the spread need cannot
+    preempt): the need could use z3, so z1 and z2 may each be at most one ahead of it."""
+    taken = slots("z3", 1, 20, state=S.CONFIGURED, cluster="other")
+    fleet = slots("z1", 3, 0) + slots("z2", 3, 10) + taken
+    shard = make_shard(fleet)
+    needs = table(rollup("other", 1, need(1, 2000)), rollup("a", 1, spread_need(4, 1)))
+
+    decision = shard.decide(needs, 10)
+
+    assert created_per_zone(decision, fleet) == {"z1": 1, "z2": 1}
+    assert shortfall_of(decision, "a").count == 2
+    assert decision.satisfied["other#0"] == 1
