@@ -39,6 +39,15 @@ TEST_SERVER = BIN / "temporal-test-server"
 T = TypeVar("T")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests under tests/temporal/, and any test that asks for a Temporal server, are marked
+    `temporal`: `./bf test -m "not temporal"` runs the pure suite alone."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if item.path.parent.name == "temporal" or fixtures & {"dev_env", "skipping_env"}:
+            item.add_marker(pytest.mark.temporal)
+
+
 @pytest.fixture
 async def dev_env(request: pytest.FixtureRequest) -> AsyncIterator[WorkflowEnvironment]:
     """A fresh Temporal dev server (real time) with BigFleet's search attributes."""
@@ -52,8 +61,9 @@ async def dev_env(request: pytest.FixtureRequest) -> AsyncIterator[WorkflowEnvir
 
 
 async def record_histories(client: Client, into: Path, test: str) -> None:
-    """Keep, per workflow type, the longest history the test left (tests/test_replay.py replays
-    them with today's code): `BIGFLEET_RECORD_HISTORIES=tests/histories pytest <tests>`."""
+    """Keep, per workflow type, the longest history the test left (tests/temporal/test_replay.py
+    replays them with today's code):
+    `BIGFLEET_RECORD_HISTORIES=tests/temporal/histories pytest <tests>`."""
     longest: dict[str, tuple[int, str]] = {}
     async for wf in client.list_workflows():
         history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()

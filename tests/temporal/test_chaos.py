@@ -36,7 +36,7 @@ from workers.connect import connect
 from workers.devserver import SQLITE_PRAGMAS, search_attribute_flags
 from workers.worker import assign_cluster, ensure_shards
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GPU = "gpu-8xh100"
 VM = "m6i.xlarge"
 FLEET = {

@@ -19,7 +19,7 @@ import yaml
 from workers.connect import SDK_HISTOGRAM_BUCKETS
 from workflows.transition import OUTCOMES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "bigfleet.json"
 SOURCES = ("activities", "workflows", "bigfleet")

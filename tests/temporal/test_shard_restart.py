@@ -20,7 +20,7 @@ from tests.conftest import (
     fleet_workers,
     query_retrying,
 )
-from tests.test_temporal_coordinator import (
+from tests.temporal.test_temporal_coordinator import (
     ask,
     machines_of,
     on_shard,

@@ -1,4 +1,4 @@
-"""Today's workflow code replays the histories recorded from earlier code (tests/histories/).
+"""Today's workflow code replays the histories recorded from earlier code (tests/temporal/histories/).
 
 Shards and the coordinator run for days and continue as new with their history since; a worker
 on new code replays that history, and code that issues different commands in a different order
@@ -10,14 +10,14 @@ deploy done the way docs/temporal.md "Deploying a new version" says.
 Recorded by the Temporal tests themselves, per workflow type the longest history each test
 left (`record_histories` in conftest.py):
 
-    rm -rf tests/histories && BIGFLEET_RECORD_HISTORIES=tests/histories .venv/bin/pytest \
-      "tests/test_temporal_shard.py::test_preemption_walkthrough" \
-      "tests/test_temporal_shard.py::test_continue_as_new_keeps_needs_inventory_and_transitions[snapshot-store]" \
-      "tests/test_temporal_coordinator.py::test_a_refused_adopt_hands_the_machines_back_to_the_donor" \
-      "tests/test_temporal_coordinator.py::test_cross_shard_preemption_drains_on_the_donor_and_configures_on_the_receiver" \
-      "tests/test_temporal_membership.py::test_a_split_keeps_everything_once_and_a_merge_puts_it_back" \
-      "tests/test_shard_restart.py::test_a_reset_shard_keeps_machines_it_adopted_after_its_snapshot" \
-      tests/test_audit.py
+    rm -rf tests/temporal/histories && BIGFLEET_RECORD_HISTORIES=tests/temporal/histories .venv/bin/pytest \
+      "tests/temporal/test_temporal_shard.py::test_preemption_walkthrough" \
+      "tests/temporal/test_temporal_shard.py::test_continue_as_new_keeps_needs_inventory_and_transitions[snapshot-store]" \
+      "tests/temporal/test_temporal_coordinator.py::test_a_refused_adopt_hands_the_machines_back_to_the_donor" \
+      "tests/temporal/test_temporal_coordinator.py::test_cross_shard_preemption_drains_on_the_donor_and_configures_on_the_receiver" \
+      "tests/temporal/test_temporal_membership.py::test_a_split_keeps_everything_once_and_a_merge_puts_it_back" \
+      "tests/temporal/test_shard_restart.py::test_a_reset_shard_keeps_machines_it_adopted_after_its_snapshot" \
+      tests/temporal/test_audit.py
 """  # noqa: E501
 
 from __future__ import annotations

@@ -45,7 +45,13 @@ from activities.wire import (
     shard_workflow_id,
 )
 from tests.conftest import eventually, fleet_workers
-from tests.test_temporal_coordinator import ask, machines_of, on_shard, start, two_shard_fleet
+from tests.temporal.test_temporal_coordinator import (
+    ask,
+    machines_of,
+    on_shard,
+    start,
+    two_shard_fleet,
+)
 from workers.worker import build_workers, run_workers
 from workflows.sagas import COORDINATOR_ID, TransferSagaWorkflow
 

@@ -22,8 +22,8 @@ from bigfleet.models import FencingToken, MachineState
 from bigfleet.shard import Shard
 from tests.conftest import eventually, fleet_workers, query_retrying
 from tests.fleet import DC, bare_metal, many, on_demand
-from tests.test_shard_restart import one_rack
-from tests.test_temporal_coordinator import ask, machines_of, start, start_coordinator
+from tests.temporal.test_shard_restart import one_rack
+from tests.temporal.test_temporal_coordinator import ask, machines_of, start, start_coordinator
 from workers import cli
 from workflows.audit import check_repair, plan_repair
 from workflows.sagas import COORDINATOR_ID

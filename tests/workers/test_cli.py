@@ -27,7 +27,7 @@ from workers.machine_verbs import machine_query
 from workers.serve import search_attribute_commands, search_attribute_type
 from workers.verbs import load_rollup, render_cluster, render_coordinator, render_status
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 GPU = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["gpu-8xh100"]}]
 
 

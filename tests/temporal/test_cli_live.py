@@ -12,7 +12,7 @@ from pathlib import Path
 from temporalio.testing import WorkflowEnvironment
 
 from tests.conftest import eventually, fleet_workers
-from tests.test_temporal_coordinator import gpu_fleet, start
+from tests.temporal.test_temporal_coordinator import gpu_fleet, start
 from workers import cli
 from workers.worker import keep_coordinator
 

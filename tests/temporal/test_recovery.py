@@ -1,7 +1,7 @@
 """Recovery never loops (issue 9): a shard wedged by an input its code cannot take (its
 workflow task fails on every attempt) is seen as wedged, and the revival does not replay the
 input that broke it; a revived run that dies again comes back from its snapshot instead of
-being reset once more. The bug is planted (tests/poisoned.py): input checks make the real
+being reset once more. The bug is planted (tests/temporal/poisoned.py): input checks make the real
 handlers unbreakable by payload, but not every future bug."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from temporalio.testing import WorkflowEnvironment
 import workers.worker as worker_module
 from activities.shards import revive, wedged
 from tests.conftest import eventually, fleet_workers
-from tests.poisoned import POISON, PoisonedShard
-from tests.test_temporal_coordinator import gpu_fleet, start
+from tests.temporal.poisoned import POISON, PoisonedShard
+from tests.temporal.test_temporal_coordinator import gpu_fleet, start
 
 NEED = {"requirements": [], "priority": 1000, "count": 2}
 

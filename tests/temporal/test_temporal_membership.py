@@ -12,8 +12,8 @@ from temporalio.testing import WorkflowEnvironment
 from activities.wire import DecommissionRequest, MembershipResult
 from bigfleet.models import ListFilter
 from tests.conftest import eventually, fleet_workers
-from tests.test_saga_failures import REFUSE, FaultyShardClient
-from tests.test_temporal_coordinator import REQ, gpu_fleet, machines_of, on_shard, start
+from tests.temporal.test_saga_failures import REFUSE, FaultyShardClient
+from tests.temporal.test_temporal_coordinator import REQ, gpu_fleet, machines_of, on_shard, start
 from workers import cli
 from workers.worker import assign_cluster, build_workers, run_workers
 from workflows.sagas import COORDINATOR_ID

@@ -17,7 +17,7 @@ from bigfleet.simulation.workload import (
     rollups_from_trace,
 )
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "alibaba-gpu-replay.yaml"
 HEADER = (
     "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"

@@ -22,7 +22,7 @@ from bigfleet.simulation.run import Simulation
 from bigfleet.simulation.scenario import Scenario, load
 
 S = MachineState
-EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 GPU = "gpu-8xh100"
 VM = "m6i.xlarge"
 KUBELET = "bigfleet.io/kubelet-version"

@@ -28,11 +28,11 @@ from temporalio.testing import WorkflowEnvironment
 from activities.wire import Instruction
 from bigfleet.models import Transition
 from tests.conftest import eventually, fleet_workers
-from tests.test_temporal_coordinator import gpu_fleet, on_shard, start, start_coordinator
-from tests.test_temporal_transitions import ROLES as TRANSITION_ROLES
-from tests.test_temporal_transitions import configure_directly, machine_ids, transition
-from tests.test_temporal_transitions import fleet as transition_fleet
-from tests.test_temporal_transitions import start as start_transition
+from tests.temporal.test_temporal_coordinator import gpu_fleet, on_shard, start, start_coordinator
+from tests.temporal.test_temporal_transitions import ROLES as TRANSITION_ROLES
+from tests.temporal.test_temporal_transitions import configure_directly, machine_ids, transition
+from tests.temporal.test_temporal_transitions import fleet as transition_fleet
+from tests.temporal.test_temporal_transitions import start as start_transition
 
 HUGE = "x" * 1_500_000  # under Temporal's 2 MB payload limit, so it reaches the handler
 

@@ -1,0 +1,1 @@
+"""Tests of the decision engine: bigfleet/engine/, the reference engine, the worked examples."""

@@ -1,0 +1,1 @@
+"""Tests of simulated providers and operators, the simulator, trace replay."""

@@ -1,0 +1,1 @@
+"""Tests of workflows and activities on a real Temporal server (marked `temporal`)."""

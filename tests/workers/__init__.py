@@ -1,0 +1,1 @@
+"""Tests of the command line, the compose file, the deploy/ rules."""
