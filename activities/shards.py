@@ -4,6 +4,7 @@ instruction's (term, seq), so a retried step is the same update."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from temporalio import activity
@@ -120,64 +121,13 @@ async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str
         return "running"  # its next run is already there
     if desc.status == WorkflowExecutionStatus.COMPLETED:
         return "completed"
-    dead = client.get_workflow_handle(wid, run_id=desc.run_id)
-    start: ShardInput | None = None
-    last_task = 0
-    was_reset = too_long = False
-    async for event in dead.fetch_history_events():
-        if event.HasField("workflow_execution_started_event_attributes"):
-            started = event.workflow_execution_started_event_attributes
-            [start] = await client.data_converter.decode(list(started.input.payloads), [ShardInput])
-        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-            last_task = event.event_id
-        elif event.HasField("workflow_task_failed_event_attributes"):
-            cause = event.workflow_task_failed_event_attributes.cause
-            was_reset |= cause == WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW
-        elif event.HasField("workflow_execution_terminated_event_attributes"):
-            # The server ends a run whose history passed its limits ("Workflow history size
-            # exceeds limit."): a reset would replay into the same wall.
-            reason = event.workflow_execution_terminated_event_attributes.reason
-            too_long = "exceeds limit" in reason
-    if start is None:
-        raise ApplicationError(f"{wid}: run {desc.run_id} has no start event")
+    dead = await DeadRun.read(client, wid, desc)
     # A run born of a reset that died again (failed, terminated, timed out) is not reset once
     # more: whatever killed it may be in the history a reset replays. Its snapshot it is.
-    if last_task and not from_snapshot and not was_reset and not too_long:
-        try:
-            reset = await client.workflow_service.reset_workflow_execution(
-                ResetWorkflowExecutionRequest(
-                    namespace=client.namespace,
-                    workflow_execution=WorkflowExecution(workflow_id=wid, run_id=desc.run_id),
-                    reason=f"bigfleet: shard {shard} was {status_name(desc)}; revived",
-                    workflow_task_finish_event_id=last_task,
-                    # A retried revival of the same dead run is the same reset.
-                    request_id=f"revive-{desc.run_id}",
-                    # Signals and updates that came after the reset point are not applied again:
-                    # one of them may be what wedged the run (the shard reconciles with its
-                    # providers instead, and roll-ups stand until their cluster sends again).
-                    reset_reapply_type=ResetReapplyType.RESET_REAPPLY_TYPE_NONE,
-                    reset_reapply_exclude_types=[
-                        ResetReapplyExcludeType.RESET_REAPPLY_EXCLUDE_TYPE_SIGNAL,
-                        ResetReapplyExcludeType.RESET_REAPPLY_EXCLUDE_TYPE_UPDATE,
-                    ],
-                )
-            )
-            # (Servers up to 1.32 refuse a signal as a post-reset operation, so it follows the
-            # reset: the new run may finish the cycle it died in before it reads it.) It names
-            # the new run: the shard takes `revived` only from a run born of a reset.
-            await client.get_workflow_handle(wid, run_id=reset.run_id).signal(
-                "revived", {"run_id": reset.run_id}
-            )
-            activity.logger.warning(
-                "shard %s was %s; reset to event %s of its last run",
-                shard,
-                status_name(desc),
-                last_task,
-            )
+    if dead.last_task and not from_snapshot and not dead.was_reset and not dead.too_long:
+        if await _reset(client, shard, dead):
             return "reset"
-        except RPCError as err:
-            activity.logger.warning("shard %s could not be reset (%s): restarting it", shard, err)
-    if was_reset and start.restarted and not from_snapshot:
+    if dead.was_reset and dead.start.restarted and not from_snapshot:
         # Restarted from its snapshot, reset, and dead again: a third automatic try would go
         # round the same circle. Held for an operator (`bigfleet status` says WEDGED or NOT
         # RUNNING; `bigfleet shard revive N --from-snapshot` tries the snapshot once more).
@@ -185,14 +135,104 @@ async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str
             "shard %s was %s again after a restart from its snapshot and a reset: held for an "
             "operator",
             shard,
-            status_name(desc),
+            dead.status,
         )
         return "held"
+    await _restart(client, shard, dead)
+    return "restarted"
+
+
+@dataclass
+class DeadRun:
+    """What a dead shard run's history says: how it started, its last completed workflow
+    task, whether it was born of a reset, whether the server ended it for its size."""
+
+    wid: str
+    run_id: str
+    status: str
+    start: ShardInput
+    last_task: int = 0
+    was_reset: bool = False
+    too_long: bool = False
+
+    @classmethod
+    async def read(
+        cls, client: Client, wid: str, desc: WorkflowExecutionDescription
+    ) -> DeadRun:
+        start: ShardInput | None = None
+        last_task = 0
+        was_reset = too_long = False
+        history = client.get_workflow_handle(wid, run_id=desc.run_id).fetch_history_events()
+        async for event in history:
+            if event.HasField("workflow_execution_started_event_attributes"):
+                started = event.workflow_execution_started_event_attributes
+                [start] = await client.data_converter.decode(
+                    list(started.input.payloads), [ShardInput]
+                )
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                last_task = event.event_id
+            elif event.HasField("workflow_task_failed_event_attributes"):
+                cause = event.workflow_task_failed_event_attributes.cause
+                was_reset |= cause == RESET_CAUSE
+            elif event.HasField("workflow_execution_terminated_event_attributes"):
+                # The server ends a run whose history passed its limits ("Workflow history
+                # size exceeds limit."): a reset would replay into the same wall.
+                reason = event.workflow_execution_terminated_event_attributes.reason
+                too_long = "exceeds limit" in reason
+        if start is None:
+            raise ApplicationError(f"{wid}: run {desc.run_id} has no start event")
+        return cls(wid, desc.run_id, status_name(desc), start, last_task, was_reset, too_long)
+
+
+RESET_CAUSE = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW
+
+
+async def _reset(client: Client, shard: int, dead: DeadRun) -> bool:
+    """Reset the dead run to its last completed workflow task and tell the new run; False if
+    the server would not reset it."""
+    try:
+        reset = await client.workflow_service.reset_workflow_execution(
+            ResetWorkflowExecutionRequest(
+                namespace=client.namespace,
+                workflow_execution=WorkflowExecution(workflow_id=dead.wid, run_id=dead.run_id),
+                reason=f"bigfleet: shard {shard} was {dead.status}; revived",
+                workflow_task_finish_event_id=dead.last_task,
+                # A retried revival of the same dead run is the same reset.
+                request_id=f"revive-{dead.run_id}",
+                # Signals and updates that came after the reset point are not applied again:
+                # one of them may be what wedged the run (the shard reconciles with its
+                # providers instead, and roll-ups stand until their cluster sends again).
+                reset_reapply_type=ResetReapplyType.RESET_REAPPLY_TYPE_NONE,
+                reset_reapply_exclude_types=[
+                    ResetReapplyExcludeType.RESET_REAPPLY_EXCLUDE_TYPE_SIGNAL,
+                    ResetReapplyExcludeType.RESET_REAPPLY_EXCLUDE_TYPE_UPDATE,
+                ],
+            )
+        )
+        # (Servers up to 1.32 refuse a signal as a post-reset operation, so it follows the
+        # reset: the new run may finish the cycle it died in before it reads it.) It names
+        # the new run: the shard takes `revived` only from a run born of a reset.
+        await client.get_workflow_handle(dead.wid, run_id=reset.run_id).signal(
+            "revived", {"run_id": reset.run_id}
+        )
+    except RPCError as err:
+        activity.logger.warning("shard %s could not be reset (%s): restarting it", shard, err)
+        return False
+    activity.logger.warning(
+        "shard %s was %s; reset to event %s of its last run", shard, dead.status, dead.last_task
+    )
+    return True
+
+
+async def _restart(client: Client, shard: int, dead: DeadRun) -> None:
+    """Start the shard again from its latest run's input: the snapshot of its last
+    continue-as-new, or from scratch if it never continued as new."""
+    start = dead.start
     snapshot = start.state is not None or start.snapshot is not None
     await client.start_workflow(
         "Shard",
         start.model_copy(update={"restarted": snapshot}),
-        id=wid,
+        id=dead.wid,
         task_queue=SHARD_TASK_QUEUE,
         # Two revivals at once start one run; the second joins it.
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -201,10 +241,9 @@ async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str
     activity.logger.warning(
         "shard %s was %s; restarted from %s",
         shard,
-        status_name(desc),
+        dead.status,
         "its last snapshot" if snapshot else "scratch",
     )
-    return "restarted"
 
 
 def status_name(desc: WorkflowExecutionDescription) -> str:
