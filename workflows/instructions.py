@@ -7,7 +7,6 @@ before it changes anything.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -26,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.inputs import clip
     from bigfleet.models import Machine, MachineState, Transition
     from bigfleet.shard import Shard
+    from workflows.actions import TransitionInputs
     from workflows.guard import NO_ARGUMENT, Guard, guarded
     from workflows.sagas import COORDINATOR_ID
 
@@ -61,7 +61,7 @@ class InstructionHandlers:
     shard: Shard
     cfg: ShardConfig
     pipeline: list[TransitionInput]
-    _input: Callable[..., TransitionInput]
+    inputs: TransitionInputs
 
     def __init__(self, state: dict[str, Any]) -> None:
         # Membership: a split-born shard decides nothing until its last part arrives; a shard
@@ -290,7 +290,7 @@ class InstructionHandlers:
         self.shard.drain_for_transfer(ins.machine_ids, now)
         for mid in ins.machine_ids:
             self.pipeline.append(
-                self._input(
+                self.inputs.make(
                     Transition.DRAIN,
                     [mid],
                     cluster=clusters[mid],
@@ -442,7 +442,7 @@ class InstructionHandlers:
             if inv.state_of(row) is S.IDLE:
                 if inv.profile_of(row).capacity_type.value != "bare-metal":
                     self.pipeline.append(
-                        self._input(Transition.DELETE, [mid], reason="decommission")
+                        self.inputs.make(Transition.DELETE, [mid], reason="decommission")
                     )
         self.shard.release(ins.machine_ids)
         self.shard.decommissioned.update(ins.machine_ids)

@@ -6,7 +6,6 @@ another shard owns. Mixed into the shard workflow, whose state these methods sha
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -30,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.assignment import machine_shard
     from bigfleet.models import DeleteReason, Machine, MachineState, Transition
     from bigfleet.shard import Shard
+    from workflows.actions import TransitionInputs
 
 S = MachineState
 T = Transition
@@ -60,7 +60,7 @@ class ProviderSync:
     joining: bool
     merging: bool
     unowned: set[str]
-    _input: Callable[..., TransitionInput]
+    inputs: TransitionInputs
 
     async def _reconcile_restored(self) -> None:
         """Observe every machine this shard owns as its provider lists it now; give up those
@@ -163,7 +163,7 @@ class ProviderSync:
                     self.shard.observe(m, now)
                     if m.capacity_type.value != "bare-metal":
                         self.pipeline.append(
-                            self._input(T.DELETE, [m.id], reason=DeleteReason.FAILED.value)
+                            self.inputs.make(T.DELETE, [m.id], reason=DeleteReason.FAILED.value)
                         )
 
     async def _capacity(self, now: float) -> None:

@@ -35,11 +35,6 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.engine import Decision
     from bigfleet.inputs import Rejected
     from bigfleet.models import (
-        Action,
-        CreateAction,
-        DeleteAction,
-        DrainAction,
-        DrainReason,
         Machine,
         MachineState,
         Transition,
@@ -47,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.policy import Policy
     from bigfleet.shard import REFUSAL_BACKOFF_SECONDS, Shard
     from bigfleet.snapshot import restore_shard, shard_state
+    from workflows.actions import TransitionInputs
     from workflows.audit_handlers import AuditHandlers
     from workflows.guard import Guard, accepts
     from workflows.instructions import InstructionHandlers
@@ -78,6 +74,7 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore, AuditHandl
         self.early_rollups: list[dict[str, Any]] = list(inp.rollups)
         self.early_bytes = 0
         self.guard = Guard(self, "Shard")
+        self.inputs = TransitionInputs(self.shard, self.cfg)
         self._restore(inp.state, inp.joining)
         self.forward: dict[str, dict[str, Any]] = {}
         self.results: list[TransitionResult] = list(inp.results)
@@ -244,7 +241,7 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore, AuditHandl
             report = self.report_due(now)
             # Suspects stay suspect: a verify that failed is asked for again next cycle.
             await self._survive("verifying silent machines", partial(self._verify, decision, now))
-            starts = self.pipeline + [self._transition(a) for a in decision.actions]
+            starts = self.pipeline + [self.inputs.of_action(a) for a in decision.actions]
             self.pipeline = []
             await self._start([s for s in starts if s is not None])
             for update in self.shard.operator_updates(decision):
@@ -399,7 +396,7 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore, AuditHandl
                     # Created for a need: configure it for that need's cluster right away.
                     self.shard.begin_configure(m.id, destination, now)
                     self.pipeline.append(
-                        self._input(
+                        self.inputs.make(
                             T.CONFIGURE,
                             [m.id],
                             cluster=destination,
@@ -429,64 +426,3 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore, AuditHandl
                     inv.missed[inv.row(m.id)] = 0
                 else:
                     self.shard.observe(m, now)
-
-    # ---- actions to workflow inputs ---------------------------------------------------------
-
-    def _transition(self, a: Action) -> TransitionInput | None:
-        if isinstance(a, CreateAction):
-            return self._input(
-                T.CREATE,
-                a.machine_ids,
-                cluster=a.cluster,
-                need=a.need,
-                priority=a.priority,
-                requirements=list(a.requirements),
-            )
-        if a.kind == "configure":
-            return self._input(
-                T.CONFIGURE,
-                [a.machine_id],
-                cluster=a.cluster,
-                need=a.need,
-                priority=a.priority,
-                requirements=list(a.requirements),
-            )
-        if isinstance(a, DrainAction):
-            return self._input(
-                T.DRAIN,
-                [a.machine_id],
-                cluster=a.cluster,
-                grace_seconds=a.grace_seconds,
-                force=a.force,
-                reason=a.reason.value,
-            )
-        if isinstance(a, DeleteAction):
-            return self._input(T.DELETE, [a.machine_id], reason=a.reason.value)
-        return None
-
-    def _input(
-        self, transition: Transition, machine_ids: list[str], **fields: Any
-    ) -> TransitionInput:
-        inv = self.shard.inventory
-        profile = inv.profile_of(inv.row(machine_ids[0]))
-        timeout = self.shard.policy.transition_timeout_seconds.get(
-            {T.CREATE: S.CREATING, T.CONFIGURE: S.CONFIGURING, T.DRAIN: S.DRAINING}.get(
-                transition, S.DELETING
-            ),
-            900.0,
-        )
-        if transition is T.DRAIN:
-            timeout = min(timeout, 600.0)  # beyond the grace period itself
-        return TransitionInput(
-            shard=self.shard.id,
-            transition=transition,
-            machine_ids=machine_ids,
-            provider=profile.provider,
-            capacity_type=profile.capacity_type.value,
-            token=self.shard.token(),
-            timeout_seconds=timeout,
-            poll_seconds=self.cfg.transition_poll_seconds,
-            **fields,
-        )
-
-    _ = DrainReason  # reasons travel as their string values

@@ -1,0 +1,92 @@
+"""The engine's actions as machine transition workflow inputs (seed §5, §7): which provider,
+which fencing token, how long the transition may take. A helper object of the shard workflow,
+handed the shard it serves and how that shard runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.wire import ShardConfig, TransitionInput
+    from bigfleet.models import (
+        Action,
+        CreateAction,
+        DeleteAction,
+        DrainAction,
+        MachineState,
+        Transition,
+    )
+    from bigfleet.shard import Shard
+
+S = MachineState
+T = Transition
+DEFAULT_TIMEOUT = 900.0
+DRAIN_WATCH_MAX = 600.0  # how long a drain is watched beyond its grace period
+
+
+class TransitionInputs:
+    def __init__(self, shard: Shard, cfg: ShardConfig) -> None:
+        self.shard = shard
+        self.cfg = cfg
+
+    def of_action(self, a: Action) -> TransitionInput | None:
+        """The workflow input of an action; None for an action that starts no transition (a
+        verify is answered by the shard itself)."""
+        if isinstance(a, CreateAction):
+            return self.make(
+                T.CREATE,
+                a.machine_ids,
+                cluster=a.cluster,
+                need=a.need,
+                priority=a.priority,
+                requirements=list(a.requirements),
+            )
+        if a.kind == "configure":
+            return self.make(
+                T.CONFIGURE,
+                [a.machine_id],
+                cluster=a.cluster,
+                need=a.need,
+                priority=a.priority,
+                requirements=list(a.requirements),
+            )
+        if isinstance(a, DrainAction):
+            return self.make(
+                T.DRAIN,
+                [a.machine_id],
+                cluster=a.cluster,
+                grace_seconds=a.grace_seconds,
+                force=a.force,
+                reason=a.reason.value,  # reasons travel as their string values
+            )
+        if isinstance(a, DeleteAction):
+            return self.make(T.DELETE, [a.machine_id], reason=a.reason.value)
+        return None
+
+    def make(
+        self, transition: Transition, machine_ids: list[str], **fields: Any
+    ) -> TransitionInput:
+        """A transition of machines this shard owns, with the next fencing token."""
+        inv = self.shard.inventory
+        profile = inv.profile_of(inv.row(machine_ids[0]))
+        timeout = self.shard.policy.transition_timeout_seconds.get(
+            {T.CREATE: S.CREATING, T.CONFIGURE: S.CONFIGURING, T.DRAIN: S.DRAINING}.get(
+                transition, S.DELETING
+            ),
+            DEFAULT_TIMEOUT,
+        )
+        if transition is T.DRAIN:
+            timeout = min(timeout, DRAIN_WATCH_MAX)
+        return TransitionInput(
+            shard=self.shard.id,
+            transition=transition,
+            machine_ids=machine_ids,
+            provider=profile.provider,
+            capacity_type=profile.capacity_type.value,
+            token=self.shard.token(),
+            timeout_seconds=timeout,
+            poll_seconds=self.cfg.transition_poll_seconds,
+            **fields,
+        )
