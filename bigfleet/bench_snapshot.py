@@ -18,7 +18,7 @@ CLUSTERS = 100
 NEEDS_PER_CLUSTER = 3
 
 
-def _shard(size: int, seed: int) -> Shard:
+def synthetic_shard(size: int, seed: int) -> Shard:
     shard = Shard(0, capacity=size)
     shard.adopt(fleet(random.Random(seed), size, CLUSTERS), 0)
     for r in rollups(random.Random(seed + 1), CLUSTERS, NEEDS_PER_CLUSTER, size):
@@ -30,7 +30,7 @@ def _shard(size: int, seed: int) -> Shard:
 def run(sizes: list[int], seed: int = 7, part_bytes: int = INLINE_BYTES) -> dict[str, Any]:
     rows = []
     for size in sizes:
-        shard = _shard(size, seed)
+        shard = synthetic_shard(size, seed)
         start = time.perf_counter()
         blob = json.dumps(shard_state(shard), separators=(",", ":"))
         encode = time.perf_counter() - start

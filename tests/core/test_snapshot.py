@@ -54,10 +54,10 @@ def test_a_restored_inventory_counts_what_the_live_one_counted():
 
     import numpy as np
 
-    from bigfleet.bench_snapshot import _shard
+    from bigfleet.bench_snapshot import synthetic_shard
     from bigfleet.snapshot import restore_inventory, shard_state
 
-    shard = _shard(4000, 3)
+    shard = synthetic_shard(4000, 3)
     live = shard.inventory
     back = restore_inventory(json.loads(json.dumps(shard_state(shard)))["inventory"])
     width = len(live.profiles)  # both may keep spare columns beyond the profiles in use
