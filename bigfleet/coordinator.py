@@ -7,6 +7,9 @@ speculative quota, then — only when neither exists anywhere and the priority i
 — cross-shard preemption.
 """
 
+# Over 400 lines: the report models the shards send and the planner that reads them belong
+# together (the planner walks the reports' offer groups); they split when either grows.
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping

@@ -50,6 +50,8 @@ S = MachineState
 class ReferenceEngine(ReferenceFleet):
     # ---- the cycle --------------------------------------------------------------------------
 
+    # One long function on purpose: it follows the seed's pseudo-code step by step (§8), so a
+    # reader can hold the two side by side; the fast engine is the one split into phases.
     def decide(self, needs: Iterable[Need], now: float) -> Decision:
         needs = list(needs)
         policy = self.policy

@@ -7,6 +7,10 @@ round the pure planner turns shortfalls into transfer sagas. Shards never wait f
 coordinator they keep serving from their own inventory (static stability).
 """
 
+# Over 400 lines: the coordinator's handlers (assignment, membership, decommission, repair) and
+# its planning round; the planning itself is pure (bigfleet/coordinator.py). Splitting the
+# membership updates out waits for the helper-object refactor of issue 10.
+
 from __future__ import annotations
 
 from collections.abc import Sequence
