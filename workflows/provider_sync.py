@@ -1,7 +1,8 @@
 """A shard workflow and its providers (seed §7, §10, §11): what it adopts when it starts, how a
 revived shard reconciles with the providers' lists, machines that failed unwatched, and
 capacity that comes and goes — every listing read page by page, and no machine kept that
-another shard owns. Mixed into the shard workflow, whose state these methods share.
+another shard owns. A helper object of the shard workflow, handed the shard it serves, how that
+shard runs and how to make transition inputs; it keeps one thing of its own (`unowned`).
 """
 
 from __future__ import annotations
@@ -53,21 +54,19 @@ PATIENT: dict[str, Any] = dict(
 
 
 class ProviderSync:
-    shard: Shard
-    cfg: ShardConfig
-    pipeline: list[TransitionInput]
-    inherited: list[int]
-    joining: bool
-    merging: bool
-    unowned: set[str]
-    inputs: TransitionInputs
+    def __init__(self, shard: Shard, cfg: ShardConfig, inputs: TransitionInputs) -> None:
+        self.shard = shard
+        self.cfg = cfg
+        self.inputs = inputs
+        # New capacity seen unowned at the last look (adopted if still unowned at the next).
+        self.unowned: set[str] = set()
 
-    async def _reconcile_restored(self) -> None:
+    async def reconcile_restored(self) -> None:
         """Observe every machine this shard owns as its provider lists it now; give up those
         no provider lists. Adopts nothing: machines it does not own are another shard's."""
         listed: list[Machine] = []
         for provider in self.cfg.providers:
-            listed += await self._list(provider, workflow.now().timestamp(), patient=True)
+            listed += await self.listing(provider, workflow.now().timestamp(), patient=True)
         summary = self.shard.reconcile_listing(listed, workflow.now().timestamp())
         workflow.logger.warning(
             "shard %s restarted with epoch %s, reconciled with providers: %s",
@@ -76,7 +75,7 @@ class ProviderSync:
             summary,
         )
 
-    async def _drop_owned_elsewhere(self) -> None:
+    async def drop_owned_elsewhere(self) -> None:
         """Machines another shard owns now are not this one's: they moved away after the state
         it started from (a revival from an older snapshot, or from scratch by the assignment
         rule). Ownership stays exactly-once. The `owned_elsewhere` activity reads this shard's
@@ -100,18 +99,19 @@ class ProviderSync:
             if len(elsewhere) < ELSEWHERE_MAX:
                 return
 
-    async def _list(
+    async def listing(
         self, provider: str, now: float, states: list[S] | None = None, patient: bool = False
     ) -> list[Machine]:
         """A provider's machines (in `states`), page by page; `patient` at start-up."""
         out: list[Machine] = []
         while True:
-            page = await self._page(provider, now, states, out[-1].id if out else "", patient)
+            after = out[-1].id if out else ""
+            page = await self.listing_page(provider, now, states, after, patient)
             out += page
             if len(page) < LIST_PAGE:
                 return out
 
-    async def _page(
+    async def listing_page(
         self, provider: str, now: float, states: list[S] | None, after: str, patient: bool
     ) -> list[Machine]:
         """One page of a provider's listing: the machines after id `after`."""
@@ -126,7 +126,7 @@ class ProviderSync:
         )
         return page.machines()
 
-    async def _adopt_from_providers(self, start: AdoptCursor | None) -> AdoptCursor | None:
+    async def adopt(self, start: AdoptCursor | None) -> AdoptCursor | None:
         """Take this shard's share of every provider's machines: whole racks, cloud slots by id
         (seed §5), page by page from `start`. Every listed machine costs history (~90 bytes),
         so past `adopt_history_bytes` this stops and returns where the next run goes on (a
@@ -138,7 +138,7 @@ class ProviderSync:
             after = start.after if start and i == first else ""
             now = workflow.now().timestamp()  # one listing for all its pages
             while True:
-                page = await self._page(provider, now, None, after, patient=True)
+                page = await self.listing_page(provider, now, None, after, patient=True)
                 shards = self.cfg.shards
                 mine = [m for m in page if machine_shard(m, shards) == self.cfg.shard]
                 self.shard.adopt(mine, workflow.now().timestamp())
@@ -149,11 +149,12 @@ class ProviderSync:
                     return AdoptCursor(provider=i, after=after)
         return None
 
-    async def _reconcile(self, now: float) -> None:
-        """Machines that failed while nobody watched (a spot interruption): fold them in and
-        clean them up so their need gets a replacement."""
+    async def reconcile_failed(self, now: float) -> list[TransitionInput]:
+        """Machines that failed while nobody watched (a spot interruption): fold them in; the
+        deletes that clean them up (so their need gets a replacement) are returned."""
+        cleanups: list[TransitionInput] = []
         for provider in self.cfg.providers:
-            failed = await self._list(provider, now, [S.FAILED])
+            failed = await self.listing(provider, now, [S.FAILED])
             inv = self.shard.inventory
             for m in failed:
                 row = inv.ids.find(m.id)
@@ -162,20 +163,20 @@ class ProviderSync:
                 if inv.state_of(row) is not S.FAILED:
                     self.shard.observe(m, now)
                     if m.capacity_type.value != "bare-metal":
-                        self.pipeline.append(
+                        cleanups.append(
                             self.inputs.make(T.DELETE, [m.id], reason=DeleteReason.FAILED.value)
                         )
+        return cleanups
 
-    async def _capacity(self, now: float) -> None:
+    async def capacity(self, now: float, inherited: list[int]) -> None:
         """Capacity that came or went since the shard started (seed §16): speculative machines
         its providers no longer list are given up (quota shrank); new ones that are this
         shard's by the assignment rule — or a merged-away shard's it inherited — are adopted
         once no shard owns them at two looks in a row (a machine between a saga's release and
         adopt is nobody's for a moment). The comparison runs in `provider_capacity`, which
         reads the listing and asks this shard by queries: only the changes enter the history
-        (a listing of 20 000 slots here was 12 MB of history per reconcile)."""
-        if self.joining or self.merging:
-            return
+        (a listing of 20 000 slots here was 12 MB of history per reconcile). `inherited`: the
+        shards merged into this one, whose share it takes."""
         inv = self.shard.inventory
         unowned: set[str] = set()
         for provider in self.cfg.providers:
@@ -186,7 +187,7 @@ class ProviderSync:
                     now=now,
                     shard=self.cfg.shard,
                     shards=self.cfg.shards,
-                    shares=[self.cfg.shard, *self.inherited],
+                    shares=[self.cfg.shard, *inherited],
                 ),
                 task_queue=provider_task_queue(provider) + "-read",
                 result_type=CapacityDiff,

@@ -58,7 +58,7 @@ EARLY_ROLLUP_BYTES = 500_000  # roll-ups waiting while the state is read back or
 
 
 @workflow.defn(name="Shard")
-class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore, AuditHandlers):
+class ShardWorkflow(InstructionHandlers, SnapshotStore, AuditHandlers):
     @workflow.init
     def __init__(self, inp: ShardInput) -> None:
         self.cfg = inp.config
@@ -75,6 +75,7 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore, AuditHandl
         self.early_bytes = 0
         self.guard = Guard(self, "Shard")
         self.inputs = TransitionInputs(self.shard, self.cfg)
+        self.providers = ProviderSync(self.shard, self.cfg, self.inputs)
         self._restore(inp.state, inp.joining)
         self.forward: dict[str, dict[str, Any]] = {}
         self.results: list[TransitionResult] = list(inp.results)
@@ -83,8 +84,6 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore, AuditHandl
         self.revived_run = False  # (once per run)
         self.last_cycle_ms = 0.0
         self.started: dict[str, int] = {}
-        # New capacity seen unowned at the last look (adopted if still unowned at the next).
-        self.unowned: set[str] = set()
         # The last outside calls that failed after their retries (shown in `status`).
         self.failures: list[dict[str, Any]] = []
 
@@ -170,8 +169,8 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore, AuditHandl
         the rest), and the providers say what became of its machines meanwhile."""
         self.shard.epoch = int(workflow.now().timestamp() * 1000)
         self.pipeline = []
-        await self._reconcile_restored()
-        await self._drop_owned_elsewhere()
+        await self.providers.reconcile_restored()
+        await self.providers.drop_owned_elsewhere()
 
     @workflow.query
     def status(self) -> dict[str, Any]:
@@ -216,11 +215,11 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore, AuditHandl
             self.shard.epoch = int(workflow.now().timestamp() * 1000)
         if (self.fresh or inp.adopting) and not self.joining:
             # (A split-born shard gets its machines from the split.)
-            more = await self._adopt_from_providers(inp.adopting)
+            more = await self.providers.adopt(inp.adopting)
             while more is not None:
                 await self._continue_as_new(adopting=more)  # returns if the store failed
                 await workflow.sleep(self.cfg.cycle_seconds)
-            await self._drop_owned_elsewhere()
+            await self.providers.drop_owned_elsewhere()
         if self.restarted:
             await self._after_revival()
         cycles_this_run = 0
@@ -251,7 +250,7 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore, AuditHandl
                 ).add_done_callback(self._notified)
             if now >= next_reconcile and await self._survive(
                 "reconciling with the providers",
-                partial(self._reconcile, now),
+                partial(self._reconcile_failed, now),
                 partial(self._capacity, now),
             ):
                 next_reconcile = now + self.cfg.reconcile_seconds
@@ -294,6 +293,14 @@ class ShardWorkflow(InstructionHandlers, ProviderSync, SnapshotStore, AuditHandl
                 adopting=adopting,
             )
         )
+
+    async def _reconcile_failed(self, now: float) -> None:
+        self.pipeline += await self.providers.reconcile_failed(now)
+
+    async def _capacity(self, now: float) -> None:
+        # Mid-split or merging away: the split decides where capacity goes.
+        if not (self.joining or self.merging):
+            await self.providers.capacity(now, self.inherited)
 
     async def _start(self, starts: list[TransitionInput]) -> None:
         """Start the transition workflows; in batches far below Temporal's 2 MB payload limit.
