@@ -1,6 +1,6 @@
 """The engine's actions as machine transition workflow inputs (seed §5, §7): which provider,
-which fencing token, how long the transition may take. A helper object of the shard workflow,
-handed the shard it serves and how that shard runs."""
+which fencing token, how long the transition may take; and their results folded back. A
+helper object of the shard workflow, handed the shard it serves and how that shard runs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.wire import ShardConfig, TransitionInput
+    from activities.wire import ShardConfig, TransitionInput, TransitionResult
     from bigfleet.models import (
         Action,
         CreateAction,
@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
         MachineState,
         Transition,
     )
-    from bigfleet.shard import Shard
+    from bigfleet.shard import REFUSAL_BACKOFF_SECONDS, Shard
 
 S = MachineState
 T = Transition
@@ -90,3 +90,34 @@ class TransitionInputs:
             poll_seconds=self.cfg.transition_poll_seconds,
             **fields,
         )
+
+    def fold(self, results: list[TransitionResult], now: float) -> list[TransitionInput]:
+        """Fold what transition workflows ended with into the shard; a machine created for a
+        need is configured for that need's cluster right away (the inputs returned)."""
+        follow: list[TransitionInput] = []
+        for result in results:
+            for m in result.machines:
+                inv = self.shard.inventory
+                row = inv.ids.find(m.id)
+                destination = inv.cluster_of(row) if row >= 0 else None
+                self.shard.observe(m, now)
+                if result.refused and result.cluster:
+                    self.shard.refuse(
+                        result.cluster,
+                        result.priority,
+                        result.refused,
+                        now + REFUSAL_BACKOFF_SECONDS,
+                    )
+                elif result.transition is T.CREATE and m.state is S.IDLE and destination:
+                    self.shard.begin_configure(m.id, destination, now)
+                    follow.append(
+                        self.make(
+                            T.CONFIGURE,
+                            [m.id],
+                            cluster=destination,
+                            need=result.need,
+                            priority=result.priority,
+                            requirements=result.requirements,
+                        )
+                    )
+        return follow

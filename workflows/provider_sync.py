@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         provider_task_queue,
     )
     from bigfleet.assignment import machine_shard
+    from bigfleet.engine import Decision
     from bigfleet.models import DeleteReason, Machine, MachineState, Transition
     from bigfleet.shard import Shard
     from workflows.actions import TransitionInputs
@@ -209,3 +210,24 @@ class ProviderSync:
                 self.shard.adopt(new, now)
                 workflow.logger.info("shard %s: adopted %d new machines", self.shard.id, len(new))
         self.unowned = unowned
+
+    async def verify(self, decision: Decision, now: float) -> None:
+        """Machines a cluster stopped reporting: ask their provider; dead ones are replaced."""
+        suspects: dict[str, list[str]] = {}
+        for a in decision.actions:
+            if a.kind == "verify":
+                suspects.setdefault(a.provider, []).append(a.machine_id)
+        for provider, ids in suspects.items():
+            machines: list[Machine] = await workflow.execute_activity(
+                "provider_get",
+                ProviderRead(provider=provider, machine_ids=ids, now=now),
+                task_queue=provider_task_queue(provider) + "-read",
+                result_type=list[Machine],
+                **PERIODIC,
+            )
+            inv = self.shard.inventory
+            for m in machines:
+                if m.state is S.CONFIGURED:
+                    inv.missed[inv.row(m.id)] = 0
+                else:
+                    self.shard.observe(m, now)

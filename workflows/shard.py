@@ -24,29 +24,27 @@ with workflow.unsafe.imports_passed_through():
         SHARD_TASK_QUEUE,
         TRANSITION_TASK_QUEUE,
         AdoptCursor,
-        ProviderRead,
         ShardConfig,
         ShardInput,
+        SnapshotRef,
         TransitionInput,
         TransitionResult,
-        provider_task_queue,
         shard_workflow_id,
     )
     from bigfleet.engine import Decision
     from bigfleet.inputs import Rejected
     from bigfleet.models import (
-        Machine,
         MachineState,
         Transition,
     )
     from bigfleet.policy import Policy
-    from bigfleet.shard import REFUSAL_BACKOFF_SECONDS, Shard
+    from bigfleet.shard import Shard
     from bigfleet.snapshot import restore_shard, shard_state
     from workflows.actions import TransitionInputs
     from workflows.audit_handlers import AuditHandlers
     from workflows.guard import Guard, accepts
     from workflows.instructions import InstructionHandlers
-    from workflows.provider_sync import PERIODIC, QUICK, ProviderSync
+    from workflows.provider_sync import QUICK, ProviderSync
     from workflows.snapshot_store import SnapshotStore
 
 S = MachineState
@@ -58,7 +56,7 @@ EARLY_ROLLUP_BYTES = 500_000  # roll-ups waiting while the state is read back or
 
 
 @workflow.defn(name="Shard")
-class ShardWorkflow(InstructionHandlers, SnapshotStore, AuditHandlers):
+class ShardWorkflow(InstructionHandlers, AuditHandlers):
     @workflow.init
     def __init__(self, inp: ShardInput) -> None:
         self.cfg = inp.config
@@ -76,6 +74,7 @@ class ShardWorkflow(InstructionHandlers, SnapshotStore, AuditHandlers):
         self.guard = Guard(self, "Shard")
         self.inputs = TransitionInputs(self.shard, self.cfg)
         self.providers = ProviderSync(self.shard, self.cfg, self.inputs)
+        self.store = SnapshotStore(self.cfg)
         self._restore(inp.state, inp.joining)
         self.forward: dict[str, dict[str, Any]] = {}
         self.results: list[TransitionResult] = list(inp.results)
@@ -239,7 +238,8 @@ class ShardWorkflow(InstructionHandlers, SnapshotStore, AuditHandlers):
             decision = Decision() if self.joining or self.merging else self._cycle(now)
             report = self.report_due(now)
             # Suspects stay suspect: a verify that failed is asked for again next cycle.
-            await self._survive("verifying silent machines", partial(self._verify, decision, now))
+            verify = partial(self.providers.verify, decision, now)
+            await self._survive("verifying silent machines", verify)
             starts = self.pipeline + [self.inputs.of_action(a) for a in decision.actions]
             self.pipeline = []
             await self._start([s for s in starts if s is not None])
@@ -270,14 +270,23 @@ class ShardWorkflow(InstructionHandlers, SnapshotStore, AuditHandlers):
         state = shard_state(self.shard)
         state.update(self.instruction_state())
         state["guard"] = self.guard.rejections.state()
-        try:
-            snapshot = await self._store(
-                {**state, "pipeline": [t.model_dump(mode="json") for t in self.pipeline]}
-            )
-        except ActivityError as err:
-            self._note_failure("writing the snapshot", err)
-            self._store_failed()
-            return
+        blob = self.store.encode(
+            {**state, "pipeline": [t.model_dump(mode="json") for t in self.pipeline]}
+        )
+        snapshot = None
+        if blob is not None:
+            # From here the state is written: signals wait in the next run's input,
+            # instructions are told to retry.
+            self.snapshotting = True
+            try:
+                snapshot = await self.store.put(blob)
+            except ActivityError as err:
+                # This run goes on (its history grows a little longer); what waited for the
+                # next run is applied here.
+                self._note_failure("writing the snapshot", err)
+                self.snapshotting = False
+                self._apply_early_rollups()
+                return
         workflow.continue_as_new(
             ShardInput(
                 config=self.cfg,
@@ -293,6 +302,20 @@ class ShardWorkflow(InstructionHandlers, SnapshotStore, AuditHandlers):
                 adopting=adopting,
             )
         )
+
+    async def _load(self, ref: SnapshotRef, joining: bool) -> None:
+        """The state the last run left in the snapshot store, with its queued starts."""
+        state = await self.store.get(ref)
+        queued = [TransitionInput.model_validate(t) for t in state.pop("pipeline", [])]
+        self._restore(state, joining)
+        self.pipeline = queued + self.pipeline
+        self.restoring = False
+        self._apply_early_rollups()
+
+    def _apply_early_rollups(self) -> None:
+        early, self.early_rollups = self.early_rollups, []
+        for raw in early:
+            self.rollup(raw)
 
     async def _reconcile_failed(self, now: float) -> None:
         self.pipeline += await self.providers.reconcile_failed(now)
@@ -386,50 +409,4 @@ class ShardWorkflow(InstructionHandlers, SnapshotStore, AuditHandlers):
 
     def _fold_results(self, now: float) -> None:
         results, self.results = self.results, []
-        for result in results:
-            for m in result.machines:
-                inv = self.shard.inventory
-                row = inv.ids.find(m.id)
-                destination = inv.cluster_of(row) if row >= 0 else None
-                self.shard.observe(m, now)
-                if result.refused and result.cluster:
-                    self.shard.refuse(
-                        result.cluster,
-                        result.priority,
-                        result.refused,
-                        now + REFUSAL_BACKOFF_SECONDS,
-                    )
-                elif result.transition is T.CREATE and m.state is S.IDLE and destination:
-                    # Created for a need: configure it for that need's cluster right away.
-                    self.shard.begin_configure(m.id, destination, now)
-                    self.pipeline.append(
-                        self.inputs.make(
-                            T.CONFIGURE,
-                            [m.id],
-                            cluster=destination,
-                            need=result.need,
-                            priority=result.priority,
-                            requirements=result.requirements,
-                        )
-                    )
-
-    async def _verify(self, decision: Decision, now: float) -> None:
-        """Machines a cluster stopped reporting: ask their provider; dead ones are replaced."""
-        suspects: dict[str, list[str]] = {}
-        for a in decision.actions:
-            if a.kind == "verify":
-                suspects.setdefault(a.provider, []).append(a.machine_id)
-        for provider, ids in suspects.items():
-            machines: list[Machine] = await workflow.execute_activity(
-                "provider_get",
-                ProviderRead(provider=provider, machine_ids=ids, now=now),
-                task_queue=provider_task_queue(provider) + "-read",
-                result_type=list[Machine],
-                **PERIODIC,
-            )
-            inv = self.shard.inventory
-            for m in machines:
-                if m.state is S.CONFIGURED:
-                    inv.missed[inv.row(m.id)] = 0
-                else:
-                    self.shard.observe(m, now)
+        self.pipeline += self.inputs.fold(results, now)

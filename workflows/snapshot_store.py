@@ -1,6 +1,8 @@
 """State too large for one payload crosses continue-as-new through the snapshot store (claim
-check, DESIGN §3): written in parts before the shard continues as new, read back first thing in
-the next run. Mixed into the shard workflow, whose state these methods share.
+check, docs/decisions/0003): written in parts before the shard continues as new, read back
+first thing in the next run, checked against its sha256. A helper object of the shard
+workflow, handed the shard's config and id; what the workflow does meanwhile (roll-ups wait,
+instructions are told to retry) is the workflow's.
 """
 
 from __future__ import annotations
@@ -8,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Callable
 from typing import Any
 
 from temporalio import workflow
@@ -20,33 +21,24 @@ with workflow.unsafe.imports_passed_through():
         ShardConfig,
         SnapshotPart,
         SnapshotRef,
-        TransitionInput,
         shard_workflow_id,
     )
-    from bigfleet.shard import Shard
     from workflows.provider_sync import PATIENT, QUICK
 
 
 class SnapshotStore:
-    shard: Shard
-    cfg: ShardConfig
-    pipeline: list[TransitionInput]
-    restoring: bool
-    snapshotting: bool
-    early_rollups: list[dict[str, Any]]
-    _restore: Callable[..., None]
-    rollup: Callable[[dict[str, Any]], None]
+    def __init__(self, cfg: ShardConfig) -> None:
+        self.cfg = cfg
 
-    async def _store(self, state: dict[str, Any]) -> SnapshotRef | None:
-        """Put a state larger than `snapshot_inline_bytes` into the snapshot store, in parts;
-        None if it travels inline."""
+    def encode(self, state: dict[str, Any]) -> str | None:
+        """The state as the store keeps it; None if it is small enough to travel inline."""
         blob = json.dumps(state, separators=(",", ":"))
-        if len(blob) <= self.cfg.snapshot_inline_bytes:
-            return None
-        # From here the state is written: signals wait in the next run's input, instructions
-        # are told to retry.
-        self.snapshotting = True
-        key = f"{shard_workflow_id(self.shard.id)}/{workflow.info().run_id}"
+        return blob if len(blob) > self.cfg.snapshot_inline_bytes else None
+
+    async def put(self, blob: str) -> SnapshotRef:
+        """Write an encoded state in parts of `snapshot_part_bytes`; the reference the next
+        run carries instead of the state."""
+        key = f"{shard_workflow_id(self.cfg.shard)}/{workflow.info().run_id}"
         size = self.cfg.snapshot_part_bytes
         parts = [blob[i : i + size] for i in range(0, len(blob), size)]
         await asyncio.gather(
@@ -63,13 +55,9 @@ class SnapshotStore:
         digest = hashlib.sha256(blob.encode()).hexdigest()
         return SnapshotRef(key=key, parts=len(parts), size=len(blob), sha256=digest)
 
-    def _store_failed(self) -> None:
-        """Writing the snapshot failed: this run goes on (its history grows a little longer)
-        and what waited for the next run is applied here."""
-        self.snapshotting = False
-        self._apply_early_rollups()
-
-    async def _load(self, ref: SnapshotRef, joining: bool) -> None:
+    async def get(self, ref: SnapshotRef) -> dict[str, Any]:
+        """Read a state back (tried until the store answers: the shard cannot go on without
+        it); refused if a part was lost or changed."""
         parts: list[str] = await asyncio.gather(
             *(
                 workflow.execute_activity(
@@ -77,7 +65,7 @@ class SnapshotStore:
                     SnapshotPart(key=ref.key, part=i, data=""),
                     task_queue=SHARD_TASK_QUEUE,
                     result_type=str,
-                    **PATIENT,  # the shard cannot go on without it
+                    **PATIENT,
                 )
                 for i in range(ref.parts)
             )
@@ -88,14 +76,5 @@ class SnapshotStore:
                 f"snapshot {ref.key}: {len(blob)} bytes read, {ref.size} written, checksum "
                 "differs: the store lost or changed a part"
             )
-        state = json.loads(blob)
-        queued = [TransitionInput.model_validate(t) for t in state.pop("pipeline", [])]
-        self._restore(state, joining)
-        self.pipeline = queued + self.pipeline
-        self.restoring = False
-        self._apply_early_rollups()
-
-    def _apply_early_rollups(self) -> None:
-        early, self.early_rollups = self.early_rollups, []
-        for raw in early:
-            self.rollup(raw)
+        state: dict[str, Any] = json.loads(blob)
+        return state
