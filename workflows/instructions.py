@@ -5,9 +5,9 @@ would take more than `ShardConfig.max_share` (10 %) of the shard's machines away
 before it changes anything.
 """
 
-# Over 400 lines: every coordinator instruction a shard takes, beside the fencing they share.
-# The next step (issue 10) turns this mixin into a helper object holding the fencing state, with
-# the update handlers left as one-line delegations on the workflow.
+# About 400 lines: every coordinator instruction a shard takes, each an update with its
+# validator (Temporal finds handlers on the workflow class, so they are declared here and mixed
+# in); their fencing state is a helper object (workflows/fencing.py).
 
 from __future__ import annotations
 
@@ -30,23 +30,18 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.models import Machine, MachineState, Transition
     from bigfleet.shard import Shard
     from workflows.actions import TransitionInputs
+    from workflows.fencing import Fencing
     from workflows.guard import NO_ARGUMENT, Guard, guarded
     from workflows.sagas import COORDINATOR_ID
 
 S = MachineState
 REPORT_SAMPLE = 32
-SEEN_KEPT = 1000
-# First outcomes of instructions that hand machine records over (release, hand_out, split_out),
-# for a retry that arrives after a continue-as-new (Temporal deduplicates update ids within one
-# run only). Bounded by machine records, since it crosses continue-as-new with the shard.
-OUTBOX_RECORDS = 500
 
 
 QUERY_IDS = 50_000  # ids a query may ask about (an answer stays below gRPC's 4 MB)
 # Machine records an update may return (release, hand_out): ~630 bytes each, and an update's
 # result is one payload (Temporal refuses one over 2 MB, and the workflow task with it).
 RECORDS_MAX = 2_000
-FUTURE_TERM_MS = 300_000  # clocks of workers and server may differ a little
 Ins = TypeVar("Ins", Instruction, SplitInstruction, TakeIn)
 
 
@@ -60,7 +55,9 @@ def _page(start: object, limit: object) -> tuple[int, int]:
 
 
 class InstructionHandlers:
-    """Mixed into the shard workflow, whose state these handlers share."""
+    """The shard workflow's instruction handlers (mixed in: Temporal finds handlers on the
+    workflow class). What they share is the shard, its config, the input maker and the fencing
+    helper, all made in the workflow's `__init__`."""
 
     shard: Shard
     cfg: ShardConfig
@@ -74,18 +71,12 @@ class InstructionHandlers:
         self.merging = bool(state.get("merging", False))
         self.retired = False
         self.inherited: list[int] = list(state.get("inherited", []))
-        self.term = int(state.get("term", 0))
-        # Sequence numbers seen in the current term: sagas run side by side, so instructions
-        # may arrive out of order; a seq seen before is a replay.
-        self.seen: list[int] = list(state.get("seen", []))
-        self.outbox: list[list[Any]] = list(state.get("outbox", []))  # [term, seq, update, out]
+        self.fencing = Fencing(state)
         self.last_report = 0.0
 
     def instruction_state(self) -> dict[str, Any]:
         return {
-            "term": self.term,
-            "seen": self.seen[-SEEN_KEPT:],
-            "outbox": self.outbox,
+            **self.fencing.state(),
             "joining": self.joining,
             "merging": self.merging,
             "inherited": self.inherited,
@@ -121,88 +112,20 @@ class InstructionHandlers:
         ins: Ins = self.guard.arg(raw, model, update)
         return ins
 
-    def _replay(self, ins: Instruction | SplitInstruction | TakeIn) -> bool:
-        return ins.term == self.term and ins.seq in self.seen
-
     def _fence(
         self, ins: Instruction | SplitInstruction | TakeIn, touched: int, any_term: bool = False
     ) -> bool:
-        """Refuse a stale or oversized instruction. True if it is a replay: carried out before,
-        it is answered with its first outcome and checked no further. `any_term`: a
-        compensation that only gives the shard back what is its own, accepted from any term
-        (a newer coordinator must not strand machines an older one's saga was returning)."""
+        """`Fencing.check` against this shard as it is now; refused while it moves its state."""
         self._not_moving()
-        if self._replay(ins):
-            return True
-        # Terms are the coordinator's start times in milliseconds: one from beyond this
-        # shard's clock was never issued, and taking it would fence out the real coordinator.
-        if ins.term > workflow.now().timestamp() * 1000 + FUTURE_TERM_MS:
-            raise ApplicationError(
-                f"term: {ins.term} is not a coordinator term (from the future)",
-                type="StaleInstruction",
-                non_retryable=True,
-            )
-        if ins.term < self.term and not any_term:
-            raise ApplicationError(
-                f"stale instruction from coordinator term {ins.term}: shard {self.shard.id} "
-                f"has seen term {self.term}",
-                type="StaleInstruction",
-                non_retryable=True,
-            )
-        size = len(self.shard.inventory) + len(self.shard.handoff)
-        share = self.cfg.max_share
-        limit = max(1, int(size * share))
-        if touched > limit:
-            raise ApplicationError(
-                f"instruction touches {touched} machines, more than {share:.0%} of shard "
-                f"{self.shard.id}'s {size} (limit {limit})",
-                type="InstructionTooLarge",
-                non_retryable=True,
-            )
-        return False
-
-    def _accept(self, ins: Instruction | SplitInstruction | TakeIn) -> bool:
-        """Record the instruction's (term, seq). True if it is a replay (do nothing again)."""
-        if self._replay(ins):
-            return True
-        if ins.term > self.term:
-            self.term, self.seen = ins.term, []
-        if ins.term == self.term:
-            self.seen.append(ins.seq)
-            del self.seen[:-SEEN_KEPT]
-        return False
-
-    def _remember(self, ins: Instruction | SplitInstruction, update: str, out: Any) -> Any:
-        self.outbox.append([ins.term, ins.seq, update, out])
-        records = 0
-        for i in range(len(self.outbox) - 1, -1, -1):
-            entry = self.outbox[i][3]
-            records += len(entry) if isinstance(entry, list) else len(entry["needs"])
-            if records > OUTBOX_RECORDS and i < len(self.outbox) - 1:
-                del self.outbox[: i + 1]
-                break
-        return out
-
-    def _first_outcome(self, ins: Instruction | SplitInstruction, update: str) -> Any:
-        for term, seq, kind, out in self.outbox:
-            if (term, seq, kind) == (ins.term, ins.seq, update):
-                return out
-        raise ApplicationError(
-            f"instruction (term {ins.term}, seq {ins.seq}) was already carried out and its "
-            "outcome is no longer kept",
-            type="ReplayedInstruction",
-            non_retryable=True,
+        return self.fencing.check(
+            ins,
+            touched,
+            shard=self.shard.id,
+            size=len(self.shard.inventory) + len(self.shard.handoff),
+            max_share=self.cfg.max_share,
+            now_ms=workflow.now().timestamp() * 1000,
+            any_term=any_term,
         )
-
-    def _released_here(self, ins: Instruction) -> bool:
-        """Every machine of `ins` is one this shard released in that coordinator term."""
-        ours = {
-            m["id"]
-            for term, _, kind, out in self.outbox
-            if kind == "release" and term == ins.term
-            for m in out
-        }
-        return bool(ins.machines) and all(m.id in ours for m in ins.machines)
 
     @workflow.query
     def machine_states(self, machine_ids: list[str]) -> dict[str, str]:
@@ -228,7 +151,7 @@ class InstructionHandlers:
     def adopt(self, raw: RawValue = NO_ARGUMENT) -> int:
         """Take ownership of machines another shard released (or new capacity)."""
         ins = self._ins(raw, Instruction, "adopt")
-        if self._accept(ins):
+        if self.fencing.accept(ins):
             return 0
         return self.shard.adopt(ins.machines, workflow.now().timestamp())
 
@@ -237,17 +160,17 @@ class InstructionHandlers:
         ins = self._ins(raw, Instruction, "adopt")
         # Adopting takes nothing away from the shard: fenced, but no share limit. Taking back
         # what this shard released (a saga's compensation) is accepted from any term.
-        self._fence(ins, 0, any_term=ins.compensation and self._released_here(ins))
+        self._fence(ins, 0, any_term=ins.compensation and self.fencing.released_here(ins))
 
     @workflow.update
     @guarded
     def release(self, raw: RawValue = NO_ARGUMENT) -> list[Machine]:
         """Give up idle or speculative machines; returns their records for the receiver."""
         ins = self._ins(raw, Instruction, "release")
-        if self._accept(ins):
-            return self._first_outcome(ins, "release")
+        if self.fencing.accept(ins):
+            return self.fencing.first_outcome(ins, "release")
         released = self.shard.release(ins.machine_ids)
-        self._remember(ins, "release", [m.model_dump(mode="json") for m in released])
+        self.fencing.remember(ins, "release", [m.model_dump(mode="json") for m in released])
         return released
 
     @release.validator
@@ -255,7 +178,7 @@ class InstructionHandlers:
         ins = self._ins(raw, Instruction, "release")
         # Machines drained for this transfer were counted when the drain was accepted.
         if self._fence(ins, sum(1 for mid in ins.machine_ids if mid not in self.shard.handoff)):
-            self._first_outcome(ins, "release")  # refused if no longer kept
+            self.fencing.first_outcome(ins, "release")  # refused if no longer kept
             return
         if len(ins.machine_ids) > RECORDS_MAX:
             raise ApplicationError(
@@ -286,7 +209,7 @@ class InstructionHandlers:
     def drain_for_transfer(self, raw: RawValue = NO_ARGUMENT) -> list[str]:
         """Drain configured machines so they can be handed over (cross-shard preemption)."""
         ins = self._ins(raw, Instruction, "drain_for_transfer")
-        if self._accept(ins):
+        if self.fencing.accept(ins):
             return ins.machine_ids
         now = workflow.now().timestamp()
         inv = self.shard.inventory
@@ -310,7 +233,7 @@ class InstructionHandlers:
         """Compensation of a drain for transfer: the machines stay and are the shard's again
         (idempotent; it only touches the shard's own machines, so any term may ask)."""
         ins = self._ins(raw, Instruction, "cancel_transfer")
-        if not self._accept(ins):
+        if not self.fencing.accept(ins):
             self.shard.cancel_transfer(ins.machine_ids, workflow.now().timestamp())
         return ins.machine_ids
 
@@ -340,14 +263,14 @@ class InstructionHandlers:
         """Let `fraction` of the clusters and machines go to shard `ins.to` (all of them: a
         merge). Returns the clusters, their needs, and how many machines will be handed out."""
         ins = self._ins(raw, SplitInstruction, "split_out")
-        if self._accept(ins):
-            return self._first_outcome(ins, "split_out")
+        if self.fencing.accept(ins):
+            return self.fencing.first_outcome(ins, "split_out")
         clusters, ids = self.shard.split_plan(ins.fraction)
         needs = self.shard.split_out(clusters, ids, ins.to)
         if ins.fraction >= 1:
             self.merging = True
         out = {"clusters": clusters, "needs": needs, "machines": len(self.shard.leaving)}
-        return self._remember(ins, "split_out", out)
+        return self.fencing.remember(ins, "split_out", out)
 
     @split_out.validator
     def _split_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
@@ -355,7 +278,7 @@ class InstructionHandlers:
         # Dividing is the one instruction that moves half a shard: fenced, but not share-limited
         # (each part handed out is bounded by the saga's chunk instead).
         if self._fence(ins, 0):
-            self._first_outcome(ins, "split_out")
+            self.fencing.first_outcome(ins, "split_out")
             return
         if ins.to == self.shard.id:
             raise ApplicationError(f"shard {self.shard.id} cannot split into itself")
@@ -369,16 +292,16 @@ class InstructionHandlers:
     def hand_out(self, raw: RawValue = NO_ARGUMENT) -> list[Machine]:
         """The next part of a split's machines (at most `ins.limit` records)."""
         ins = self._ins(raw, Instruction, "hand_out")
-        if self._accept(ins):
-            return self._first_outcome(ins, "hand_out")
+        if self.fencing.accept(ins):
+            return self.fencing.first_outcome(ins, "hand_out")
         part = [m.model_dump(mode="json") for m in self.shard.hand_out(ins.limit)]
-        return self._remember(ins, "hand_out", part)
+        return self.fencing.remember(ins, "hand_out", part)
 
     @hand_out.validator
     def _hand_out_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
         ins = self._ins(raw, Instruction, "hand_out")
         if self._fence(ins, 0):
-            self._first_outcome(ins, "hand_out")
+            self.fencing.first_outcome(ins, "hand_out")
             return
         if not 0 < ins.limit <= RECORDS_MAX:
             raise ApplicationError(f"limit: must be 1 … {RECORDS_MAX}, got {ins.limit}")
@@ -388,7 +311,7 @@ class InstructionHandlers:
     def take_in(self, raw: RawValue = NO_ARGUMENT) -> int:
         """Clusters and machines of a split or merge (or given back after one failed)."""
         ins = self._ins(raw, TakeIn, "take_in")
-        if self._accept(ins):
+        if self.fencing.accept(ins):
             return 0
         taken = self.shard.take_in(ins.needs, ins.machines, workflow.now().timestamp())
         if ins.last:  # the split is complete (or undone): decide again
@@ -410,7 +333,7 @@ class InstructionHandlers:
     def retire(self, raw: RawValue = NO_ARGUMENT) -> int:
         """End a merged-away shard's workflow. Returns its last cycle count."""
         ins = self._ins(raw, Instruction, "retire")
-        self._accept(ins)
+        self.fencing.accept(ins)
         self.retired = True
         return self.shard.cycles
 
@@ -433,7 +356,7 @@ class InstructionHandlers:
         """Machines leaving the fleet (seed §16): idle or drained ones are given up; cloud
         machines are deleted, bare metal goes back to its provider as it is."""
         ins = self._ins(raw, Instruction, "decommission")
-        if self._accept(ins):
+        if self.fencing.accept(ins):
             return ins.machine_ids
         inv = self.shard.inventory
         # Drained for this: back from the handoff first, so everything leaves the same way.

@@ -186,7 +186,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers):
             "shortfalls": [s.model_dump(mode="json") for s in last.shortfalls],
             "rejections": list(self.shard.rejections)[-10:],
             "rejected_inputs": self.guard.rejections.counts,
-            "coordinator_term": self.term,
+            "coordinator_term": self.fencing.term,
             "inherited": self.inherited,
             "failures": self.failures,
         }

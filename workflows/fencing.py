@@ -1,0 +1,122 @@
+"""Seed §11's fencing of coordinator instructions, for one shard: the highest coordinator term
+it has seen, the sequence numbers seen in that term, and the first outcomes of instructions
+that hand machine records over. A helper object of the shard workflow; its state crosses
+continue-as-new with the shard's (`state()`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from temporalio.exceptions import ApplicationError
+
+from activities.wire import Instruction, SplitInstruction, TakeIn
+
+SEEN_KEPT = 1000
+# First outcomes of instructions that hand machine records over (release, hand_out, split_out),
+# for a retry that arrives after a continue-as-new (Temporal deduplicates update ids within one
+# run only). Bounded by machine records, since it crosses continue-as-new with the shard.
+OUTBOX_RECORDS = 500
+FUTURE_TERM_MS = 300_000  # clocks of workers and server may differ a little
+
+AnyInstruction = Instruction | SplitInstruction | TakeIn
+
+
+class Fencing:
+    def __init__(self, state: Mapping[str, Any]) -> None:
+        self.term = int(state.get("term", 0))
+        # Sequence numbers seen in the current term: sagas run side by side, so instructions
+        # may arrive out of order; a seq seen before is a replay.
+        self.seen: list[int] = list(state.get("seen", []))
+        self.outbox: list[list[Any]] = list(state.get("outbox", []))  # [term, seq, update, out]
+
+    def state(self) -> dict[str, Any]:
+        return {"term": self.term, "seen": self.seen[-SEEN_KEPT:], "outbox": self.outbox}
+
+    def replay(self, ins: AnyInstruction) -> bool:
+        return ins.term == self.term and ins.seq in self.seen
+
+    def check(
+        self,
+        ins: AnyInstruction,
+        touched: int,
+        shard: int,
+        size: int,
+        max_share: float,
+        now_ms: float,
+        any_term: bool = False,
+    ) -> bool:
+        """Refuse a stale or oversized instruction (`ApplicationError`). True if it is a
+        replay: carried out before, it is answered with its first outcome and checked no
+        further. `any_term`: a compensation that only gives the shard back what is its own,
+        accepted from any term (a newer coordinator must not strand machines an older one's
+        saga was returning). `size`: the shard's machines, of which `max_share` may move."""
+        if self.replay(ins):
+            return True
+        # Terms are the coordinator's start times in milliseconds: one from beyond this
+        # shard's clock was never issued, and taking it would fence out the real coordinator.
+        if ins.term > now_ms + FUTURE_TERM_MS:
+            raise ApplicationError(
+                f"term: {ins.term} is not a coordinator term (from the future)",
+                type="StaleInstruction",
+                non_retryable=True,
+            )
+        if ins.term < self.term and not any_term:
+            raise ApplicationError(
+                f"stale instruction from coordinator term {ins.term}: shard {shard} "
+                f"has seen term {self.term}",
+                type="StaleInstruction",
+                non_retryable=True,
+            )
+        limit = max(1, int(size * max_share))
+        if touched > limit:
+            raise ApplicationError(
+                f"instruction touches {touched} machines, more than {max_share:.0%} of shard "
+                f"{shard}'s {size} (limit {limit})",
+                type="InstructionTooLarge",
+                non_retryable=True,
+            )
+        return False
+
+    def accept(self, ins: AnyInstruction) -> bool:
+        """Record the instruction's (term, seq). True if it is a replay (do nothing again)."""
+        if self.replay(ins):
+            return True
+        if ins.term > self.term:
+            self.term, self.seen = ins.term, []
+        if ins.term == self.term:
+            self.seen.append(ins.seq)
+            del self.seen[:-SEEN_KEPT]
+        return False
+
+    def remember(self, ins: Instruction | SplitInstruction, update: str, out: Any) -> Any:
+        self.outbox.append([ins.term, ins.seq, update, out])
+        records = 0
+        for i in range(len(self.outbox) - 1, -1, -1):
+            entry = self.outbox[i][3]
+            records += len(entry) if isinstance(entry, list) else len(entry["needs"])
+            if records > OUTBOX_RECORDS and i < len(self.outbox) - 1:
+                del self.outbox[: i + 1]
+                break
+        return out
+
+    def first_outcome(self, ins: Instruction | SplitInstruction, update: str) -> Any:
+        for term, seq, kind, out in self.outbox:
+            if (term, seq, kind) == (ins.term, ins.seq, update):
+                return out
+        raise ApplicationError(
+            f"instruction (term {ins.term}, seq {ins.seq}) was already carried out and its "
+            "outcome is no longer kept",
+            type="ReplayedInstruction",
+            non_retryable=True,
+        )
+
+    def released_here(self, ins: Instruction) -> bool:
+        """Every machine of `ins` is one this shard released in that coordinator term."""
+        ours = {
+            m["id"]
+            for term, _, kind, out in self.outbox
+            if kind == "release" and term == ins.term
+            for m in out
+        }
+        return bool(ins.machines) and all(m.id in ours for m in ins.machines)
