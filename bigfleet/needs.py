@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,3 +170,56 @@ class NeedsTable:
     def last_seen(self, cluster: str) -> float | None:
         entry = self._clusters.get(cluster)
         return entry.last_seen if entry else None
+
+
+# ---- the table as data (snapshots, splits and merges) ---------------------------------------
+
+
+def needs_state(table: NeedsTable, clusters: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """The table (or those `clusters` of it) as JSON-ready data, arrival order included."""
+    out = []
+    for cluster in table.clusters() if clusters is None else clusters:
+        if cluster not in table._clusters:
+            continue
+        entry = table._clusters[cluster]
+        out.append(
+            {
+                "cluster": cluster,
+                "generation": entry.generation,
+                "last_seen": entry.last_seen,
+                "needs": [n.spec.model_dump(mode="json") for n in entry.needs],
+                "arrivals": [n.arrival for n in entry.needs],
+                "health": entry.health.model_dump(mode="json") if entry.health else None,
+                "health_generation": entry.health_generation,
+            }
+        )
+    return out
+
+
+def restore_needs(
+    state: list[dict[str, Any]], max_silence: float, table: NeedsTable | None = None
+) -> NeedsTable:
+    """A needs table from `needs_state`, or those clusters added to `table` (arrival order
+    kept, so a cluster that moved keeps its place in the queue)."""
+    if table is None:
+        table = NeedsTable(max_silence_seconds=max_silence)
+    for c in state:
+        table.remove(c["cluster"])
+        rollup = from_wire(
+            ClusterCapacityNeeds,
+            {"cluster": c["cluster"], "generation": c["generation"], "needs": c["needs"]},
+        )
+        table.apply(rollup, c["last_seen"])
+        entry = table._clusters[c["cluster"]]
+        for need, arrival in zip(entry.needs, c["arrivals"], strict=True):
+            table._sorted.remove(need)
+            object.__setattr__(need, "arrival", arrival)
+            object.__setattr__(
+                need, "order", (-need.priority, arrival, need.cluster, need.index)
+            )
+            table._sorted.add(need)
+        table._arrivals = max([table._arrivals, *c["arrivals"]])
+        if c["health"] is not None:
+            entry.health = NodeHealth(**c["health"])
+        entry.health_generation = c["health_generation"]
+    return table

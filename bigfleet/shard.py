@@ -19,8 +19,8 @@ from .engine import Decision, FastEngine
 from .engine.claims import CONFIGURED_SLOT
 from .engine.rows import RowPicker
 from .inputs import clip, explain
-from .inventory import CODE, Inventory, MachineNotFound
-from .membership import ShardMembership
+from .inventory import CODE, GONE, Inventory, MachineNotFound
+from .membership import Membership
 from .models import (
     ClusterCapacityNeeds,
     FencingToken,
@@ -40,7 +40,7 @@ S = MachineState
 REFUSAL_BACKOFF_SECONDS = 300.0
 
 
-class Shard(ShardMembership):
+class Shard:
     def __init__(
         self, shard_id: int, policy: Policy | None = None, epoch: int = 1, capacity: int = 1024
     ) -> None:
@@ -64,11 +64,52 @@ class Shard(ShardMembership):
         self.moved: dict[str, int] = {}
         # Machines this shard took out of the fleet: never adopted again as new capacity.
         self.decommissioned: set[str] = set()
+        # Splits, merges and decommissions (seed §16), on this shard's state.
+        self.membership = Membership(self)
 
     def token(self) -> FencingToken:
         """The fencing token for the next provider call (seed §11)."""
         self.seq += 1
         return FencingToken(shard_id=self.id, shard_epoch=self.epoch, seq=self.seq)
+
+    # ---- what it holds (queries page through it) ---------------------------------------------
+
+    def ownership(self, machine_id: str) -> str:
+        """What this shard holds of a machine: its state, DECOMMISSIONED, or GONE."""
+        if machine_id in self.handoff:
+            return S.IDLE.value
+        if machine_id in self.leaving:
+            return self.leaving[machine_id].state.value
+        if machine_id in self.decommissioned:
+            return "DECOMMISSIONED"
+        row = self.inventory.ids.find(machine_id)
+        return self.inventory.state_of(row).value if row >= 0 else "GONE"
+
+    def owned_ids(self, start: int, limit: int) -> tuple[list[str], int]:
+        """A page of the machines this shard holds, from inventory row `start`: up to `limit`
+        ids and the row the next page starts at (-1: none; the drained hand-offs come with the
+        last page). Rows, not sorted ids, so a page costs one numpy pass and no sort; a
+        machine that comes or goes between pages may be missed, never invented."""
+        inv = self.inventory
+        rows = np.flatnonzero(inv.state[start : inv.rows_used] != GONE)[:limit] + start
+        ids = [inv.machine_id(r) for r in rows.tolist()]
+        if len(rows) == limit:
+            return ids, int(rows[-1]) + 1
+        return ids + sorted(self.handoff), -1
+
+    def speculative_ids(self, provider: str, start: int, limit: int) -> tuple[list[str], int]:
+        """A page of this shard's speculative machines of `provider`, from inventory row
+        `start` (as `owned_ids`): a provider's listing is compared with them without the ids
+        entering the workflow's history."""
+        inv = self.inventory
+        pid = inv.providers.get(provider)
+        if pid is None:
+            return [], -1
+        n = inv.rows_used
+        hit = (inv.state[start:n] == CODE[S.SPECULATIVE]) & (inv.provider[start:n] == pid)
+        rows = np.flatnonzero(hit)[:limit] + start
+        ids = [inv.machine_id(r) for r in rows.tolist()]
+        return ids, (int(rows[-1]) + 1 if len(rows) == limit else -1)
 
     # ---- roll-ups ---------------------------------------------------------------------------
 

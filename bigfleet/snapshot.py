@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import zlib
-from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -17,13 +16,11 @@ from .engine import EngineMemory, FastEngine
 from .inventory import _COLUMNS, GONE, Inventory
 from .models import (
     CapacityType,
-    ClusterCapacityNeeds,
     Machine,
-    NodeHealth,
     Resources,
     from_wire,
 )
-from .needs import NeedsTable
+from .needs import needs_state, restore_needs
 from .profiles import Profile
 from .shard import Shard
 
@@ -105,55 +102,6 @@ def restore_inventory(state: dict[str, Any]) -> Inventory:
     inv.counts = np.zeros((inv.counts.shape[0], max(len(inv.profiles), 1)), dtype=np.int64)
     inv.recount(live)
     return inv
-
-
-def needs_state(table: NeedsTable, clusters: Iterable[str] | None = None) -> list[dict[str, Any]]:
-    out = []
-    for cluster in table.clusters() if clusters is None else clusters:
-        if cluster not in table._clusters:
-            continue
-        entry = table._clusters[cluster]
-        out.append(
-            {
-                "cluster": cluster,
-                "generation": entry.generation,
-                "last_seen": entry.last_seen,
-                "needs": [n.spec.model_dump(mode="json") for n in entry.needs],
-                "arrivals": [n.arrival for n in entry.needs],
-                "health": entry.health.model_dump(mode="json") if entry.health else None,
-                "health_generation": entry.health_generation,
-            }
-        )
-    return out
-
-
-def restore_needs(
-    state: list[dict[str, Any]], max_silence: float, table: NeedsTable | None = None
-) -> NeedsTable:
-    """A needs table from `needs_state`, or those clusters added to `table` (arrival order
-    kept, so a cluster that moved keeps its place in the queue)."""
-    if table is None:
-        table = NeedsTable(max_silence_seconds=max_silence)
-    for c in state:
-        table.remove(c["cluster"])
-        rollup = from_wire(
-            ClusterCapacityNeeds,
-            {"cluster": c["cluster"], "generation": c["generation"], "needs": c["needs"]},
-        )
-        table.apply(rollup, c["last_seen"])
-        entry = table._clusters[c["cluster"]]
-        for need, arrival in zip(entry.needs, c["arrivals"], strict=True):
-            table._sorted.remove(need)
-            object.__setattr__(need, "arrival", arrival)
-            object.__setattr__(
-                need, "order", (-need.priority, arrival, need.cluster, need.index)
-            )
-            table._sorted.add(need)
-        table._arrivals = max([table._arrivals, *c["arrivals"]])
-        if c["health"] is not None:
-            entry.health = NodeHealth(**c["health"])
-        entry.health_generation = c["health_generation"]
-    return table
 
 
 def shard_state(shard: Shard) -> dict[str, Any]:

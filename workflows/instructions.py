@@ -265,8 +265,8 @@ class InstructionHandlers:
         ins = self._ins(raw, SplitInstruction, "split_out")
         if self.fencing.accept(ins):
             return self.fencing.first_outcome(ins, "split_out")
-        clusters, ids = self.shard.split_plan(ins.fraction)
-        needs = self.shard.split_out(clusters, ids, ins.to)
+        clusters, ids = self.shard.membership.split_plan(ins.fraction)
+        needs = self.shard.membership.split_out(clusters, ids, ins.to)
         if ins.fraction >= 1:
             self.merging = True
         out = {"clusters": clusters, "needs": needs, "machines": len(self.shard.leaving)}
@@ -294,7 +294,7 @@ class InstructionHandlers:
         ins = self._ins(raw, Instruction, "hand_out")
         if self.fencing.accept(ins):
             return self.fencing.first_outcome(ins, "hand_out")
-        part = [m.model_dump(mode="json") for m in self.shard.hand_out(ins.limit)]
+        part = [m.model_dump(mode="json") for m in self.shard.membership.hand_out(ins.limit)]
         return self.fencing.remember(ins, "hand_out", part)
 
     @hand_out.validator
@@ -313,7 +313,7 @@ class InstructionHandlers:
         ins = self._ins(raw, TakeIn, "take_in")
         if self.fencing.accept(ins):
             return 0
-        taken = self.shard.take_in(ins.needs, ins.machines, workflow.now().timestamp())
+        taken = self.shard.membership.take_in(ins.needs, ins.machines, workflow.now().timestamp())
         if ins.last:  # the split is complete (or undone): decide again
             self.joining = self.merging = False
         # A merge: the retired shard's share of capacity that appears later is this shard's.
@@ -390,7 +390,7 @@ class InstructionHandlers:
         ):
             raise ApplicationError("where: a map of field names to values is required")
         limit = _page(0, limit)[1]
-        return self.shard.matching(where, limit)
+        return self.shard.membership.matching(where, limit)
 
     def report_due(self, now: float) -> ShardReport | None:
         """The report, every 30 s, taken right after a decision at `now`: what it offers

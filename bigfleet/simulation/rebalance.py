@@ -126,10 +126,10 @@ class Rebalancer:
     def _split(self, donor: int, into: int, fraction: float, now: float) -> None:
         """What the membership saga does, in one step: split_out, hand_out, take_in."""
         giver, taker = self.sim.shards[donor], self.sim.shards[into]
-        clusters, ids = giver.split_plan(fraction)
-        needs = giver.split_out(clusters, ids, into)
-        machines = giver.hand_out(len(giver.leaving))
-        taker.take_in(needs, machines, now)
+        clusters, ids = giver.membership.split_plan(fraction)
+        needs = giver.membership.split_out(clusters, ids, into)
+        machines = giver.membership.hand_out(len(giver.leaving))
+        taker.membership.take_in(needs, machines, now)
         for m in machines:
             self.sim.owner[m.id] = into
         self.coordinator.moved(clusters, into)
@@ -149,7 +149,10 @@ class Rebalancer:
         """Each shard gives its proportional share: free machines leave at once, configured
         ones are drained first; cloud machines are deleted, bare metal is left to its
         provider."""
-        found = {i: s.matching(req.where(), req.count) for i, s in enumerate(self.sim.shards)}
+        found = {
+            i: s.membership.matching(req.where(), req.count)
+            for i, s in enumerate(self.sim.shards)
+        }
         shares, picks = decommission_plan(found, req.count)
         for i, (free, configured) in picks.items():
             self._leave(i, free, now)

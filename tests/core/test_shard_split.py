@@ -39,13 +39,13 @@ def owned(shard: Shard) -> set[str]:
 def test_a_split_moves_half_the_clusters_with_their_machines_and_whole_free_racks():
     donor, new = busy_shard(), Shard(1)
     before = owned(donor)
-    clusters, ids = donor.split_plan(0.5)
+    clusters, ids = donor.membership.split_plan(0.5)
     assert len(clusters) == 2
-    needs = donor.split_out(clusters, ids, to=1)
+    needs = donor.membership.split_out(clusters, ids, to=1)
     machines = []
-    while chunk := donor.hand_out(5):
+    while chunk := donor.membership.hand_out(5):
         machines += chunk
-    new.take_in(needs, machines, 20)
+    new.membership.take_in(needs, machines, 20)
 
     assert sorted(new.needs.clusters()) == clusters
     assert sorted(set(donor.needs.clusters()) | set(new.needs.clusters())) == ["a", "b", "c", "d"]
@@ -67,9 +67,10 @@ def test_a_split_moves_half_the_clusters_with_their_machines_and_whole_free_rack
 
 def test_a_merge_moves_everything_that_is_not_in_a_transition():
     donor, into = busy_shard(), Shard(1)
-    clusters, ids = donor.split_plan(1.0)
+    clusters, ids = donor.membership.split_plan(1.0)
     assert clusters == ["a", "b", "c", "d"]
-    into.take_in(donor.split_out(clusters, ids, to=1), donor.hand_out(10_000), 20)
+    needs = donor.membership.split_out(clusters, ids, to=1)
+    into.membership.take_in(needs, donor.membership.hand_out(10_000), 20)
     assert owned(donor) == {"new-0"} and len(owned(into)) == 32
     assert sum(into.machines_by_state().values()) == 32
     assert not donor.needs.clusters()
@@ -78,11 +79,12 @@ def test_a_merge_moves_everything_that_is_not_in_a_transition():
 def test_a_failed_hand_over_returns_to_the_donor():
     donor = busy_shard()
     total = sum(donor.machines_by_state().values())
-    clusters, ids = donor.split_plan(0.5)
-    needs = donor.split_out(clusters, ids, to=1)
+    clusters, ids = donor.membership.split_plan(0.5)
+    needs = donor.membership.split_out(clusters, ids, to=1)
     assert sum(donor.machines_by_state().values()) == total  # leaving machines still counted
-    part = donor.hand_out(3)
-    donor.take_in(needs, part + donor.hand_out(10_000), 20)  # the receiver refused: all back
+    part = donor.membership.hand_out(3)
+    # The receiver refused: all back.
+    donor.membership.take_in(needs, part + donor.membership.hand_out(10_000), 20)
     assert sum(donor.machines_by_state().values()) == total
     assert sorted(donor.needs.clusters()) == ["a", "b", "c", "d"] and not donor.moved
     decision = donor.cycle(30)
