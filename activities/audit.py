@@ -45,6 +45,8 @@ class AuditActivities:
         self.providers = providers
 
     @activity.defn(name="provider_audit")
+    # Over 60 lines: list, read the holdings, look twice, classify, report: one audit in
+    # the order it happens (the steps are the functions of bigfleet/audit.py).
     async def audit(self, r: AuditRead) -> AuditReport:
         client = self.providers.client
         if client is None:

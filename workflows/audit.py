@@ -123,6 +123,8 @@ def check_repair(report: AuditReport, membership: Mapping[str, Any] | None = Non
         raise ValueError(f"repair: unknown kinds of finding {bad}; expected {list(KINDS)}")
 
 
+# Over 60 lines: one finding kind after another (orphans, doubles, mismatches,
+# unlisted), each a few lines; the order of the kinds is the order repairs run in.
 def plan_repair(
     c: Coordinator, report: AuditReport, busy: Collection[str] = ()
 ) -> tuple[dict[tuple[int, str], list[Any]], list[list[str]]]:

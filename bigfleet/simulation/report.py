@@ -84,6 +84,8 @@ def build_report(sim: Simulation) -> dict[str, Any]:
     }
 
 
+# Over 60 lines: one section of the printed report after another, in the order a reader
+# reads them; split, it would only scatter the layout.
 def render_text(report: dict[str, Any], log_lines: int = 20) -> str:
     out = [
         f"scenario {report['scenario']} (seed {report['seed']}): "

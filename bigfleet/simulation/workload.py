@@ -97,6 +97,8 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
 
 
 @lru_cache(maxsize=8)
+# Over 60 lines: one pass over the trace file, column by column, kept together so the
+# file is read once (it is cached by size and mtime).
 def _read_trace(path: str, size: int, mtime_ns: int) -> Trace:
     del size, mtime_ns  # cache key only: a rewritten file is read again
     names: list[str] = []
@@ -213,6 +215,8 @@ def _live_sum(
     return born_at - gone_at  # deletion >= creation: every pod gone by T was born by T
 
 
+# Over 60 lines: the replay loop (arrivals and departures in time order, one roll-up a
+# step); its helpers are the functions above.
 def rollups_from_trace(
     spec: WorkloadSpec, cycle_seconds: float, duration_seconds: float
 ) -> list[tuple[float, list[CapacityNeed]]]:
