@@ -20,8 +20,8 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.audit import EXTRA, HOLDINGS_PAGE_MAX, holdings_page
     from bigfleet.inputs import clip
     from bigfleet.shard import Shard
-    from workflows.fencing import Fencing
     from workflows.guard import NO_ARGUMENT, guarded
+    from workflows.instruction_steps import InstructionSteps
 
 
 class AuditHandlers:
@@ -29,7 +29,7 @@ class AuditHandlers:
     pipeline: list[TransitionInput]
     _not_restoring: Callable[[], None]
     _fence: Callable[..., bool]
-    fencing: Fencing
+    steps: InstructionSteps
     _ins: Callable[..., Instruction]
 
     @workflow.query
@@ -57,7 +57,7 @@ class AuditHandlers:
         keeps them, or no provider lists them). Their queued transitions are dropped; one
         still running reports a machine this shard no longer has, which it ignores."""
         ins = self._ins(raw, Instruction, "disown")
-        if self.fencing.accept(ins):
+        if self.steps.fencing.accept(ins):
             return ins.machine_ids
         shard = self.shard
         mine = [
@@ -89,7 +89,7 @@ class AuditHandlers:
         (or configured for another cluster): the provider is the source of truth. Returns how
         many changed."""
         ins = self._ins(raw, Instruction, "observe_records")
-        if self.fencing.accept(ins):
+        if self.steps.fencing.accept(ins):
             return 0
         now = workflow.now().timestamp()
         inv = self.shard.inventory

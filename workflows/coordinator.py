@@ -45,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.audit import check_repair
     from workflows.audit import repair as repair_findings
     from workflows.guard import NO_ARGUMENT, Guard, accepts, guarded
-    from workflows.instructions import RECORDS_MAX
+    from workflows.instruction_steps import RECORDS_MAX
     from workflows.membership import MembershipSagaWorkflow
     from workflows.sagas import STEP, TransferSagaWorkflow
 

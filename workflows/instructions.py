@@ -5,9 +5,6 @@ would take more than `ShardConfig.max_share` (10 %) of the shard's machines away
 before it changes anything.
 """
 
-# About 400 lines: every coordinator instruction a shard takes, each an update with its
-# validator (Temporal finds handlers on the workflow class, so they are declared here and mixed
-# in); their fencing state is a helper object (workflows/fencing.py).
 
 from __future__ import annotations
 
@@ -27,11 +24,10 @@ with workflow.unsafe.imports_passed_through():
     )
     from bigfleet.coordinator import Matching, ShardReport
     from bigfleet.inputs import clip
-    from bigfleet.models import Machine, MachineState, Transition
+    from bigfleet.models import Machine, MachineState
     from bigfleet.shard import Shard
-    from workflows.actions import TransitionInputs
-    from workflows.fencing import Fencing
     from workflows.guard import NO_ARGUMENT, Guard, guarded
+    from workflows.instruction_steps import InstructionSteps
     from workflows.sagas import COORDINATOR_ID
 
 S = MachineState
@@ -39,9 +35,6 @@ REPORT_SAMPLE = 32
 
 
 QUERY_IDS = 50_000  # ids a query may ask about (an answer stays below gRPC's 4 MB)
-# Machine records an update may return (release, hand_out): ~630 bytes each, and an update's
-# result is one payload (Temporal refuses one over 2 MB, and the workflow task with it).
-RECORDS_MAX = 2_000
 Ins = TypeVar("Ins", Instruction, SplitInstruction, TakeIn)
 
 
@@ -56,34 +49,18 @@ def _page(start: object, limit: object) -> tuple[int, int]:
 
 class InstructionHandlers:
     """The shard workflow's instruction handlers (mixed in: Temporal finds handlers on the
-    workflow class). What they share is the shard, its config, the input maker and the fencing
-    helper, all made in the workflow's `__init__`."""
+    workflow class). Each decodes its instruction, lets `InstructionSteps` check it (in the
+    validator) and carry it out (in the handler); what they share is made in the workflow's
+    `__init__`: the shard, its config and the steps."""
 
     shard: Shard
     cfg: ShardConfig
     pipeline: list[TransitionInput]
-    inputs: TransitionInputs
-
-    def __init__(self, state: dict[str, Any]) -> None:
-        # Membership: a split-born shard decides nothing until its last part arrives; a shard
-        # merging away decides nothing more, and ends once it owns nothing.
-        self.joining = bool(state.get("joining", False))
-        self.merging = bool(state.get("merging", False))
-        self.retired = False
-        self.inherited: list[int] = list(state.get("inherited", []))
-        self.fencing = Fencing(state)
-        self.last_report = 0.0
-
-    def instruction_state(self) -> dict[str, Any]:
-        return {
-            **self.fencing.state(),
-            "joining": self.joining,
-            "merging": self.merging,
-            "inherited": self.inherited,
-        }
-
+    steps: InstructionSteps
+    guard: Guard
     restoring: bool
     snapshotting: bool = False
+    last_report: float = 0.0
 
     def _not_restoring(self) -> None:
         """Until a shard has read its state back from the snapshot store (a moment after each
@@ -104,28 +81,23 @@ class InstructionHandlers:
                 f"shard {self.shard.id} is writing its snapshot; retry", type="ShardRestoring"
             )
 
-    guard: Guard
-
     def _ins(self, raw: RawValue, model: type[Ins], update: str) -> Ins:
         """An update's instruction, decoded strictly; refused (before it enters history, in
         the validator) if it is missing, malformed or oversized."""
         ins: Ins = self.guard.arg(raw, model, update)
         return ins
 
+    def _checked(self, raw: RawValue, model: type[Ins], update: str) -> tuple[Ins, float]:
+        """For a validator: the instruction, and now; refused while the state moves."""
+        self._not_moving()
+        return self._ins(raw, model, update), workflow.now().timestamp()
+
     def _fence(
         self, ins: Instruction | SplitInstruction | TakeIn, touched: int, any_term: bool = False
     ) -> bool:
         """`Fencing.check` against this shard as it is now; refused while it moves its state."""
         self._not_moving()
-        return self.fencing.check(
-            ins,
-            touched,
-            shard=self.shard.id,
-            size=len(self.shard.inventory) + len(self.shard.handoff),
-            max_share=self.cfg.max_share,
-            now_ms=workflow.now().timestamp() * 1000,
-            any_term=any_term,
-        )
+        return self.steps.fence(ins, touched, workflow.now().timestamp(), any_term)
 
     @workflow.query
     def machine_states(self, machine_ids: list[str]) -> dict[str, str]:
@@ -146,86 +118,51 @@ class InstructionHandlers:
         self._not_restoring()
         return self.shard.speculative_ids(str(provider), *_page(start, limit))
 
+    @workflow.query
+    def matching(self, where: dict[str, str], limit: int) -> Matching:
+        """Machines a decommission could take (see `Membership.matching`)."""
+        self._not_restoring()
+        if not isinstance(where, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in where.items()
+        ):
+            raise ApplicationError("where: a map of field names to values is required")
+        return self.shard.membership.matching(where, _page(0, limit)[1])
+
+    # ---- moving machines between shards (seed §9) ---------------------------------------------
+
     @workflow.update
     @guarded
     def adopt(self, raw: RawValue = NO_ARGUMENT) -> int:
         """Take ownership of machines another shard released (or new capacity)."""
         ins = self._ins(raw, Instruction, "adopt")
-        if self.fencing.accept(ins):
-            return 0
-        return self.shard.adopt(ins.machines, workflow.now().timestamp())
+        return self.steps.adopt(ins, workflow.now().timestamp())
 
     @adopt.validator
     def _adopt_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
-        ins = self._ins(raw, Instruction, "adopt")
-        # Adopting takes nothing away from the shard: fenced, but no share limit. Taking back
-        # what this shard released (a saga's compensation) is accepted from any term.
-        self._fence(ins, 0, any_term=ins.compensation and self.fencing.released_here(ins))
+        self.steps.check_adopt(*self._checked(raw, Instruction, "adopt"))
 
     @workflow.update
     @guarded
     def release(self, raw: RawValue = NO_ARGUMENT) -> list[Machine]:
         """Give up idle or speculative machines; returns their records for the receiver."""
-        ins = self._ins(raw, Instruction, "release")
-        if self.fencing.accept(ins):
-            return self.fencing.first_outcome(ins, "release")
-        released = self.shard.release(ins.machine_ids)
-        self.fencing.remember(ins, "release", [m.model_dump(mode="json") for m in released])
-        return released
+        return self.steps.release(self._ins(raw, Instruction, "release"))
 
     @release.validator
     def _release_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
-        ins = self._ins(raw, Instruction, "release")
-        # Machines drained for this transfer were counted when the drain was accepted.
-        if self._fence(ins, sum(1 for mid in ins.machine_ids if mid not in self.shard.handoff)):
-            self.fencing.first_outcome(ins, "release")  # refused if no longer kept
-            return
-        if len(ins.machine_ids) > RECORDS_MAX:
-            raise ApplicationError(
-                f"machine_ids: {len(ins.machine_ids)} machines, at most {RECORDS_MAX} a release "
-                "(their records must fit one reply)"
-            )
-        self._check_free(ins)
-
-    def _check_free(self, ins: Instruction) -> None:
-        inv = self.shard.inventory
-        for mid in ins.machine_ids:
-            if mid in self.shard.handoff:
-                continue
-            row = inv.ids.find(mid)
-            if row < 0:
-                raise ApplicationError(
-                    f"machine {clip(mid, 80)} is not owned by shard {self.shard.id}"
-                )
-            if inv.state_of(row) not in (S.IDLE, S.SPECULATIVE):
-                raise ApplicationError(
-                    f"machine {clip(mid, 80)} is {inv.state_of(row)}: only idle or speculative "
-                    "machines "
-                    "move between shards"
-                )
+        self.steps.check_release(*self._checked(raw, Instruction, "release"))
 
     @workflow.update
     @guarded
     def drain_for_transfer(self, raw: RawValue = NO_ARGUMENT) -> list[str]:
         """Drain configured machines so they can be handed over (cross-shard preemption)."""
         ins = self._ins(raw, Instruction, "drain_for_transfer")
-        if self.fencing.accept(ins):
-            return ins.machine_ids
-        now = workflow.now().timestamp()
-        inv = self.shard.inventory
-        clusters = {mid: inv.cluster_of(inv.row(mid)) for mid in ins.machine_ids}
-        self.shard.drain_for_transfer(ins.machine_ids, now)
-        for mid in ins.machine_ids:
-            self.pipeline.append(
-                self.inputs.make(
-                    Transition.DRAIN,
-                    [mid],
-                    cluster=clusters[mid],
-                    grace_seconds=ins.grace_seconds,
-                    reason="transfer",
-                )
-            )
-        return ins.machine_ids
+        ids, drains = self.steps.drain_for_transfer(ins, workflow.now().timestamp())
+        self.pipeline += drains
+        return ids
+
+    @drain_for_transfer.validator
+    def _drain_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
+        self.steps.check_drain_for_transfer(*self._checked(raw, Instruction, "drain_for_transfer"))
 
     @workflow.update
     @guarded
@@ -233,27 +170,11 @@ class InstructionHandlers:
         """Compensation of a drain for transfer: the machines stay and are the shard's again
         (idempotent; it only touches the shard's own machines, so any term may ask)."""
         ins = self._ins(raw, Instruction, "cancel_transfer")
-        if not self.fencing.accept(ins):
-            self.shard.cancel_transfer(ins.machine_ids, workflow.now().timestamp())
-        return ins.machine_ids
+        return self.steps.cancel_transfer(ins, workflow.now().timestamp())
 
     @cancel_transfer.validator
     def _cancel_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
-        ins = self._ins(raw, Instruction, "cancel_transfer")
-        self._fence(ins, 0, any_term=True)
-
-    @drain_for_transfer.validator
-    def _drain_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
-        ins = self._ins(raw, Instruction, "drain_for_transfer")
-        if self._fence(ins, len(ins.machine_ids)):
-            return
-        inv = self.shard.inventory
-        for mid in ins.machine_ids:
-            row = inv.ids.find(mid)
-            if row < 0 or inv.state_of(row) is not S.CONFIGURED:
-                raise ApplicationError(
-                    f"machine {clip(mid, 80)} is not a configured machine of this shard"
-                )
+        self.steps.check_cancel_transfer(*self._checked(raw, Instruction, "cancel_transfer"))
 
     # ---- splits, merges, decommissions (seed §16) --------------------------------------------
 
@@ -262,93 +183,42 @@ class InstructionHandlers:
     def split_out(self, raw: RawValue = NO_ARGUMENT) -> dict[str, Any]:
         """Let `fraction` of the clusters and machines go to shard `ins.to` (all of them: a
         merge). Returns the clusters, their needs, and how many machines will be handed out."""
-        ins = self._ins(raw, SplitInstruction, "split_out")
-        if self.fencing.accept(ins):
-            return self.fencing.first_outcome(ins, "split_out")
-        clusters, ids = self.shard.membership.split_plan(ins.fraction)
-        needs = self.shard.membership.split_out(clusters, ids, ins.to)
-        if ins.fraction >= 1:
-            self.merging = True
-        out = {"clusters": clusters, "needs": needs, "machines": len(self.shard.leaving)}
-        return self.fencing.remember(ins, "split_out", out)
+        return self.steps.split_out(self._ins(raw, SplitInstruction, "split_out"))
 
     @split_out.validator
     def _split_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
-        ins = self._ins(raw, SplitInstruction, "split_out")
-        # Dividing is the one instruction that moves half a shard: fenced, but not share-limited
-        # (each part handed out is bounded by the saga's chunk instead).
-        if self._fence(ins, 0):
-            self.fencing.first_outcome(ins, "split_out")
-            return
-        if ins.to == self.shard.id:
-            raise ApplicationError(f"shard {self.shard.id} cannot split into itself")
-        if self.shard.leaving:
-            raise ApplicationError(
-                f"shard {self.shard.id} is already handing {len(self.shard.leaving)} machines over"
-            )
+        self.steps.check_split_out(*self._checked(raw, SplitInstruction, "split_out"))
 
     @workflow.update
     @guarded
     def hand_out(self, raw: RawValue = NO_ARGUMENT) -> list[Machine]:
         """The next part of a split's machines (at most `ins.limit` records)."""
-        ins = self._ins(raw, Instruction, "hand_out")
-        if self.fencing.accept(ins):
-            return self.fencing.first_outcome(ins, "hand_out")
-        part = [m.model_dump(mode="json") for m in self.shard.membership.hand_out(ins.limit)]
-        return self.fencing.remember(ins, "hand_out", part)
+        return self.steps.hand_out(self._ins(raw, Instruction, "hand_out"))
 
     @hand_out.validator
     def _hand_out_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
-        ins = self._ins(raw, Instruction, "hand_out")
-        if self._fence(ins, 0):
-            self.fencing.first_outcome(ins, "hand_out")
-            return
-        if not 0 < ins.limit <= RECORDS_MAX:
-            raise ApplicationError(f"limit: must be 1 … {RECORDS_MAX}, got {ins.limit}")
+        self.steps.check_hand_out(*self._checked(raw, Instruction, "hand_out"))
 
     @workflow.update
     @guarded
     def take_in(self, raw: RawValue = NO_ARGUMENT) -> int:
         """Clusters and machines of a split or merge (or given back after one failed)."""
         ins = self._ins(raw, TakeIn, "take_in")
-        if self.fencing.accept(ins):
-            return 0
-        taken = self.shard.membership.take_in(ins.needs, ins.machines, workflow.now().timestamp())
-        if ins.last:  # the split is complete (or undone): decide again
-            self.joining = self.merging = False
-        # A merge: the retired shard's share of capacity that appears later is this shard's.
-        self.inherited = sorted(set(self.inherited) | set(ins.inherit))
-        return taken
+        return self.steps.take_in(ins, workflow.now().timestamp())
 
     @take_in.validator
     def _take_in_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
-        ins = self._ins(raw, TakeIn, "take_in")
-        if self._fence(ins, 0):
-            return
-        if self.retired:
-            raise ApplicationError(f"shard {self.shard.id} has retired: it takes nothing in")
+        self.steps.check_take_in(*self._checked(raw, TakeIn, "take_in"))
 
     @workflow.update
     @guarded
     def retire(self, raw: RawValue = NO_ARGUMENT) -> int:
         """End a merged-away shard's workflow. Returns its last cycle count."""
-        ins = self._ins(raw, Instruction, "retire")
-        self.fencing.accept(ins)
-        self.retired = True
-        return self.shard.cycles
+        return self.steps.retire(self._ins(raw, Instruction, "retire"))
 
     @retire.validator
     def _retire_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
-        ins = self._ins(raw, Instruction, "retire")
-        if self._fence(ins, 0):
-            return
-        owned = sum(self.shard.machines_by_state().values())
-        if not self.merging or owned or self.shard.needs.clusters():
-            raise ApplicationError(
-                f"shard {self.shard.id} still owns {owned} machines and "
-                f"{len(self.shard.needs.clusters())} clusters: only an emptied, merging shard "
-                "retires"
-            )
+        self.steps.check_retire(*self._checked(raw, Instruction, "retire"))
 
     @workflow.update
     @guarded
@@ -356,41 +226,15 @@ class InstructionHandlers:
         """Machines leaving the fleet (seed §16): idle or drained ones are given up; cloud
         machines are deleted, bare metal goes back to its provider as it is."""
         ins = self._ins(raw, Instruction, "decommission")
-        if self.fencing.accept(ins):
-            return ins.machine_ids
-        inv = self.shard.inventory
-        # Drained for this: back from the handoff first, so everything leaves the same way.
-        self.shard.cancel_transfer(
-            [mid for mid in ins.machine_ids if mid in self.shard.handoff],
-            workflow.now().timestamp(),
-        )
-        for mid in ins.machine_ids:
-            row = inv.ids.find(mid)
-            if inv.state_of(row) is S.IDLE:
-                if inv.profile_of(row).capacity_type.value != "bare-metal":
-                    self.pipeline.append(
-                        self.inputs.make(Transition.DELETE, [mid], reason="decommission")
-                    )
-        self.shard.release(ins.machine_ids)
-        self.shard.decommissioned.update(ins.machine_ids)
-        return ins.machine_ids
+        ids, deletes = self.steps.decommission(ins, workflow.now().timestamp())
+        self.pipeline += deletes
+        return ids
 
     @decommission.validator
     def _decommission_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
-        ins = self._ins(raw, Instruction, "decommission")
-        if not self._fence(ins, sum(1 for m in ins.machine_ids if m not in self.shard.handoff)):
-            self._check_free(ins)
+        self.steps.check_decommission(*self._checked(raw, Instruction, "decommission"))
 
-    @workflow.query
-    def matching(self, where: dict[str, str], limit: int) -> Matching:
-        """Machines a decommission could take (see `Shard.matching`)."""
-        self._not_restoring()
-        if not isinstance(where, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in where.items()
-        ):
-            raise ApplicationError("where: a map of field names to values is required")
-        limit = _page(0, limit)[1]
-        return self.shard.membership.matching(where, limit)
+    # ---- reports to the coordinator ---------------------------------------------------------
 
     def report_due(self, now: float) -> ShardReport | None:
         """The report, every 30 s, taken right after a decision at `now`: what it offers

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.actions import TransitionInputs
     from workflows.audit_handlers import AuditHandlers
     from workflows.guard import Guard, accepts
+    from workflows.instruction_steps import InstructionSteps
     from workflows.instructions import InstructionHandlers
     from workflows.provider_sync import QUICK, ProviderSync
     from workflows.snapshot_store import SnapshotStore
@@ -90,8 +91,8 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers):
         if state is not None:
             restore_shard(state, self.shard)
             self.guard.rejections.absorb(state.get("guard"))
-        InstructionHandlers.__init__(self, state or {})
-        self.joining = self.joining or joining
+        self.steps = InstructionSteps(self.shard, self.cfg, self.inputs, state or {})
+        self.steps.joining = self.steps.joining or joining
 
     # ---- what people and operators send and ask ---------------------------------------------
 
@@ -186,8 +187,8 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers):
             "shortfalls": [s.model_dump(mode="json") for s in last.shortfalls],
             "rejections": list(self.shard.rejections)[-10:],
             "rejected_inputs": self.guard.rejections.counts,
-            "coordinator_term": self.fencing.term,
-            "inherited": self.inherited,
+            "coordinator_term": self.steps.fencing.term,
+            "inherited": self.steps.inherited,
             "failures": self.failures,
         }
 
@@ -212,7 +213,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers):
         if self.fresh:
             # A shard started from scratch fences out every earlier incarnation (seed §11).
             self.shard.epoch = int(workflow.now().timestamp() * 1000)
-        if (self.fresh or inp.adopting) and not self.joining:
+        if (self.fresh or inp.adopting) and not self.steps.joining:
             # (A split-born shard gets its machines from the split.)
             more = await self.providers.adopt(inp.adopting)
             while more is not None:
@@ -231,11 +232,11 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers):
             now = workflow.now().timestamp()
             self._fold_results(now)
             await self._forward()
-            if self.retired:
+            if self.steps.retired:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 return
             # Mid-split or merging away: machines and results still fold in; nothing is decided.
-            decision = Decision() if self.joining or self.merging else self._cycle(now)
+            decision = Decision() if self.steps.joining or self.steps.merging else self._cycle(now)
             report = self.report_due(now)
             # Suspects stay suspect: a verify that failed is asked for again next cycle.
             verify = partial(self.providers.verify, decision, now)
@@ -268,7 +269,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers):
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._fold_results(workflow.now().timestamp())
         state = shard_state(self.shard)
-        state.update(self.instruction_state())
+        state.update(self.steps.state())
         state["guard"] = self.guard.rejections.state()
         blob = self.store.encode(
             {**state, "pipeline": [t.model_dump(mode="json") for t in self.pipeline]}
@@ -322,8 +323,8 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers):
 
     async def _capacity(self, now: float) -> None:
         # Mid-split or merging away: the split decides where capacity goes.
-        if not (self.joining or self.merging):
-            await self.providers.capacity(now, self.inherited)
+        if not (self.steps.joining or self.steps.merging):
+            await self.providers.capacity(now, self.steps.inherited)
 
     async def _start(self, starts: list[TransitionInput]) -> None:
         """Start the transition workflows; in batches far below Temporal's 2 MB payload limit.

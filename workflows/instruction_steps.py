@@ -1,0 +1,264 @@
+"""What each coordinator instruction checks and does to a shard (seed §6, §11, §16): transfers,
+splits, merges, decommissions. A helper object of the shard workflow, handed the shard it acts
+on, how that shard runs and how to make transition inputs; it keeps the fencing state and the
+shard's membership flags, which cross continue-as-new with the shard (`state()`).
+
+`check_*` refuse an instruction (`ApplicationError`) before it enters history; they run in the
+update's validator. The effects run in the update handler and return the update's answer, and
+the transitions to start, if any, for the workflow's pipeline. Instructions already carried out
+(the same term and seq) are answered with their first outcome and change nothing again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.wire import (
+        Instruction,
+        ShardConfig,
+        SplitInstruction,
+        TakeIn,
+        TransitionInput,
+    )
+    from bigfleet.inputs import clip
+    from bigfleet.models import Machine, MachineState, Transition
+    from bigfleet.shard import Shard
+    from workflows.actions import TransitionInputs
+    from workflows.fencing import Fencing
+
+S = MachineState
+# Machine records an update may return (release, hand_out): ~630 bytes each, and an update's
+# result is one payload (Temporal refuses one over 2 MB, and the workflow task with it).
+RECORDS_MAX = 2_000
+
+
+class InstructionSteps:
+    def __init__(
+        self, shard: Shard, cfg: ShardConfig, inputs: TransitionInputs, state: Mapping[str, Any]
+    ) -> None:
+        self.shard = shard
+        self.cfg = cfg
+        self.inputs = inputs
+        self.fencing = Fencing(state)
+        # Membership: a split-born shard decides nothing until its last part arrives; a shard
+        # merging away decides nothing more, and ends once it owns nothing.
+        self.joining = bool(state.get("joining", False))
+        self.merging = bool(state.get("merging", False))
+        self.retired = False
+        self.inherited: list[int] = list(state.get("inherited", []))
+
+    def state(self) -> dict[str, Any]:
+        return {
+            **self.fencing.state(),
+            "joining": self.joining,
+            "merging": self.merging,
+            "inherited": self.inherited,
+        }
+
+    def fence(
+        self,
+        ins: Instruction | SplitInstruction | TakeIn,
+        touched: int,
+        now: float,
+        any_term: bool = False,
+    ) -> bool:
+        """`Fencing.check` against this shard as it is now. True: a replay."""
+        return self.fencing.check(
+            ins,
+            touched,
+            shard=self.shard.id,
+            size=len(self.shard.inventory) + len(self.shard.handoff),
+            max_share=self.cfg.max_share,
+            now_ms=now * 1000,
+            any_term=any_term,
+        )
+
+    # ---- moving machines between shards (seed §9) ---------------------------------------------
+
+    def check_adopt(self, ins: Instruction, now: float) -> None:
+        # Adopting takes nothing away from the shard: fenced, but no share limit. Taking back
+        # what this shard released (a saga's compensation) is accepted from any term.
+        self.fence(ins, 0, now, any_term=ins.compensation and self.fencing.released_here(ins))
+
+    def adopt(self, ins: Instruction, now: float) -> int:
+        if self.fencing.accept(ins):
+            return 0
+        return self.shard.adopt(ins.machines, now)
+
+    def check_release(self, ins: Instruction, now: float) -> None:
+        # Machines drained for this transfer were counted when the drain was accepted.
+        touched = sum(1 for mid in ins.machine_ids if mid not in self.shard.handoff)
+        if self.fence(ins, touched, now):
+            self.fencing.first_outcome(ins, "release")  # refused if no longer kept
+            return
+        if len(ins.machine_ids) > RECORDS_MAX:
+            raise ApplicationError(
+                f"machine_ids: {len(ins.machine_ids)} machines, at most {RECORDS_MAX} a release "
+                "(their records must fit one reply)"
+            )
+        self.check_free(ins)
+
+    def release(self, ins: Instruction) -> list[Machine]:
+        if self.fencing.accept(ins):
+            return self.fencing.first_outcome(ins, "release")  # type: ignore[no-any-return]
+        released = self.shard.release(ins.machine_ids)
+        self.fencing.remember(ins, "release", [m.model_dump(mode="json") for m in released])
+        return released
+
+    def check_free(self, ins: Instruction) -> None:
+        inv = self.shard.inventory
+        for mid in ins.machine_ids:
+            if mid in self.shard.handoff:
+                continue
+            row = inv.ids.find(mid)
+            if row < 0:
+                raise ApplicationError(
+                    f"machine {clip(mid, 80)} is not owned by shard {self.shard.id}"
+                )
+            if inv.state_of(row) not in (S.IDLE, S.SPECULATIVE):
+                raise ApplicationError(
+                    f"machine {clip(mid, 80)} is {inv.state_of(row)}: only idle or speculative "
+                    "machines move between shards"
+                )
+
+    def check_drain_for_transfer(self, ins: Instruction, now: float) -> None:
+        if self.fence(ins, len(ins.machine_ids), now):
+            return
+        inv = self.shard.inventory
+        for mid in ins.machine_ids:
+            row = inv.ids.find(mid)
+            if row < 0 or inv.state_of(row) is not S.CONFIGURED:
+                raise ApplicationError(
+                    f"machine {clip(mid, 80)} is not a configured machine of this shard"
+                )
+
+    def drain_for_transfer(
+        self, ins: Instruction, now: float
+    ) -> tuple[list[str], list[TransitionInput]]:
+        if self.fencing.accept(ins):
+            return ins.machine_ids, []
+        inv = self.shard.inventory
+        clusters = {mid: inv.cluster_of(inv.row(mid)) for mid in ins.machine_ids}
+        self.shard.drain_for_transfer(ins.machine_ids, now)
+        drains = [
+            self.inputs.make(
+                Transition.DRAIN,
+                [mid],
+                cluster=clusters[mid],
+                grace_seconds=ins.grace_seconds,
+                reason="transfer",
+            )
+            for mid in ins.machine_ids
+        ]
+        return ins.machine_ids, drains
+
+    def check_cancel_transfer(self, ins: Instruction, now: float) -> None:
+        self.fence(ins, 0, now, any_term=True)
+
+    def cancel_transfer(self, ins: Instruction, now: float) -> list[str]:
+        if not self.fencing.accept(ins):
+            self.shard.cancel_transfer(ins.machine_ids, now)
+        return ins.machine_ids
+
+    # ---- splits, merges, decommissions (seed §16) ---------------------------------------------
+
+    def check_split_out(self, ins: SplitInstruction, now: float) -> None:
+        # Dividing is the one instruction that moves half a shard: fenced, but not share-limited
+        # (each part handed out is bounded by the saga's chunk instead).
+        if self.fence(ins, 0, now):
+            self.fencing.first_outcome(ins, "split_out")
+            return
+        if ins.to == self.shard.id:
+            raise ApplicationError(f"shard {self.shard.id} cannot split into itself")
+        if self.shard.leaving:
+            raise ApplicationError(
+                f"shard {self.shard.id} is already handing {len(self.shard.leaving)} machines over"
+            )
+
+    def split_out(self, ins: SplitInstruction) -> dict[str, Any]:
+        if self.fencing.accept(ins):
+            return self.fencing.first_outcome(ins, "split_out")  # type: ignore[no-any-return]
+        clusters, ids = self.shard.membership.split_plan(ins.fraction)
+        needs = self.shard.membership.split_out(clusters, ids, ins.to)
+        if ins.fraction >= 1:
+            self.merging = True
+        out = {"clusters": clusters, "needs": needs, "machines": len(self.shard.leaving)}
+        return self.fencing.remember(ins, "split_out", out)  # type: ignore[no-any-return]
+
+    def check_hand_out(self, ins: Instruction, now: float) -> None:
+        if self.fence(ins, 0, now):
+            self.fencing.first_outcome(ins, "hand_out")
+            return
+        if not 0 < ins.limit <= RECORDS_MAX:
+            raise ApplicationError(f"limit: must be 1 … {RECORDS_MAX}, got {ins.limit}")
+
+    def hand_out(self, ins: Instruction) -> list[Any]:
+        if self.fencing.accept(ins):
+            return self.fencing.first_outcome(ins, "hand_out")  # type: ignore[no-any-return]
+        part = [m.model_dump(mode="json") for m in self.shard.membership.hand_out(ins.limit)]
+        return self.fencing.remember(ins, "hand_out", part)  # type: ignore[no-any-return]
+
+    def check_take_in(self, ins: TakeIn, now: float) -> None:
+        if self.fence(ins, 0, now):
+            return
+        if self.retired:
+            raise ApplicationError(f"shard {self.shard.id} has retired: it takes nothing in")
+
+    def take_in(self, ins: TakeIn, now: float) -> int:
+        if self.fencing.accept(ins):
+            return 0
+        taken = self.shard.membership.take_in(ins.needs, ins.machines, now)
+        if ins.last:  # the split is complete (or undone): decide again
+            self.joining = self.merging = False
+        # A merge: the retired shard's share of capacity that appears later is this shard's.
+        self.inherited = sorted(set(self.inherited) | set(ins.inherit))
+        return taken
+
+    def check_retire(self, ins: Instruction, now: float) -> None:
+        if self.fence(ins, 0, now):
+            return
+        owned = sum(self.shard.machines_by_state().values())
+        if not self.merging or owned or self.shard.needs.clusters():
+            raise ApplicationError(
+                f"shard {self.shard.id} still owns {owned} machines and "
+                f"{len(self.shard.needs.clusters())} clusters: only an emptied, merging shard "
+                "retires"
+            )
+
+    def retire(self, ins: Instruction) -> int:
+        self.fencing.accept(ins)
+        self.retired = True
+        return self.shard.cycles
+
+    def check_decommission(self, ins: Instruction, now: float) -> None:
+        touched = sum(1 for m in ins.machine_ids if m not in self.shard.handoff)
+        if not self.fence(ins, touched, now):
+            self.check_free(ins)
+
+    def decommission(
+        self, ins: Instruction, now: float
+    ) -> tuple[list[str], list[TransitionInput]]:
+        """Idle or drained machines are given up; cloud machines are deleted, bare metal goes
+        back to its provider as it is."""
+        if self.fencing.accept(ins):
+            return ins.machine_ids, []
+        inv = self.shard.inventory
+        # Drained for this: back from the handoff first, so everything leaves the same way.
+        drained = [mid for mid in ins.machine_ids if mid in self.shard.handoff]
+        self.shard.cancel_transfer(drained, now)
+        deletes = []
+        for mid in ins.machine_ids:
+            row = inv.ids.find(mid)
+            if inv.state_of(row) is S.IDLE:
+                if inv.profile_of(row).capacity_type.value != "bare-metal":
+                    deletes.append(
+                        self.inputs.make(Transition.DELETE, [mid], reason="decommission")
+                    )
+        self.shard.release(ins.machine_ids)
+        self.shard.decommissioned.update(ins.machine_ids)
+        return ins.machine_ids, deletes
