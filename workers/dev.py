@@ -213,7 +213,6 @@ async def _start_fleet(
     # The simulated providers start over with this process: so do shards that ended.
     await ensure_shards(client, fleet, restart_closed=not args.keep_shards)
     keeper = asyncio.create_task(keep_coordinator(client, fleet.shards, stop))
-    keeper.add_done_callback(lambda _: None)
     return sim, worker_task, keeper
 
 

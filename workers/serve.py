@@ -107,11 +107,11 @@ async def run_worker(args: argparse.Namespace) -> int:
     stop = asyncio.Event()
     install_stop_handlers(stop, signal.SIGINT, signal.SIGTERM)
     task = asyncio.create_task(run_workers(workers, stop))
+    keeper = None
     if "shards" in args.role:
         await ensure_shards(client, fleet)
-        # (Kept for the process's life; it ends when `stop` is set.)
+        # For the process's life: it ends when `stop` is set.
         keeper = asyncio.create_task(keep_coordinator(client, fleet.shards, stop))
-        keeper.add_done_callback(lambda _: None)
     queues = sorted({w.task_queue for w in workers})
     print(
         f"bigfleet worker: fleet {fleet.name} ({fleet.shards} shard(s)), roles "
@@ -126,6 +126,8 @@ async def run_worker(args: argparse.Namespace) -> int:
             flush=True,
         )
     await task
+    if keeper is not None:
+        await keeper
     print("bigfleet worker: stopped", flush=True)
     return 0
 
