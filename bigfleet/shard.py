@@ -5,6 +5,9 @@ back what the providers say of each machine through `observe`; the shard folds t
 inventory. Nothing here does I/O or knows about Temporal.
 """
 
+# About 400 lines: the shard's state and what changes it directly (roll-ups, observations,
+# transfers, reports, queries); splits and merges are in membership.py, deciding in engine/.
+
 from __future__ import annotations
 
 from collections import Counter, deque

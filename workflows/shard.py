@@ -6,6 +6,10 @@ workflows, coordinator instructions as fenced updates. Every cycle (a durable ti
 pure `decide()` and starts the transition workflows it asks for.
 """
 
+# About 400 lines: the shard's signals, queries and decision loop (seed §8's cycle) in one
+# place; what they use is in helper objects (actions, provider_sync, snapshot_store, guard,
+# instruction_steps).
+
 from __future__ import annotations
 
 import asyncio
