@@ -15,7 +15,7 @@ from activities.wire import (
     ShardInput,
     shard_workflow_id,
 )
-from bigfleet.coordinator import Matching
+from bigfleet.decommission import Matching
 
 
 class MembershipActivities:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from temporalio.common import SearchAttributeKey
 
 from bigfleet.coordinator import MAX_SHARE, MembershipThresholds
-from bigfleet.coordinator import DecommissionRequest as DecommissionRequest
+from bigfleet.decommission import DecommissionRequest as DecommissionRequest
 from bigfleet.models import FencingToken, Machine, NodeSelectorRequirement, Transition
 from bigfleet.snapshot import INLINE_BYTES
 

@@ -1,5 +1,6 @@
 """The global coordinator's planning (seed §6 tier 1, §9): pure, so it runs in a workflow, in
-the simulator and in tests alike.
+the simulator and in tests alike. What the shards report is in `reports.py`; a decommission's
+shares in `decommission.py`.
 
 It assigns clusters to shards on first contact, keeps the fleet view from shard reports, and
 turns shortfalls into moves in the seed's order: idle machines from another shard, then
@@ -7,156 +8,25 @@ speculative quota, then — only when neither exists anywhere and the priority i
 — cross-shard preemption.
 """
 
-# Over 400 lines: the report models the shards send and the planner that reads them belong
-# together (the planner walks the reports' offer groups); they split when either grows.
-
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import Field
 
 from .cost import drain_grace_period
-from .models import Count, Int32, Machine, Shortfall, Wire
+from .models import Machine, Shortfall, Wire
 from .profiles import Profile
+from .reports import REPORT_SECONDS, MoveKind, ShardReport
 from .requirements import all_match
 
-REPORT_SECONDS = 30.0
 MAX_SHARE = 0.10
 # The cluster → shard map crosses continue-as-new in the coordinator's one payload (Temporal
 # refuses a payload over 2 MB): at most this many bytes of names (~25 000 names of 30 letters).
 ASSIGNMENT_BYTES = 1_000_000
 ClusterName = Annotated[str, Field(min_length=1, max_length=253)]
-
-
-class Preemptible(Wire):
-    """A configured machine a shard could give up for a higher priority elsewhere."""
-
-    machine: Machine
-    priority: Int32
-    cluster: str
-
-
-class OfferGroup(Wire):
-    """Machines of one profile (`ShardReport.profiles[profile]`) a shard could give."""
-
-    profile: int
-    ids: list[str]
-
-
-class PreemptibleGroup(OfferGroup):
-    """Configured machines of one profile held by one cluster at one priority."""
-
-    priority: Int32
-    cluster: str
-
-
-class ShardReport(Wire):
-    """What a shard tells the coordinator every 30 s: a summary, what it could give, what it
-    misses. Offers are bounded samples, not inventories, grouped by profile: one machine record
-    per profile and ids for the rest, so a report (and the coordinator's history, which holds
-    every report) stays small."""
-
-    shard: int
-    at: float
-    machines: dict[str, Count] = Field(default_factory=dict)
-    clusters: list[str] = Field(default_factory=list)
-    shortfalls: list[Shortfall] = Field(default_factory=list)
-    profiles: list[Machine] = Field(default_factory=list)
-    idle: list[OfferGroup] = Field(default_factory=list)
-    speculative: list[OfferGroup] = Field(default_factory=list)
-    preemptible: list[PreemptibleGroup] = Field(default_factory=list)
-
-    @classmethod
-    def of(
-        cls,
-        shard: int,
-        at: float,
-        idle: Iterable[Machine] = (),
-        speculative: Iterable[Machine] = (),
-        preemptible: Iterable[Preemptible] = (),
-        **summary: Any,
-    ) -> ShardReport:
-        """A report from machine records, grouped by profile."""
-        templates: dict[Profile, int] = {}
-        profiles: list[Machine] = []
-
-        def index(m: Machine) -> int:
-            key = Profile.of(m)
-            if key not in templates:
-                templates[key] = len(profiles)
-                profiles.append(m)
-            return templates[key]
-
-        def groups(machines: Iterable[Machine]) -> list[OfferGroup]:
-            out: dict[int, OfferGroup] = {}
-            for m in machines:
-                i = index(m)
-                out.setdefault(i, OfferGroup(profile=i, ids=[])).ids.append(m.id)
-            return list(out.values())
-
-        held: dict[tuple[int, int, str], PreemptibleGroup] = {}
-        for p in preemptible:
-            i = index(p.machine)
-            key = (i, p.priority, p.cluster)
-            if key not in held:
-                held[key] = PreemptibleGroup(
-                    profile=i, ids=[], priority=p.priority, cluster=p.cluster
-                )
-            held[key].ids.append(p.machine.id)
-        return cls(
-            shard=shard,
-            at=at,
-            idle=groups(idle),
-            speculative=groups(speculative),
-            preemptible=list(held.values()),
-            profiles=profiles,
-            **summary,
-        )
-
-    @property
-    def size(self) -> int:
-        return sum(self.machines.values())
-
-    def offers(self, kind: MoveKind) -> Iterator[tuple[Machine, list[str]]]:
-        """(profile record, machine ids) of the idle or speculative sample."""
-        for g in self.idle if kind is MoveKind.IDLE else self.speculative:
-            yield self.profiles[g.profile], g.ids
-
-    def victims(self) -> Iterator[tuple[Machine, PreemptibleGroup]]:
-        """(profile record, group) of the preemptible sample, lowest priority first."""
-        for g in self.preemptible:
-            yield self.profiles[g.profile], g
-
-
-class DecommissionRequest(Wire):
-    """Take `count` machines out of the fleet, proportionally across shards (seed §16):
-    those of `provider`, optionally only in `zone` / of `instance_type` / on `rack`."""
-
-    provider: str
-    count: int = Field(gt=0)
-    zone: str | None = None
-    instance_type: str | None = None
-    rack: str | None = None
-    grace_seconds: float = Field(default=600.0, ge=0)
-
-    def where(self) -> dict[str, str]:
-        """The machine fields a decommissioned machine must match."""
-        fields = {"provider", "zone", "instance_type", "rack"}
-        return {k: v for k, v in self.model_dump(include=fields).items() if v is not None}
-
-
-class Matching(Wire):
-    """A shard's machines a decommission could take: how many, and the first ids of each kind
-    (at most the decommission's count: a shard never gives more)."""
-
-    free: list[str] = Field(default_factory=list)
-    configured: list[str] = Field(default_factory=list)
-    free_count: Count = 0
-    configured_count: Count = 0
 
 
 class MembershipThresholds(Wire):
@@ -167,12 +37,6 @@ class MembershipThresholds(Wire):
     split_clusters: int = Field(default=2_000, ge=1)
     merge_machines: int = Field(default=0, ge=0)
     merge_clusters: int = Field(default=50, ge=0)
-
-
-class MoveKind(StrEnum):
-    IDLE = "idle"
-    SPECULATIVE = "speculative"
-    PREEMPT = "preempt"
 
 
 @dataclass
@@ -411,38 +275,6 @@ class Coordinator:
             kind, donor, receiver, priority, grace, cluster = key
             move = moves[key] = Move(kind, donor, receiver, [], priority, grace, cluster)
         move.machine_ids.append(machine_id)
-
-
-def proportional(available: Mapping[int, int], total: int) -> dict[int, int]:
-    """Split `total` across shards in proportion to what each has (largest remainder), never
-    more than a shard has: a decommission takes each shard's share (seed §16)."""
-    have = sum(available.values())
-    total = min(total, have)
-    if total <= 0:
-        return {s: 0 for s in available}
-    exact = {s: n * total / have for s, n in available.items()}
-    share = {s: int(x) for s, x in exact.items()}
-    by_remainder = sorted(available, key=lambda s: (-(exact[s] - share[s]), s))
-    for s in by_remainder[: total - sum(share.values())]:
-        share[s] += 1
-    return share
-
-
-def decommission_plan(
-    found: Mapping[int, Matching], count: int
-) -> tuple[dict[int, int], dict[int, tuple[list[str], list[str]]]]:
-    """Each shard's share of `count` (proportional to its matching machines) and the machines
-    that make it up, free ones first: {shard: (free ids, configured ids to drain)}."""
-    shares = proportional(
-        {s: f.free_count + f.configured_count for s, f in found.items()}, count
-    )
-    picks = {}
-    for shard, share in shares.items():
-        free = found[shard].free[:share]
-        configured = found[shard].configured[: share - len(free)]
-        if share:
-            picks[shard] = (free, configured)
-    return shares, picks
 
 
 def _confined_to_a_domain(sf: Shortfall) -> bool:

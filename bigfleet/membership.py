@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import labels as L
-from .coordinator import Matching
+from .decommission import Matching
 from .inventory import CODE
 from .models import Machine, MachineState
 from .needs import needs_state, restore_needs

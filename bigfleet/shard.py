@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from .coordinator import Preemptible, ShardReport
 from .engine import Decision, FastEngine
 from .engine.claims import CONFIGURED_SLOT
 from .engine.rows import RowPicker
@@ -36,6 +35,7 @@ from .models import (
 from .needs import NeedsTable
 from .operators import OperatorUpdate, Reclaim, UpcomingNode
 from .policy import Policy
+from .reports import Preemptible, ShardReport
 from .states import LEGAL
 
 S = MachineState

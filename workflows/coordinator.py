@@ -7,13 +7,9 @@ round the pure planner turns shortfalls into transfer sagas. Shards never wait f
 coordinator they keep serving from their own inventory (static stability).
 """
 
-# Over 400 lines: the coordinator's handlers (assignment, membership, decommission, repair) and
-# its planning round; the planning itself is pure (bigfleet/coordinator.py). Splitting the
-# membership updates out waits for the helper-object refactor of issue 10.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -27,30 +23,21 @@ with workflow.unsafe.imports_passed_through():
     from activities.wire import (
         CoordinatorInput,
         DecommissionRequest,
-        MembershipInput,
         MembershipResult,
         SagaInput,
-        ShardCall,
-        TakeIn,
     )
-    from bigfleet.coordinator import (
-        ASSIGNMENT_BYTES,
-        ClusterName,
-        Coordinator,
-        Matching,
-        ShardReport,
-        decommission_plan,
-    )
+    from bigfleet.coordinator import ASSIGNMENT_BYTES, ClusterName, Coordinator
+    from bigfleet.decommission import Matching, decommission_plan
     from bigfleet.inputs import Rejected, clip
+    from bigfleet.reports import ShardReport
     from workflows.audit import check_repair
     from workflows.audit import repair as repair_findings
-    from workflows.guard import NO_ARGUMENT, Guard, accepts, guarded
+    from workflows.fleet_membership import FleetMembership
+    from workflows.guard import NO_ARGUMENT, Guard, TakesSignals, accepts, guarded
     from workflows.instruction_steps import RECORDS_MAX
-    from workflows.membership import MembershipSagaWorkflow
     from workflows.sagas import STEP, TransferSagaWorkflow
 
 SEQS_PER_SAGA = 4  # drain, release, adopt, and one compensation
-SEQ_BLOCK = 1_000_000  # a split or merge: as many steps as it has parts
 REPORT_BYTES = 1_000_000  # a shard report (its offers are bounded samples: ~10s of KB)
 MAX_REPORT_CLUSTERS = 20_000
 
@@ -60,7 +47,7 @@ def _machines(n: int) -> str:
 
 
 @workflow.defn(name="Coordinator")
-class CoordinatorWorkflow:
+class CoordinatorWorkflow(TakesSignals):
     @workflow.init
     def __init__(self, inp: CoordinatorInput) -> None:
         self.inp = inp
@@ -73,8 +60,7 @@ class CoordinatorWorkflow:
             retiring=set(state.get("retiring", [])),
             retired=set(state.get("retired", [])),
         )
-        # Running splits and merges (one at a time), by saga id.
-        self.membership: dict[str, dict[str, Any]] = dict(state.get("membership", {}))
+        self.members = FleetMembership(self.c, inp, state.get("membership", {}))
         # Running sagas, and finished ones until the receiver's next report shows their effect.
         self.sagas: dict[str, dict[str, Any]] = dict(state.get("sagas", {}))
         # A coordinator started from scratch answers no assignment before it has learnt which
@@ -82,10 +68,6 @@ class CoordinatorWorkflow:
         self.ready = inp.state is not None
         self.revived: dict[int, float] = {}  # shard → last revival attempt (this run only)
         self.guard = Guard(self, "Coordinator", state.get("guard"))
-
-    @workflow.signal(dynamic=True)
-    def _signal(self, name: str, args: Sequence[RawValue]) -> None:
-        self.guard.signal(name, args)  # (see workflows/guard.py)
 
     @accepts(ShardReport, max_bytes=REPORT_BYTES)
     def shard_report(self, report: ShardReport) -> None:
@@ -135,11 +117,6 @@ class CoordinatorWorkflow:
                 f"{ASSIGNMENT_BYTES} bytes of names: no room for more (split the fleet)"
             )
 
-    @workflow.query
-    def rejections(self) -> dict[str, Any]:
-        """Signals this coordinator refused: counts and the last few."""
-        return self.guard.view()
-
     # ---- membership (seed §16) ---------------------------------------------------------------
 
     @workflow.update
@@ -148,11 +125,11 @@ class CoordinatorWorkflow:
         """Divide `shard` in two: half its clusters and machines go to a new shard."""
         shard = self.guard.arg(raw, int, "split_shard")
         await workflow.wait_condition(lambda: self.ready)
-        return await self._membership("split", shard, self.c.new_shard_id(), self.inp)
+        return await self.members.start("split", shard, self.c.new_shard_id())
 
     @split_shard.validator
     def _split_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
-        self._membership_ok([self.guard.arg(raw, int, "split_shard")])
+        self.members.check([self.guard.arg(raw, int, "split_shard")])
 
     @workflow.update
     @guarded
@@ -160,14 +137,7 @@ class CoordinatorWorkflow:
         """A new, empty shard (seed §16): new clusters go to it first (it is the least loaded)
         and the coordinator moves capacity to it as its shortfalls ask."""
         await workflow.wait_condition(lambda: self.ready)
-        new, like = self.c.new_shard_id(), min(self.c.shards)
-        self.c.add_shard(new)
-        await workflow.execute_activity("start_split_shard", [like, new], **STEP)
-        # Started as a split's receiver (adopting nothing from the providers); nothing follows.
-        done = TakeIn(term=self.c.term, seq=self.c.next_token()[1], last=True)
-        call = ShardCall(shard=new, update="take_in", instruction=done)
-        await workflow.execute_activity("shard_update", call, **STEP)
-        return new
+        return await self.members.add()
 
     @add_shard.validator
     def _add_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
@@ -182,74 +152,19 @@ class CoordinatorWorkflow:
         """Merge shard `donor_into[0]` into `donor_into[1]`; the first retires."""
         donor, into = self.guard.arg(raw, tuple[int, int], "merge_shards")
         await workflow.wait_condition(lambda: self.ready)
-        return await self._membership("merge", donor, into, self.inp)
+        return await self.members.start("merge", donor, into)
 
     @merge_shards.validator
     def _merge_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
         donor_into = self.guard.arg(raw, tuple[int, int], "merge_shards")
         if donor_into[0] == donor_into[1]:
             raise Rejected(f"merge_shards: two different shards are needed, got {donor_into}")
-        self._membership_ok(list(donor_into))
-
-    def _membership_ok(self, shards: list[int]) -> None:
-        for shard in shards:
-            if shard not in self.c.shards or shard in self.c.retiring:
-                raise ValueError(f"shard {shard} is not a member of the fleet ({self.c.shards})")
-        if self.membership:
-            raise ValueError(f"a split or merge is already running: {sorted(self.membership)}")
-
-    async def _membership(self, kind: str, donor: int, into: int, inp: CoordinatorInput) -> str:
-        seq = self.c.seq
-        self.c.seq += SEQ_BLOCK  # the saga's steps use seq + 1, seq + 2, …
-        saga_id = f"{kind}-{donor}-{into}-{self.c.term}-{seq}"
-        self.membership[saga_id] = {"kind": kind, "donor": donor, "into": into}
-        if kind == "split":
-            self.c.add_shard(into)
-        else:
-            self.c.retiring.add(donor)
-        await workflow.start_child_workflow(
-            MembershipSagaWorkflow.run,
-            MembershipInput(
-                kind=kind,
-                donor=donor,
-                into=into,
-                term=self.c.term,
-                seq=seq,
-                fraction=1.0 if kind == "merge" else 0.5,
-                chunk=inp.membership_chunk,
-                poll_seconds=inp.plan_seconds,
-            ),
-            id=saga_id,
-            parent_close_policy=ParentClosePolicy.ABANDON,
-            static_summary=f"{kind}: shard {donor} → shard {into}",
-        )
-        return saga_id
+        self.members.check(list(donor_into))
 
     @accepts(MembershipResult)
     def membership_done(self, result: MembershipResult) -> None:
-        """A split or merge ended. Refused unless it is the one running; of the clusters it
-        says it moved, only the donor's are moved."""
-        running = {
-            k: v
-            for k, v in self.membership.items()
-            if (v["kind"], v["donor"], v["into"]) == (result.kind, result.donor, result.into)
-        }
-        if not running:
-            raise Rejected(
-                f"membership_done: no {clip(result.kind, 20)} of shard {result.donor} into "
-                f"{result.into} is running"
-            )
-        self.membership = {k: v for k, v in self.membership.items() if k not in running}
-        self.c.moved(
-            [c for c in result.clusters if self.c.clusters.get(c) == result.donor], result.into
-        )
-        if result.retired:
-            self.c.remove_shard(result.donor)
-        elif result.kind == "merge":
-            self.c.retiring.discard(result.donor)  # the merge failed: it stays a member
-        if result.kind == "split" and result.failed_step and not result.machines:
-            if not result.clusters:
-                self.c.remove_shard(result.into)
+        """A split or merge ended (see `FleetMembership.done`)."""
+        self.members.done(result)
 
     @workflow.update
     @guarded
@@ -293,7 +208,7 @@ class CoordinatorWorkflow:
 
     @repair.validator
     def _repair_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
-        check_repair(self.guard.arg(raw, AuditReport, "repair"), self.membership)
+        check_repair(self.guard.arg(raw, AuditReport, "repair"), self.members.running)
 
     @workflow.query
     def status(self) -> dict[str, Any]:
@@ -304,7 +219,7 @@ class CoordinatorWorkflow:
             "clusters": self.c.clusters,
             "missing_shards": self.c.missing(now),
             "sagas_running": sorted(k for k, v in self.sagas.items() if v["done_at"] is None),
-            "membership": sorted(self.membership),
+            "membership": sorted(self.members.running),
             "retiring": sorted(self.c.retiring),
             "escalations": [
                 {"shard": s, **sf.model_dump(mode="json")} for s, sf in self.c.escalations()
@@ -333,7 +248,7 @@ class CoordinatorWorkflow:
                     "sagas": self.sagas,
                     "retiring": sorted(self.c.retiring),
                     "retired": sorted(self.c.retired),
-                    "membership": self.membership,
+                    "membership": self.members.running,
                     "guard": self.guard.rejections.state(),
                 }
                 workflow.continue_as_new(
@@ -413,15 +328,7 @@ class CoordinatorWorkflow:
                     move.cluster,
                     move.grace_seconds,
                 )
-        await self._membership_round(inp)
-
-    async def _membership_round(self, inp: CoordinatorInput) -> None:
-        """Split a shard over a threshold, or merge two under-used ones; one at a time."""
-        if self.membership:
-            return
-        change = self.c.membership_change(inp.membership)
-        if change is not None:
-            await self._membership(*change, inp)
+        await self.members.round()
 
     async def _start_saga(
         self,

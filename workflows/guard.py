@@ -160,22 +160,27 @@ def guarded(fn: F) -> F:
     return wrapper  # type: ignore[no-any-return]
 
 
-class NoSignals:
-    """Mixed into workflows that take no signal (sagas, audits): a signal sent to one anyway is
-    recorded as a bounded rejection, not buffered by the SDK for the rest of the run."""
+class TakesSignals:
+    """Mixed into every BigFleet workflow: its one signal handler, and the query that shows what
+    it refused. The workflow makes `self.guard` in its `__init__`."""
 
-    _refusals: Guard | None = None
+    guard: Guard
 
     @workflow.signal(dynamic=True)
-    def _signal(self, name: str, args: Sequence[RawValue]) -> None:
-        self._guard().signal(name, args)
+    def _signal(self, name: str, args: Sequence[RawValue] = ()) -> None:
+        # The SDK hands a dynamic handler every payload of a signal as a RawValue: a signal
+        # sent with none arrives as `()`, never as a missing argument (the default says so).
+        self.guard.signal(name, args)
 
     @workflow.query
     def rejections(self) -> dict[str, Any]:
-        """Signals this workflow refused: counts and the last few."""
-        return self._guard().view()
+        """Signals this workflow refused: how many per signal, and the last few."""
+        return self.guard.view()
 
-    def _guard(self) -> Guard:
-        if self._refusals is None:
-            self._refusals = Guard(self, workflow.info().workflow_type)
-        return self._refusals
+
+class NoSignals(TakesSignals):
+    """For workflows that take no signal (sagas, audits): a signal sent to one anyway is
+    recorded as a bounded rejection, not buffered by the SDK for the rest of the run."""
+
+    def __init__(self) -> None:
+        self.guard = Guard(self, workflow.info().workflow_type)

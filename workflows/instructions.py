@@ -22,9 +22,10 @@ with workflow.unsafe.imports_passed_through():
         TakeIn,
         TransitionInput,
     )
-    from bigfleet.coordinator import Matching, ShardReport
+    from bigfleet.decommission import Matching
     from bigfleet.inputs import clip
     from bigfleet.models import Machine, MachineState
+    from bigfleet.reports import ShardReport
     from bigfleet.shard import Shard
     from workflows.guard import NO_ARGUMENT, Guard, guarded
     from workflows.instruction_steps import InstructionSteps

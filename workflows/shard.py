@@ -15,12 +15,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -46,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.snapshot import restore_shard, shard_state
     from workflows.actions import TransitionInputs
     from workflows.audit_handlers import AuditHandlers
-    from workflows.guard import Guard, accepts
+    from workflows.guard import Guard, TakesSignals, accepts
     from workflows.instruction_steps import InstructionSteps
     from workflows.instructions import InstructionHandlers
     from workflows.provider_sync import QUICK, ProviderSync
@@ -61,7 +60,7 @@ EARLY_ROLLUP_BYTES = 500_000  # roll-ups waiting while the state is read back or
 
 
 @workflow.defn(name="Shard")
-class ShardWorkflow(InstructionHandlers, AuditHandlers):
+class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
     @workflow.init
     def __init__(self, inp: ShardInput) -> None:
         self.cfg = inp.config
@@ -99,15 +98,6 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers):
         self.steps.joining = self.steps.joining or joining
 
     # ---- what people and operators send and ask ---------------------------------------------
-
-    @workflow.signal(dynamic=True)
-    def _signal(self, name: str, args: Sequence[RawValue]) -> None:
-        self.guard.signal(name, args)  # (see workflows/guard.py)
-
-    @workflow.query
-    def rejections(self) -> dict[str, Any]:
-        """Signals this shard refused (and roll-ups it rejected): counts and the last few."""
-        return self.guard.view()
 
     @accepts(dict[str, Any])
     def rollup(self, raw: dict[str, Any]) -> None:

@@ -3,12 +3,11 @@ durable timers until it settles or times out, and take the corrective path when 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RawValue, RetryPolicy
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, FailureError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
@@ -27,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.models import CapacityType, Machine, MachineState, Transition
     from bigfleet.states import TARGET_OF, TRANSITIONAL
     from bigfleet.transitions import Corrective, corrective
-    from workflows.guard import Guard, accepts
+    from workflows.guard import Guard, TakesSignals, accepts
 
 S = MachineState
 T = Transition
@@ -41,7 +40,7 @@ OUTCOMES = ("ok", "failed", "forced", "corrected", "refused")
 
 
 @workflow.defn(name="MachineTransition")
-class MachineTransitionWorkflow:
+class MachineTransitionWorkflow(TakesSignals):
     # Set by `_watch` when a drain had to be forced: escalated to grace 0, or outlasting its
     # time (outcome "forced" in bigfleet_transition_outcomes_total).
     _forced = False
@@ -53,10 +52,6 @@ class MachineTransitionWorkflow:
         self._grace = t.grace_seconds if t.transition is T.DRAIN else None
         self._machines: list[Machine] = []
         self.guard = Guard(self, "MachineTransition")
-
-    @workflow.signal(dynamic=True)
-    def _signal(self, name: str, args: Sequence[RawValue]) -> None:
-        self.guard.signal(name, args)  # (see workflows/guard.py)
 
     @accepts(Any)
     def escalate_drain(self, grace_seconds: Any) -> None:
@@ -72,11 +67,6 @@ class MachineTransitionWorkflow:
     @workflow.query
     def machines(self) -> list[Machine]:
         return self._machines
-
-    @workflow.query
-    def rejections(self) -> dict[str, Any]:
-        """Signals this workflow refused: how many per signal, and the last few."""
-        return self.guard.view()
 
     @workflow.run
     async def run(self, t: TransitionInput) -> TransitionResult:

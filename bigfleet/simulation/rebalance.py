@@ -9,15 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..coordinator import (
-    REPORT_SECONDS,
-    Coordinator,
-    DecommissionRequest,
-    Move,
-    MoveKind,
-    decommission_plan,
-)
+from ..coordinator import Coordinator, Move
+from ..decommission import DecommissionRequest, decommission_plan
 from ..models import DeleteAction, DeleteReason, DrainAction, DrainReason
+from ..reports import REPORT_SECONDS, MoveKind
 
 if TYPE_CHECKING:
     from .run import Simulation

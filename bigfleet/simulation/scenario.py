@@ -15,7 +15,8 @@ from pydantic import (
     model_validator,
 )
 
-from ..coordinator import DecommissionRequest, MembershipThresholds
+from ..coordinator import MembershipThresholds
+from ..decommission import DecommissionRequest
 from ..models import CapacityNeed, Count, Name, Transition, from_wire
 from ..policy import Policy
 from ..providers.baremetal import RackSpec

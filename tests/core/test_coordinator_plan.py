@@ -1,8 +1,9 @@
 """The coordinator's pure planning (seed §6, §9): assignment, and shortfalls resolved idle
 first, then speculative quota, then cross-shard preemption only when neither exists."""
 
-from bigfleet.coordinator import Coordinator, MoveKind, Preemptible, ShardReport
+from bigfleet.coordinator import Coordinator
 from bigfleet.models import MachineState, Shortfall, from_wire
+from bigfleet.reports import MoveKind, Preemptible, ShardReport
 from bigfleet.synthetic import OFFERS, machine
 
 GPU = next(o for o in OFFERS if o.instance_type == "gpu-8xh100")

@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from activities.wire import Instruction, TransitionResult
-from bigfleet.coordinator import ShardReport
 from bigfleet.inputs import (
     KEPT,
     MAX_TEXT,
@@ -24,6 +23,7 @@ from bigfleet.inputs import (
     decode,
     number,
 )
+from bigfleet.reports import ShardReport
 
 JSON = st.recursive(
     st.none()
