@@ -1,0 +1,220 @@
+"""The deployment config: where BigFleet's edges are (docs/operations.md, "Your own providers
+and operators", documents it field by field).
+
+A scenario (bigfleet/simulation/scenario.py) describes a *simulated* world; this file describes
+a real one: the capacity providers BigFleet calls over gRPC, the cluster operators it calls for
+bootstrap blobs, and the roll-up gateway's listening address and who may send roll-ups through
+it. `bigfleet worker --config`, `bigfleet gateway --config` and `bigfleet dev` read it.
+
+Every path in it (certificates, token files) is relative to the file's own directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import pathlib
+import re
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .models import Name, from_wire
+from .simulation.scenario import PolicyOverrides
+
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+# host:port, [v6]:port, or unix:/path: what grpc's channel and server addresses take.
+Endpoint = Annotated[str, Field(pattern=r"^(unix:.+|\[[0-9a-fA-F:.]+\]:\d{1,5}|[^\s:/]+:\d{1,5})$")]
+
+
+class Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class ClientTLS(Spec):
+    """TLS of a connection BigFleet makes. `ca` verifies the server (default: the system's
+    roots); `cert` and `key` are BigFleet's own certificate, for servers that require mutual
+    TLS; `server_name` overrides the name checked against the server's certificate."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    server_name: str | None = None
+
+    @model_validator(mode="after")
+    def _pair(self) -> ClientTLS:
+        if (self.cert is None) != (self.key is None):
+            raise ValueError("cert and key: give both or neither")
+        return self
+
+
+class ServerTLS(Spec):
+    """TLS of a server BigFleet runs. With `client_ca`, every client must present a
+    certificate signed by it (mutual TLS)."""
+
+    cert: str
+    key: str
+    client_ca: str | None = None
+
+
+class ProviderEndpoint(Spec):
+    name: Name
+    endpoint: Endpoint
+    tls: ClientTLS | None = None  # none: plaintext (loopback and tests only)
+    deadline_seconds: Seconds = 10.0  # per call; lifecycle calls are acknowledged at once
+    calls_per_second: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+
+
+class OperatorEndpoint(Spec):
+    cluster: Name
+    endpoint: Endpoint
+
+
+class Operators(Spec):
+    """Each cluster's operator: listed by name, or found by `template`, in which `{cluster}`
+    stands for the cluster's name ("operator.{cluster}.svc:50061"). A cluster with neither has
+    no operator: the gateway refuses its roll-ups (nothing could be configured for it)."""
+
+    template: str | None = None
+    clusters: list[OperatorEndpoint] = Field(default_factory=list)
+    tls: ClientTLS | None = None
+    deadline_seconds: Seconds = 5.0
+
+    @model_validator(mode="after")
+    def _template(self) -> Operators:
+        if self.template is not None and "{cluster}" not in self.template:
+            raise ValueError("template: must contain {cluster}")
+        names = [c.cluster for c in self.clusters]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"clusters: listed twice: {', '.join(dupes)}")
+        return self
+
+    def endpoint(self, cluster: str) -> str | None:
+        for c in self.clusters:
+            if c.cluster == cluster:
+                return c.endpoint
+        if self.template is not None and _CLUSTER_NAME.match(cluster):
+            return self.template.replace("{cluster}", cluster)
+        return None
+
+
+# A cluster name that may stand in a host name (the template's use).
+_CLUSTER_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
+
+
+class ClusterToken(Spec):
+    """A cluster's roll-up token: the SHA-256 of the token in hex (so the config holds no
+    secret), or a file holding the token itself (a mounted secret)."""
+
+    cluster: Name
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    file: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> ClusterToken:
+        if (self.sha256 is None) == (self.file is None):
+            raise ValueError("give exactly one of sha256 and file")
+        return self
+
+
+class Gateway(Spec):
+    """The roll-up gateway. A sender is authenticated by its TLS client certificate (whose
+    common name or a DNS name in its subjectAltName is the cluster's name; needs
+    `tls.client_ca`), or by a bearer token listed in `tokens`."""
+
+    listen: Endpoint = "0.0.0.0:50070"
+    tls: ServerTLS | None = None
+    tokens: list[ClusterToken] = Field(default_factory=list)
+    health_port: Annotated[int, Field(ge=0, le=65535)] = 0
+
+
+class Deployment(Spec):
+    name: Name
+    shards: Annotated[int, Field(ge=1, le=64)] = 1
+    cycle_seconds: Seconds = 10.0
+    policy: PolicyOverrides = Field(default_factory=lambda: PolicyOverrides())
+    providers: list[ProviderEndpoint]
+    operators: Operators = Field(default_factory=Operators)
+    gateway: Gateway = Field(default_factory=Gateway)
+
+    @model_validator(mode="after")
+    def _unique(self) -> Deployment:
+        names = [p.name for p in self.providers]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"providers: names must be unique: {', '.join(dupes)}")
+        if not names:
+            raise ValueError("providers: at least one")
+        return self
+
+    def policy_overrides(self) -> dict[str, Any]:
+        return self.policy.model_dump(mode="json", exclude_unset=True)
+
+    def provider(self, name: str) -> ProviderEndpoint | None:
+        return next((p for p in self.providers if p.name == name), None)
+
+
+class DeploymentError(ValueError):
+    """A deployment config that cannot be used; the message names the file and every field."""
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def token_matches(expected_sha256: str, presented: str) -> bool:
+    return hmac.compare_digest(expected_sha256, hash_token(presented))
+
+
+def load_yaml(path: pathlib.Path, model: type[Spec], what: str) -> Any:
+    """A YAML file as `model`; a DeploymentError naming the file and every bad field."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise DeploymentError(f"{path}: cannot read: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise DeploymentError(f"{path}: not valid YAML: {err}") from None
+    try:
+        return from_wire(model, raw)
+    except (ValidationError, ValueError) as err:
+        if not isinstance(err, ValidationError):
+            raise DeploymentError(f"{path}: invalid {what}: {err}") from None
+        lines = [
+            f"  {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
+            for e in err.errors()
+        ]
+        raise DeploymentError(f"{path}: invalid {what}:\n" + "\n".join(lines)) from None
+
+
+def load(path: str | pathlib.Path) -> Deployment:
+    """Read and check a deployment config; paths in it become absolute (relative to it), and
+    every certificate, key and token file it names must be readable now, not at first use."""
+    path = pathlib.Path(path)
+    dep: Deployment = load_yaml(path, Deployment, "deployment config")
+    base = path.parent.resolve()
+    data = dep.model_dump(mode="json", exclude_unset=True)
+    missing: list[str] = []
+
+    def fix(node: Any, where: str) -> Any:
+        if isinstance(node, dict):
+            out = {}
+            for k, v in node.items():
+                at = f"{where}.{k}" if where else k
+                if k in ("ca", "cert", "key", "client_ca", "file") and isinstance(v, str):
+                    full = (base / v).resolve()
+                    if not full.is_file():
+                        missing.append(f"  {at}: no such file {full}")
+                    out[k] = str(full)
+                else:
+                    out[k] = fix(v, at)
+            return out
+        if isinstance(node, list):
+            return [fix(v, f"{where}.{i}") for i, v in enumerate(node)]
+        return node
+
+    data = fix(data, "")
+    if missing:
+        raise DeploymentError(f"{path}: invalid deployment config:\n" + "\n".join(missing))
+    return from_wire(Deployment, data)

@@ -1,0 +1,1 @@
+"""Generated from proto/bigfleet/v1 by bigfleet/edge/codegen.py: do not edit."""
