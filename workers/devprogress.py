@@ -8,17 +8,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import urllib.parse
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from workers.devoperators import Operators
+from typing import Any
 
 PROGRESS_SECONDS = 30.0
 
 
-async def progress(client: Any, fleet: Any, ops: Operators, ui: str, stop: asyncio.Event) -> None:
-    """A line per shard every 30 s, and, once transitions exist, a real machine to look up."""
+async def progress(
+    client: Any, fleet: Any, started: float, ui: str, stop: asyncio.Event
+) -> None:
+    """A line per shard every 30 s, and, once transitions exist, a real machine to look up.
+    `started`: when `bigfleet dev` started (time.monotonic), for the t+ offsets."""
     from activities.wire import shard_workflow_id
 
     hinted = False
@@ -28,7 +29,7 @@ async def progress(client: Any, fleet: Any, ops: Operators, ui: str, stop: async
             await asyncio.wait_for(stop.wait(), PROGRESS_SECONDS)
         if stop.is_set():
             return
-        now = ops.elapsed()
+        now = time.monotonic() - started
         await _sagas(client, now, seen)
         try:
             shards = (await client.get_workflow_handle("coordinator").query("status"))["shards"]

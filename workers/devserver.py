@@ -99,7 +99,7 @@ def server_command(
     ]
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the server's process, before exec: SIGTERM it if `bigfleet dev` dies without
     cleaning up (SIGKILL, a crash), so a dev server is never left behind."""
     with contextlib.suppress(Exception):
@@ -146,7 +146,7 @@ class DevServer:
             stdout=logfile,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=die_with_parent if sys.platform == "linux" else None,
         )
         logfile.close()
         self.started_at = time.monotonic()

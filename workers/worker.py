@@ -37,6 +37,7 @@ from activities.wire import (
     provider_task_queue,
     shard_workflow_id,
 )
+from bigfleet.deployment import Deployment
 from bigfleet.simulation import fleet as simulated
 from bigfleet.simulation.scenario import CloudProviderSpec, Scenario
 from workflows.audit import FleetAuditWorkflow
@@ -69,8 +70,38 @@ class SimulatedFleet:
         spec = next(p for p in self.fleet.providers if p.name == provider)
         return spec.api_calls_per_second if isinstance(spec, CloudProviderSpec) else None
 
+    def close(self) -> None:
+        pass  # in this process's memory: nothing to hang up
 
-def shard_config(fleet: Scenario, shard: int, **overrides: object) -> ShardConfig:
+
+class RemoteFleet:
+    """The providers and operators a deployment config names, called over gRPC: BigFleet
+    against systems it did not write (bigfleet/deployment.py, docs/operations.md)."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        from bigfleet.edge.operator_client import GrpcOperators
+        from bigfleet.edge.provider_client import GrpcProvider
+
+        self.fleet = deployment
+        self.clocks: dict[str, VirtualClock] = {}  # real providers keep their own time
+        self.providers = {p.name: GrpcProvider(p) for p in deployment.providers}
+        self._operators = GrpcOperators(deployment.operators)
+        self.operators = self._operators.operator  # cluster -> its operator, or None
+
+    def rate(self, provider: str) -> float | None:
+        spec = self.fleet.provider(provider)
+        return spec.calls_per_second if spec is not None else None
+
+    def close(self) -> None:
+        for p in self.providers.values():
+            p.close()
+        self._operators.close()
+
+
+Fleet = SimulatedFleet | RemoteFleet
+
+
+def shard_config(fleet: Scenario | Deployment, shard: int, **overrides: object) -> ShardConfig:
     return ShardConfig(
         shard=shard,
         shards=fleet.shards,
@@ -110,7 +141,7 @@ async def assign_cluster(client: Client, cluster: str, shards: int) -> int:
 
 async def ensure_shards(
     client: Client,
-    fleet: Scenario,
+    fleet: Scenario | Deployment,
     plan_seconds: float | None = None,
     restart_closed: bool = False,
     **overrides: object,
@@ -199,7 +230,7 @@ SHARD_WORKFLOWS = [
 
 def build_workers(
     client: Client,
-    sim: SimulatedFleet,
+    sim: Fleet,
     roles: Iterable[str] = ROLES,
     shard_client: Callable[[Client], ShardClientActivities] = ShardClientActivities,
     snapshot_dir: Path | None = None,
@@ -248,7 +279,7 @@ def shard_workers(
     ]
 
 
-def transition_workers(client: Client, sim: SimulatedFleet) -> list[Worker]:
+def transition_workers(client: Client, sim: Fleet) -> list[Worker]:
     """Role `transitions`: machine transition workflows and the operators' callbacks."""
     operators = OperatorActivities(sim.operators)
     return [
@@ -262,7 +293,7 @@ def transition_workers(client: Client, sim: SimulatedFleet) -> list[Worker]:
     ]
 
 
-def provider_workers(client: Client, sim: SimulatedFleet) -> list[Worker]:
+def provider_workers(client: Client, sim: Fleet) -> list[Worker]:
     """Role `providers`: per provider, its calls on a queue held to its API rate limit, and its
     reads (get, list, capacity, audit) on a `-read` queue of their own, without that limit."""
     acts = ProviderActivities(sim.providers, sim.clocks, client)
