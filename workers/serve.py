@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from workers.args import DEFAULT_METRICS_PORT, ROLES, connection_options, port, roles
+from workers.health import Health, serve_health
 from workers.plumbing import CliError, blocking, connect, display_address
 
 
@@ -24,11 +25,23 @@ def register(verbs: argparse._SubParsersAction) -> None:
     w = verbs.add_parser(
         "worker",
         help="run BigFleet's workers against a Temporal server",
-        description="Run BigFleet's Temporal workers (simulated providers and operators from "
-        "the fleet file) until SIGINT/SIGTERM. With role `shards` it also starts every shard "
+        description="Run BigFleet's Temporal workers until SIGINT/SIGTERM: against the gRPC "
+        "providers and operators of a deployment config (--config), or simulated ones from a "
+        "fleet file (--fleet). With role `shards` it also starts every shard "
         "workflow that is not running yet.",
     )
-    w.add_argument("--fleet", required=True, metavar="FILE", help="fleet file (scenario schema)")
+    source = w.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--config",
+        metavar="FILE",
+        help="deployment config: the gRPC endpoints of your providers and cluster operators "
+        "(docs/operations.md, 'Your own providers and operators')",
+    )
+    source.add_argument(
+        "--fleet",
+        metavar="FILE",
+        help="fleet file (scenario schema): simulated providers and operators in this process",
+    )
     connection_options(w)
     w.add_argument(
         "--role",
@@ -47,6 +60,14 @@ def register(verbs: argparse._SubParsersAction) -> None:
     )
     w.add_argument(
         "--metrics-host", default="0.0.0.0", metavar="ADDR", help="bind address for metrics"
+    )
+    w.add_argument(
+        "--health-port",
+        type=port,
+        default=0,
+        metavar="N",
+        help="serve GET /healthz (liveness) and /readyz (ready once connected to Temporal and "
+        "every worker polls) on 0.0.0.0:N (default 0: none)",
     )
     w.add_argument(
         "--snapshot-dir",
@@ -83,12 +104,13 @@ async def run_worker(args: argparse.Namespace) -> int:
     import logging
     import signal
 
-    fleet = load_fleet(args.fleet)
+    fleet = load_deployment(args.config) if args.config else load_fleet(args.fleet)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     from workers.connect import runtime
     from workers.worker import (
+        RemoteFleet,
         SimulatedFleet,
         build_workers,
         ensure_shards,
@@ -100,13 +122,17 @@ async def run_worker(args: argparse.Namespace) -> int:
     if args.metrics_port:
         serve_metrics(args.metrics_host, args.metrics_port)
         rt = sdk_runtime(args.metrics_host, args.metrics_port + 1, runtime)
+    health = Health()  # "starting" until the workers run
+    if args.health_port:
+        serve_health("0.0.0.0", args.health_port, health)
     client = await connect(args, rt, wait=300.0)
     await check_search_attributes(client, f"bigfleet {args.verb}")
-    sim = SimulatedFleet(fleet)
+    sim = RemoteFleet(fleet) if args.config else SimulatedFleet(fleet)
     workers = build_workers(client, sim, args.role, snapshot_dir=args.snapshot_dir)
     stop = asyncio.Event()
     install_stop_handlers(stop, signal.SIGINT, signal.SIGTERM)
     task = asyncio.create_task(run_workers(workers, stop))
+    health.check = workers_running(workers, task)
     keeper = None
     if "shards" in args.role:
         await ensure_shards(client, fleet)
@@ -119,6 +145,9 @@ async def run_worker(args: argparse.Namespace) -> int:
         flush=True,
     )
     print(f"  task queues: {', '.join(queues)}", flush=True)
+    if args.config:
+        for spec in fleet.providers:
+            print(f"  provider {spec.name}: {spec.endpoint} ({describe_tls(spec.tls)})", flush=True)
     if args.metrics_port:
         print(
             f"  metrics: http://{args.metrics_host}:{args.metrics_port}/metrics (BigFleet), "
@@ -128,8 +157,37 @@ async def run_worker(args: argparse.Namespace) -> int:
     await task
     if keeper is not None:
         await keeper
+    sim.close()
     print("bigfleet worker: stopped", flush=True)
     return 0
+
+
+def describe_tls(tls: Any) -> str:
+    if tls is None:
+        return "plaintext"
+    return "mutual TLS" if tls.cert else "TLS"
+
+
+def load_deployment(path: str) -> Any:
+    from bigfleet.deployment import DeploymentError, load
+
+    try:
+        return load(path)
+    except DeploymentError as err:
+        raise CliError(str(err), code=2) from None
+
+
+def workers_running(workers: Sequence[Any], task: asyncio.Task[None]) -> Callable[[], str | None]:
+    """The worker's readiness: `run_workers` still running and every worker it started polling
+    (a worker the SDK shut down after a fatal error is not)."""
+
+    def check() -> str | None:
+        if task.done():
+            return "the workers stopped"
+        waiting = [w.task_queue for w in workers if not getattr(w, "is_running", True)]
+        return f"starting workers for {', '.join(sorted(set(waiting)))}" if waiting else None
+
+    return check
 
 
 def serve_metrics(host: str, metrics_port: int) -> None:

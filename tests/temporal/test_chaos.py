@@ -15,9 +15,6 @@ are retried after their start-to-close timeout, up to a minute).
 from __future__ import annotations
 
 import asyncio
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -30,6 +27,7 @@ import yaml
 from bigfleet.models import from_wire
 from bigfleet.simulation.scenario import Scenario
 from tests.conftest import TEMPORAL
+from tests.procs import Proc, free_port, retrying
 from workers import cli
 from workers.audit_verb import audit
 from workers.connect import connect
@@ -88,58 +86,6 @@ ROUNDS = [
     {"train": 4, "web": 4, "batch": 3},
 ]
 FINAL = ROUNDS[-1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Proc:
-    """A child process this test started (and only such are killed), logging to a file."""
-
-    def __init__(self, name: str, argv: list[str], log: Path) -> None:
-        self.name, self.argv, self.log = name, argv, log
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.started = 0
-
-    def start(self) -> None:
-        with open(self.log, "ab") as out:
-            out.write(f"\n==== start {self.started + 1}: {' '.join(self.argv)}\n".encode())
-            out.flush()
-            self.proc = subprocess.Popen(
-                self.argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        self.started += 1
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def tail(self, lines: int = 25) -> str:
-        try:
-            text = self.log.read_text(errors="replace").splitlines()
-        except OSError:
-            return ""
-        return f"---- {self.name} ({self.log}):\n" + "\n".join(text[-lines:])
-
-
-async def retrying(what: str, call: Callable[[], Any], timeout: float = 60.0) -> Any:
-    """`call()` until it works (the server may be down for a moment)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return await call()
-        except Exception as err:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what}: still failing after {timeout} s: {err}") from err
-            await asyncio.sleep(0.5)
 
 
 def rollup(cluster: str, count: int) -> dict[str, Any]:
