@@ -21,8 +21,11 @@ PROVIDER_CALL_SECONDS = Histogram(
     ["provider", "call"],
     buckets=PROVIDER_CALL_BUCKETS,
 )
-# `cluster` is only ever a cluster this worker has an operator for (an unknown cluster fails
-# before anything is counted), so both counters stay as small as the fleet file.
+# `cluster` is a cluster some shard configures machines for: one with an operator, or one whose
+# roll-ups reached a shard anyway (the gateway refuses a cluster without an operator endpoint;
+# `rollup send --direct` does not). Outcomes: ok, refused (by the operator), unreachable,
+# no_operator, error (any other failure of the call, a malformed blob); all but ok are
+# answered as refusals and counted in BOOTSTRAP_REFUSALS too.
 BOOTSTRAPS = Counter(
     "bigfleet_bootstraps_total", "Bootstrap blobs asked of operators", ["cluster", "outcome"]
 )
@@ -30,4 +33,24 @@ BOOTSTRAP_REFUSALS = Counter(
     "bigfleet_bootstrap_refusals_total",
     "Bootstrap requests an operator refused (the need is unsatisfiable for now)",
     ["cluster"],
+)
+# Notifications are advisory: one that cannot be delivered is dropped, and counted here.
+OPERATOR_NOTIFICATIONS = Counter(
+    "bigfleet_operator_notifications_total",
+    "Notifications of what BigFleet decided, sent to cluster operators",
+    ["outcome"],  # ok, unreachable, no_operator, error
+)
+# The roll-up gateway (`bigfleet gateway`, workers/gateway.py) counts what it answered. No cluster
+# label: a refused sender names any cluster it likes.
+GATEWAY_ROLLUPS = Counter(
+    "bigfleet_gateway_rollups_total",
+    "Roll-ups the gateway answered: accepted, or the reason it refused them",
+    # accepted, unauthenticated, permission_denied, invalid_argument, unknown_cluster,
+    # unavailable (Temporal or the shard could not be reached)
+    ["outcome"],
+)
+GATEWAY_SEND_SECONDS = Histogram(
+    "bigfleet_gateway_send_seconds",
+    "Time to accept a roll-up: authenticate, validate, find the shard, signal it",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )

@@ -79,7 +79,8 @@ class Operators(Spec):
     template: str | None = None
     clusters: list[OperatorEndpoint] = Field(default_factory=list)
     tls: ClientTLS | None = None
-    deadline_seconds: Seconds = 5.0
+    # GenerateBootstrap runs inside a 30 s activity with one quick retry: at most 20 s a call.
+    deadline_seconds: Annotated[float, Field(gt=0, le=20, allow_inf_nan=False)] = 5.0
 
     @model_validator(mode="after")
     def _template(self) -> Operators:

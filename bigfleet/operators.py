@@ -82,7 +82,39 @@ class BootstrapRefused(Exception):
         refused = f" requirement {describe(requirement)}" if requirement else ""
         super().__init__(f"cluster {cluster} refused to bootstrap{refused}: {reason}")
         self.cluster = cluster
+        self.reason = reason
         self.requirement = requirement
+
+    @classmethod
+    def as_told(cls, cluster: str, message: str) -> BootstrapRefused:
+        """A refusal that came over the wire: the operator's message as it wrote it (BigFleet's
+        own operator server sends `str()` of a BootstrapRefused, so it is not prefixed twice)."""
+        prefix = f"cluster {cluster} refused to bootstrap"
+        if message.startswith(prefix):
+            err = cls(cluster, message)
+            err.args = (message,)
+            return err
+        return cls(cluster, message or "no reason given")
+
+
+class OperatorError(Exception):
+    """A cluster's operator could not be asked, or answered with something other than a blob or
+    a refusal (a remote operator: bigfleet/edge/operator_client.py). BigFleet treats it like a
+    refusal for now (the machine stays idle, a shortfall is recorded) and asks again later."""
+
+    def __init__(self, cluster: str, endpoint: str, detail: str) -> None:
+        super().__init__(f"operator of cluster {cluster} at {endpoint} failed: {detail}")
+        self.cluster = cluster
+        self.endpoint = endpoint
+        self.detail = detail
+
+
+class OperatorUnreachable(OperatorError):
+    """The operator did not answer (UNAVAILABLE, DEADLINE_EXCEEDED): down, or the network."""
+
+    def __init__(self, cluster: str, endpoint: str, detail: str) -> None:
+        super().__init__(cluster, endpoint, detail)
+        self.args = (f"operator of cluster {cluster} unreachable at {endpoint}: {detail}",)
 
 
 def kubelet_minor(version: str) -> int | None:

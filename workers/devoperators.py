@@ -1,7 +1,11 @@
-"""The simulated cluster operators of `bigfleet dev`: each cluster of the fleet file sends its
-`rollups` to its shard at their `at` offsets (seconds after `bigfleet dev` started), and re-sends
-the latest every `cycle_seconds` with a rising generation (milliseconds since the epoch, so it
-keeps rising across restarts). The orchestration is in workers/dev.py.
+"""Simulated cluster operators' roll-ups: each cluster of a fleet file sends its `rollups` at their
+`at` offsets (seconds after the start), and re-sends the latest every `cycle_seconds` with a
+rising generation (milliseconds since the epoch, so it keeps rising across restarts).
+
+How a roll-up travels is the `send` coroutine, `send(cluster, rollup_dict) -> where` (a short
+description of where it went, for the log line): `bigfleet operator serve` sends through the
+roll-up gateway (workers/operator_verbs.py); without one, `TemporalSender` asks the coordinator
+for the cluster's shard and signals it directly (administrators with namespace access).
 """
 
 from __future__ import annotations
@@ -9,41 +13,75 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
+
+Send = Callable[[str, dict[str, Any]], Awaitable[str]]
 
 
 @dataclass
 class _Cluster:
     name: str
-    shard: int | None  # asked of the coordinator on the first roll-up
     timeline: list[tuple[float, list[Any]]]
     sent: int = -1  # index into timeline of the roll-up in force
     next_resend: float = 0.0
     generation: int = 0
 
 
+class TemporalSender:
+    """Signals each roll-up to its cluster's shard: the coordinator is asked on the first one
+    and again after a failure (a split or merge may have moved the cluster)."""
+
+    def __init__(self, client: Any, shards: int) -> None:
+        self.client = client
+        self.shards = shards
+        self.assigned: dict[str, int] = {}
+
+    async def __call__(self, cluster: str, rollup: dict[str, Any]) -> str:
+        from activities.wire import shard_workflow_id
+        from workers.worker import assign_cluster
+
+        try:
+            shard = self.assigned.get(cluster)
+            if shard is None:
+                shard = self.assigned[cluster] = await assign_cluster(
+                    self.client, cluster, self.shards
+                )
+            wid = shard_workflow_id(shard)
+            await self.client.get_workflow_handle(wid).signal("rollup", rollup)
+        except Exception:
+            self.assigned.pop(cluster, None)
+            raise
+        return wid
+
+
 @dataclass
 class Operators:
     """Each cluster's operator: its roll-ups at their offsets, the latest re-sent every cycle
-    (a live operator reports every cycle; a silent cluster would age out of the needs table)."""
+    (a live operator reports every cycle; a silent cluster would age out of the needs table).
+    `client`: Temporal, for the default `send` (TemporalSender); `only`: these clusters."""
 
     client: Any
     fleet: Any
     started: float = field(default_factory=time.monotonic)
     clusters: list[_Cluster] = field(default_factory=list)
     errors: int = 0
+    send: Send | None = None
+    only: Collection[str] | None = None
 
     def __post_init__(self) -> None:
+        if self.send is None:
+            self.send = TemporalSender(self.client, self.fleet.shards)
         for c in self.fleet.clusters:
+            if self.only is not None and c.name not in self.only:
+                continue
             if c.workload is not None:
-                print(f"  note: cluster {c.name} replays a trace; `bigfleet dev` skips it")
+                print(f"  note: cluster {c.name} replays a trace; its roll-ups are not played")
                 continue
             timeline = sorted(((r.at, list(r.needs)) for r in c.rollups), key=lambda t: t[0])
             if timeline:
-                self.clusters.append(
-                    _Cluster(c.name, None, timeline)
-                )
+                self.clusters.append(_Cluster(c.name, timeline))
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -72,9 +110,7 @@ class Operators:
                 await asyncio.wait_for(stop.wait(), max(0.05, wake - self.elapsed()))
 
     async def _send(self, c: _Cluster, index: int, changed: bool, now: float) -> bool:
-        from activities.wire import shard_workflow_id
-        from workers.worker import assign_cluster
-
+        assert self.send is not None
         at, needs = c.timeline[index]
         c.generation = max(c.generation + 1, time.time_ns() // 1_000_000)
         rollup = {
@@ -82,16 +118,11 @@ class Operators:
             "generation": c.generation,
             "needs": [n.model_dump(mode="json") for n in needs],
         }
-        wid = f"the shard of {c.name}"
         try:
-            if c.shard is None:
-                c.shard = await assign_cluster(self.client, c.name, self.fleet.shards)
-            wid = shard_workflow_id(c.shard)
-            await self.client.get_workflow_handle(wid).signal("rollup", rollup)
+            where = await self.send(c.name, rollup)
         except Exception as err:
             self.errors += 1
-            c.shard = None  # ask the coordinator again: a split or merge may have moved it
-            print(f"  t+{now:4.0f}s roll-up of {c.name} to {wid} failed: {err}", flush=True)
+            print(f"  t+{now:4.0f}s roll-up of {c.name} failed: {err}", flush=True)
             return False
         if changed:
             total = sum(n.count for n in needs)
@@ -99,7 +130,7 @@ class Operators:
                 ", ".join(f"{n.count}×p{n.priority}" for n in needs) if needs else "no needs"
             )
             print(
-                f"  t+{now:4.0f}s roll-up {c.name} -> {wid}: {len(needs)} need(s), "
+                f"  t+{now:4.0f}s roll-up {c.name} -> {where}: {len(needs)} need(s), "
                 f"{total} machine(s) [{summary}]",
                 flush=True,
             )

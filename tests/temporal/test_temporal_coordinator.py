@@ -285,8 +285,8 @@ async def test_roll_up_senders_ask_the_coordinator_once_and_it_assigns_least_loa
 ):
     """Seed §16: a cluster goes to the least-loaded shard on its first roll-up, for good. The
     first sender of a new fleet starts the coordinator (update-with-start); `bigfleet rollup
-    send` asks it and signals the shard it names; a coordinator started from scratch first
-    learns which clusters the shards already serve."""
+    send --direct` asks it and signals the shard it names; a coordinator started from scratch
+    first learns which clusters the shards already serve."""
     client = dev_env.client
     raw = two_shard_fleet()
     async with fleet_workers(client, raw):
@@ -300,7 +300,7 @@ async def test_roll_up_senders_ask_the_coordinator_once_and_it_assigns_least_loa
         path.write_text(yaml.safe_dump({"cluster": "d", "generation": 1, "needs": [need]}))
         address = client.service_client.config.target_host
         code = await asyncio.to_thread(
-            cli.main, ["rollup", "send", str(path), "--address", address]
+            cli.main, ["rollup", "send", str(path), "--direct", "--address", address]
         )
         assert code == 0
         status = await client.get_workflow_handle("shard-1").query("status")

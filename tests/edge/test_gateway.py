@@ -1,0 +1,412 @@
+"""The roll-up gateway (issue 11): `bigfleet gateway` in its own process, against a real Temporal
+dev server with the shard workers running (in this process, simulated providers).
+
+A roll-up with its cluster's token is accepted and reaches the cluster's shard; without
+credentials, with a wrong token, for another cluster, with a bad field, or for a cluster with
+no operator endpoint it is refused with the status and reason the contract names, and the shard
+sees nothing of it. With mutual TLS, the client certificate names the cluster: a cluster's
+certificate cannot send another cluster's roll-up. `bigfleet rollup send` goes through the
+gateway and exits 2 for an invalid roll-up, 1 for any other refusal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import yaml
+from temporalio.testing import WorkflowEnvironment
+
+from bigfleet.deployment import hash_token
+from bigfleet.edge.devca import DevCA, make_dev_ca
+from bigfleet.edge.errors import error_info
+from bigfleet.edge.rollup_client import RollupSender
+from bigfleet.v1 import machine_pb2 as mpb
+from bigfleet.v1 import rollups_pb2 as rpb
+from tests.conftest import eventually, fleet_workers
+from tests.procs import ROOT, Proc, free_port
+from tests.temporal.test_temporal_coordinator import gpu_fleet, start
+
+BIGFLEET = [sys.executable, "-m", "workers.cli"]
+GPU = "gpu-8xh100"
+C = grpc.StatusCode
+
+
+def need_pb(count: int, priority: int = 1000) -> rpb.CapacityNeed:
+    pb = rpb.CapacityNeed(priority=priority, count=count)
+    pb.requirements.add(key="node.kubernetes.io/instance-type", operator="In", values=[GPU])
+    return pb
+
+
+def rollup_pb(cluster: str, generation: int, count: int) -> rpb.ClusterCapacityNeeds:
+    return rpb.ClusterCapacityNeeds(
+        cluster=cluster, generation=generation, needs=[need_pb(count)]
+    )
+
+
+class Fleet:
+    """A Temporal dev server, the fleet's workers and shard, and a gateway process."""
+
+    def __init__(self, env: WorkflowEnvironment, tmp: Path, gateway: dict[str, Any]) -> None:
+        self.client = env.client
+        self.tmp = tmp
+        self.port, self.health_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.endpoint = f"127.0.0.1:{self.port}"
+        config = {
+            "name": "gw",
+            "shards": 1,
+            "providers": [{"name": "dc", "endpoint": "127.0.0.1:1"}],  # the gateway calls none
+            "operators": {
+                "clusters": [
+                    {"cluster": c, "endpoint": "127.0.0.1:1"} for c in ("web", "batch")
+                ],
+            },
+            "gateway": {"listen": self.endpoint, **gateway},
+        }
+        self.config = tmp / "deployment.yaml"
+        self.config.write_text(yaml.safe_dump(config))
+        temporal = self.client.service_client.config.target_host
+        self.proc = Proc(
+            "gateway",
+            [*BIGFLEET, "gateway", "--config", str(self.config), "--address", temporal,
+             "--health-port", str(self.health_port), "--metrics-port", str(self.metrics_port),
+             "--http-host", "127.0.0.1"],
+            tmp / "gateway.log",
+        )  # fmt: skip
+
+    async def shard(self) -> dict[str, Any]:
+        status = await self.client.get_workflow_handle("shard-0").query("status")
+        needs = {}
+        for cluster in status["clusters"]:
+            view = await self.client.get_workflow_handle("shard-0").query("cluster", cluster)
+            needs[cluster] = [(n["count"], n["priority"]) for n in view["needs"]]
+        return {"needs": needs, "rejections": status["rejections"]}
+
+    async def assigned(self) -> dict[str, int]:
+        return (await self.client.get_workflow_handle("coordinator").query("status"))["clusters"]
+
+    def get(self, path: str, port: int | None = None) -> tuple[int, str]:
+        url = f"http://127.0.0.1:{port or self.health_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+        except OSError as err:  # not listening yet
+            return 0, str(err)
+
+    async def rollup_send(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        """`bigfleet rollup send ... --gateway`, off the event loop (the workers run on it)."""
+        return await asyncio.to_thread(
+            subprocess.run,
+            [*BIGFLEET, "rollup", "send", *argv, "--gateway", self.endpoint],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def running(
+    env: WorkflowEnvironment, tmp: Path, gateway: dict[str, Any]
+) -> AsyncIterator[Fleet]:
+    raw = gpu_fleet(1, {"r1": 2}, ["web", "batch", "ghost"])
+    fleet = Fleet(env, tmp, gateway)
+    async with fleet_workers(env.client, raw):
+        await start(env.client, raw)
+        fleet.proc.start()
+        try:
+            await fleet.proc.listening(fleet.port)
+            await eventually(
+                lambda: fleet.get("/readyz")[0], lambda code: code == 200, what="gateway ready"
+            )
+            yield fleet
+        finally:
+            fleet.proc.stop()
+
+
+async def refused(sender: RollupSender, pb: rpb.ClusterCapacityNeeds) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as err:
+        await sender.send_proto(pb)
+    return err.value
+
+
+async def test_the_gateway_lets_a_cluster_send_only_its_own_valid_rollups(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+):
+    (tmp_path / "batch.token").write_text("batch-secret\n")
+    tokens = [
+        {"cluster": "web", "sha256": hash_token("web-secret")},
+        {"cluster": "batch", "file": "batch.token"},
+        {"cluster": "ghost", "sha256": hash_token("ghost-secret")},  # no operator endpoint
+    ]
+    async with running(dev_env, tmp_path, {"tokens": tokens}) as fleet:
+        web = RollupSender(fleet.endpoint, token="web-secret")
+        accepted = await web.send_proto(rollup_pb("web", 10, 2))
+        assert (accepted.shard, accepted.generation, accepted.workflow_id) == (0, 10, "shard-0")
+        before = await eventually(
+            fleet.shard, lambda s: s["needs"] == {"web": [(2, 1000)]}, what="web's needs"
+        )
+        assert before["rejections"] == []
+
+        # Each refusal: its status, a reason naming what is wrong, and nothing signalled.
+        nobody = await refused(RollupSender(fleet.endpoint), rollup_pb("web", 11, 5))
+        assert nobody.code() == C.UNAUTHENTICATED and "no credentials" in nobody.details()
+
+        wrong = await refused(RollupSender(fleet.endpoint, token="guess"), rollup_pb("web", 12, 5))
+        assert wrong.code() == C.UNAUTHENTICATED
+        assert error_info(wrong).reason == mpb.UNAUTHENTICATED  # type: ignore[union-attr]
+
+        other = await refused(web, rollup_pb("batch", 13, 5))
+        assert other.code() == C.PERMISSION_DENIED
+        assert "cluster web (token)" in other.details() and "'batch'" in other.details()
+
+        stranger = await refused(web, rollup_pb("nobody-knows", 13, 5))
+        assert stranger.code() == C.PERMISSION_DENIED
+        assert "no token of the gateway's config" in stranger.details()
+
+        bad = rollup_pb("web", 14, 5)
+        bad.needs.add(priority=1, count=-1)
+        invalid = await refused(web, bad)
+        assert invalid.code() == C.INVALID_ARGUMENT and "needs.1.count" in invalid.details()
+        assert error_info(invalid).field == "needs.1.count"  # type: ignore[union-attr]
+
+        ghost = await refused(RollupSender(fleet.endpoint, token="ghost-secret"),
+                              rollup_pb("ghost", 15, 5))  # fmt: skip
+        assert ghost.code() == C.FAILED_PRECONDITION
+        assert error_info(ghost).reason == mpb.UNKNOWN_CLUSTER  # type: ignore[union-attr]
+        assert "no operator endpoint" in ghost.details() and "operators" in ghost.details()
+
+        # Through the command line, with the token in a file: batch's own roll-up goes in.
+        path = tmp_path / "batch.yaml"
+        raw = {"cluster": "batch", "generation": 3, "needs": [
+            {"requirements": [], "priority": 7, "count": 1}]}  # fmt: skip
+        path.write_text(yaml.safe_dump(raw))
+        sent = await fleet.rollup_send(str(path), "--token-file", str(tmp_path / "batch.token"))
+        assert sent.returncode == 0, sent.stderr
+        assert "shard 0" in sent.stdout and "through" in sent.stdout
+
+        # ... and a refusal prints the gateway's reason: 1, or 2 for an invalid roll-up.
+        path.write_text(yaml.safe_dump({**raw, "cluster": "web", "generation": 16}))
+        denied = await fleet.rollup_send(str(path), "--token-file", str(tmp_path / "batch.token"))
+        assert denied.returncode == 1
+        assert "PERMISSION_DENIED" in denied.stderr and "'web'" in denied.stderr
+        path.write_text(yaml.safe_dump({**raw, "generation": 17}))
+        (tmp_path / "bad.token").write_text("nope\n")
+        unknown = await fleet.rollup_send(str(path), "--token-file", str(tmp_path / "bad.token"))
+        assert unknown.returncode == 1 and "UNAUTHENTICATED" in unknown.stderr
+
+        after = await eventually(
+            fleet.shard, lambda s: "batch" in s["needs"], what="batch's needs"
+        )
+        assert after == {"needs": {"web": [(2, 1000)], "batch": [(1, 7)]}, "rejections": []}
+        assert sorted(await fleet.assigned()) == ["batch", "web"]
+        await web.close()
+
+        status, metrics = fleet.get("/metrics", fleet.metrics_port)
+        assert status == 200
+        for outcome, count in [("accepted", 2), ("unauthenticated", 3),
+                               ("permission_denied", 3), ("invalid_argument", 1),
+                               ("unknown_cluster", 1)]:  # fmt: skip
+            assert f'bigfleet_gateway_rollups_total{{outcome="{outcome}"}} {count}.0' in metrics
+        assert fleet.get("/healthz")[0] == 200
+
+
+async def test_a_bad_rollup_file_to_the_gateway_exits_2_naming_the_field(tmp_path: Path):
+    """The command line checks the file before it connects: nothing listens on the gateway."""
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump({"cluster": "web", "needs": [{"priority": 1, "count": -1}]}))
+    out = subprocess.run(
+        [*BIGFLEET, "rollup", "send", str(path), "--gateway", f"127.0.0.1:{free_port()}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2 and "needs.0.count" in out.stderr
+
+
+async def test_with_mutual_tls_the_certificate_names_the_cluster(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+):
+    ca: DevCA = make_dev_ca(tmp_path / "tls", clients=["web", "batch"])
+    tls = {"cert": str(ca.server.cert), "key": str(ca.server.key), "client_ca": str(ca.ca)}
+    async with running(dev_env, tmp_path, {"tls": tls}) as fleet:
+        web = RollupSender(fleet.endpoint, ca.client_tls("web"))
+        accepted = await web.send_proto(rollup_pb("web", 1, 1))
+        assert accepted.workflow_id == "shard-0"
+        await eventually(fleet.shard, lambda s: s["needs"] == {"web": [(1, 1000)]})
+
+        # web's certificate, batch's roll-up.
+        other = await refused(web, rollup_pb("batch", 2, 4))
+        assert other.code() == C.PERMISSION_DENIED
+        assert "'web' (client certificate)" in other.details() and "'batch'" in other.details()
+
+        # No client certificate: the handshake itself fails (the gateway requires one).
+        anonymous = await refused(
+            RollupSender(fleet.endpoint, ca.client_tls(None), deadline_seconds=5),
+            rollup_pb("web", 3, 4),
+        )
+        assert anonymous.code() in (C.UNAVAILABLE, C.DEADLINE_EXCEEDED)
+
+        # batch's own certificate, through the command line (generation 1: had the refused
+        # generation 2 gone in, this one would be ignored as older).
+        path = tmp_path / "batch.yaml"
+        need = {"requirements": [], "priority": 7, "count": 1}
+        path.write_text(yaml.safe_dump({"cluster": "batch", "generation": 1, "needs": [need]}))
+        paths = ca.clients["batch"]
+        sent = await fleet.rollup_send(str(path), "--tls-ca", str(ca.ca), "--tls-cert",
+                                 str(paths.cert), "--tls-key", str(paths.key))  # fmt: skip
+        assert sent.returncode == 0, sent.stderr
+        after = await eventually(fleet.shard, lambda s: "batch" in s["needs"])
+        assert after == {"needs": {"web": [(1, 1000)], "batch": [(1, 7)]}, "rejections": []}
+        assert sorted(await fleet.assigned()) == ["batch", "web"]
+        await web.close()
+
+
+@pytest.mark.parametrize("credentials", ["tokens", "mutual TLS"])
+async def test_operator_serve_plays_its_clusters_rollups_through_the_gateway(
+    dev_env: WorkflowEnvironment, tmp_path: Path, credentials: str
+):
+    """`bigfleet operator serve --gateway`: the fleet file's timeline of web, sent with web's
+    token from --token-dir or web's certificate from --tls-dir (as `bigfleet dev` runs it),
+    reaches web's shard."""
+    scenario = gpu_fleet(1, {"r1": 2}, ["web"])
+    scenario["cycle_seconds"] = 0.5
+    scenario["clusters"] = [{"name": "web", "rollups": [
+        {"at": 0, "needs": [{"requirements": [], "priority": 9, "count": 1}]}]}]  # fmt: skip
+    (tmp_path / "ops-fleet.yaml").write_text(yaml.safe_dump(scenario))
+    port = free_port()
+    argv = [*BIGFLEET, "operator", "serve", "--fleet", str(tmp_path / "ops-fleet.yaml"),
+            "--cluster", "web", "--listen", f"127.0.0.1:{port}"]  # fmt: skip
+    if credentials == "tokens":
+        (tmp_path / "tokens").mkdir()
+        (tmp_path / "tokens" / "web").write_text("web-secret\n")
+        gateway: dict[str, Any] = {"tokens": [{"cluster": "web", "file": "tokens/web"}]}
+        argv += ["--token-dir", str(tmp_path / "tokens")]
+    else:
+        ca = make_dev_ca(tmp_path / "tls", clients=["web"])
+        gateway = {"tls": {"cert": str(ca.server.cert), "key": str(ca.server.key),
+                           "client_ca": str(ca.ca)}}  # fmt: skip
+        argv += ["--tls-dir", str(ca.directory), "--tls-cert", str(ca.server.cert),
+                 "--tls-key", str(ca.server.key)]  # fmt: skip
+    async with running(dev_env, tmp_path, gateway) as fleet:
+        operator = Proc("operator", [*argv, "--gateway", fleet.endpoint], tmp_path / "op.log")
+        operator.start()
+        try:
+            await operator.listening(port)
+            await eventually(fleet.shard, lambda s: s["needs"] == {"web": [(1, 9)]},
+                             what="web's timeline at its shard")  # fmt: skip
+        finally:
+            operator.stop()
+        log = operator.log.read_text()
+        assert "roll-up web -> shard-0 (via the gateway)" in log, log
+        assert "bigfleet operator: stopped" in log, log
+
+
+# ---- without a server -------------------------------------------------------------------------
+
+
+class _Handle:
+    def __init__(self, client: _Client, wid: str) -> None:
+        self.client, self.wid = client, wid
+
+    async def signal(self, name: str, arg: Any) -> None:
+        from temporalio.service import RPCError, RPCStatusCode
+
+        if self.wid in self.client.gone:
+            raise RPCError("workflow execution already completed", RPCStatusCode.NOT_FOUND, b"")
+        self.client.signalled.append((self.wid, name, arg))
+
+
+class _Client:
+    def __init__(self, answers: list[int], gone: set[str]) -> None:
+        self.answers, self.gone = answers, gone
+        self.asked: list[str] = []
+        self.signalled: list[tuple[str, str, Any]] = []
+
+    def get_workflow_handle(self, wid: str) -> _Handle:
+        return _Handle(self, wid)
+
+    async def execute_update_with_start_workflow(self, update, cluster, **kw) -> int:
+        self.asked.append(cluster)
+        return self.answers.pop(0)
+
+
+async def test_the_gateway_asks_for_a_shard_once_and_again_when_it_is_gone():
+    from workers.gateway import ShardRouter
+
+    client = _Client(answers=[1, 2], gone=set())
+    router = ShardRouter(client, shards=3)
+    assert await router("web", {"n": 1}) == (1, "shard-1")
+    assert await router("web", {"n": 2}) == (1, "shard-1")
+    assert client.asked == ["web"]
+    client.gone.add("shard-1")  # merged away: the coordinator names its new shard
+    assert await router("web", {"n": 3}) == (2, "shard-2")
+    assert client.asked == ["web", "web"]
+    assert [(w, a["n"]) for w, _, a in client.signalled] == [
+        ("shard-1", 1), ("shard-1", 2), ("shard-2", 3)
+    ]
+
+
+def test_rollup_send_needs_a_gateway_or_direct_and_not_both(tmp_path: Path, capsys):
+    from workers.cli import main
+
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump({"cluster": "web", "generation": 1, "needs": []}))
+    assert main(["rollup", "send", str(path)]) == 2
+    assert "--gateway HOST:PORT" in capsys.readouterr().err
+    assert main(["rollup", "send", str(path), "--direct", "--gateway", "127.0.0.1:1"]) == 2
+    assert "--gateway do not apply" in capsys.readouterr().err
+    assert main(["rollup", "send", str(path), "--gateway", "127.0.0.1:1", "--shard", "1"]) == 2
+    assert "--shard: only with --direct" in capsys.readouterr().err
+    missing = str(tmp_path / "nope")
+    assert main(["rollup", "send", str(path), "--gateway", "127.0.0.1:1",
+                 "--token-file", missing]) == 2  # fmt: skip
+    assert "--token-file: no such file" in capsys.readouterr().err
+
+
+async def test_an_oversized_rollup_is_refused_before_it_is_read_and_health_is_served():
+    """In this process, with a stand-in for Temporal: a roll-up over 1 MB never reaches the
+    service; grpc.health.v1 answers SERVING."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from bigfleet.deployment import Deployment
+    from bigfleet.models import from_wire
+    from workers.gateway import TokenTable, start_gateway
+
+    dep = from_wire(Deployment, {
+        "name": "gw", "providers": [{"name": "dc", "endpoint": "127.0.0.1:1"}],
+        "operators": {"template": "op-{cluster}:50061"},
+        "gateway": {"listen": "127.0.0.1:0", "tokens": [
+            {"cluster": "web", "sha256": hash_token("t")}]},
+    })  # fmt: skip
+    delivered: list[dict[str, Any]] = []
+
+    async def deliver(cluster: str, rollup: dict[str, Any]) -> tuple[int, str]:
+        delivered.append(rollup)
+        return 3, "shard-3"
+
+    server = await start_gateway(dep, TokenTable.load(dep), deliver)
+    endpoint = f"127.0.0.1:{server.port}"
+    sender = RollupSender(endpoint, token="t")
+    try:
+        huge = rollup_pb("web", 1, 1)
+        huge.needs[0].requirements[0].values.extend(["x" * 1000] * 1100)
+        too_big = await refused(sender, huge)
+        assert too_big.code() == C.RESOURCE_EXHAUSTED
+        ok = await sender.send_proto(rollup_pb("web", 2, 1))
+        assert (ok.shard, ok.workflow_id) == (3, "shard-3")
+        assert [r["generation"] for r in delivered] == [2]
+        async with grpc.aio.insecure_channel(endpoint) as ch:
+            check = health_pb2_grpc.HealthStub(ch).Check
+            for service in ("", "bigfleet.v1.Rollups"):
+                answer = await check(health_pb2.HealthCheckRequest(service=service))
+                assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        await sender.close()
+        await server.stop(0)

@@ -1,0 +1,425 @@
+"""`bigfleet gateway`: the roll-up gateway (issue 11). Cluster operators send their roll-ups here
+over gRPC (the Rollups service, proto/bigfleet/v1/rollups.proto) instead of writing to the
+Temporal namespace; the gateway authenticates each one as its cluster's, validates it, and
+signals it to the cluster's shard.
+
+For each Send, in this order (the first that fails answers; nothing is signalled then):
+
+1. Authenticate: a TLS client certificate whose common name or a DNS name names clusters (needs
+   `gateway.tls.client_ca`), or `authorization: Bearer TOKEN` matching a token of
+   `gateway.tokens` (compared in constant time; token files are read at start). Neither:
+   UNAUTHENTICATED; a token that is no cluster's: UNAUTHENTICATED.
+2. Authorise: the roll-up's `cluster` must be one the sender authenticated as, else
+   PERMISSION_DENIED naming both.
+3. Validate (bigfleet/edge/convert.py): INVALID_ARGUMENT naming the field.
+4. The cluster must have an operator endpoint in the deployment config, else
+   FAILED_PRECONDITION (UNKNOWN_CLUSTER): nothing could ever be configured for it.
+5. Deliver: the coordinator assigns the cluster's shard (asked once per cluster, then cached;
+   asked again if the shard is gone), and the roll-up is signalled to it. Temporal unreachable:
+   UNAVAILABLE (the sender retries next cycle).
+
+Answer: RollupAccepted(shard, generation, workflow_id). Messages are at most 1 MB (a roll-up is
+~2 KB). Counted in bigfleet_gateway_rollups_total{outcome}.
+
+gRPC's Python server cannot ask for a client certificate without requiring one: with
+`tls.client_ca` every sender must present a certificate signed by it (a token may come too);
+without it, senders use tokens (over TLS, or plaintext on loopback only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hmac
+import logging
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from activities.metrics import GATEWAY_ROLLUPS, GATEWAY_SEND_SECONDS
+from bigfleet.deployment import Deployment, hash_token
+from bigfleet.edge.convert import WireError, rollup_from_proto
+from bigfleet.edge.errors import refusal
+from bigfleet.edge.rollup_client import read_token
+from bigfleet.edge.tls import add_port
+from bigfleet.v1 import machine_pb2 as mpb
+from bigfleet.v1 import rollups_pb2 as rpb
+from bigfleet.v1 import rollups_pb2_grpc as rpg
+from workers.plumbing import CliError, blocking, connect, display_address
+
+log = logging.getLogger("bigfleet.gateway")
+SERVICE = rpb.DESCRIPTOR.services_by_name["Rollups"].full_name
+MAX_ROLLUP_BYTES = 1024 * 1024
+SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_ROLLUP_BYTES),
+    ("grpc.max_send_message_length", 64 * 1024),
+    ("grpc.max_metadata_size", 16 * 1024),
+    ("grpc.max_concurrent_streams", 100),
+    ("grpc.keepalive_time_ms", 30_000),
+]
+MAX_CONCURRENT_SENDS = 2000
+READY_EVERY_SECONDS = 5.0
+OUTCOMES = (
+    "accepted",
+    "unauthenticated",
+    "permission_denied",
+    "invalid_argument",
+    "unknown_cluster",
+    "unavailable",
+)
+
+# (cluster, roll-up as JSON) -> (shard, its workflow id)
+Deliver = Callable[[str, dict[str, Any]], Awaitable[tuple[int, str]]]
+
+
+class Refused(Exception):
+    """A roll-up the gateway will not signal: the metric's outcome and the status to answer."""
+
+    def __init__(self, outcome: str, reason: int, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+        self.status = refusal(reason, message, **fields)
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    """A sender's string in a message: quoted, and cut (it may be up to 1 MB of anything)."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+# ---- who is sending ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TokenTable:
+    """(cluster, SHA-256 of its token) for every token of the config, files read now."""
+
+    entries: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def load(cls, dep: Deployment) -> TokenTable:
+        entries = []
+        for t in dep.gateway.tokens:
+            if t.sha256 is not None:
+                entries.append((t.cluster, t.sha256))
+            else:
+                assert t.file is not None
+                try:
+                    entries.append((t.cluster, hash_token(read_token(t.file))))
+                except (OSError, ValueError) as err:
+                    raise CliError(f"gateway.tokens ({t.cluster}): {err}", code=2) from None
+        return cls(tuple(entries))
+
+    def clusters_of(self, token: str) -> set[str]:
+        """The clusters whose token this is; every entry is compared, in constant time each."""
+        presented = hash_token(token)
+        found = set()
+        for cluster, expected in self.entries:
+            if hmac.compare_digest(expected, presented):
+                found.add(cluster)
+        return found
+
+    def has(self, cluster: str) -> bool:
+        return any(c == cluster for c, _ in self.entries)
+
+
+def certificate_names(context: Any) -> set[str]:
+    """The common name and DNS names of the sender's verified client certificate (none
+    without mutual TLS)."""
+    auth = context.auth_context() or {}
+    names: set[str] = set()
+    dns = auth.get("peer_dns")
+    if dns is None:  # an older gRPC core: every subjectAltName
+        dns = auth.get("x509_subject_alternative_name", [])
+    for value in [*auth.get("x509_common_name", []), *dns]:
+        names.add(value.decode(errors="replace") if isinstance(value, bytes) else str(value))
+    return names
+
+
+def bearer_token(context: Any) -> str | None:
+    """The token of `authorization: Bearer TOKEN`; None without the header. Refused if the
+    header is there but is not a bearer token."""
+    values = [v for k, v in context.invocation_metadata() or () if k.lower() == "authorization"]
+    if not values:
+        return None
+    scheme, _, token = str(values[0]).strip().partition(" ")
+    if len(values) > 1 or scheme.lower() != "bearer" or not token.strip():
+        raise Refused(
+            "unauthenticated",
+            mpb.UNAUTHENTICATED,
+            "authorization: expected one 'Bearer TOKEN' header",
+        )
+    return token.strip()
+
+
+# ---- the service ------------------------------------------------------------------------------
+
+
+class RollupGateway(rpg.RollupsServicer):
+    """The Rollups service: authenticate, authorise, validate, deliver (see the module's doc)."""
+
+    def __init__(self, deployment: Deployment, tokens: TokenTable, deliver: Deliver) -> None:
+        self.deployment = deployment
+        self.tokens = tokens
+        self.deliver = deliver
+        for outcome in OUTCOMES:  # exported at 0
+            GATEWAY_ROLLUPS.labels(outcome)
+
+    async def Send(  # noqa: N802 (the service's name)
+        self, request: rpb.ClusterCapacityNeeds, context: grpc.aio.ServicerContext
+    ) -> rpb.RollupAccepted:
+        started = time.monotonic()
+        try:
+            answer = await self._accept(request, context)
+        except Refused as refused:
+            GATEWAY_ROLLUPS.labels(refused.outcome).inc()
+            code, details, trailers = refused.status
+            log.warning("refused a roll-up (%s): %s", refused.outcome, details)
+            await context.abort(code, details, trailing_metadata=trailers)
+            raise  # abort raises; for the type checker
+        GATEWAY_ROLLUPS.labels("accepted").inc()
+        GATEWAY_SEND_SECONDS.observe(time.monotonic() - started)
+        log.debug("roll-up of %s (generation %d) -> %s", request.cluster, answer.generation,
+                  answer.workflow_id)
+        return answer
+
+    async def _accept(
+        self, request: rpb.ClusterCapacityNeeds, context: Any
+    ) -> rpb.RollupAccepted:
+        self.authorize(request.cluster, context)
+        try:
+            rollup = rollup_from_proto(request)
+        except WireError as err:
+            raise Refused(
+                "invalid_argument", mpb.INVALID_FIELD, str(err), field=err.field
+            ) from None
+        if self.deployment.operators.endpoint(rollup.cluster) is None:
+            raise Refused(
+                "unknown_cluster",
+                mpb.UNKNOWN_CLUSTER,
+                f"cluster {rollup.cluster} has no operator endpoint in the deployment config: "
+                "add it to `operators` (clusters or template) so BigFleet can configure "
+                "machines for it, then send again",
+            )
+        try:
+            shard, wid = await self.deliver(rollup.cluster, rollup.model_dump(mode="json"))
+        except Exception as err:
+            log.error("delivering the roll-up of %s: %s", rollup.cluster, err)
+            # No reason of ErrorInfo fits; UNAVAILABLE tells the sender to try again.
+            GATEWAY_ROLLUPS.labels("unavailable").inc()
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                f"the roll-up was valid but could not be delivered to the shard of "
+                f"{rollup.cluster}: {err}; send it again",
+            )
+            raise
+        return rpb.RollupAccepted(shard=shard, generation=rollup.generation, workflow_id=wid)
+
+    def authorize(self, cluster: str, context: Any) -> None:
+        """Refused unless the sender authenticated as `cluster`."""
+        token = bearer_token(context)
+        by_token = self.tokens.clusters_of(token) if token is not None else set()
+        by_cert = certificate_names(context)
+        if token is not None and not by_token:
+            raise Refused(
+                "unauthenticated", mpb.UNAUTHENTICATED, "the bearer token is no cluster's"
+            )
+        if not by_token and not by_cert:
+            raise Refused(
+                "unauthenticated",
+                mpb.UNAUTHENTICATED,
+                "no credentials: send an 'authorization: Bearer TOKEN' header or a TLS client "
+                "certificate naming the cluster",
+            )
+        if cluster in by_token or cluster in by_cert:
+            return
+        who = []
+        if by_token:
+            who.append(f"cluster {', '.join(sorted(by_token))} (token)")
+        if by_cert:
+            who.append(f"{', '.join(map(_shown, sorted(by_cert)))} (client certificate)")
+        unknown = (
+            "; no token of the gateway's config is that cluster's"
+            if not self.tokens.has(cluster) and not by_cert
+            else ""
+        )
+        raise Refused(
+            "permission_denied",
+            mpb.PERMISSION_DENIED,
+            f"authenticated as {' and '.join(who)}, which may not send the roll-up of cluster "
+            f"{_shown(cluster)}{unknown}",
+        )
+
+
+# ---- delivery ---------------------------------------------------------------------------------
+
+
+class ShardRouter:
+    """Signals roll-ups to their shards; the coordinator is asked once per cluster (update-with-
+    start, workers/worker.py assign_cluster), and again if the shard it named is gone."""
+
+    def __init__(self, client: Any, shards: int) -> None:
+        self.client = client
+        self.shards = shards
+        self.assigned: dict[str, int] = {}
+
+    async def __call__(self, cluster: str, rollup: dict[str, Any]) -> tuple[int, str]:
+        from temporalio.service import RPCError, RPCStatusCode
+
+        from activities.wire import shard_workflow_id
+        from workers.worker import assign_cluster
+
+        for attempt in range(2):
+            shard = self.assigned.get(cluster)
+            if shard is None:
+                shard = self.assigned[cluster] = await assign_cluster(
+                    self.client, cluster, self.shards
+                )
+            wid = shard_workflow_id(shard)
+            try:
+                await self.client.get_workflow_handle(wid).signal("rollup", rollup)
+                return shard, wid
+            except RPCError as err:
+                self.assigned.pop(cluster, None)  # split, merged or retired: ask again
+                if err.status != RPCStatusCode.NOT_FOUND or attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+
+# ---- the server -------------------------------------------------------------------------------
+
+
+@dataclass
+class GatewayServer:
+    server: grpc.aio.Server
+    port: int
+    health: health.aio.HealthServicer
+
+    async def stop(self, grace: float = 5.0) -> None:
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+
+
+async def start_gateway(
+    deployment: Deployment, tokens: TokenTable, deliver: Deliver, listen: str | None = None
+) -> GatewayServer:
+    """Serve Rollups and grpc.health.v1 on `listen` (default: the config's)."""
+    server = grpc.aio.server(
+        options=SERVER_OPTIONS, maximum_concurrent_rpcs=MAX_CONCURRENT_SENDS
+    )
+    rpg.add_RollupsServicer_to_server(RollupGateway(deployment, tokens, deliver), server)
+    checker = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(checker, server)
+    bound = add_port(server, listen or deployment.gateway.listen, deployment.gateway.tls)
+    await server.start()
+    for name in ("", SERVICE):
+        await checker.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return GatewayServer(server, bound, checker)
+
+
+async def watch_temporal(
+    client: Any, gateway: GatewayServer, ready: Callable[[str | None], None], stop: asyncio.Event
+) -> None:
+    """Readiness: Temporal answers its health check (every few seconds)."""
+    from datetime import timedelta
+
+    while not stop.is_set():
+        try:
+            ok = await client.service_client.check_health(timeout=timedelta(seconds=3))
+            why = None if ok else "Temporal says it is not serving"
+        except Exception as err:
+            why = f"Temporal not reachable: {err}"
+        ready(why)
+        status = health_pb2.HealthCheckResponse.SERVING if why is None else (
+            health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", SERVICE):
+            await gateway.health.set(name, status)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), READY_EVERY_SECONDS)
+
+
+# ---- the command (parsed in workers/operator_verbs.py) ----------------------------------------
+
+
+@blocking
+async def run_gateway(args: argparse.Namespace) -> int:
+    import signal
+
+    from workers.health import Health, serve_health
+    from workers.serve import install_stop_handlers, load_deployment, serve_metrics
+
+    dep: Deployment = load_deployment(args.config)
+    tokens = TokenTable.load(dep)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    _warn_about_credentials(dep, tokens)
+    stop = asyncio.Event()
+    install_stop_handlers(stop, signal.SIGINT, signal.SIGTERM)
+    state = Health()
+    state.check = lambda: "connecting to Temporal"
+    health_port = args.health_port if args.health_port is not None else dep.gateway.health_port
+    if health_port:
+        serve_health(args.http_host, health_port, state)
+    if args.metrics_port:
+        serve_metrics(args.http_host, args.metrics_port)
+    connecting = asyncio.create_task(connect(args, wait=300.0))
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not connecting.done():  # stopped before Temporal answered
+        connecting.cancel()
+        print("bigfleet gateway: stopped", flush=True)
+        return 0
+    stopping.cancel()
+    client = connecting.result()
+    listen = args.listen or dep.gateway.listen
+    try:
+        gateway = await start_gateway(dep, tokens, ShardRouter(client, dep.shards), listen)
+    except OSError as err:
+        raise CliError(str(err)) from None
+    reason: list[str | None] = ["checking Temporal"]
+    state.check = lambda: reason[0]
+    watcher = asyncio.create_task(
+        watch_temporal(client, gateway, lambda why: reason.__setitem__(0, why), stop)
+    )
+    host = listen.rsplit(":", 1)[0]
+    tls = "mutual TLS" if dep.gateway.tls and dep.gateway.tls.client_ca else (
+        "TLS" if dep.gateway.tls else "plaintext"
+    )
+    print(
+        f"bigfleet gateway: serving roll-ups on {host}:{gateway.port} ({tls}, "
+        f"{len(tokens.entries)} token(s)) for {dep.name} ({dep.shards} shard(s)), Temporal "
+        f"{display_address(args)}",
+        flush=True,
+    )
+    if health_port:
+        print(f"  health: http://{args.http_host}:{health_port}/readyz", flush=True)
+    if args.metrics_port:
+        print(f"  metrics: http://{args.http_host}:{args.metrics_port}/metrics", flush=True)
+    await stop.wait()
+    await watcher
+    await gateway.stop()
+    print("bigfleet gateway: stopped", flush=True)
+    return 0
+
+
+def _warn_about_credentials(dep: Deployment, tokens: TokenTable) -> None:
+    tls = dep.gateway.tls
+    mutual = tls is not None and tls.client_ca is not None
+    if not tokens.entries and not mutual:
+        print(
+            "bigfleet gateway: warning: no tokens and no tls.client_ca: every roll-up will be "
+            "refused (UNAUTHENTICATED)",
+            file=sys.stderr,
+        )
+    if tokens.entries and tls is None:
+        print(
+            "bigfleet gateway: warning: tokens over plaintext: use gateway.tls beyond loopback",
+            file=sys.stderr,
+        )

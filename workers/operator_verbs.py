@@ -1,0 +1,258 @@
+"""The verbs of BigFleet's gRPC edge for cluster operators: `bigfleet gateway` (the roll-up
+gateway, run in workers/gateway.py) and `bigfleet operator serve` (a reference cluster operator:
+SimulatedOperators serving GenerateBootstrap and Notify, and each cluster's roll-up timeline from
+a fleet file played through the gateway).
+
+gRPC, the protobuf code and pydantic are imported inside the functions, so the parser (built for
+every `bigfleet` command) loads none of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from workers.args import connection_options, port
+from workers.plumbing import CliError, blocking
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    """`gateway --config FILE ...` and `operator serve --fleet FILE ...`."""
+    g = verbs.add_parser(
+        "gateway",
+        help="serve the roll-up gateway: cluster operators send roll-ups here over gRPC",
+        description="Serve the Rollups gRPC service on the deployment config's gateway.listen: "
+        "authenticate each roll-up as its cluster's (TLS client certificate or bearer token), "
+        "validate it and signal it to the cluster's shard. Runs until SIGINT/SIGTERM.",
+    )
+    g.add_argument("--config", required=True, metavar="FILE", help="deployment config")
+    connection_options(g)
+    g.add_argument("--listen", metavar="HOST:PORT", help="override gateway.listen")
+    g.add_argument(
+        "--health-port", type=port, metavar="N",
+        help="/healthz and /readyz on N (default: gateway.health_port; 0: none)",
+    )  # fmt: skip
+    g.add_argument(
+        "--metrics-port", type=port, default=0, metavar="N",
+        help="Prometheus metrics on N (default 0: none)",
+    )  # fmt: skip
+    _http_and_log(g)
+    g.set_defaults(run=run_gateway)
+
+    o = verbs.add_parser("operator", help="a reference cluster operator (simulated)")
+    overbs = o.add_subparsers(dest="what", required=True)
+    s = overbs.add_parser(
+        "serve",
+        help="serve GenerateBootstrap/Notify for a fleet file's clusters and send their "
+        "roll-ups through the gateway",
+        description="Serve the ClusterOperator gRPC service for CLUSTERS of the fleet file "
+        "(simulated operators: cloud-init blobs, kubelet skew from each cluster's "
+        "kubelet_version), and play each cluster's `rollups` through the roll-up gateway at "
+        "their `at` offsets, re-sending the latest every cycle_seconds. Runs until "
+        "SIGINT/SIGTERM.",
+    )
+    s.add_argument("--fleet", required=True, metavar="FILE", help="fleet file (scenario schema)")
+    s.add_argument(
+        "--cluster", metavar="NAMES",
+        help="comma list of the clusters to serve (default: every cluster of the fleet file)",
+    )  # fmt: skip
+    s.add_argument("--listen", required=True, metavar="HOST:PORT", help="where to serve")
+    s.add_argument(
+        "--gateway", metavar="HOST:PORT",
+        help="the roll-up gateway to send roll-ups to (default: none are sent)",
+    )  # fmt: skip
+    c = s.add_argument_group("credentials towards the gateway (one set per cluster)")
+    c.add_argument(
+        "--tls-dir", metavar="DIR",
+        help="client certificates DIR/NAME.pem and DIR/NAME-key.pem per cluster NAME (as "
+        "bigfleet/edge/devca.py writes them); the CA from --tls-ca, else DIR/ca.pem",
+    )  # fmt: skip
+    c.add_argument("--tls-ca", metavar="FILE", help="CA that verifies the gateway (TLS)")
+    c.add_argument(
+        "--token-dir", metavar="DIR",
+        help="bearer tokens: DIR/NAME.token (or DIR/NAME) per cluster NAME",
+    )  # fmt: skip
+    c.add_argument(
+        "--tls-server-name", metavar="NAME", help="name to check the gateway's certificate for"
+    )
+    t = s.add_argument_group("this server's TLS")
+    t.add_argument("--tls-cert", metavar="FILE", help="server certificate (with --tls-key)")
+    t.add_argument("--tls-key", metavar="FILE", help="server key")
+    t.add_argument(
+        "--tls-client-ca", metavar="FILE", help="require client certificates signed by it"
+    )
+    s.add_argument(
+        "--health-port", type=port, default=0, metavar="N",
+        help="/healthz and /readyz on N (default 0: none)",
+    )  # fmt: skip
+    _http_and_log(s)
+    s.set_defaults(run=run_operator_serve)
+
+
+def _http_and_log(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--http-host", default="0.0.0.0", metavar="ADDR",
+        help="bind address of the health and metrics endpoints (default 0.0.0.0)",
+    )  # fmt: skip
+    p.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"],
+        help="log level (default info)",
+    )  # fmt: skip
+
+
+def run_gateway(args: argparse.Namespace) -> int:
+    from workers.gateway import run_gateway as run
+
+    return run(args)
+
+
+# ---- operator serve ---------------------------------------------------------------------------
+
+
+def _need_file(path: Path, what: str) -> Path:
+    if not path.is_file():
+        raise CliError(f"{what}: no such file {path}", code=2)
+    return path
+
+
+def gateway_credentials(args: argparse.Namespace, clusters: list[str]) -> dict[str, Any]:
+    """Per cluster: (ClientTLS | None, token | None) towards the gateway, every file checked
+    now. A CliError (exit 2) naming a missing or bad one."""
+    from bigfleet.deployment import ClientTLS
+    from bigfleet.edge.rollup_client import read_token
+
+    ca: Path | None = None
+    if args.tls_ca:
+        ca = _need_file(Path(args.tls_ca), "--tls-ca")
+    elif args.tls_dir:
+        ca = _need_file(Path(args.tls_dir) / "ca.pem", "--tls-dir (no --tls-ca)")
+    creds: dict[str, Any] = {}
+    for name in clusters:
+        tls = None
+        if args.tls_dir:
+            d = Path(args.tls_dir)
+            cert = _need_file(d / f"{name}.pem", f"--tls-dir: cluster {name}'s certificate")
+            key = _need_file(d / f"{name}-key.pem", f"--tls-dir: cluster {name}'s key")
+            tls = ClientTLS(
+                ca=str(ca), cert=str(cert), key=str(key), server_name=args.tls_server_name
+            )
+        elif ca is not None:
+            tls = ClientTLS(ca=str(ca), server_name=args.tls_server_name)
+        token = None
+        if args.token_dir:
+            d = Path(args.token_dir)
+            path = d / f"{name}.token" if (d / f"{name}.token").is_file() else d / name
+            try:
+                token = read_token(_need_file(path, f"--token-dir: cluster {name}'s token"))
+            except (OSError, ValueError) as err:
+                raise CliError(f"--token-dir: {err}", code=2) from None
+        creds[name] = (tls, token)
+    return creds
+
+
+def gateway_send(endpoint: str, creds: dict[str, Any]) -> tuple[Any, list[Any]]:
+    """The `send` of workers/devoperators.py through the gateway (one sender per cluster, each
+    with its own credentials), and the senders (to close)."""
+    import grpc
+
+    from bigfleet.edge.rollup_client import RollupSender, refusal_text
+    from bigfleet.models import ClusterCapacityNeeds, from_wire
+
+    senders = {name: RollupSender(endpoint, tls, token) for name, (tls, token) in creds.items()}
+
+    async def send(cluster: str, rollup: dict[str, Any]) -> str:
+        try:
+            accepted = await senders[cluster].send(from_wire(ClusterCapacityNeeds, rollup))
+        except grpc.RpcError as err:
+            raise RuntimeError(f"gateway {endpoint}: {refusal_text(err)}") from None
+        return f"{accepted.workflow_id} (via the gateway)"
+
+    return send, list(senders.values())
+
+
+def server_tls(args: argparse.Namespace) -> Any:
+    from bigfleet.deployment import ServerTLS
+
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise CliError("--tls-cert and --tls-key: give both or neither", code=2)
+    if not args.tls_cert:
+        if args.tls_client_ca:
+            raise CliError("--tls-client-ca needs --tls-cert and --tls-key", code=2)
+        return None
+    for flag, value in (
+        ("--tls-cert", args.tls_cert),
+        ("--tls-key", args.tls_key),
+        ("--tls-client-ca", args.tls_client_ca),
+    ):
+        if value:
+            _need_file(Path(value), flag)
+    return ServerTLS(cert=args.tls_cert, key=args.tls_key, client_ca=args.tls_client_ca)
+
+
+@blocking
+async def run_operator_serve(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+
+    from bigfleet.edge.operator_server import serve_operators
+    from bigfleet.simulation.fleet import operators as simulated_operators
+    from workers.devoperators import Operators
+    from workers.health import Health, serve_health
+    from workers.serve import install_stop_handlers, load_fleet
+
+    fleet = load_fleet(args.fleet)
+    known = [c.name for c in fleet.clusters]
+    chosen = [n.strip() for n in (args.cluster or "").split(",") if n.strip()] or known
+    unknown = [n for n in chosen if n not in known]
+    if unknown:
+        raise CliError(
+            f"--cluster: not in {args.fleet}: {', '.join(unknown)} (it has {', '.join(known)})",
+            code=2,
+        )
+    tls = server_tls(args)
+    creds = gateway_credentials(args, chosen) if args.gateway else {}
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    ops = {n: op for n, op in simulated_operators(fleet, fleet.seed).items() if n in chosen}
+    try:
+        server = serve_operators(ops, args.listen, tls)
+    except OSError as err:
+        raise CliError(str(err)) from None
+    state = Health()
+    state.check = lambda: None
+    if args.health_port:
+        serve_health(args.http_host, args.health_port, state)
+    stop = asyncio.Event()
+    install_stop_handlers(stop, signal.SIGINT, signal.SIGTERM)
+    host = args.listen.rsplit(":", 1)[0]
+    print(
+        f"bigfleet operator: serving ClusterOperator for {', '.join(chosen)} on "
+        f"{host}:{server.port} ({'TLS' if tls else 'plaintext'})",
+        flush=True,
+    )
+    senders: list[Any] = []
+    player = None
+    if args.gateway:
+        send, senders = gateway_send(args.gateway, creds)
+        how = "mutual TLS" if args.tls_dir else ("tokens" if args.token_dir else "no credentials")
+        print(f"  roll-ups through the gateway {args.gateway} ({how})", flush=True)
+        if how == "no credentials":
+            print("bigfleet operator: warning: the gateway will refuse roll-ups sent without "
+                  "credentials (--tls-dir or --token-dir)", file=sys.stderr, flush=True)
+        played = Operators(None, fleet, send=send, only=set(chosen))
+        player = asyncio.create_task(played.run(stop))
+    try:
+        await stop.wait()
+    finally:
+        stop.set()
+        if player is not None:
+            await player
+        for sender in senders:
+            await sender.close()
+        server.stop()
+    print("bigfleet operator: stopped", flush=True)
+    return 0
