@@ -1,11 +1,19 @@
-"""Provider calls as activities, thin over the `CapacityProvider` contract (seed §7)."""
+"""Provider calls as activities, thin over the `CapacityProvider` contract (seed §7).
+
+Each lifecycle call carries an idempotency key made of the calling workflow's id and the
+activity's id, the same on every retry of one operation. A provider that blocks on a network
+(`blocking = True`: bigfleet/edge/provider_client.py) is called on a thread, so a slow call never
+holds up the worker's event loop; the simulated ones are called on the loop.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import bisect
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
+from typing import TypeVar
 
 from temporalio import activity
 from temporalio.client import Client
@@ -34,6 +42,16 @@ from bigfleet.providers.base import (
 from bigfleet.states import TARGET_OF
 
 T = Transition
+
+
+R = TypeVar("R")
+
+
+async def offloaded(p: CapacityProvider, fn: Callable[[], R]) -> R:
+    """`fn()`, on a thread if `p` blocks (a network call), else right here on the loop."""
+    if getattr(p, "blocking", False):
+        return await asyncio.to_thread(fn)
+    return fn()
 
 
 class VirtualClock:
@@ -96,46 +114,52 @@ class ProviderActivities:
         outcome = "error"
         try:
             with PROVIDER_CALL_SECONDS.labels(c.provider, c.transition.value).time():
-                machines = self._call(c)
+                machines = await self._call(c)
             outcome = "ok"
             return machines
         finally:
             PROVIDER_CALLS.labels(c.provider, c.transition.value, outcome).inc()
 
-    def _call(self, c: ProviderCall) -> list[Machine]:
+    async def _call(self, c: ProviderCall) -> list[Machine]:
         # `now` was fixed when the workflow scheduled the call; a retry happens later.
         info = activity.info()
         late = (info.current_attempt_scheduled_time - info.scheduled_time).total_seconds()
         p = self._provider(c.provider, c.now + max(0.0, late))
+        # The same on every retry of this activity: a provider that keeps keys starts nothing new.
+        key = f"{info.workflow_id}/{info.activity_id}"
         # Throttling is retried by Temporal after the provider's own hint (the queue's rate
         # limit should make it rare); any other refusal fails the call.
         with provider_errors():
-            try:
-                return self._lifecycle(p, c)
-            except InvalidTransition:
-                # A retry of a call that already went through finds the machine at its target.
-                machines = [p.get(mid) for mid in c.machine_ids]
-                if all(m.state is TARGET_OF[c.transition] for m in machines):
-                    return machines
-                raise
+            return await offloaded(p, lambda: self._lifecycle_or_done(p, c, key))
+
+    @classmethod
+    def _lifecycle_or_done(cls, p: CapacityProvider, c: ProviderCall, key: str) -> list[Machine]:
+        try:
+            return cls._lifecycle(p, c, key)
+        except InvalidTransition:
+            # A retry of a call that already went through finds the machine at its target.
+            machines = [p.get(mid) for mid in c.machine_ids]
+            if all(m.state is TARGET_OF[c.transition] for m in machines):
+                return machines
+            raise
 
     @staticmethod
-    def _lifecycle(p: CapacityProvider, c: ProviderCall) -> list[Machine]:
+    def _lifecycle(p: CapacityProvider, c: ProviderCall, key: str) -> list[Machine]:
         if c.transition is T.CREATE:
-            return [ack.machine for ack in p.create(c.machine_ids, c.token)]
+            return [ack.machine for ack in p.create(c.machine_ids, c.token, key=key)]
         (mid,) = c.machine_ids
         if c.transition is T.CONFIGURE:
             blob = BootstrapBlob(user_data=c.user_data, ttl_seconds=c.ttl_seconds)
-            return [p.configure(mid, blob, c.cluster or "", c.token).machine]
+            return [p.configure(mid, blob, c.cluster or "", c.token, key=key).machine]
         if c.transition is T.DRAIN:
-            return [p.drain(mid, c.grace_seconds, c.token, force=c.force).machine]
-        return [p.delete(mid, c.token).machine]
+            return [p.drain(mid, c.grace_seconds, c.token, force=c.force, key=key).machine]
+        return [p.delete(mid, c.token, key=key).machine]
 
     @activity.defn(name="provider_get")
     async def get(self, r: ProviderRead) -> list[Machine]:
         p = self._provider(r.provider, r.now)
         with provider_errors():
-            return [p.get(mid) for mid in r.machine_ids]
+            return await offloaded(p, lambda: [p.get(mid) for mid in r.machine_ids])
 
     @activity.defn(name="provider_capacity")
     async def capacity(self, r: CapacityRead) -> CapacityDiff:
@@ -147,8 +171,9 @@ class ProviderActivities:
         if self.client is None:
             raise ApplicationError("provider_capacity needs a Temporal client", non_retryable=True)
         p = self._provider(r.provider, r.now)
+        speculative = ListFilter(states=[MachineState.SPECULATIVE])
         with provider_errors():
-            listed = {m.id: m for m in p.list(ListFilter(states=[MachineState.SPECULATIVE]))}
+            listed = {m.id: m for m in await offloaded(p, lambda: p.list(speculative))}
         shard = self.client.get_workflow_handle(shard_workflow_id(r.shard))
         held: set[str] = set()
         start = 0
@@ -189,7 +214,8 @@ class ProviderActivities:
             p = self._provider(r.provider, r.now)
             states = [MachineState(s) for s in r.states]
             with provider_errors():
-                listing = sorted(p.list(ListFilter(states=states)), key=lambda m: m.id)
+                listed = await offloaded(p, lambda: p.list(ListFilter(states=states)))
+            listing = sorted(listed, key=lambda m: m.id)
             cached = (listing, [m.id for m in listing])
             self._listings = {k: v for k, v in self._listings.items() if k[:2] != key[:2]}
             self._listings[key] = cached

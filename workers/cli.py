@@ -13,8 +13,10 @@ This module is the list of verbs and main(). Each verbs module registers its own
 and handlers (`register`): `bigfleet worker` in workers/serve.py, `bigfleet dev` in
 workers/dev.py, `rollup send`, `status` and `cluster` in workers/verbs.py, `machine history` and
 `drain escalate` in workers/machine_verbs.py, `shard ...` and `decommission` in
-workers/membership_verbs.py, `audit` in workers/audit_verb.py. The argument types they share are
-in workers/args.py, what the verbs share at run time in workers/plumbing.py.
+workers/membership_verbs.py, `audit` in workers/audit_verb.py; `provider serve|calls|conformance`
+(which need no Temporal) in workers/provider_verbs.py; `gateway` and `operator serve` in
+workers/operator_verbs.py (the gateway itself in workers/gateway.py). The argument types they
+share are in workers/args.py, what the verbs share at run time in workers/plumbing.py.
 """
 
 from __future__ import annotations
@@ -25,7 +27,17 @@ import sys
 from collections.abc import Callable, Sequence
 
 from bigfleet import cli as core
-from workers import audit_verb, config_verb, dev, machine_verbs, membership_verbs, serve, verbs
+from workers import (
+    audit_verb,
+    config_verb,
+    dev,
+    machine_verbs,
+    membership_verbs,
+    operator_verbs,
+    provider_verbs,
+    serve,
+    verbs,
+)
 from workers.plumbing import CliError
 
 # In the order `bigfleet --help` lists them, after the offline verbs.
@@ -37,6 +49,7 @@ REGISTRATIONS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     membership_verbs.register,  # shard add|split|merge|revive, decommission
     audit_verb.register,  # audit
     config_verb.register,  # config check
+    operator_verbs.register,  # gateway, operator serve
 )
 # The verbs registered above (a test checks): they leave through os._exit, see main().
 TEMPORAL_VERBS = (
@@ -51,6 +64,14 @@ TEMPORAL_VERBS = (
     "decommission",
     "audit",
     "config",
+    "gateway",
+    "operator",
+)
+
+# Verbs of workers/ that never talk to Temporal: they return from main() like the offline verbs
+# of bigfleet.cli.
+OFFLINE_REGISTRATIONS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
+    provider_verbs.register,  # provider serve|calls|conformance
 )
 
 
@@ -64,7 +85,7 @@ def _subparsers(top: argparse.ArgumentParser) -> argparse._SubParsersAction:
 def parser() -> argparse.ArgumentParser:
     top = core.parser()
     subparsers = _subparsers(top)
-    for register in REGISTRATIONS:
+    for register in (*REGISTRATIONS, *OFFLINE_REGISTRATIONS):
         register(subparsers)
     return top
 

@@ -158,7 +158,8 @@ async def _serve(
         await procs.start(stop, only=("provider",))
         # (The keeper task is held for the run's life; it ends when `stop` is set.)
         sim, worker_task, _keeper = await _start_fleet(args, fleet, client, procs, stop)
-        await procs.start(stop, only=("gateway", "operator"))
+        await procs.start(stop, only=("gateway",))  # before the operator sends to it
+        await procs.start(stop, only=("operator",))
         _announce(args, fleet, server, ready, procs, _sample_machine(sim))
         if resumed:
             print(f"  resumed {server.db}: the shards and the providers' machines carry on "

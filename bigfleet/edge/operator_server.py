@@ -16,6 +16,7 @@ it. The operators' calls are serialised (a SimulatedOperator is not thread-safe)
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -48,6 +49,16 @@ def _abort(context: grpc.ServicerContext, status: tuple[grpc.StatusCode, str, An
     raise RuntimeError("grpc's abort returned")  # it raises; for the type checker
 
 
+_SAYING = threading.Lock()
+
+
+def say_line(text: str) -> None:
+    """One line to stdout, whole: the server's threads would interleave print's two writes."""
+    with _SAYING:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+
 def summary(update: OperatorUpdate) -> str:
     """One line: what BigFleet decided for the cluster in a cycle."""
     parts = []
@@ -74,7 +85,7 @@ class OperatorService(opg.ClusterOperatorServicer):
         self,
         operators: Mapping[str, ClusterOperator],
         keep: int = KEEP_UPDATES,
-        say: Callable[[str], None] | None = print,
+        say: Callable[[str], None] | None = say_line,
     ) -> None:
         self.operators = dict(operators)
         self.updates: dict[str, deque[OperatorUpdate]] = {
@@ -147,7 +158,7 @@ def serve_operators(
     listen: str,
     tls: ServerTLS | None = None,
     keep: int = KEEP_UPDATES,
-    say: Callable[[str], None] | None = print,
+    say: Callable[[str], None] | None = say_line,
     max_workers: int = 8,
 ) -> OperatorServer:
     """Start serving `operators` on `listen` (port 0: any free one). Raises OSError if it

@@ -49,6 +49,8 @@ class RackSpec(Wire):
 class SimulatedBareMetalProvider(SimulatedProvider):
     """Racks as pools of slots; a failed create is held for a human, as nothing can delete it."""
 
+    supports_delete = False  # what Describe says (bigfleet/edge/provider_server.py)
+
     def __init__(
         self,
         name: str,
@@ -79,7 +81,7 @@ class SimulatedBareMetalProvider(SimulatedProvider):
             pool = self._pool(spec)
             self._slots.resize(pool, spec.count)
 
-    def delete(self, machine_id: str, token: FencingToken) -> TransitionAck:
+    def delete(self, machine_id: str, token: FencingToken, *, key: str = "") -> TransitionAck:
         self.calls["delete"] += 1
         raise NotSupported(
             self.name,

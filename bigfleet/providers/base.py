@@ -27,23 +27,42 @@ MAX_CREATE_BATCH = 64
 
 @runtime_checkable
 class CapacityProvider(Protocol):
-    """A capacity backend. Lifecycle calls return at once; progress is observed via get/list."""
+    """A capacity backend. Lifecycle calls return at once; progress is observed via get/list.
+
+    `key` is the caller's idempotency key, the same on every retry of one operation: a provider
+    that keeps keys (the gRPC contract, proto/bigfleet/v1/provider.proto) answers a repeat with
+    the operation already started. The simulated providers ignore it: they are idempotent by
+    (machine, target) already. An implementation whose calls block on a network sets a class
+    attribute `blocking = True`, and its async callers run it on a thread (activities/providers.py).
+    """
 
     name: str
 
     def create(
-        self, machine_ids: builtins.list[str], token: FencingToken
+        self, machine_ids: builtins.list[str], token: FencingToken, *, key: str = ""
     ) -> builtins.list[TransitionAck]: ...
 
     def configure(
-        self, machine_id: str, blob: BootstrapBlob, cluster: str, token: FencingToken
+        self,
+        machine_id: str,
+        blob: BootstrapBlob,
+        cluster: str,
+        token: FencingToken,
+        *,
+        key: str = "",
     ) -> TransitionAck: ...
 
     def drain(
-        self, machine_id: str, grace_seconds: float, token: FencingToken, force: bool = False
+        self,
+        machine_id: str,
+        grace_seconds: float,
+        token: FencingToken,
+        force: bool = False,
+        *,
+        key: str = "",
     ) -> TransitionAck: ...
 
-    def delete(self, machine_id: str, token: FencingToken) -> TransitionAck: ...
+    def delete(self, machine_id: str, token: FencingToken, *, key: str = "") -> TransitionAck: ...
 
     def get(self, machine_id: str) -> Machine: ...
 

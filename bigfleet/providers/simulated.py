@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import builtins
 import heapq
-import itertools
 import math
 import random
 from collections import Counter
@@ -63,7 +62,14 @@ _INTERRUPTIBLE = frozenset({S.IDLE, S.CONFIGURED})
 
 
 class SimulatedProvider:
-    """Base of the simulated providers; subclasses add pools and say how hosts are named."""
+    """Base of the simulated providers; subclasses add pools and say how hosts are named.
+
+    Idempotency keys are ignored: a repeated call finds its operation by (machine, target).
+    The whole object pickles (plain counters, no closures of its own), so the reference gRPC
+    server (bigfleet/edge/provider_server.py) can keep it across restarts if its clock pickles.
+    """
+
+    blocking = False  # in this process's memory: called on the event loop
 
     def __init__(
         self,
@@ -93,8 +99,8 @@ class SimulatedProvider:
         self._epochs: dict[int, int] = {}
         self._slots = SlotTable(name)
         self._events: builtins.list[tuple[float, int, str, str, str | int]] = []
-        self._event_seq = itertools.count()
-        self._op_seq = itertools.count(1)
+        self._event_seq = 0  # ties between events due at the same time: first scheduled first
+        self._op_seq = 0
         self._changed: set[str] = set()
 
     def _new_host_ref(self, slot: Slot) -> str:
@@ -103,7 +109,7 @@ class SimulatedProvider:
     # -- the CapacityProvider calls ---------------------------------------------------------
 
     def create(
-        self, machine_ids: builtins.list[str], token: FencingToken
+        self, machine_ids: builtins.list[str], token: FencingToken, *, key: str = ""
     ) -> builtins.list[TransitionAck]:
         # A malformed request is refused before it leaves the client: not counted, not throttled.
         if len(machine_ids) > MAX_CREATE_BATCH:
@@ -123,7 +129,13 @@ class SimulatedProvider:
         return [self._ack(slot) for slot in slots]
 
     def configure(
-        self, machine_id: str, blob: BootstrapBlob, cluster: str, token: FencingToken
+        self,
+        machine_id: str,
+        blob: BootstrapBlob,
+        cluster: str,
+        token: FencingToken,
+        *,
+        key: str = "",
     ) -> TransitionAck:
         self._admit("configure", token)
         slot = self._slots[machine_id]
@@ -133,7 +145,13 @@ class SimulatedProvider:
         return self._ack(slot)
 
     def drain(
-        self, machine_id: str, grace_seconds: float, token: FencingToken, force: bool = False
+        self,
+        machine_id: str,
+        grace_seconds: float,
+        token: FencingToken,
+        force: bool = False,
+        *,
+        key: str = "",
     ) -> TransitionAck:
         if not grace_seconds >= 0:
             raise ValueError(
@@ -149,7 +167,7 @@ class SimulatedProvider:
             self._begin(slot, T.DRAIN, grace=grace)
         return self._ack(slot)
 
-    def delete(self, machine_id: str, token: FencingToken) -> TransitionAck:
+    def delete(self, machine_id: str, token: FencingToken, *, key: str = "") -> TransitionAck:
         self._admit("delete", token)
         slot = self._slots[machine_id]
         if not self._in_flight(slot, T.DELETE):
@@ -262,7 +280,7 @@ class SimulatedProvider:
         # A kubelet whose join token expired before it booted never joins.
         hangs = self._injected_failure(call) or (call is T.CONFIGURE and latency > ttl)
         op = Op(
-            id=f"{self.name}-op-{next(self._op_seq):06d}",
+            id=f"{self.name}-op-{self._next_op():06d}",
             transition=call,
             started=now,
             due=None if hangs else now + latency,
@@ -341,7 +359,12 @@ class SimulatedProvider:
         self._schedule(at + delay, "interrupt", slot.id, slot.clock_generation)
 
     def _schedule(self, at: float, kind: str, machine_id: str, ref: str | int) -> None:
-        heapq.heappush(self._events, (at, next(self._event_seq), kind, machine_id, ref))
+        self._event_seq += 1
+        heapq.heappush(self._events, (at, self._event_seq, kind, machine_id, ref))
+
+    def _next_op(self) -> int:
+        self._op_seq += 1
+        return self._op_seq
 
     def _snapshot(self, slot: Slot) -> Machine:
         return snapshot(slot, self.name, self.failed_from.get(slot.id))

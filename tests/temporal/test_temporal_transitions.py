@@ -95,9 +95,9 @@ def spy_drains(sim: SimulatedFleet) -> list[dict[str, Any]]:
     seen: list[dict[str, Any]] = []
     drain = p.drain
 
-    def recording(machine_id, grace_seconds, token, force=False):
+    def recording(machine_id, grace_seconds, token, force=False, *, key=""):
         seen.append({"machine": machine_id, "grace": grace_seconds, "force": force})
-        return drain(machine_id, grace_seconds, token, force=force)
+        return drain(machine_id, grace_seconds, token, force=force, key=key)
 
     p.drain = recording
     return seen

@@ -362,9 +362,12 @@ def test_docker_compose_registers_the_same_search_attributes():
     registered = dict(re.findall(r"\b(BigFleet\w+)=(\w+)\b", script))
     assert registered == {k.name: search_attribute_type(k) for k in SEARCH_ATTRIBUTES}
     assert '--name "$${attribute%%=*}" --type "$${attribute#*=}"' in script
-    worker = compose["services"]["bigfleet-worker"]
-    assert worker["command"][:3] == ["worker", "--fleet", "examples/dev-fleet.yaml"]
-    assert "temporal:7233" in worker["command"]
+    for role in ("shards", "transitions", "providers"):  # more in tests/workers/test_compose.py
+        worker = compose["services"][f"worker-{role}"]
+        assert worker["command"][:5] == [
+            "worker", "--config", "/etc/bigfleet/deployment.yaml", "--role", role
+        ]
+        assert worker["environment"]["TEMPORAL_ADDRESS"] == "temporal:7233"
 
 
 # ---- the dev fleet and the dev operators ------------------------------------------------------

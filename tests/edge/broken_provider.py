@@ -1,0 +1,115 @@
+"""Deliberately broken CapacityProvider servers, each its own process, for the tests that show
+BigFleet's side catches them (tests/edge/test_provider_contract.py):
+
+    python -m tests.edge.broken_provider --mode MODE --listen 127.0.0.1:0
+
+    duplicate   keeps no idempotency keys and makes a second machine when a Create is repeated
+                (as a provider that calls RunInstances again would); Get of an unknown id
+                answers a blank machine instead of NOT_FOUND. The conformance suite must fail.
+    malformed   answers machines BigFleet must not accept: a Create ack without a state, a Get
+                with a negative price, a List page with a machine without an id.
+
+Both serve the cloud provider of tests/edge/conformance-fleet.yaml through ProviderService, so
+everything else about them is right. Prints "listening on HOST:PORT" once serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from bigfleet.edge.provider_server import (
+    Mutation,
+    ProviderService,
+    WallClock,
+    describe_of,
+    serve_provider,
+)
+from bigfleet.models import ListFilter, MachineState, TransitionAck
+from bigfleet.providers.base import MachineNotFound
+from bigfleet.simulation.fleet import provider as make_provider
+from bigfleet.simulation.scenario import load
+from bigfleet.v1 import machine_pb2 as mpb
+from bigfleet.v1 import provider_pb2 as ppb
+
+FLEET = Path(__file__).with_name("conformance-fleet.yaml")
+S = MachineState
+
+
+class DuplicatingService(ProviderService):
+    """Create is not idempotent: a repeat boots another instance on a spare slot."""
+
+    def _run(self, m: Mutation) -> tuple[list[TransitionAck], str]:
+        if m.method != "Create":
+            return super()._run(m)
+        self.store.fence(self.provider.name, m.token)
+        acks = []
+        for mid in m.machine_ids:
+            machine = self.provider.get(mid)
+            if machine.state is S.SPECULATIVE:
+                acks += self.provider.create([mid], m.token)
+                continue
+            same_pool = ListFilter(
+                states=[S.SPECULATIVE], zone=machine.zone, instance_type=machine.instance_type
+            )
+            spare = next(
+                x
+                for x in self.provider.list(same_pool)
+                if x.capacity_type == machine.capacity_type
+            )
+            (second,) = self.provider.create([spare.id], m.token)
+            acks.append(TransitionAck(operation_id=second.operation_id, machine=machine))
+        return acks, "started"
+
+    def Get(self, request: ppb.MachineRef, context: Any) -> mpb.Machine:  # noqa: N802
+        try:
+            self.provider.get(request.machine_id)
+        except MachineNotFound:
+            return mpb.Machine()  # "not found" as an empty record: the bug
+        return super().Get(request, context)
+
+
+class MalformedService(ProviderService):
+    def Create(self, request: ppb.CreateRequest, context: Any) -> ppb.TransitionAcks:  # noqa: N802
+        reply = super().Create(request, context)
+        for ack in reply.acks:
+            ack.machine.state = mpb.MACHINE_STATE_UNSPECIFIED
+        return reply
+
+    def Get(self, request: ppb.MachineRef, context: Any) -> mpb.Machine:  # noqa: N802
+        machine = super().Get(request, context)
+        machine.price_per_hour = -1.0
+        return machine
+
+    def List(self, request: ppb.ListFilter, context: Any) -> ppb.MachineList:  # noqa: N802
+        reply = super().List(request, context)
+        if reply.machines:
+            reply.machines[0].id = ""
+        return reply
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--mode", choices=["duplicate", "malformed"], required=True)
+    ap.add_argument("--listen", default="127.0.0.1:0")
+    args = ap.parse_args()
+    scenario = load(FLEET)
+    spec = next(p for p in scenario.providers if p.name == "cloud")
+    provider = make_provider(spec, WallClock(), seed=1)
+    kind = DuplicatingService if args.mode == "duplicate" else MalformedService
+    service = kind(provider, info=describe_of(provider))
+    server = serve_provider(service, args.listen)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"listening on 127.0.0.1:{server.port}", flush=True)
+    while not stop.wait(1.0):
+        pass
+    server.stop(0)
+
+
+if __name__ == "__main__":
+    main()
