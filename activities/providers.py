@@ -1,7 +1,7 @@
 """Provider calls as activities, thin over the `CapacityProvider` contract (seed §7).
 
-Each lifecycle call carries an idempotency key made of the calling workflow's id and the
-activity's id, the same on every retry of one operation. A provider that blocks on a network
+Each lifecycle call carries an idempotency key made of the calling workflow's id, its run and
+the activity's id, the same on every retry of one operation. A provider that blocks on a network
 (`blocking = True`: bigfleet/edge/provider_client.py) is called on a thread, so a slow call never
 holds up the worker's event loop; the simulated ones are called on the loop.
 """
@@ -125,8 +125,10 @@ class ProviderActivities:
         info = activity.info()
         late = (info.current_attempt_scheduled_time - info.scheduled_time).total_seconds()
         p = self._provider(c.provider, c.now + max(0.0, late))
-        # The same on every retry of this activity: a provider that keeps keys starts nothing new.
-        key = f"{info.workflow_id}/{info.activity_id}"
+        # The same on every retry of this activity: a provider that keeps keys starts nothing
+        # new. The run is part of it: a reset workflow numbers its activities from 1 again, and
+        # its calls (a configure with a fresh blob) must not look like repeats of the old run's.
+        key = f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
         # Throttling is retried by Temporal after the provider's own hint (the queue's rate
         # limit should make it rare); any other refusal fails the call.
         with provider_errors():

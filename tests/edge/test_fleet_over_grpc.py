@@ -10,7 +10,8 @@ What a user checks: the worker SIGKILLed mid-configure and again mid-drain resum
 provider's own call log shows one operation started per machine and transition (a retried call
 is a repeat, never a second operation); the provider server restarted mid-run keeps every
 machine; a cluster whose operator is unreachable gets its machine back to idle and a shortfall
-that says why, instead of a machine stuck CONFIGURING.
+that says why, instead of a machine stuck CONFIGURING; a second provider that answers malformed
+machines is refused with the field named while the shard serves from the first.
 """
 
 from __future__ import annotations
@@ -67,7 +68,9 @@ class Edge:
     def __init__(self, tmp: Path, temporal: str) -> None:
         self.tmp = tmp
         self.temporal = temporal
-        self.provider_port, self.operator_port, self.gateway_port = (free_port() for _ in "pog")
+        self.provider_port, self.operator_port, self.gateway_port, self.broken_port = (
+            free_port() for _ in "pogb"
+        )
         dead = free_port()  # nothing listens there: b's operator is unreachable
         (tmp / "fleet.yaml").write_text(yaml.safe_dump(FLEET))
         for cluster in ("a", "b"):
@@ -77,7 +80,11 @@ class Edge:
             "name": "edge",
             "cycle_seconds": 1,
             "policy": {"excess_grace_seconds": 2, "max_silence_seconds": 3600},
-            "providers": [{"name": "dc", "endpoint": f"127.0.0.1:{self.provider_port}"}],
+            "providers": [
+                {"name": "dc", "endpoint": f"127.0.0.1:{self.provider_port}"},
+                # Answers machines BigFleet must not accept (List: a machine without an id).
+                {"name": "cloud", "endpoint": f"127.0.0.1:{self.broken_port}"},
+            ],
             "operators": {
                 "clusters": [
                     {"cluster": "a", "endpoint": f"127.0.0.1:{self.operator_port}"},
@@ -107,6 +114,12 @@ class Edge:
              "--gateway", f"127.0.0.1:{self.gateway_port}", "--token-dir", str(tmp / "tokens")],
             tmp / "operator.log",
         )  # fmt: skip
+        self.broken = Proc(
+            "malformed provider",
+            [sys.executable, "-m", "tests.edge.broken_provider", "--mode", "malformed",
+             "--listen", f"127.0.0.1:{self.broken_port}"],
+            tmp / "broken.log",
+        )  # fmt: skip
         self.gateway = Proc(
             "gateway",
             [*BIGFLEET, "gateway", "--config", str(self.config), "--address", temporal],
@@ -119,7 +132,7 @@ class Edge:
              "--snapshot-dir", str(tmp / "snapshots")],
             tmp / "worker.log",
         )  # fmt: skip
-        self.procs = [self.provider, self.operator, self.gateway, self.worker]
+        self.procs = [self.provider, self.broken, self.operator, self.gateway, self.worker]
 
     def machines(self) -> list[Machine]:
         from bigfleet.edge.provider_client import GrpcProvider
@@ -187,9 +200,11 @@ async def test_a_fleet_over_grpc_survives_its_worker_and_its_provider_restarting
     edge = Edge(tmp_path, temporal)
     try:
         edge.provider.start()
+        edge.broken.start()
         edge.operator.start()
         edge.gateway.start()
         for proc, port in ((edge.provider, edge.provider_port),
+                           (edge.broken, edge.broken_port),
                            (edge.operator, edge.operator_port),
                            (edge.gateway, edge.gateway_port)):  # fmt: skip
             await proc.listening(port)
@@ -245,6 +260,12 @@ async def test_a_fleet_over_grpc_survives_its_worker_and_its_provider_restarting
             await asyncio.sleep(0.5)
         assert why, f"no shortfall for b naming its operator\n{edge.logs()}"
         assert not [m for m in edge.machines() if m.cluster == "b"]
+
+        # All along, the malformed provider was refused with the field named, and the shard
+        # served from the other one.
+        st = await dev_env.client.get_workflow_handle("shard-0").query("status")
+        refused = [f["error"] for f in st["failures"] if "provider cloud" in f["error"]]
+        assert refused and "machines.0.id" in refused[-1], st["failures"]
     finally:
         for proc in reversed(edge.procs):
             proc.stop()

@@ -235,7 +235,10 @@ async def test_the_activities_pass_the_key_and_keep_a_blocking_provider_off_the_
     acts = ProviderActivities({"remote": provider})
     env = ActivityEnvironment()
     env.info = dataclasses.replace(
-        ActivityEnvironment.default_info(), workflow_id="machine-x-create-1-1", activity_id="3"
+        ActivityEnvironment.default_info(),
+        workflow_id="machine-x-create-1-1",
+        workflow_run_id="run-1",
+        activity_id="3",
     )
     (m,) = provider.inner.list(ListFilter(max_results=1))
     call = ProviderCall(
@@ -246,7 +249,7 @@ async def test_the_activities_pass_the_key_and_keep_a_blocking_provider_off_the_
         machines = await env.run(acts.call, call)
         assert [x.id for x in machines] == [m.id]
     await env.run(acts.get, ProviderRead(provider="remote", machine_ids=[m.id], now=0.0))
-    assert [k for k, _ in provider.seen] == ["machine-x-create-1-1/3"] * 2 + ["get"]
+    assert [k for k, _ in provider.seen] == ["machine-x-create-1-1/run-1/3"] * 2 + ["get"]
     assert loop_thread not in {t for _, t in provider.seen}
 
 
