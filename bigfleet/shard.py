@@ -210,11 +210,14 @@ class Shard:
             inv.add([machine], now)
         return True
 
-    def reconcile_listing(self, listed: Iterable[Machine], now: float) -> dict[str, int]:
+    def reconcile_listing(
+        self, listed: Iterable[Machine], now: float, providers: set[str] | None = None
+    ) -> dict[str, int]:
         """Bring a restored inventory in line with every provider's `list` (all providers
         together): each listed machine the shard owns is observed; an owned machine no provider
         lists any more is given up. Machines the shard does not own are left alone (another
-        shard owns them: ownership stays exactly-once). Returns counts of what happened."""
+        shard owns them: ownership stays exactly-once). With `providers`, only those were
+        listed: machines of the others are kept as they are. Returns counts of what happened."""
         inv = self.inventory
         seen: set[str] = set()
         changed = not_mine = 0
@@ -227,7 +230,11 @@ class Shard:
             elif m.id not in self.handoff:
                 not_mine += 1
         owned = [inv.machine_id(r) for r in inv.live_rows().tolist()] + list(self.handoff)
-        gone = [mid for mid in owned if mid not in seen]
+        gone = [
+            mid
+            for mid in owned
+            if mid not in seen and (providers is None or self._provider_of(mid) in providers)
+        ]
         self.release(gone)
         self.transfer_out.difference_update(gone)
         return {
@@ -236,6 +243,13 @@ class Shard:
             "gone": len(gone),
             "not_mine": not_mine,
         }
+
+    def _provider_of(self, machine_id: str) -> str | None:
+        row = self.inventory.ids.find(machine_id)
+        if row >= 0:
+            return self.inventory.profile_of(row).provider
+        host = self.handoff[machine_id].host if machine_id in self.handoff else None
+        return host.provider if host is not None else None
 
     def begin_configure(self, machine_id: str, cluster: str, now: float) -> None:
         """A machine created for a need is configured for it as soon as it is up."""

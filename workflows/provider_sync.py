@@ -7,11 +7,13 @@ shard runs and how to make transition inputs; it keeps one thing of its own (`un
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.wire import (
@@ -55,20 +57,38 @@ PATIENT: dict[str, Any] = dict(
 
 
 class ProviderSync:
-    def __init__(self, shard: Shard, cfg: ShardConfig, inputs: TransitionInputs) -> None:
+    def __init__(
+        self,
+        shard: Shard,
+        cfg: ShardConfig,
+        inputs: TransitionInputs,
+        note: Callable[[str, ActivityError], None],
+    ) -> None:
         self.shard = shard
         self.cfg = cfg
         self.inputs = inputs
+        # How a failed read is reported (the shard's `status` failures).
+        self.note = note
         # New capacity seen unowned at the last look (adopted if still unowned at the next).
         self.unowned: set[str] = set()
+        # Providers whose listing failed at start or revival (down for good, a malformed reply):
+        # the shard serves from the others, and lists these again at every reconcile until one
+        # answers (`catch_up`). Carried across continue-as-new in the state.
+        self.owed: set[str] = set()
 
     async def reconcile_restored(self) -> None:
         """Observe every machine this shard owns as its provider lists it now; give up those
         no provider lists. Adopts nothing: machines it does not own are another shard's."""
         listed: list[Machine] = []
+        answered: set[str] = set()
         for provider in self.cfg.providers:
-            listed += await self.listing(provider, workflow.now().timestamp(), patient=True)
-        summary = self.shard.reconcile_listing(listed, workflow.now().timestamp())
+            try:
+                listed += await self.listing(provider, workflow.now().timestamp(), patient=True)
+                answered.add(provider)
+            except ActivityError as err:  # its machines stay as they were until it answers
+                self.note(f"listing provider {provider} after a restart", err)
+                self.owed.add(provider)
+        summary = self.shard.reconcile_listing(listed, workflow.now().timestamp(), answered)
         workflow.logger.warning(
             "shard %s restarted with epoch %s, reconciled with providers: %s",
             self.shard.id,
@@ -138,24 +158,48 @@ class ProviderSync:
         for i, provider in enumerate(self.cfg.providers[first:], start=first):
             after = start.after if start and i == first else ""
             now = workflow.now().timestamp()  # one listing for all its pages
-            while True:
-                page = await self.listing_page(provider, now, None, after, patient=True)
-                shards = self.cfg.shards
-                mine = [m for m in page if machine_shard(m, shards) == self.cfg.shard]
-                self.shard.adopt(mine, workflow.now().timestamp())
-                if len(page) < LIST_PAGE:
-                    break
-                after = page[-1].id
-                if workflow.info().get_current_history_size() > self.cfg.adopt_history_bytes:
-                    return AdoptCursor(provider=i, after=after)
+            try:
+                while True:
+                    page = await self.listing_page(provider, now, None, after, patient=True)
+                    shards = self.cfg.shards
+                    mine = [m for m in page if machine_shard(m, shards) == self.cfg.shard]
+                    self.shard.adopt(mine, workflow.now().timestamp())
+                    if len(page) < LIST_PAGE:
+                        break
+                    after = page[-1].id
+                    if workflow.info().get_current_history_size() > self.cfg.adopt_history_bytes:
+                        return AdoptCursor(provider=i, after=after)
+            except ActivityError as err:  # the shard serves from the other providers
+                self.note(f"adopting the machines of provider {provider}", err)
+                self.owed.add(provider)
         return None
+
+    async def catch_up(self) -> None:
+        """List the providers owed since start or revival again: adopt this shard's share of
+        their machines and bring those it holds in line. One that fails again stays owed."""
+        for provider in sorted(self.owed):
+            now = workflow.now().timestamp()
+            try:
+                listed = await self.listing(provider, now)
+            except ActivityError as err:
+                self.note(f"listing provider {provider} (owed since start)", err)
+                continue
+            shards = self.cfg.shards
+            self.shard.adopt([m for m in listed if machine_shard(m, shards) == self.cfg.shard], now)
+            self.shard.reconcile_listing(listed, now, {provider})
+            self.owed.discard(provider)
+            await self.drop_owned_elsewhere()
 
     async def reconcile_failed(self, now: float) -> list[TransitionInput]:
         """Machines that failed while nobody watched (a spot interruption): fold them in; the
         deletes that clean them up (so their need gets a replacement) are returned."""
         cleanups: list[TransitionInput] = []
         for provider in self.cfg.providers:
-            failed = await self.listing(provider, now, [S.FAILED])
+            try:
+                failed = await self.listing(provider, now, [S.FAILED])
+            except ActivityError as err:  # the others are still read
+                self.note(f"listing failed machines of provider {provider}", err)
+                continue
             inv = self.shard.inventory
             for m in failed:
                 row = inv.ids.find(m.id)
@@ -181,19 +225,24 @@ class ProviderSync:
         inv = self.shard.inventory
         unowned: set[str] = set()
         for provider in self.cfg.providers:
-            diff: CapacityDiff = await workflow.execute_activity(
-                "provider_capacity",
-                CapacityRead(
-                    provider=provider,
-                    now=now,
-                    shard=self.cfg.shard,
-                    shards=self.cfg.shards,
-                    shares=[self.cfg.shard, *inherited],
-                ),
-                task_queue=provider_task_queue(provider) + "-read",
-                result_type=CapacityDiff,
-                **PERIODIC,
-            )
+            try:
+                diff: CapacityDiff = await workflow.execute_activity(
+                    "provider_capacity",
+                    CapacityRead(
+                        provider=provider,
+                        now=now,
+                        shard=self.cfg.shard,
+                        shards=self.cfg.shards,
+                        shares=[self.cfg.shard, *inherited],
+                    ),
+                    task_queue=provider_task_queue(provider) + "-read",
+                    result_type=CapacityDiff,
+                    **PERIODIC,
+                )
+            except ActivityError as err:  # the others are still read
+                self.note(f"reading the capacity of provider {provider}", err)
+                unowned |= self.unowned  # its candidates wait for the next look
+                continue
             # Read while this run waited: keep what still holds now.
             gone = [
                 mid

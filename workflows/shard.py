@@ -77,7 +77,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
         self.early_bytes = 0
         self.guard = Guard(self, "Shard")
         self.inputs = TransitionInputs(self.shard, self.cfg)
-        self.providers = ProviderSync(self.shard, self.cfg, self.inputs)
+        self.providers = ProviderSync(self.shard, self.cfg, self.inputs, self._note_failure)
         self.store = SnapshotStore(self.cfg)
         self._restore(inp.state, inp.joining)
         self.forward: dict[str, dict[str, Any]] = {}
@@ -94,6 +94,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
         if state is not None:
             restore_shard(state, self.shard)
             self.guard.rejections.absorb(state.get("guard"))
+            self.providers.owed = set(state.get("owed_providers", []))
         self.steps = InstructionSteps(self.shard, self.cfg, self.inputs, state or {})
         self.steps.joining = self.steps.joining or joining
 
@@ -243,6 +244,8 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
                 workflow.start_activity(
                     "notify_operator", update, task_queue=TRANSITION_TASK_QUEUE, **QUICK
                 ).add_done_callback(self._notified)
+            if now >= next_reconcile and self.providers.owed:
+                await self._survive("catching up with providers", self.providers.catch_up)
             if now >= next_reconcile and await self._survive(
                 "reconciling with the providers",
                 partial(self._reconcile_failed, now),
@@ -265,6 +268,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
         state = shard_state(self.shard)
         state.update(self.steps.state())
         state["guard"] = self.guard.rejections.state()
+        state["owed_providers"] = sorted(self.providers.owed)
         blob = self.store.encode(
             {**state, "pipeline": [t.model_dump(mode="json") for t in self.pipeline]}
         )
