@@ -111,3 +111,18 @@ def test_a_shards_ids_are_read_page_by_page_each_once():
     assert sorted(speculative) == [f"s-{i:03d}" for i in range(250)]
     assert pages(lambda start, n: shard.speculative_ids(GPU.provider, start, n)) == []
     assert shard.speculative_ids("nobody", 0, 100) == ([], -1)
+
+
+def test_machines_of_a_provider_that_did_not_answer_are_kept_as_they_were():
+    """A provider whose listing failed after a restart (down, a malformed reply) says nothing
+    about its machines: they stay until it answers, while the others are reconciled."""
+    vm = next(o for o in OFFERS if o.provider != GPU.provider)
+    before = Shard(0)
+    before.adopt([machine("g-0", GPU, S.CONFIGURED, "research"), machine("v-0", vm, S.IDLE)], 0)
+    shard = restored(before)
+    summary = shard.reconcile_listing([], 100, {GPU.provider})  # only GPU's provider answered
+    assert summary["gone"] == 1
+    inv = shard.inventory
+    assert [inv.machine_id(r) for r in inv.live_rows().tolist()] == ["v-0"]
+    # Once the other answers, and lists nothing, its machine goes too.
+    assert shard.reconcile_listing([], 200, {vm.provider})["gone"] == 1
