@@ -17,11 +17,11 @@ import pathlib
 import re
 from typing import Annotated, Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .models import Name, from_wire
 from .simulation.scenario import PolicyOverrides
+from .yamlfile import load_model
 
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 # host:port, [v6]:port, or unix:/path: what grpc's channel and server addresses take.
@@ -169,22 +169,7 @@ def token_matches(expected_sha256: str, presented: str) -> bool:
 
 def load_yaml(path: pathlib.Path, model: type[Spec], what: str) -> Any:
     """A YAML file as `model`; a DeploymentError naming the file and every bad field."""
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise DeploymentError(f"{path}: cannot read: {err.strerror}") from None
-    except yaml.YAMLError as err:
-        raise DeploymentError(f"{path}: not valid YAML: {err}") from None
-    try:
-        return from_wire(model, raw)
-    except (ValidationError, ValueError) as err:
-        if not isinstance(err, ValidationError):
-            raise DeploymentError(f"{path}: invalid {what}: {err}") from None
-        lines = [
-            f"  {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
-            for e in err.errors()
-        ]
-        raise DeploymentError(f"{path}: invalid {what}:\n" + "\n".join(lines)) from None
+    return load_model(path, model, what, DeploymentError)
 
 
 def load(path: str | pathlib.Path) -> Deployment:

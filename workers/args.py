@@ -113,3 +113,18 @@ def shard_options(p: argparse.ArgumentParser) -> None:
         help="how many shards the fleet has, if no coordinator runs yet to assign the cluster "
         "(default: the number of running shard workflows, or 1)",
     )
+
+
+def server_options(p: argparse.ArgumentParser, tls_title: str = "TLS") -> None:
+    """What every gRPC server of ours takes: its TLS (certificates by path) and its health
+    endpoint (workers/health.py)."""
+    t = p.add_argument_group(tls_title)
+    t.add_argument("--tls-cert", metavar="FILE", help="server certificate (with --tls-key)")
+    t.add_argument("--tls-key", metavar="FILE", help="server key")
+    t.add_argument(
+        "--tls-client-ca", metavar="FILE", help="require client certificates signed by it"
+    )
+    p.add_argument(
+        "--health-port", type=port, default=0, metavar="N",
+        help="/healthz and /readyz on N (default 0: none)",
+    )  # fmt: skip

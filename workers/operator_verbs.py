@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workers.args import connection_options, port
+from workers.args import connection_options, port, server_options
 from workers.plumbing import CliError, blocking
 
 
@@ -78,16 +78,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
     c.add_argument(
         "--tls-server-name", metavar="NAME", help="name to check the gateway's certificate for"
     )
-    t = s.add_argument_group("this server's TLS")
-    t.add_argument("--tls-cert", metavar="FILE", help="server certificate (with --tls-key)")
-    t.add_argument("--tls-key", metavar="FILE", help="server key")
-    t.add_argument(
-        "--tls-client-ca", metavar="FILE", help="require client certificates signed by it"
-    )
-    s.add_argument(
-        "--health-port", type=port, default=0, metavar="N",
-        help="/healthz and /readyz on N (default 0: none)",
-    )  # fmt: skip
+    server_options(s, "this server's TLS")
     _http_and_log(s)
     s.set_defaults(run=run_operator_serve)
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workers.args import bounded_int, port, seconds
+from workers.args import bounded_int, seconds, server_options
 from workers.plumbing import CliError
 
 
@@ -46,16 +46,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "--listen", required=True, metavar="HOST:PORT", help="where to serve (port 0: any free)"
     )
     s.add_argument("--state-dir", required=True, metavar="DIR", help="where its state is kept")
-    t = s.add_argument_group("TLS")
-    t.add_argument("--tls-cert", metavar="FILE", help="server certificate (with --tls-key)")
-    t.add_argument("--tls-key", metavar="FILE", help="server key")
-    t.add_argument(
-        "--tls-client-ca", metavar="FILE", help="require client certificates signed by it"
-    )
-    s.add_argument(
-        "--health-port", type=port, default=0, metavar="N",
-        help="/healthz and /readyz on N (default 0: none)",
-    )  # fmt: skip
+    server_options(s)
     s.add_argument(
         "--http-host", default="0.0.0.0", metavar="ADDR",
         help="bind address of the health endpoint (default 0.0.0.0)",

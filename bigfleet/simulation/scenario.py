@@ -5,22 +5,21 @@ from __future__ import annotations
 import pathlib
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from ..coordinator import MembershipThresholds
 from ..decommission import DecommissionRequest
-from ..models import CapacityNeed, Count, Name, Transition, from_wire
+from ..models import CapacityNeed, Count, Name, Transition
 from ..policy import Policy
 from ..providers.baremetal import RackSpec
 from ..providers.cloud import QuotaSpec
+from ..yamlfile import load_model
 
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
@@ -172,20 +171,7 @@ class ScenarioError(ValueError):
 
 def load(path: str | pathlib.Path) -> Scenario:
     path = pathlib.Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise ScenarioError(f"{path}: cannot read: {err.strerror}") from None
-    except yaml.YAMLError as err:
-        raise ScenarioError(f"{path}: not valid YAML: {err}") from None
-    try:
-        scenario = from_wire(Scenario, raw)
-    except ValidationError as err:
-        lines = [
-            f"  {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
-            for e in err.errors()
-        ]
-        raise ScenarioError(f"{path}: invalid scenario:\n" + "\n".join(lines)) from None
+    scenario = load_model(path, Scenario, "scenario", ScenarioError)
     for cluster in scenario.clusters:
         if cluster.workload is not None:
             trace = (path.parent / cluster.workload.trace).resolve()

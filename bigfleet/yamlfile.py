@@ -1,0 +1,34 @@
+"""A YAML file read as a strict model, with every bad field named: fleet files, scenarios and
+deployment configs are all read this way."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from .models import from_wire
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_model(path: pathlib.Path, model: type[M], what: str, error: type[ValueError]) -> M:
+    """`path` as `model`; else `error` naming the file and every bad field, one per line."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise error(f"{path}: cannot read: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise error(f"{path}: not valid YAML: {err}") from None
+    try:
+        return from_wire(model, raw)
+    except ValidationError as err:
+        lines = [
+            f"  {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
+            for e in err.errors()
+        ]
+        raise error(f"{path}: invalid {what}:\n" + "\n".join(lines)) from None
+    except ValueError as err:  # not JSON-shaped at all
+        raise error(f"{path}: invalid {what}: {err}") from None
