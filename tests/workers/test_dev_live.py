@@ -1,0 +1,89 @@
+"""`bigfleet dev`, the README's first command, run for real: it starts the Temporal dev server,
+the reference providers, the workers, the gateway and the operator as separate processes over
+mutual TLS, the example fleet's roll-ups go through the gateway and come back to the operator
+as decisions, and Ctrl-C stops every process it started."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TEMPORAL
+from tests.procs import ROOT, free_port
+
+pytestmark = [
+    pytest.mark.temporal,
+    pytest.mark.skipif(not TEMPORAL.exists(), reason=f"no Temporal CLI at {TEMPORAL}"),
+]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its parent) is not running.
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split()[2] == "Z")
+
+
+def test_bigfleet_dev_runs_every_edge_as_its_own_process_and_stops_them_all(tmp_path):
+    grpc_base = free_port()
+    while any(not _free(p) for p in range(grpc_base, grpc_base + 4)):
+        grpc_base = free_port()
+    argv = [
+        sys.executable, "-m", "workers.cli", "dev",
+        "--state-dir", str(tmp_path / "state"),
+        "--port", str(free_port()), "--ui-port", str(free_port()),
+        "--metrics-port", "0", "--grpc-port", str(grpc_base),
+    ]  # fmt: skip
+    out_path = tmp_path / "dev.out"
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + 120
+        text = ""
+        # The operator hears back what the shards decided for a cluster: roll-ups went in
+        # through the gateway, and decisions came out to the operator, both over mutual TLS.
+        while time.monotonic() < deadline and not re.search(r"operator \S+: \d+ upcoming", text):
+            assert proc.poll() is None, f"bigfleet dev exited early:\n{text}"
+            time.sleep(0.5)
+            text = out_path.read_text(errors="replace")
+        assert re.search(r"operator \S+: \d+ upcoming", text), text
+        assert "(via the gateway)" in text, text
+        pids = {
+            name.strip(): int(pid)
+            for name, pid in re.findall(r"^    (\S[\w ().-]*?)\s+pid (\d+)", text, re.M)
+        }
+        assert {"temporal server", "provider dc-ams", "provider aws-us-east-1", "gateway",
+                "operator"} <= set(pids), text  # fmt: skip
+        assert (tmp_path / "state" / "tls" / "ca.pem").exists()
+        assert (tmp_path / "state" / "deployment.yaml").exists()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(90)
+    text = out_path.read_text(errors="replace")
+    assert code == 0, text
+    assert text.rstrip().endswith("bigfleet dev: stopped"), text
+    children = {n: p for n, p in pids.items() if n != "workers (all roles)"}
+    assert not [n for n, p in children.items() if alive(p)], text
+
+
+def _free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
