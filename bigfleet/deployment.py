@@ -172,9 +172,13 @@ def load_yaml(path: pathlib.Path, model: type[Spec], what: str) -> Any:
     return load_model(path, model, what, DeploymentError)
 
 
-def load(path: str | pathlib.Path) -> Deployment:
+SECTIONS = ("providers", "operators", "gateway")
+
+
+def load(path: str | pathlib.Path, uses: tuple[str, ...] = SECTIONS) -> Deployment:
     """Read and check a deployment config; paths in it become absolute (relative to it), and
-    every certificate, key and token file it names must be readable now, not at first use."""
+    every certificate, key and token file of the sections the caller `uses` must be readable
+    now, not at first use (a worker uses providers and operators, the gateway its own)."""
     path = pathlib.Path(path)
     dep: Deployment = load_yaml(path, Deployment, "deployment config")
     base = path.parent.resolve()
@@ -188,7 +192,7 @@ def load(path: str | pathlib.Path) -> Deployment:
                 at = f"{where}.{k}" if where else k
                 if k in ("ca", "cert", "key", "client_ca", "file") and isinstance(v, str):
                     full = (base / v).resolve()
-                    if not full.is_file():
+                    if at.split(".")[0] in uses and not full.is_file():
                         missing.append(f"  {at}: no such file {full}")
                     out[k] = str(full)
                 else:

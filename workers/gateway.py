@@ -354,7 +354,7 @@ async def run_gateway(args: argparse.Namespace) -> int:
     from workers.health import Health, serve_health
     from workers.serve import install_stop_handlers, load_deployment, serve_metrics
 
-    dep: Deployment = load_deployment(args.config)
+    dep: Deployment = load_deployment(args.config, uses=("gateway",))
     tokens = TokenTable.load(dep)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -168,11 +168,13 @@ def describe_tls(tls: Any) -> str:
     return "mutual TLS" if tls.cert else "TLS"
 
 
-def load_deployment(path: str) -> Any:
+def load_deployment(path: str, uses: tuple[str, ...] = ("providers", "operators")) -> Any:
+    """The deployment config, with the files of the sections this process `uses` checked
+    (workers: providers and operators; the gateway: its own section)."""
     from bigfleet.deployment import DeploymentError, load
 
     try:
-        return load(path)
+        return load(path, uses)
     except DeploymentError as err:
         raise CliError(str(err), code=2) from None
 

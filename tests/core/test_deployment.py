@@ -89,3 +89,15 @@ def test_tokens_are_compared_by_their_hash():
     assert token_matches(digest, "s3cret")
     assert not token_matches(digest, "s3cret ")
     assert not token_matches(digest, "")
+
+
+def test_a_process_needs_only_the_files_of_the_sections_it_uses(tmp_path):
+    data = {
+        **MINIMAL,
+        "gateway": {"tokens": [{"cluster": "a", "file": "tokens/a"}]},
+    }
+    path = write(tmp_path, data)
+    with pytest.raises(DeploymentError):
+        load(path)  # `bigfleet config check`: every file
+    dep = load(path, uses=("providers", "operators"))  # a worker has no use for the tokens
+    assert dep.gateway.tokens[0].file == str(tmp_path / "tokens" / "a")
