@@ -8,6 +8,8 @@ import argparse
 import math
 import re
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 # Kept in step with workers.worker.ROLES (a test checks); not imported so that the offline verbs
 # start without loading Temporal.
@@ -124,7 +126,41 @@ def server_options(p: argparse.ArgumentParser, tls_title: str = "TLS") -> None:
     t.add_argument(
         "--tls-client-ca", metavar="FILE", help="require client certificates signed by it"
     )
+    t.add_argument(
+        "--tls-client-name", metavar="NAMES", type=lambda s: [n for n in s.split(",") if n],
+        default=[],
+        help="with --tls-client-ca: only clients whose certificate names one of NAMES (comma "
+        "list; its common name or a DNS name) may call, e.g. bigfleet-worker",
+    )  # fmt: skip
     p.add_argument(
         "--health-port", type=port, default=0, metavar="N",
         help="/healthz and /readyz on N (default 0: none)",
     )  # fmt: skip
+
+
+def need_file(path: Path, what: str) -> Path:
+    if not path.is_file():
+        from workers.plumbing import CliError
+
+        raise CliError(f"{what}: no such file {path}", code=2)
+    return path
+
+
+def server_tls(args: argparse.Namespace) -> Any:
+    """The ServerTLS of `server_options`' flags, checked; None for plaintext."""
+    from bigfleet.deployment import ServerTLS
+    from workers.plumbing import CliError
+
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise CliError("--tls-cert and --tls-key: give both or neither", code=2)
+    if not args.tls_cert:
+        if args.tls_client_ca:
+            raise CliError("--tls-client-ca needs --tls-cert and --tls-key", code=2)
+        return None
+    if args.tls_client_name and not args.tls_client_ca:
+        raise CliError("--tls-client-name needs --tls-client-ca", code=2)
+    for flag in ("tls_cert", "tls_key", "tls_client_ca"):
+        value = getattr(args, flag)
+        if value:
+            need_file(Path(value), "--" + flag.replace("_", "-"))
+    return ServerTLS(cert=args.tls_cert, key=args.tls_key, client_ca=args.tls_client_ca)

@@ -129,6 +129,8 @@ class DevProcesses:
             "--tls-cert", str(tls / "server.pem"),
             "--tls-key", str(tls / "server-key.pem"),
             "--tls-client-ca", str(tls / "ca.pem"),
+            # Only the workers: a cluster's certificate (good for the gateway) is refused.
+            "--tls-client-name", WORKER_CLIENT,
         ]  # fmt: skip
         worker_tls = {
             **pki,
@@ -206,7 +208,7 @@ class DevProcesses:
                 "--listen", f"127.0.0.1:{operator_port}",
                 "--gateway", f"127.0.0.1:{gateway_port}",
                 "--tls-dir", str(tls),
-                *server_tls[:4],
+                *server_tls,
                 echo=True,
             )  # fmt: skip
         for child in self.children:

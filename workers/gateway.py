@@ -47,7 +47,7 @@ from bigfleet.deployment import Deployment, hash_token
 from bigfleet.edge.convert import WireError, rollup_from_proto
 from bigfleet.edge.errors import refusal
 from bigfleet.edge.rollup_client import read_token
-from bigfleet.edge.tls import add_port
+from bigfleet.edge.tls import add_port, certificate_names
 from bigfleet.v1 import machine_pb2 as mpb
 from bigfleet.v1 import rollups_pb2 as rpb
 from bigfleet.v1 import rollups_pb2_grpc as rpg
@@ -126,19 +126,6 @@ class TokenTable:
 
     def has(self, cluster: str) -> bool:
         return any(c == cluster for c, _ in self.entries)
-
-
-def certificate_names(context: Any) -> set[str]:
-    """The common name and DNS names of the sender's verified client certificate (none
-    without mutual TLS)."""
-    auth = context.auth_context() or {}
-    names: set[str] = set()
-    dns = auth.get("peer_dns")
-    if dns is None:  # an older gRPC core: every subjectAltName
-        dns = auth.get("x509_subject_alternative_name", [])
-    for value in [*auth.get("x509_common_name", []), *dns]:
-        names.add(value.decode(errors="replace") if isinstance(value, bytes) else str(value))
-    return names
 
 
 def bearer_token(context: Any) -> str | None:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workers.args import connection_options, port, server_options
+from workers.args import connection_options, need_file, port, server_options, server_tls
 from workers.plumbing import CliError, blocking
 
 
@@ -103,12 +103,6 @@ def run_gateway(args: argparse.Namespace) -> int:
 # ---- operator serve ---------------------------------------------------------------------------
 
 
-def _need_file(path: Path, what: str) -> Path:
-    if not path.is_file():
-        raise CliError(f"{what}: no such file {path}", code=2)
-    return path
-
-
 def gateway_credentials(args: argparse.Namespace, clusters: list[str]) -> dict[str, Any]:
     """Per cluster: (ClientTLS | None, token | None) towards the gateway, every file checked
     now. A CliError (exit 2) naming a missing or bad one."""
@@ -117,16 +111,16 @@ def gateway_credentials(args: argparse.Namespace, clusters: list[str]) -> dict[s
 
     ca: Path | None = None
     if args.tls_ca:
-        ca = _need_file(Path(args.tls_ca), "--tls-ca")
+        ca = need_file(Path(args.tls_ca), "--tls-ca")
     elif args.tls_dir:
-        ca = _need_file(Path(args.tls_dir) / "ca.pem", "--tls-dir (no --tls-ca)")
+        ca = need_file(Path(args.tls_dir) / "ca.pem", "--tls-dir (no --tls-ca)")
     creds: dict[str, Any] = {}
     for name in clusters:
         tls = None
         if args.tls_dir:
             d = Path(args.tls_dir)
-            cert = _need_file(d / f"{name}.pem", f"--tls-dir: cluster {name}'s certificate")
-            key = _need_file(d / f"{name}-key.pem", f"--tls-dir: cluster {name}'s key")
+            cert = need_file(d / f"{name}.pem", f"--tls-dir: cluster {name}'s certificate")
+            key = need_file(d / f"{name}-key.pem", f"--tls-dir: cluster {name}'s key")
             tls = ClientTLS(
                 ca=str(ca), cert=str(cert), key=str(key), server_name=args.tls_server_name
             )
@@ -137,7 +131,7 @@ def gateway_credentials(args: argparse.Namespace, clusters: list[str]) -> dict[s
             d = Path(args.token_dir)
             path = d / f"{name}.token" if (d / f"{name}.token").is_file() else d / name
             try:
-                token = read_token(_need_file(path, f"--token-dir: cluster {name}'s token"))
+                token = read_token(need_file(path, f"--token-dir: cluster {name}'s token"))
             except (OSError, ValueError) as err:
                 raise CliError(f"--token-dir: {err}", code=2) from None
         creds[name] = (tls, token)
@@ -162,25 +156,6 @@ def gateway_send(endpoint: str, creds: dict[str, Any]) -> tuple[Any, list[Any]]:
         return f"{accepted.workflow_id} (via the gateway)"
 
     return send, list(senders.values())
-
-
-def server_tls(args: argparse.Namespace) -> Any:
-    from bigfleet.deployment import ServerTLS
-
-    if bool(args.tls_cert) != bool(args.tls_key):
-        raise CliError("--tls-cert and --tls-key: give both or neither", code=2)
-    if not args.tls_cert:
-        if args.tls_client_ca:
-            raise CliError("--tls-client-ca needs --tls-cert and --tls-key", code=2)
-        return None
-    for flag, value in (
-        ("--tls-cert", args.tls_cert),
-        ("--tls-key", args.tls_key),
-        ("--tls-client-ca", args.tls_client_ca),
-    ):
-        if value:
-            _need_file(Path(value), flag)
-    return ServerTLS(cert=args.tls_cert, key=args.tls_key, client_ca=args.tls_client_ca)
 
 
 @blocking
@@ -210,7 +185,7 @@ async def run_operator_serve(args: argparse.Namespace) -> int:
     )
     ops = {n: op for n, op in simulated_operators(fleet, fleet.seed).items() if n in chosen}
     try:
-        server = serve_operators(ops, args.listen, tls)
+        server = serve_operators(ops, args.listen, tls, client_names=args.tls_client_name)
     except OSError as err:
         raise CliError(str(err)) from None
     state = Health()

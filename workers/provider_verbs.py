@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workers.args import bounded_int, seconds, server_options
+from workers.args import bounded_int, need_file, seconds, server_options, server_tls
 from workers.plumbing import CliError
 
 
@@ -98,25 +98,6 @@ def register(verbs: argparse._SubParsersAction) -> None:
 # ---- serve ------------------------------------------------------------------------------------
 
 
-def _need_file(value: str | None, flag: str) -> None:
-    if value and not Path(value).is_file():
-        raise CliError(f"{flag}: no such file {value}", code=2)
-
-
-def server_tls(args: argparse.Namespace) -> Any:
-    from bigfleet.deployment import ServerTLS
-
-    if bool(args.tls_cert) != bool(args.tls_key):
-        raise CliError("--tls-cert and --tls-key: give both or neither", code=2)
-    if not args.tls_cert:
-        if args.tls_client_ca:
-            raise CliError("--tls-client-ca needs --tls-cert and --tls-key", code=2)
-        return None
-    for flag in ("tls_cert", "tls_key", "tls_client_ca"):
-        _need_file(getattr(args, flag), "--" + flag.replace("_", "-"))
-    return ServerTLS(cert=args.tls_cert, key=args.tls_key, client_ca=args.tls_client_ca)
-
-
 def run_serve(args: argparse.Namespace) -> int:
     from bigfleet.edge.provider_server import serve_provider, simulated_service
     from bigfleet.models import ListFilter
@@ -131,7 +112,7 @@ def run_serve(args: argparse.Namespace) -> int:
         raise CliError(f"--state-dir {args.state_dir}: {err}") from None
     machines = len(service.provider.list(ListFilter()))
     try:
-        server = serve_provider(service, args.listen, tls)
+        server = serve_provider(service, args.listen, tls, client_names=args.tls_client_name)
     except OSError as err:
         service.store.close()
         raise CliError(str(err)) from None
@@ -207,7 +188,8 @@ def run_conformance(args: argparse.Namespace) -> int:
         if bool(args.tls_cert) != bool(args.tls_key):
             raise CliError("--tls-cert and --tls-key: give both or neither", code=2)
         for flag in ("tls_ca", "tls_cert", "tls_key"):
-            _need_file(getattr(args, flag), "--" + flag.replace("_", "-"))
+            if getattr(args, flag):
+                need_file(Path(getattr(args, flag)), "--" + flag.replace("_", "-"))
         tls = ClientTLS(
             ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key, server_name=args.server_name
         )

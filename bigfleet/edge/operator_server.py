@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -36,7 +36,7 @@ from ..v1 import operator_pb2_grpc as opg
 from ..v1 import provider_pb2 as ppb
 from .convert import WireError, blob_to_proto, bootstrap_request_from_proto, update_from_proto
 from .errors import refusal, status_of
-from .tls import OPTIONS, add_port
+from .tls import OPTIONS, add_port, interceptors
 
 SERVICE = opb.DESCRIPTOR.services_by_name["ClusterOperator"].full_name
 KEEP_UPDATES = 50
@@ -160,10 +160,16 @@ def serve_operators(
     keep: int = KEEP_UPDATES,
     say: Callable[[str], None] | None = say_line,
     max_workers: int = 8,
+    client_names: Iterable[str] = (),
 ) -> OperatorServer:
-    """Start serving `operators` on `listen` (port 0: any free one). Raises OSError if it
-    cannot listen."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=OPTIONS)
+    """Start serving `operators` on `listen` (port 0: any free one); with `client_names`, only
+    clients whose certificate names one may call (BigFleet's workers, not the clusters). Raises
+    OSError if it cannot listen."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers),
+        options=OPTIONS,
+        interceptors=interceptors(client_names),
+    )
     service = OperatorService(operators, keep=keep, say=say)
     opg.add_ClusterOperatorServicer_to_server(service, server)
     checker = health.HealthServicer()

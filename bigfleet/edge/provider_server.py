@@ -35,7 +35,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -421,11 +421,20 @@ class ProviderServer:
 
 
 def serve_provider(
-    service: ProviderService, listen: str, tls_: ServerTLS | None = None, max_workers: int = 8
+    service: ProviderService,
+    listen: str,
+    tls_: ServerTLS | None = None,
+    max_workers: int = 8,
+    client_names: Iterable[str] = (),
 ) -> ProviderServer:
-    """Start serving `service` and grpc.health.v1 on `listen` (port 0: any free one). Raises
-    OSError if it cannot listen."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=tls.OPTIONS)
+    """Start serving `service` and grpc.health.v1 on `listen` (port 0: any free one); with
+    `client_names`, only clients whose certificate names one may call. Raises OSError if it
+    cannot listen."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers),
+        options=tls.OPTIONS,
+        interceptors=tls.interceptors(client_names),
+    )
     provider_pb2_grpc.add_CapacityProviderServicer_to_server(service, server)
     checker = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)

@@ -7,7 +7,9 @@ loopback edges (bigfleet/edge/devca.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -78,3 +80,55 @@ def add_port(server: grpc.Server | grpc.aio.Server, listen: str, tls: ServerTLS 
     if bound == 0 and not listen.startswith("unix:"):
         raise OSError(f"cannot listen on {listen} (in use?)")
     return bound
+
+
+def certificate_names(context: Any) -> set[str]:
+    """The common name and DNS names of the caller's verified client certificate (none without
+    mutual TLS)."""
+    auth = context.auth_context() or {}
+    names: set[str] = set()
+    dns = auth.get("peer_dns")
+    if dns is None:  # an older gRPC core: every subjectAltName
+        dns = auth.get("x509_subject_alternative_name", [])
+    for value in [*auth.get("x509_common_name", []), *dns]:
+        names.add(value.decode(errors="replace") if isinstance(value, bytes) else str(value))
+    return names
+
+
+class OnlyClients(grpc.ServerInterceptor):
+    """Mutual TLS says a client's certificate is the CA's; this says which of the CA's clients
+    may call: those whose certificate names one of `names` (a cluster's certificate, good for
+    sending its roll-ups, must not get another cluster's bootstrap blobs from an operator, nor
+    create machines at a provider). Health checks stay open."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = frozenset(names)
+
+    def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
+        handler = continuation(details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        if details.method.startswith("/grpc.health."):
+            return handler
+        inner = handler.unary_unary
+
+        def checked(request: Any, context: Any) -> Any:
+            got = certificate_names(context)
+            if not got & self.names:
+                context.abort(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"client {', '.join(sorted(got)) or 'without a certificate'} may not call "
+                    f"{details.method}: only {', '.join(sorted(self.names))}",
+                )
+            return inner(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            checked,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+def interceptors(client_names: Iterable[str]) -> list[grpc.ServerInterceptor]:
+    names = list(client_names)
+    return [OnlyClients(names)] if names else []

@@ -67,7 +67,7 @@ def operators(endpoints: dict[str, str], **fields) -> GrpcOperators:
 @pytest.fixture
 def operator_proc(tmp_path: Path):
     """`bigfleet operator serve` for cluster web over mutual TLS; (port, CA) once it listens."""
-    ca = make_dev_ca(tmp_path / "tls", clients=["bigfleet-worker"])
+    ca = make_dev_ca(tmp_path / "tls", clients=["bigfleet-worker", "web"])
     (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(FLEET))
     port = free_port()
     proc = Proc(
@@ -75,7 +75,7 @@ def operator_proc(tmp_path: Path):
         [*BIGFLEET, "operator", "serve", "--fleet", str(tmp_path / "fleet.yaml"),
          "--cluster", "web", "--listen", f"127.0.0.1:{port}",
          "--tls-cert", str(ca.server.cert), "--tls-key", str(ca.server.key),
-         "--tls-client-ca", str(ca.ca)],
+         "--tls-client-ca", str(ca.ca), "--tls-client-name", "bigfleet-worker"],
         tmp_path / "operator.log",
     )  # fmt: skip
     proc.start()
@@ -125,6 +125,22 @@ async def test_an_operator_server_in_its_own_process_answers_blobs_and_refusals(
         ops.close()
     proc.stop()
     assert "operator web: available gpu-8xh100 2" in proc.log.read_text()
+
+
+def test_a_clusters_certificate_may_not_ask_the_operator_for_blobs(operator_proc):
+    """The CA signs the clusters' certificates too (for the gateway): with --tls-client-name,
+    only BigFleet's workers get bootstrap blobs (join tokens) from an operator."""
+    import asyncio
+
+    proc, port, ca = operator_proc
+    asyncio.run(proc.listening(port))
+    ops = operators({"web": f"127.0.0.1:{port}"}, tls=ca.client_tls("web", "localhost"))
+    try:
+        with pytest.raises(OperatorError) as denied:
+            ops.operator("web").generate_bootstrap(request("web"))  # type: ignore[union-attr]
+        assert "PERMISSION_DENIED" in str(denied.value) and "bigfleet-worker" in str(denied.value)
+    finally:
+        ops.close()
 
 
 def test_without_a_client_certificate_the_operator_server_is_unreachable(operator_proc):
