@@ -25,10 +25,14 @@ def load_model(path: pathlib.Path, model: type[M], what: str, error: type[ValueE
     try:
         return from_wire(model, raw)
     except ValidationError as err:
-        lines = [
-            f"  {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
-            for e in err.errors()
-        ]
-        raise error(f"{path}: invalid {what}:\n" + "\n".join(lines)) from None
+        raise error(f"{path}: invalid {what}:\n{field_lines(err)}") from None
     except ValueError as err:  # not JSON-shaped at all
         raise error(f"{path}: invalid {what}: {err}") from None
+
+
+def field_lines(err: ValidationError) -> str:
+    """One line per bad field: `  needs.0.count: Input should be ...`."""
+    return "\n".join(
+        f"  {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
+        for e in err.errors()
+    )

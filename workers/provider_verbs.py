@@ -40,8 +40,16 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "kept in SQLite under --state-dir: restarted on the same directory, it has every "
         "machine as it left it. Prints one line when listening; runs until SIGINT/SIGTERM.",
     )
-    s.add_argument("--fleet", required=True, metavar="FILE", help="fleet file (scenario schema)")
-    s.add_argument("--provider", required=True, metavar="NAME", help="the provider to serve")
+    what = s.add_mutually_exclusive_group(required=True)
+    what.add_argument(
+        "--fleet", metavar="FILE", help="fleet file (scenario schema): a simulated provider"
+    )
+    what.add_argument(
+        "--config",
+        metavar="FILE",
+        help="provider config (kind: ec2 | redfish): a real provider (docs/providers.md)",
+    )
+    s.add_argument("--provider", metavar="NAME", help="with --fleet: the provider to serve")
     s.add_argument(
         "--listen", required=True, metavar="HOST:PORT", help="where to serve (port 0: any free)"
     )
@@ -99,13 +107,22 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from bigfleet.edge.provider_server import serve_provider, simulated_service
+    from bigfleet.edge.provider_server import (
+        configured_service,
+        serve_provider,
+        simulated_service,
+    )
     from bigfleet.models import ListFilter
     from workers.health import Health, serve_health
 
     tls = server_tls(args)
+    if args.fleet and not args.provider:
+        raise CliError("--fleet needs --provider NAME", code=2)
     try:
-        service = simulated_service(args.fleet, args.provider, args.state_dir)
+        if args.config:
+            service = configured_service(args.config, args.state_dir)
+        else:
+            service = simulated_service(args.fleet, args.provider, args.state_dir)
     except ValueError as err:  # the fleet file, or a state dir of another provider
         raise CliError(str(err), code=2) from None
     except OSError as err:

@@ -472,3 +472,15 @@ def simulated_service(
         raise ValueError(f"{state_dir} holds provider {provider.name}, not {provider_name}")
     rate = spec.api_calls_per_second if isinstance(spec, CloudProviderSpec) else 0.0
     return ProviderService(provider, store, persist_provider=True, info=describe_of(provider, rate))
+
+
+def configured_service(config_path: str | Path, state_dir: str | Path) -> ProviderService:
+    """A real provider of a provider config (bigfleet/providers/configured.py) behind the
+    contract: its machines live at the provider (EC2, the BMCs); `state_dir` keeps the
+    idempotency keys, fencing epochs and the call log."""
+    from ..providers.configured import load_provider
+
+    provider = load_provider(config_path)
+    store = ProviderStore.in_dir(state_dir)
+    rate = float(getattr(provider, "calls_per_second", 0.0) or 0.0)
+    return ProviderService(provider, store, info=describe_of(provider, rate))
