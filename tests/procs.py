@@ -29,6 +29,7 @@ class Proc:
         self.name, self.argv, self.log = name, argv, log
         self.proc: subprocess.Popen[bytes] | None = None
         self.started = 0
+        self.env: dict[str, str] | None = None  # None: this process's environment
 
     def start(self) -> None:
         with open(self.log, "ab") as out:
@@ -36,7 +37,7 @@ class Proc:
             out.flush()
             self.proc = subprocess.Popen(
                 self.argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                stderr=subprocess.STDOUT, start_new_session=True, env=self.env,
             )
         self.started += 1
 
