@@ -27,3 +27,20 @@ def test_a_missing_provider_config_is_named(tmp_path):
     with pytest.raises(ProviderConfigError) as err:
         load_provider(tmp_path / "nope.yaml")
     assert "nope.yaml: cannot read" in str(err.value)
+
+
+def test_the_ec2_example_loads_without_calling_aws():
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "provider-ec2.yaml"
+    provider = load_provider(example)
+    assert provider.name == "aws-us-east-1"
+    assert provider.blocking is True
+
+
+def test_a_bad_ec2_field_is_named(tmp_path):
+    path = tmp_path / "ec2.yaml"
+    path.write_text("kind: ec2\nname: aws\nregion: us-east-1\nimage_id: ami-1\noffer: []\n")
+    with pytest.raises(ProviderConfigError) as err:
+        load_provider(path)
+    assert "invalid ec2 provider" in str(err.value) and "  offer" in str(err.value)
