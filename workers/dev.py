@@ -94,6 +94,14 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "the gateway (default 50051)",
     )
     d.add_argument(
+        "--provider-config",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="run provider NAME of the fleet file as a real provider from FILE (kind: ec2 | "
+        "redfish; docs/providers.md) instead of a simulated one; repeatable",
+    )
+    d.add_argument(
         "--temporal",
         metavar="PATH",
         help="the temporal CLI binary (default: next to this Python, else on PATH)",
@@ -110,6 +118,7 @@ def run_dev(args: argparse.Namespace) -> int:
 
 async def _run_dev(args: argparse.Namespace) -> int:
     fleet = load_fleet(args.fleet)
+    args.real = real_providers(args.provider_config, fleet)  # checked before anything starts
     binary = temporal_binary(getattr(args, "temporal", None))
     logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("temporalio.activity").addFilter(one_line)
@@ -147,7 +156,12 @@ async def _serve(
     where to look, and run until `stop`."""
     client, ready = await _connect(args, server, stop)
     procs = DevProcesses(
-        Path(args.fleet), fleet, Path(args.state_dir), server.address, base_port=args.grpc_port
+        Path(args.fleet),
+        fleet,
+        Path(args.state_dir),
+        server.address,
+        base_port=args.grpc_port,
+        real=args.real,
     )
     procs.plan()
     watcher = asyncio.create_task(watch_server(server, stop))
@@ -294,6 +308,26 @@ def _announce(
         flush=True,
     )
     print(f"  shards: bigfleet status{address_flag}", flush=True)
+
+
+def real_providers(pairs: list[str], fleet: Any) -> dict[str, Path]:
+    """`--provider-config NAME=FILE`s, checked against the fleet file's providers."""
+    names = {p.name for p in fleet.providers}
+    real: dict[str, Path] = {}
+    for pair in pairs:
+        name, eq, file = pair.partition("=")
+        if not eq or not name or not file:
+            raise CliError(f"--provider-config: expected NAME=FILE, got {pair!r}", code=2)
+        if name not in names:
+            raise CliError(
+                f"--provider-config: the fleet file has no provider {name!r} "
+                f"(it has {', '.join(sorted(names))})",
+                code=2,
+            )
+        if not Path(file).is_file():
+            raise CliError(f"--provider-config: no such file {file}", code=2)
+        real[name] = Path(file).resolve()
+    return real
 
 
 def _sample_machine(sim: Any) -> str:

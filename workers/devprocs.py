@@ -108,6 +108,9 @@ class DevProcesses:
     state_dir: Path
     temporal_address: str
     base_port: int = 50051
+    # Provider name -> a provider config (kind: ec2 | redfish): that provider is a real one
+    # (`provider serve --config`) instead of the fleet file's simulated one.
+    real: dict[str, Path] = field(default_factory=dict)
     children: list[Child] = field(default_factory=list)
     config_path: Path = field(init=False)
 
@@ -153,12 +156,16 @@ class DevProcesses:
                     ),
                 }
             )
+            source = (
+                ["--config", str(self.real[spec.name])]
+                if spec.name in self.real
+                else ["--fleet", str(self.fleet_path), "--provider", spec.name]
+            )
             self._child(
                 f"provider {spec.name}",
                 port,
                 "provider", "serve",
-                "--fleet", str(self.fleet_path),
-                "--provider", spec.name,
+                *source,
                 "--listen", f"127.0.0.1:{port}",
                 "--state-dir", str(self.state_dir / "providers" / spec.name),
                 *server_tls,

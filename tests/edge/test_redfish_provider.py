@@ -1,0 +1,426 @@
+"""The Redfish bare-metal provider against the sushy-tools Redfish emulator (fake driver), each
+emulated BMC its own process on its own port, talked to over HTTP exactly as a real BMC is.
+
+Two emulated BMCs are two racks (the second asks for HTTP basic auth, as a real BMC does); a
+third BMC address is a closed port (a BMC that does not answer), and one test starts a BMC of
+its own and kills it (a BMC that stops answering). The blobs are served to the emulator by a
+small HTTP media server in this process, as an operator's media server would serve `media_dir`.
+
+Emulator limits met (so not shown here): its systems always report Status Enabled / Health OK
+(a Critical or disabled system is shown through the pure check instead), and it ignores
+BootSourceOverrideEnabled=Once (it reports Continuous). Its fake driver applies a power change
+1 to 11 s after the request; the launcher below pins that to the low end (1 s) so the module
+runs in seconds.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import http.server
+import json
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import bcrypt
+import pytest
+
+from bigfleet.edge import conformance
+from bigfleet.edge.provider_server import ProviderService, serve_provider
+from bigfleet.models import BootstrapBlob, FencingToken, ListFilter, MachineState
+from bigfleet.providers.base import InvalidTransition, NotSupported, StaleFencingToken
+from bigfleet.providers.redfish import (
+    BMCUnreachable,
+    Observed,
+    RedfishConfig,
+    RedfishProvider,
+    _unfit,
+)
+from tests.procs import Proc, free_port
+
+S = MachineState
+LAUNCHER = """\
+import sys
+from sushy_tools.emulator.resources.systems import fakedriver
+
+class _PromptHardware:  # the fake driver applies a power change randint(1, 11) s later: take 1
+    @staticmethod
+    def randint(low, high):
+        return low
+
+fakedriver.random = _PromptHardware()
+from sushy_tools.emulator.main import main
+sys.exit(main())
+"""
+BLOB = BootstrapBlob(
+    user_data=b"#cloud-config\nruncmd: [kubeadm join --token t0k3n]\n", ttl_seconds=900
+)
+
+
+def token(epoch: int = 1, shard: int = 1) -> FencingToken:
+    return FencingToken(shard_id=shard, shard_epoch=epoch, seq=1)
+
+
+def systems(prefix: str, n: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "uuid": f"{prefix}-0000-0000-0000-{i:012d}",
+            "name": f"{prefix}-node-{i}",
+            "power_state": "Off",
+            "nics": [{"mac": f"00:5c:52:31:3a:{i:02x}", "ip": f"10.0.0.{i}"}],
+        }
+        for i in range(1, n + 1)
+    ]
+
+
+class Emulator:
+    def __init__(
+        self, tmp: Path, name: str, fake_systems: list[dict[str, Any]], password: str = ""
+    ) -> None:
+        self.port = free_port()
+        self.address = f"http://127.0.0.1:{self.port}"
+        self.ids = [s["uuid"] for s in fake_systems]
+        conf = tmp / f"{name}.conf"
+        settings = {
+            "SUSHY_EMULATOR_FAKE_DRIVER": True,
+            "SUSHY_EMULATOR_FAKE_SYSTEMS": fake_systems,
+            "SUSHY_EMULATOR_STATE_DIR": str(tmp / name),  # default: one /tmp dir for all
+        }
+        self.headers = {"Content-Type": "application/json"}
+        if password:  # HTTP basic auth, as a real BMC asks (an htpasswd file of bcrypt hashes)
+            users = tmp / f"{name}.htpasswd"
+            users.write_text(
+                f"bigfleet:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()}\n"
+            )
+            settings["SUSHY_EMULATOR_AUTH_FILE"] = str(users)
+            basic = base64.b64encode(f"bigfleet:{password}".encode()).decode()
+            self.headers["Authorization"] = f"Basic {basic}"
+        conf.write_text("".join(f"{k} = {v!r}\n" for k, v in settings.items()))
+        launcher = tmp / "launch_emulator.py"
+        launcher.write_text(LAUNCHER)
+        argv = [sys.executable, str(launcher), "--config", str(conf)]
+        argv += ["-i", "127.0.0.1", "-p", str(self.port)]
+        self.proc = Proc(name, argv, tmp / f"{name}.log")
+        self.proc.start()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"{self.address}/redfish/v1/", timeout=1).read()
+                return
+            except OSError as err:
+                if not self.proc.alive() or time.monotonic() > deadline:
+                    raise AssertionError(f"{name} did not answer\n{self.proc.tail()}") from err
+                time.sleep(0.1)
+
+    def get(self, path: str) -> Any:
+        request = urllib.request.Request(f"{self.address}{path}", headers=self.headers)
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            return json.loads(reply.read())
+
+    def post(self, path: str, body: dict[str, Any]) -> None:
+        request = urllib.request.Request(
+            f"{self.address}{path}",
+            data=json.dumps(body).encode(),
+            headers=self.headers,
+            method="POST",
+        )
+        urllib.request.urlopen(request, timeout=5).read()
+
+    def system(self, system_id: str) -> Any:
+        return self.get(f"/redfish/v1/Systems/{system_id}")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("redfish")
+    media = tmp / "media"
+    media.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(media))
+    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    emulators = [Emulator(tmp, "rack-a", systems("aaaaaaaa", 3))]
+    emulators.append(Emulator(tmp, "rack-b", systems("bbbbbbbb", 2), password="s3cret"))
+    (tmp / "bmc-password").write_text("s3cret\n")
+    try:
+        yield {
+            "tmp": tmp,
+            "media_dir": str(media),
+            "media_url": f"http://127.0.0.1:{server.server_address[1]}",
+            "a": emulators[0],
+            "b": emulators[1],
+            "b_auth": {"username": "bigfleet", "password_file": str(tmp / "bmc-password")},
+            "closed": f"http://127.0.0.1:{free_port()}",
+        }
+    finally:
+        for emulator in emulators:
+            emulator.proc.kill()
+        server.shutdown()
+
+
+def config(lab: dict[str, Any], state: str, *bmcs: dict[str, Any]) -> RedfishConfig:
+    return RedfishConfig.model_validate(
+        {
+            "name": "dc-lab",
+            "bmcs": list(bmcs),
+            "state_path": str(lab["tmp"] / state),
+            "media_dir": lab["media_dir"],
+            "media_url": lab["media_url"],
+        }
+    )
+
+
+def bmc(address: str, rack: str, **more: Any) -> dict[str, Any]:
+    return {"address": address, "rack": rack, "zone": "lab-1", "instance_type": "r650", **more}
+
+
+def wait_for(provider: RedfishProvider, machine_id: str, state: MachineState) -> Any:
+    deadline = time.monotonic() + 20
+    while True:
+        machine = provider.get(machine_id)
+        if machine.state is state:
+            return machine
+        assert machine.state is not S.FAILED, machine.last_error
+        assert time.monotonic() < deadline, f"{machine_id} still {machine.state}"
+        time.sleep(0.2)
+
+
+def test_two_racks_and_a_bmc_that_does_not_answer(lab: dict[str, Any]) -> None:
+    a, b = lab["a"], lab["b"]
+    provider = RedfishProvider(
+        config(
+            lab,
+            "inventory.json",
+            bmc(a.address, "r1"),
+            bmc(b.address, "r2", **lab["b_auth"]),
+            bmc(lab["closed"], "r3", systems=["node-9"]),
+        )
+    )
+    machines = provider.list(ListFilter())
+    by_rack: dict[str, list[str]] = {}
+    for m in machines:
+        by_rack.setdefault(m.labels["bigfleet.io/rack"], []).append(m.id)
+    assert by_rack == {
+        "r1": [f"dc-lab-r1-{i}" for i in a.ids],
+        "r2": [f"dc-lab-r2-{i}" for i in b.ids],
+        "r3": ["dc-lab-r3-node-9"],
+    }
+    assert all(m.state is S.SPECULATIVE and m.host is None for m in machines)
+    assert all(m.capacity_type == "bare-metal" and m.zone == "lab-1" for m in machines)
+    dead = provider.get("dc-lab-r3-node-9")
+    assert "unreachable" in dead.last_error and lab["closed"] in dead.last_error
+    assert all(not m.last_error for m in machines if m.id != dead.id)
+    # The other racks keep working; the dead one refuses to start anything, retryably.
+    (ack,) = provider.create([f"dc-lab-r2-{b.ids[0]}"], token())
+    assert ack.machine.state is S.IDLE
+    with pytest.raises(BMCUnreachable):
+        provider.create(["dc-lab-r3-node-9"], token())
+    assert len(provider.list(ListFilter())) == 6
+
+
+def test_claim_configure_drain_through_the_bmc(lab: dict[str, Any]) -> None:
+    a = lab["a"]
+    system_id = a.ids[0]
+    mid = f"dc-lab-r1-{system_id}"
+    cfg = config(lab, "lifecycle.json", bmc(a.address, "r1"))
+    provider = RedfishProvider(cfg)
+
+    (ack,) = provider.create([mid], token())
+    assert ack.machine.state is S.IDLE
+    assert ack.machine.host is not None
+    assert ack.machine.host.ref == f"{a.address}/redfish/v1/Systems/{system_id}"
+    assert provider.create([mid], token()) == [ack]  # a repeated claim is the same claim
+    with pytest.raises(InvalidTransition):
+        provider.drain(mid, 0.0, token())  # idle: nothing to drain
+
+    ack = provider.configure(mid, BLOB, "cluster-a", token())
+    assert ack.machine.state is S.CONFIGURING and ack.machine.cluster == "cluster-a"
+    assert provider.configure(mid, BLOB, "cluster-a", token()).operation_id == ack.operation_id
+    # The blob reached the emulated system: its CD holds the blob's URL, it boots from the CD.
+    cd = a.get(f"/redfish/v1/Systems/{system_id}/VirtualMedia/Cd")
+    assert cd["Inserted"] is True
+    with urllib.request.urlopen(cd["Image"], timeout=5) as reply:
+        assert reply.read() == BLOB.user_data
+    assert a.system(system_id)["Boot"]["BootSourceOverrideTarget"] == "Cd"
+    machine = wait_for(provider, mid, S.CONFIGURED)
+    assert machine.cluster == "cluster-a"
+    assert a.system(system_id)["PowerState"] == "On"
+
+    # The claim survives a restart of the provider: it lives in the state file.
+    provider = RedfishProvider(cfg)
+    assert provider.get(mid).state is S.CONFIGURED
+
+    ack = provider.drain(mid, 1.0, token())
+    assert ack.machine.state is S.DRAINING
+    assert a.system(system_id)["PowerState"] == "On"  # the grace is the operator's drain
+    machine = wait_for(provider, mid, S.IDLE)
+    assert machine.cluster is None and machine.host is not None
+    assert a.system(system_id)["PowerState"] == "Off"
+    assert a.get(f"/redfish/v1/Systems/{system_id}/VirtualMedia/Cd")["Inserted"] is False
+    assert not list(Path(lab["media_dir"]).glob(f"{mid}-*"))
+
+    with pytest.raises(NotSupported):
+        provider.delete(mid, token())
+    assert provider.get(mid).state is S.IDLE  # bare metal stays
+
+
+def test_a_configured_system_powered_off_is_failed(lab: dict[str, Any]) -> None:
+    a = lab["a"]
+    system_id = a.ids[1]
+    mid = f"dc-lab-r1-{system_id}"
+    provider = RedfishProvider(config(lab, "outage.json", bmc(a.address, "r1")))
+    provider.create([mid], token())
+    provider.configure(mid, BLOB, "cluster-a", token())
+    wait_for(provider, mid, S.CONFIGURED)
+
+    # Someone pulls the plug (through the BMC, as the emulator allows).
+    a.post(
+        f"/redfish/v1/Systems/{system_id}/Actions/ComputerSystem.Reset", {"ResetType": "ForceOff"}
+    )
+    deadline = time.monotonic() + 20
+    while (machine := provider.get(mid)).state is not S.FAILED:
+        assert time.monotonic() < deadline, machine
+        time.sleep(0.2)
+    assert machine.failed_from is S.CONFIGURED
+    assert "powered off unexpectedly" in machine.last_error
+    assert machine.cluster == "cluster-a"
+
+    with pytest.raises(InvalidTransition):
+        provider.drain(mid, 0.0, token())  # a failed machine is drained only with force
+    provider.drain(mid, 0.0, token(), force=True)
+    assert wait_for(provider, mid, S.IDLE).cluster is None
+
+
+def test_a_stale_epoch_is_refused_before_any_bmc_call(lab: dict[str, Any]) -> None:
+    cfg = config(lab, "fencing.json", bmc(lab["closed"], "r3", systems=["node-9"]))
+    provider = RedfishProvider(cfg)
+    with pytest.raises(BMCUnreachable):  # fenced first, then the (dead) BMC is asked
+        provider.create(["dc-lab-r3-node-9"], token(epoch=7, shard=4))
+    for restarted in (provider, RedfishProvider(cfg)):  # the epoch is kept in the state file
+        with pytest.raises(StaleFencingToken):
+            restarted.create(["dc-lab-r3-node-9"], token(epoch=6, shard=4))
+        with pytest.raises(StaleFencingToken):
+            restarted.drain("dc-lab-r3-node-9", 0.0, token(epoch=6, shard=4))
+    assert json.loads(Path(cfg.state_path).read_text())["epochs"] == {"4": 7}
+
+
+def test_a_bmc_that_stops_answering_keeps_its_machines(lab: dict[str, Any]) -> None:
+    emulator = Emulator(lab["tmp"], "rack-c", systems("cccccccc", 1))
+    try:
+        mid = f"dc-lab-r9-{emulator.ids[0]}"
+        cfg = config(lab, "gone.json", bmc(emulator.address, "r9"))
+        provider = RedfishProvider(cfg)
+        provider.create([mid], token())
+        provider.configure(mid, BLOB, "cluster-c", token())
+        wait_for(provider, mid, S.CONFIGURED)
+    finally:
+        emulator.proc.kill()
+    for p in (provider, RedfishProvider(cfg)):  # a restart lists it too (inventory cached)
+        (machine,) = p.list(ListFilter())
+        assert machine.id == mid and machine.state is S.CONFIGURED
+        assert machine.cluster == "cluster-c"
+        assert f"BMC {emulator.address} unreachable" in machine.last_error
+    # A drain is accepted (the grace is bookkeeping) and waits for the BMC to power it off.
+    assert provider.drain(mid, 0.0, token()).machine.state is S.DRAINING
+    assert provider.get(mid).state is S.DRAINING
+
+
+def test_an_unhealthy_or_disabled_system_is_not_claimed() -> None:
+    # The emulator always reports Enabled / OK, so the rule is shown on its own.
+    assert _unfit(Observed(power="Off", health="OK", enabled=True)) == ""
+    assert "Critical" in _unfit(Observed(power="Off", health="Critical", enabled=True))
+    assert "not Enabled" in _unfit(Observed(power="Off", health="OK", enabled=False))
+
+
+def test_conformance_over_grpc(lab: dict[str, Any]) -> None:
+    b = lab["b"]
+    provider = RedfishProvider(
+        config(
+            lab,
+            "conformance.json",
+            bmc(b.address, "r2", systems=[b.ids[1]], **lab["b_auth"]),
+            bmc(lab["closed"], "r3", systems=["node-9"]),
+        )
+    )
+    server = serve_provider(ProviderService(provider), "127.0.0.1:0")
+    try:
+        checks = conformance.run(f"127.0.0.1:{server.port}", settle_seconds=20.0)
+    finally:
+        server.stop(0)
+    report = conformance.render("redfish", checks)
+    print(report)
+    assert conformance.passed(checks), report
+    results = {c.name: c.result for c in checks}
+    assert results["delete-unsupported-is-unimplemented"] == "pass", report
+    assert results["drain-settles"] == "pass", report
+
+
+def test_configuring_a_running_system_power_cycles_it(lab: dict[str, Any]) -> None:
+    a = lab["a"]
+    system_id = a.ids[2]
+    mid = f"dc-lab-r1-{system_id}"
+    reset = f"/redfish/v1/Systems/{system_id}/Actions/ComputerSystem.Reset"
+    a.post(reset, {"ResetType": "On"})  # left running by whoever commissioned it
+    deadline = time.monotonic() + 20
+    while a.system(system_id)["PowerState"] != "On":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    provider = RedfishProvider(config(lab, "cycle.json", bmc(a.address, "r1")))
+    provider.create([mid], token())
+    assert provider.configure(mid, BLOB, "cluster-a", token()).machine.state is S.CONFIGURING
+    # Off first (a power-on seen before that is not the boot from the blob), then on again.
+    assert provider.get(mid).state is S.CONFIGURING
+    assert wait_for(provider, mid, S.CONFIGURED).cluster == "cluster-a"
+    assert a.system(system_id)["PowerState"] == "On"
+    assert a.system(system_id)["Boot"]["BootSourceOverrideTarget"] == "Cd"
+
+
+def test_the_operator_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "redfish.yaml"
+    path.write_text(
+        """\
+name: dc-ams
+state_path: /var/lib/bigfleet/redfish/dc-ams.json
+media_dir: /srv/bigfleet-media
+media_url: https://media.ams.example.net/bigfleet
+bmcs:
+  - address: https://10.20.1.11
+    username: bigfleet
+    password_file: /etc/bigfleet/bmc-password
+    ca_path: /etc/bigfleet/bmc-ca.pem
+    rack: ams-r01
+    zone: ams-1
+    instance_type: r650-gpu
+    price_per_hour: 1.85
+    resources: {cpu: 64, memory_gib: 512, gpu: 4}
+  - address: https://10.20.2.11
+    username: bigfleet
+    password_file: /etc/bigfleet/bmc-password
+    systems: [System.Embedded.1]
+    rack: ams-r02
+    zone: ams-2
+    instance_type: r650
+"""
+    )
+    cfg = RedfishConfig.load(path)
+    assert [b.rack for b in cfg.bmcs] == ["ams-r01", "ams-r02"]
+    assert cfg.bmcs[0].resources.gpu == 4 and cfg.boot_method == "virtual-media"
+    path.write_text(path.read_text().replace("media_dir: /srv/bigfleet-media\n", ""))
+    with pytest.raises(ValueError, match="media_dir"):
+        RedfishConfig.load(path)
+
+
+def test_a_bmc_that_refuses_the_credentials(lab: dict[str, Any]) -> None:
+    b = lab["b"]
+    wrong = bmc(b.address, "r2", systems=b.ids, username="bigfleet", password="wrong")
+    provider = RedfishProvider(config(lab, "denied.json", wrong))
+    machines = provider.list(ListFilter())
+    assert [m.id for m in machines] == [f"dc-lab-r2-{i}" for i in b.ids]
+    assert all("refused the credentials" in m.last_error for m in machines)
+    with pytest.raises(BMCUnreachable):
+        provider.create([machines[0].id], token())
