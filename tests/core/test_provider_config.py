@@ -44,3 +44,24 @@ def test_a_bad_ec2_field_is_named(tmp_path):
     with pytest.raises(ProviderConfigError) as err:
         load_provider(path)
     assert "invalid ec2 provider" in str(err.value) and "  offer" in str(err.value)
+
+
+def test_the_dev_examples_without_simulation_are_valid_configs():
+    """The README's fleet without simulation: EC2 on moto, Redfish on the emulator."""
+    from pathlib import Path
+
+    import yaml
+
+    from bigfleet.models import from_wire
+    from bigfleet.providers.ec2 import Ec2Config
+    from bigfleet.providers.redfish import RedfishConfig
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    for name, model in (("dev-ec2-moto.yaml", Ec2Config), ("dev-redfish-emulator.yaml",
+                                                           RedfishConfig)):  # fmt: skip
+        raw = yaml.safe_load((examples / name).read_text())
+        assert raw.pop("kind") in ("ec2", "redfish")
+        from_wire(model, raw)
+    # The racks of the Redfish example are the emulator configs' systems.
+    for rack in ("ams-gpu-01", "ams-gpu-04"):
+        assert (examples / f"sushy-rack-{rack}.conf").exists()
