@@ -69,6 +69,12 @@ class CapacityProvider(Protocol):
     def list(self, filter: ListFilter) -> builtins.list[Machine]: ...
 
 
+def check_grace(machine_id: str, grace_seconds: float) -> None:
+    """A drain's grace is a number of seconds, 0 or more (NaN is not)."""
+    if not grace_seconds >= 0:
+        raise ValueError(f"drain of {machine_id}: grace_seconds must be >= 0, got {grace_seconds}")
+
+
 class ProviderError(Exception):
     """Base of every error a provider raises on purpose; `provider` names the backend."""
 

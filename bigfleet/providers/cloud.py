@@ -153,14 +153,14 @@ class SimulatedCloudProvider(SimulatedProvider):
             price_per_hour=spec.price_per_hour,
             interruption_probability=spec.interruption_probability,
             resources=spec.resources,
-            labels={
-                labels.INSTANCE_TYPE: spec.instance_type,
-                labels.ZONE: spec.zone,
-                labels.REGION: self.region,
-                labels.ARCH: spec.arch,
-                labels.CAPACITY_TYPE: str(spec.capacity_type),
-                labels.PROVIDER: self.name,
-            },
+            labels=labels.machine_labels(
+                self.name,
+                spec.instance_type,
+                spec.zone,
+                self.region,
+                spec.arch,
+                str(spec.capacity_type),
+            ),
             quota=spec.count,
             create_latency=create_latency,
         )

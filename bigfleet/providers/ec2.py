@@ -82,6 +82,7 @@ from .base import (
     QuotaExhausted,
     RateLimited,
     StaleFencingToken,
+    check_grace,
 )
 from .slots import slot_id
 
@@ -338,10 +339,7 @@ class Ec2Provider:
         *,
         key: str = "",
     ) -> TransitionAck:
-        if not grace_seconds >= 0:
-            raise ValueError(
-                f"drain of {machine_id}: grace_seconds must be >= 0, got {grace_seconds}"
-            )
+        check_grace(machine_id, grace_seconds)
         with self._lock:
             self._fence(token)
             record = self._live(machine_id, "drain")
@@ -680,14 +678,14 @@ class Ec2Provider:
         )
 
     def _labels(self, spec: Ec2Offering) -> dict[str, str]:
-        return {
-            labels.INSTANCE_TYPE: spec.instance_type,
-            labels.ZONE: spec.zone,
-            labels.REGION: self.config.region,
-            labels.ARCH: spec.arch,
-            labels.CAPACITY_TYPE: spec.capacity_type,
-            labels.PROVIDER: self.name,
-        }
+        return labels.machine_labels(
+            self.name,
+            spec.instance_type,
+            spec.zone,
+            self.config.region,
+            spec.arch,
+            str(spec.capacity_type),
+        )
 
     def _ack(self, op: str, record: _Record) -> TransitionAck:
         return TransitionAck(operation_id=op, machine=self._machine(record))

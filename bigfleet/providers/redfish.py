@@ -64,6 +64,7 @@ from .base import (
     NotSupported,
     ProviderError,
     StaleFencingToken,
+    check_grace,
 )
 from .slots import slot_id
 
@@ -268,10 +269,7 @@ class RedfishProvider:
         *,
         key: str = "",
     ) -> TransitionAck:
-        if not grace_seconds >= 0:
-            raise ValueError(
-                f"drain of {machine_id}: grace_seconds must be >= 0, got {grace_seconds}"
-            )
+        check_grace(machine_id, grace_seconds)
         with self._lock:
             self._fence(token)
             system = self._system(machine_id)
@@ -682,15 +680,15 @@ class RedfishProvider:
             price_per_hour=spec.price_per_hour,
             interruption_probability=0.0,
             resources=spec.resources,
-            labels={
-                labels.INSTANCE_TYPE: spec.instance_type,
-                labels.ZONE: spec.zone,
-                labels.REGION: spec.region or spec.zone.rsplit("-", 1)[0],
-                labels.ARCH: spec.arch,
-                labels.CAPACITY_TYPE: str(CapacityType.BARE_METAL),
-                labels.PROVIDER: self.name,
-                labels.RACK: spec.rack,
-            },
+            labels=labels.machine_labels(
+                self.name,
+                spec.instance_type,
+                spec.zone,
+                spec.region or spec.zone.rsplit("-", 1)[0],
+                spec.arch,
+                str(CapacityType.BARE_METAL),
+                rack=spec.rack,
+            ),
             transition_started_unix=int(record["since"]) if record and moving else 0,
             last_error="; ".join(errors),
             cluster=record.get("cluster") if record else None,

@@ -31,6 +31,7 @@ from .base import (
     InvalidTransition,
     MachineNotFound,
     StaleFencingToken,
+    check_grace,
 )
 from .slots import Op, Slot, SlotTable, snapshot
 
@@ -153,10 +154,7 @@ class SimulatedProvider:
         *,
         key: str = "",
     ) -> TransitionAck:
-        if not grace_seconds >= 0:
-            raise ValueError(
-                f"drain of {machine_id}: grace_seconds must be >= 0, got {grace_seconds}"
-            )
+        check_grace(machine_id, grace_seconds)
         self._admit("drain", token)
         slot = self._slots[machine_id]
         grace = 0.0 if force else grace_seconds
