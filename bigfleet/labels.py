@@ -1,5 +1,7 @@
 """Label keys a machine carries: the well-known Kubernetes ones and BigFleet's own."""
 
+from typing import Any
+
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 ZONE = "topology.kubernetes.io/zone"
 REGION = "topology.kubernetes.io/region"
@@ -35,3 +37,12 @@ def machine_labels(
     if rack is not None:
         out[RACK] = rack
     return out
+
+
+def rack_labels(provider: str, rack: Any) -> dict[str, str]:
+    """A bare-metal machine's labels, from its rack (a RackSpec, a Redfish BMCSpec: anything
+    with instance_type, zone, region, arch and rack)."""
+    region = rack.region or rack.zone.rsplit("-", 1)[0]  # ams-1 -> ams
+    return machine_labels(
+        provider, rack.instance_type, rack.zone, region, rack.arch, "bare-metal", rack=rack.rack
+    )

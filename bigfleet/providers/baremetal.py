@@ -104,15 +104,7 @@ class SimulatedBareMetalProvider(SimulatedProvider):
             price_per_hour=spec.price_per_hour,
             interruption_probability=0.0,
             resources=spec.resources,
-            labels=labels.machine_labels(
-                self.name,
-                spec.instance_type,
-                spec.zone,
-                spec.region or spec.zone.rsplit("-", 1)[0],
-                spec.arch,
-                str(CapacityType.BARE_METAL),
-                rack=spec.rack,
-            ),
+            labels=labels.rack_labels(self.name, spec),
             quota=spec.count,
             create_latency=(claim, claim),
             # Commissioning is slow by design, not stuck: the CREATING timeout starts after it.
