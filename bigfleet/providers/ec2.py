@@ -30,7 +30,8 @@ launch replies for 2 minutes (DescribeInstances may not list a new instance at o
   lets it, and is remembered in memory otherwise).
 - InsufficientInstanceCapacity (and its kin): the offering is out for `ice_seconds` (Karpenter's
   3 minutes), its slots are not listed, and the batch raises QuotaExhausted.
-- Prices: from the config; `refresh_spot_prices()` replaces spot ones from the spot price history.
+- Prices: from the config; spot ones are refreshed from the spot price history every
+  `spot_price_seconds` (on List), or when `refresh_spot_prices()` is called.
 
 - RequestLimitExceeded / Throttling: RateLimited with a hint doubling per throttle of that action
   in a row (EC2 keeps a token bucket per action), capped; the SDK's own retries are few.
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import base64
 import builtins
+import contextlib
 import hashlib
 import pathlib
 import re
@@ -150,6 +152,8 @@ class Ec2Config(_Spec):
     ice_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 180.0
     max_batch: Annotated[int, Field(ge=1, le=MAX_CREATE_BATCH)] = MAX_CREATE_BATCH
     account_limit: bool = False  # also cap each offering by the account's max-instances
+    # Refresh spot prices from the spot price history this often (on List); none: the config's.
+    spot_price_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     sdk_max_attempts: Annotated[int, Field(ge=1, le=10)] = 2
     backoff_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
     backoff_cap_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 60.0
@@ -244,6 +248,7 @@ class Ec2Provider:
         self._external_deletes: set[str] = set()  # instances terminated elsewhere, then deleted
         self._account_max: int | None = None
         self._prices: dict[str, float] = {}  # offering key -> spot price from EC2's history
+        self._prices_due = 0.0  # when `spot_price_seconds` asks for the next refresh
         self._recent: dict[str, tuple[float, _Record]] = {}  # machine id -> its fresh launch
 
     # -- the CapacityProvider calls ---------------------------------------------------------
@@ -406,6 +411,7 @@ class Ec2Provider:
 
     def list(self, filter: ListFilter) -> builtins.list[Machine]:
         with self._lock:
+            self._refresh_prices_if_due()
             offerings = [
                 o
                 for o in self._offerings
@@ -443,6 +449,17 @@ class Ec2Provider:
                     found[offering.key] = float(history[-1]["SpotPrice"])
             self._prices.update(found)
         return found
+
+    def _refresh_prices_if_due(self) -> None:
+        """With `spot_price_seconds`, the spot prices are refreshed that often; a refresh EC2
+        refuses (throttled, no permission) keeps the last prices until the next one is due."""
+        every = self.config.spot_price_seconds
+        now = self._clock()
+        if every is None or now < self._prices_due:
+            return
+        self._prices_due = now + every
+        with contextlib.suppress(ProviderError, ClientError):
+            self.refresh_spot_prices()
 
     def _price(self, offering: _Offering) -> float:
         return self._prices.get(offering.key, offering.spec.price_per_hour)

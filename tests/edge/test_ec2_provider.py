@@ -351,6 +351,15 @@ def test_spot_prices_come_from_the_spot_price_history(moto_url: str) -> None:
     assert od.price_per_hour == 0.096  # on-demand: the configured price
 
 
+def test_spot_prices_are_refreshed_on_list_when_due(moto_url: str) -> None:
+    p, hooks = make(moto_url, spot_price_seconds=300)
+    (spot,) = p.list(ListFilter(states=[S.SPECULATIVE], zone="us-east-1b"))[:1]
+    assert hooks.calls["DescribeSpotPriceHistory"] == 1
+    assert spot.price_per_hour == p.refresh_spot_prices()["m5.large/us-east-1b/spot"]
+    p.list(ListFilter())  # not due again for 300 s
+    assert hooks.calls["DescribeSpotPriceHistory"] == 2  # the explicit refresh above only
+
+
 OPERATOR_CONFIG = """\
 name: aws-us-east-1
 region: us-east-1
