@@ -2,7 +2,8 @@
 # One entry point that does its own set-up: a virtualenv in .venv with BigFleet and its test
 # tools, re-installed only when pyproject.toml changes.
 #   ./bf dev            run BigFleet locally (embedded Temporal dev server, workers, example fleet)
-#   ./bf test [ARGS]    lint, type-check and run the test suite (extra ARGS go to pytest)
+#   ./bf test [ARGS]    lint, type-check and run the test suite (extra ARGS go to pytest);
+#                       a full run (no ARGS) then prints the engine and snapshot benchmarks
 #   ./bf ARGS...        any other `bigfleet` command, e.g. ./bf bench engine
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -23,7 +24,13 @@ case "${1:-}" in
     shift
     ruff check bigfleet workflows activities workers tests
     mypy  # bigfleet/ and workflows/ (pyproject.toml [tool.mypy])
-    exec python -m tests.run "$@"
+    python -m tests.run "$@" || exit $?
+    if [ $# -eq 0 ]; then
+      # Every full run shows the decision core's numbers in its log: numbers, not a gate.
+      echo "== benchmarks (numbers, not a gate): the engine and the snapshot at 50 000 machines"
+      bigfleet bench engine --sizes 50000 --reference-max 0 || true
+      bigfleet bench snapshot --sizes 50000 || true
+    fi
     ;;
   "")
     exec bigfleet --help
