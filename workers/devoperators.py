@@ -4,8 +4,8 @@ rising generation (milliseconds since the epoch, so it keeps rising across resta
 
 How a roll-up travels is the `send` coroutine, `send(cluster, rollup_dict) -> where` (a short
 description of where it went, for the log line): `bigfleet operator serve` sends through the
-roll-up gateway (workers/operator_verbs.py); without one, `TemporalSender` asks the coordinator
-for the cluster's shard and signals it directly (administrators with namespace access).
+roll-up gateway (workers/operator_verbs.py); without one, workers/worker.py `ShardRouter` (the
+gateway's own delivery) asks the coordinator for the cluster's shard and signals it directly.
 """
 
 from __future__ import annotations
@@ -29,38 +29,12 @@ class _Cluster:
     generation: int = 0
 
 
-class TemporalSender:
-    """Signals each roll-up to its cluster's shard: the coordinator is asked on the first one
-    and again after a failure (a split or merge may have moved the cluster)."""
-
-    def __init__(self, client: Any, shards: int) -> None:
-        self.client = client
-        self.shards = shards
-        self.assigned: dict[str, int] = {}
-
-    async def __call__(self, cluster: str, rollup: dict[str, Any]) -> str:
-        from activities.wire import shard_workflow_id
-        from workers.worker import assign_cluster
-
-        try:
-            shard = self.assigned.get(cluster)
-            if shard is None:
-                shard = self.assigned[cluster] = await assign_cluster(
-                    self.client, cluster, self.shards
-                )
-            wid = shard_workflow_id(shard)
-            await self.client.get_workflow_handle(wid).signal("rollup", rollup)
-        except Exception:
-            self.assigned.pop(cluster, None)
-            raise
-        return wid
-
-
 @dataclass
 class Operators:
     """Each cluster's operator: its roll-ups at their offsets, the latest re-sent every cycle
     (a live operator reports every cycle; a silent cluster would age out of the needs table).
-    `client`: Temporal, for the default `send` (TemporalSender); `only`: these clusters."""
+    `client`: Temporal, for the default `send` (workers/worker.py ShardRouter); `only`: these
+    clusters."""
 
     client: Any
     fleet: Any
@@ -72,7 +46,14 @@ class Operators:
 
     def __post_init__(self) -> None:
         if self.send is None:
-            self.send = TemporalSender(self.client, self.fleet.shards)
+            from workers.worker import ShardRouter
+
+            router = ShardRouter(self.client, self.fleet.shards)
+
+            async def signal(cluster: str, rollup: dict[str, Any]) -> str:
+                return (await router(cluster, rollup))[1]
+
+            self.send = signal
         for c in self.fleet.clusters:
             if self.only is not None and c.name not in self.only:
                 continue

@@ -52,6 +52,7 @@ from bigfleet.v1 import machine_pb2 as mpb
 from bigfleet.v1 import rollups_pb2 as rpb
 from bigfleet.v1 import rollups_pb2_grpc as rpg
 from workers.plumbing import CliError, blocking, connect, display_address
+from workers.worker import ShardRouter
 
 log = logging.getLogger("bigfleet.gateway")
 SERVICE = rpb.DESCRIPTOR.services_by_name["Rollups"].full_name
@@ -244,38 +245,6 @@ class RollupGateway(rpg.RollupsServicer):
 
 
 # ---- delivery ---------------------------------------------------------------------------------
-
-
-class ShardRouter:
-    """Signals roll-ups to their shards; the coordinator is asked once per cluster (update-with-
-    start, workers/worker.py assign_cluster), and again if the shard it named is gone."""
-
-    def __init__(self, client: Any, shards: int) -> None:
-        self.client = client
-        self.shards = shards
-        self.assigned: dict[str, int] = {}
-
-    async def __call__(self, cluster: str, rollup: dict[str, Any]) -> tuple[int, str]:
-        from temporalio.service import RPCError, RPCStatusCode
-
-        from activities.wire import shard_workflow_id
-        from workers.worker import assign_cluster
-
-        for attempt in range(2):
-            shard = self.assigned.get(cluster)
-            if shard is None:
-                shard = self.assigned[cluster] = await assign_cluster(
-                    self.client, cluster, self.shards
-                )
-            wid = shard_workflow_id(shard)
-            try:
-                await self.client.get_workflow_handle(wid).signal("rollup", rollup)
-                return shard, wid
-            except RPCError as err:
-                self.assigned.pop(cluster, None)  # split, merged or retired: ask again
-                if err.status != RPCStatusCode.NOT_FOUND or attempt:
-                    raise
-        raise AssertionError("unreachable")
 
 
 # ---- the server -------------------------------------------------------------------------------

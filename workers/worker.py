@@ -139,6 +139,34 @@ async def assign_cluster(client: Client, cluster: str, shards: int) -> int:
     )
 
 
+class ShardRouter:
+    """Signals roll-ups to their shards (the gateway's delivery, and `bigfleet dev`-style
+    operators with namespace access): the coordinator is asked once per cluster
+    (`assign_cluster`, update-with-start), and again if the shard it named is gone."""
+
+    def __init__(self, client: Any, shards: int) -> None:
+        self.client = client
+        self.shards = shards
+        self.assigned: dict[str, int] = {}
+
+    async def __call__(self, cluster: str, rollup: dict[str, Any]) -> tuple[int, str]:
+        for attempt in range(2):
+            shard = self.assigned.get(cluster)
+            if shard is None:
+                shard = self.assigned[cluster] = await assign_cluster(
+                    self.client, cluster, self.shards
+                )
+            wid = shard_workflow_id(shard)
+            try:
+                await self.client.get_workflow_handle(wid).signal("rollup", rollup)
+                return shard, wid
+            except RPCError as err:
+                self.assigned.pop(cluster, None)  # split, merged or retired: ask again
+                if err.status != RPCStatusCode.NOT_FOUND or attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+
 async def ensure_shards(
     client: Client,
     fleet: Scenario | Deployment,

@@ -338,7 +338,7 @@ class _Client:
 
 
 async def test_the_gateway_asks_for_a_shard_once_and_again_when_it_is_gone():
-    from workers.gateway import ShardRouter
+    from workers.worker import ShardRouter
 
     client = _Client(answers=[1, 2], gone=set())
     router = ShardRouter(client, shards=3)
