@@ -260,7 +260,9 @@ async def test_a_shard_the_server_ended_for_its_history_size_restarts_from_its_s
 
             # The dead run and its restart: no reset run in between (it would be older).
             assert len(await eventually(runs, lambda r: back.run_id in r)) == 2
-            after = await eventually(
-                lambda: shard0.query("status"), lambda s: s["epoch"] > before["epoch"]
+            # The new run takes a new epoch first and lists its providers after: wait for both.
+            await eventually(
+                lambda: shard0.query("status"),
+                lambda s: s["epoch"] > before["epoch"] and sum(s["machines"].values()) == 40,
+                what="the restarted shard 0 owning its rack of 40 again",
             )
-            assert sum(after["machines"].values()) == 40
