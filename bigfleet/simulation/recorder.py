@@ -11,25 +11,23 @@ import numpy as np
 from ..inventory import CODE
 from ..models import Action, CapacityType, ClusterCapacityNeeds, Machine, MachineState
 from ..transitions import Corrective
+from .measures import BANDS, Asks, WaitBook, band, moved_within_cluster
 
 if TYPE_CHECKING:
     from ..engine import Decision
+    from ..inventory import Inventory
     from ..providers.simulated import SimulatedProvider
     from ..shard import Shard
     from .executor import InFlight
 
 S = MachineState
+# Cloud machines cost money while the provider runs them; owned capacity (bare metal, reserved
+# instances) is paid for the whole time it is owned, in every state, at its amortised price.
 BILLED = (S.CREATING, S.IDLE, S.CONFIGURING, S.CONFIGURED, S.DRAINING, S.DELETING)
-
-
-def band(priority: int) -> str:
-    if priority >= 900_000:
-        return ">=900000"
-    if priority >= 500_000:
-        return "500000-899999"
-    if priority >= 100_000:
-        return "100000-499999"
-    return "<100000"
+OWNED_TYPES = frozenset({CapacityType.BARE_METAL, CapacityType.RESERVED})
+OWNED_BILLED = tuple(S)
+CAPACITY_TYPES = [c.value for c in CapacityType]
+__all__ = ["BANDS", "CAPACITY_TYPES", "Recorder", "band"]
 
 
 @dataclass
@@ -42,6 +40,10 @@ class NeedTrack:
     ready_at: float | None = None
     satisfied: int = 0
     samples: list[tuple[float, int]] = field(default_factory=list)
+    asks: Asks = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.asks = Asks(self.priority)
 
 
 class Recorder:
@@ -52,11 +54,20 @@ class Recorder:
         self.errors: list[tuple[float, str]] = []
         self.failures: list[dict[str, Any]] = []
         self.rate_limits: Counter[str] = Counter()
-        self.cost: Counter[str] = Counter()
+        self.cost: dict[str, float] = dict.fromkeys(CAPACITY_TYPES, 0.0)
         self.idle_machine_hours = 0.0
-        self.latencies: list[tuple[int, float]] = []
         self.needs: dict[tuple[str, int], NeedTrack] = {}
         self.rejected_rollups: list[str] = []
+        self.book = WaitBook()
+        self.in_cluster: list[dict[str, Any]] = []
+        self.series: dict[str, Any] = {
+            "t": [],
+            "demand_by_band": {b: [] for b in BANDS},
+            "served_by_band": {b: [] for b in BANDS},
+            "cost_per_hour_by_capacity_type": {c: [] for c in CAPACITY_TYPES},
+            "machines_owned": [],
+            "machines_busy": [],
+        }
 
     # ---- inputs -----------------------------------------------------------------------------
 
@@ -69,18 +80,27 @@ class Recorder:
         for i, need in enumerate(rollup.needs):
             track = self.needs.get((rollup.cluster, i))
             if track is None or track.priority != need.priority:
-                self.needs[(rollup.cluster, i)] = NeedTrack(
+                if track is not None:  # another need now: the old one's open asks are withdrawn
+                    track.asks.withdraw(0, self.book)
+                track = self.needs[(rollup.cluster, i)] = NeedTrack(
                     rollup.cluster, i, need.priority, need.count, now
                 )
+                track.asks.want(need.count, now, self.book)
                 continue
             if need.count > track.count:
                 track.demand_since = now
                 if track.ready_at is not None and track.satisfied < need.count:
                     track.ready_at = None
+            short = need.count - track.satisfied
+            if need.count > track.count:
+                track.asks.want(max(short, len(track.asks.open)), now, self.book)
+            else:
+                track.asks.withdraw(short, self.book)
             track.count = need.count
-        for (cluster, i) in list(self.needs):
+        for (cluster, i), track in self.needs.items():
             if cluster == rollup.cluster and i >= len(rollup.needs):
-                self.needs[(cluster, i)].count = 0
+                track.count = 0
+                track.asks.withdraw(0, self.book)
 
     # ---- what happened ----------------------------------------------------------------------
 
@@ -107,8 +127,8 @@ class Recorder:
         if machine.state is S.CONFIGURED and flight.need and flight.cluster:
             index = int(flight.need.rsplit("#", 1)[1])
             track = self.needs.get((flight.cluster, index))
-            since = track.demand_since if track else now
-            self.latencies.append((flight.priority, now - since))
+            if track is not None:
+                track.asks.answer_one(now, self.book)
 
     def failed(self, now: float, machine: Machine, path: Corrective) -> None:
         self.failures.append(
@@ -158,25 +178,97 @@ class Recorder:
             seen["max_count"] = max(seen["max_count"], s.count)
             seen["max_age"] = max(seen["max_age"], s.age)
             seen["escalated"] = seen["escalated"] or s.escalated
+        by_cluster: dict[str, list[tuple[NeedTrack, int]]] = {}
         for need in shard.needs:
             track = self.needs.get((need.cluster, need.index))
-            if track is None:
-                continue
-            track.satisfied = shard.engine.ready(need)
-            if track.ready_at is None and track.count > 0 and track.satisfied >= track.count:
-                track.ready_at = now
-            if sample:
-                track.samples.append((now, track.satisfied))
+            if track is not None:
+                by_cluster.setdefault(need.cluster, []).append((track, shard.engine.ready(need)))
+        for cluster, tracks in by_cluster.items():
+            self._moved_within(now, cluster, tracks)
+            for track, satisfied in tracks:
+                track.satisfied = satisfied
+                track.asks.want(max(0, track.count - satisfied), now, self.book)
+                if track.ready_at is None and track.count > 0 and satisfied >= track.count:
+                    track.ready_at = now
+                if sample:
+                    track.samples.append((now, satisfied))
+
+    def _moved_within(self, now: float, cluster: str, tracks: list[tuple[NeedTrack, int]]) -> None:
+        moved, lost, gained = moved_within_cluster(
+            [(t.priority, t.count, t.satisfied) for t, _ in tracks],
+            [(t.count, sat) for t, sat in tracks],
+        )
+        if moved:
+            self.in_cluster.append(
+                {"t": now, "cluster": cluster, "machines": moved, "lost": lost, "gained": gained}
+            )
+
+    def after_cycle(self, now: float, shards: list[Shard], seconds: float, sample: bool) -> None:
+        """Once a cycle, after every shard decided: the demand integrals over the cycle to come
+        and, every `sample_seconds`, one point of each time series."""
+        for track in self.needs.values():
+            self.book.integrate(track.priority, track.count, track.satisfied, seconds)
+        if not sample:
+            return
+        series = self.series
+        series["t"].append(now)
+        demand = dict.fromkeys(BANDS, 0)
+        served = dict.fromkeys(BANDS, 0)
+        for track in self.needs.values():
+            demand[band(track.priority)] += track.count
+            served[band(track.priority)] += min(track.count, track.satisfied)
+        for b in BANDS:
+            series["demand_by_band"][b].append(demand[b])
+            series["served_by_band"][b].append(served[b])
+        rate = dict.fromkeys(CAPACITY_TYPES, 0.0)
+        owned = busy = 0
+        for shard in shards:
+            inv = shard.inventory
+            busy += int(inv.counts[CODE[S.CONFIGURED]].sum())
+            for p, held in enumerate(_billed(inv)):
+                if held:
+                    profile = inv.profiles.profiles[p]
+                    rate[profile.capacity_type.value] += held * profile.price_per_hour
+                    owned += int(held)
+        for c in CAPACITY_TYPES:
+            series["cost_per_hour_by_capacity_type"][c].append(round(rate[c], 4))
+        series["machines_owned"].append(owned)
+        series["machines_busy"].append(busy)
+
+    def open_asks(self, now: float) -> dict[str, list[float]]:
+        """Per band, the wait so far of every ask still open at `now`."""
+        out: dict[str, list[float]] = {}
+        for track in self.needs.values():
+            if track.asks.open:
+                out.setdefault(band(track.priority), []).extend(
+                    now - t for t in track.asks.open
+                )
+        return out
 
     def bill(self, shard: Shard, seconds: float) -> None:
         """Integrate cost over `seconds` of the shard's current fleet."""
         inv = shard.inventory
-        billed = sum(inv.counts[CODE[s]] for s in BILLED).astype(np.float64)
+        billed = _billed(inv)
         hours = seconds / 3600.0
         for p, profile in enumerate(inv.profiles.profiles):
             if billed[p]:
-                self.cost[profile.capacity_type.value] += billed[p] * profile.price_per_hour * hours
+                self.cost[profile.capacity_type.value] += float(
+                    billed[p] * profile.price_per_hour * hours
+                )
         self.idle_machine_hours += float(inv.counts[CODE[S.IDLE]].sum()) * hours
+
+
+def _billed(inv: Inventory) -> np.ndarray:
+    """Machines billed per profile: cloud ones while running, owned ones in every state."""
+    running = sum(inv.counts[CODE[s]] for s in BILLED)
+    held = sum(inv.counts[CODE[s]] for s in OWNED_BILLED)
+    owned = np.fromiter(
+        (p.capacity_type in OWNED_TYPES for p in inv.profiles.profiles),
+        dtype=bool,
+        count=len(inv.profiles.profiles),
+    )
+    n = len(owned)
+    return np.where(owned, held[:n], running[:n]).astype(np.float64)
 
 
 def _reason(action: Action) -> str | None:
@@ -186,5 +278,3 @@ def _reason(action: Action) -> str | None:
         return action.reason.value
     return None
 
-
-CAPACITY_TYPES = [c.value for c in CapacityType]

@@ -5,24 +5,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from .recorder import CAPACITY_TYPES, band
+from .recorder import CAPACITY_TYPES
 
 if TYPE_CHECKING:
+    from .recorder import Recorder
     from .run import Simulation
-
-
-def _percentiles(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    arr = np.asarray(values, dtype=np.float64)
-    return {
-        "p50": round(float(np.percentile(arr, 50)), 1),
-        "p90": round(float(np.percentile(arr, 90)), 1),
-        "p99": round(float(np.percentile(arr, 99)), 1),
-        "machines": len(values),
-    }
 
 
 def build_report(sim: Simulation) -> dict[str, Any]:
@@ -49,25 +36,44 @@ def build_report(sim: Simulation) -> dict[str, Any]:
                 for t in tracks
             ],
         }
-    by_band: dict[str, list[float]] = {}
-    for priority, seconds in rec.latencies:
-        by_band.setdefault(band(priority), []).append(seconds)
+    to_capacity = rec.book.by_band(rec.open_asks(sim.scenario.duration_seconds))
     kinds = Counter(a["kind"] for a in rec.actions)
     reasons = Counter(f"{a['kind']}/{a['reason']}" for a in rec.actions if a["reason"])
     by_type = {t: round(rec.cost.get(t, 0.0), 2) for t in CAPACITY_TYPES}
+    total = round(sum(rec.cost.values()), 2)
+    useful = sum(rec.book.served_seconds.values()) / 3600.0
+    moves = moves_away_from_work(rec)
     return {
         "scenario": sim.scenario.name,
         "seed": sim.seed,
         "duration_seconds": sim.scenario.duration_seconds,
         "shards": len(sim.shards),
         "clusters": clusters,
-        "time_to_ready_by_priority_band": {b: _percentiles(v) for b, v in sorted(by_band.items())},
+        "summary": {
+            "bands": {
+                b: {
+                    "served_fraction": v["served_fraction"],
+                    "p50_s": v["p50"],
+                    "p99_s": v["p99"],
+                    "waiting": v["waiting"],
+                }
+                for b, v in to_capacity.items()
+            },
+            "cost_total": total,
+            "cost_per_useful_machine_hour": round(total / useful, 4) if useful else None,
+            "useful_machine_hours": round(useful, 2),
+            "preemptions": moves["preempted"] + moves["in_cluster"],
+            "idle_machine_hours": round(rec.idle_machine_hours, 2),
+        },
+        "time_to_capacity_by_priority_band": to_capacity,
+        "moves_away_from_work": moves,
+        "in_cluster_moves": rec.in_cluster,
         "actions_by_kind": dict(kinds),
         "actions_by_reason": dict(reasons),
         "preemptions": rec.preemptions,
         "transfers": sim.rebalancer.log,
         "cost": {
-            "total": round(sum(rec.cost.values()), 2),
+            "total": total,
             "by_capacity_type": by_type,
             "idle_machine_hours": round(rec.idle_machine_hours, 2),
         },
@@ -81,7 +87,37 @@ def build_report(sim: Simulation) -> dict[str, Any]:
         "errors": [{"t": t, "message": m} for t, m in rec.errors],
         "rejected_rollups": rec.rejected_rollups,
         "actions": rec.actions,
+        "series": rec.series,
     }
+
+
+def moves_away_from_work(rec: Recorder) -> dict[str, int]:
+    """Every time a machine was taken away from work it was doing, by why."""
+    drains = Counter(a["reason"] for a in rec.actions if a["kind"] == "drain")
+    working = [f for f in rec.failures if f["failed_from"] == "CONFIGURED"]
+    interrupted = sum(1 for f in working if f["error"] == "spot interruption")
+    return {
+        "preempted": len(rec.preemptions),
+        "in_cluster": sum(m["machines"] for m in rec.in_cluster),
+        "interrupted": interrupted,
+        "failed": len(working) - interrupted,
+        "transferred": drains.get("transfer", 0),
+        "decommissioned": drains.get("decommission", 0),
+    }
+
+
+def _capacity_lines(report: dict[str, Any]) -> list[str]:
+    out = ["time to capacity (a machine asked for -> one configured for it), per priority band:"]
+    for b, p in report["time_to_capacity_by_priority_band"].items():
+        served = p["served_fraction"]
+        longest = "" if p["longest_wait"] is None else f", longest {p['longest_wait']:g} s"
+        out.append(
+            f"  {b:>14}: p50 {p['p50']} s  p90 {p['p90']} s  p99 {p['p99']} s"
+            f"  ({p['answered']} answered, {p['waiting']} still waiting{longest},"
+            f" {p['withdrawn']} withdrawn)  served "
+            + ("-" if served is None else f"{100 * served:.1f} %")
+        )
+    return out
 
 
 # Over 60 lines: one section of the printed report after another, in the order a reader
@@ -102,18 +138,18 @@ def render_text(report: dict[str, Any], log_lines: int = 20) -> str:
                 f"ready after {'-' if ready is None else f'{ready:g} s'}"
             )
     out.append("")
-    out.append("time to ready (arrival of demand -> machine configured), per priority band:")
-    for b, p in report["time_to_ready_by_priority_band"].items():
-        out.append(
-            f"  {b:>14}: p50 {p['p50']} s  p90 {p['p90']} s  p99 {p['p99']} s"
-            f"  ({p['machines']} machines)"
-        )
+    out += _capacity_lines(report)
     cost = report["cost"]
+    per_useful = report["summary"]["cost_per_useful_machine_hour"]
+    moves = report["moves_away_from_work"]
     out += [
         "",
         f"cost: ${cost['total']:,.2f}  "
         + "  ".join(f"{k} ${v:,.2f}" for k, v in cost["by_capacity_type"].items() if v)
         + f"  idle machine-hours {cost['idle_machine_hours']:,.1f}",
+        f"cost per useful machine-hour: {'-' if per_useful is None else f'${per_useful:,.2f}'}"
+        f" ({report['summary']['useful_machine_hours']:,.1f} useful machine-hours)",
+        "machines taken from work: " + ", ".join(f"{k} {v}" for k, v in moves.items()),
         "actions: " + ", ".join(f"{k} {v}" for k, v in sorted(report["actions_by_kind"].items())),
         "reasons: " + ", ".join(f"{k} {v}" for k, v in sorted(report["actions_by_reason"].items())),
     ]

@@ -124,6 +124,9 @@ class Simulation:
                     for update in shard.operator_updates(decision):
                         self.operators[update.cluster].notify(update)
                     self.recorder.cycle(t, shard, decision, sample)
+                # Each cycle's view holds until the next one (or the end of the run).
+                held = min(sc.cycle_seconds, sc.duration_seconds - t)
+                self.recorder.after_cycle(t, self.shards, held, sample)
                 self.rebalancer.step(t)
                 if sample:
                     next_sample += sc.sample_seconds
