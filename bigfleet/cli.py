@@ -36,20 +36,39 @@ def _bench_snapshot(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from .simulation.baseline import load_quotas
+    from .simulation.compare import compare, render_comparison
     from .simulation.report import render_text
     from .simulation.run import run_scenario
     from .simulation.scenario import ScenarioError, load
 
     try:
         scenario = load(args.scenario)
+        quotas = load_quotas(args.quotas) if args.quotas else None
     except ScenarioError as err:
         print(f"bigfleet simulate: {err}", file=sys.stderr)
         return 2
-    report = run_scenario(scenario, seed=args.seed)
-    if args.json:
-        print(json.dumps(report))
+    if args.split == "quotas" and quotas is None:
+        print("bigfleet simulate: --split quotas needs --quotas FILE", file=sys.stderr)
+        return 2
+    if args.compare:
+        try:
+            result = compare(scenario, args.seed, args.split, quotas)
+        except ScenarioError as err:
+            print(f"bigfleet simulate: {args.quotas}: {err}", file=sys.stderr)
+            return 2
+        runs = [("BigFleet", result["bigfleet"]), ("per-cluster", result["per_cluster"])]
+        text = render_comparison(result)
     else:
-        print(render_text(report, log_lines=args.log_lines))
+        result = run_scenario(scenario, seed=args.seed)
+        runs = [("BigFleet", result)]
+        text = render_text(result, log_lines=args.log_lines)
+    if args.html:
+        from .simulation.html import render_html
+
+        with open(args.html, "w", encoding="utf-8") as page:
+            page.write(render_html(runs, title=scenario.name))
+    print(json.dumps(result) if args.json else text)
     return 0
 
 
@@ -82,6 +101,21 @@ def parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
     sim.add_argument("--json", action="store_true", help="print the report as one JSON object")
     sim.add_argument("--log-lines", type=int, default=20, help="action-log lines in the text")
+    sim.add_argument(
+        "--compare",
+        choices=["per-cluster"],
+        help="also run the same demand as every cluster autoscaling alone, and compare",
+    )
+    sim.add_argument(
+        "--split",
+        choices=["peak", "mean", "quotas"],
+        default="peak",
+        help="how --compare splits racks and reserved instances between the clusters",
+    )
+    sim.add_argument(
+        "--quotas", help="YAML: cluster -> {PROVIDER/RACK or PROVIDER/TYPE/ZONE: machines}"
+    )
+    sim.add_argument("--html", metavar="FILE", help="also write the report as one HTML page")
     sim.set_defaults(run=_simulate)
     return top
 

@@ -71,6 +71,13 @@ class WaitBook:
     asked_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(BANDS, 0.0))
     served_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(BANDS, 0.0))
 
+    def add(self, other: WaitBook) -> None:
+        for b in BANDS:
+            self.waits[b] += other.waits[b]
+            self.withdrawn[b] += other.withdrawn[b]
+            self.asked_seconds[b] += other.asked_seconds[b]
+            self.served_seconds[b] += other.served_seconds[b]
+
     def answered(self, priority: int, seconds: float) -> None:
         self.waits[band(priority)].append(seconds)
 

@@ -278,3 +278,43 @@ def _reason(action: Action) -> str | None:
         return action.reason.value
     return None
 
+
+
+def merge_recorders(recorders: list[Recorder]) -> Recorder:
+    """Several runs' records as one (runs of the same length and cycle, different clusters):
+    logs interleaved by time, sums summed, time series added point by point."""
+    out = Recorder()
+    if not recorders:
+        return out
+    for name in ("actions", "preemptions", "failures", "in_cluster"):
+        merged = [e for r in recorders for e in getattr(r, name)]
+        setattr(out, name, sorted(merged, key=lambda e: e["t"]))
+    out.errors = sorted((e for r in recorders for e in r.errors), key=lambda e: e[0])
+    out.rejected_rollups = [x for r in recorders for x in r.rejected_rollups]
+    for r in recorders:
+        out.shortfalls.update(r.shortfalls)
+        out.needs.update(r.needs)
+        out.rate_limits.update(r.rate_limits)
+        out.idle_machine_hours += r.idle_machine_hours
+        for c, dollars in r.cost.items():
+            out.cost[c] += dollars
+        out.book.add(r.book)
+    out.series = _sum_series([r.series for r in recorders])
+    return out
+
+
+def _sum_series(all_series: list[dict[str, Any]]) -> dict[str, Any]:
+    first = all_series[0]
+
+    def add(get: Any) -> list[float]:
+        return [sum(values) for values in zip(*(get(s) for s in all_series), strict=True)]
+
+    return {
+        "t": list(first["t"]),
+        **{
+            group: {k: add(lambda s, g=group, k=k: s[g][k]) for k in first[group]}
+            for group in ("demand_by_band", "served_by_band", "cost_per_hour_by_capacity_type")
+        },
+        "machines_owned": add(lambda s: s["machines_owned"]),
+        "machines_busy": add(lambda s: s["machines_busy"]),
+    }

@@ -3,24 +3,79 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .recorder import CAPACITY_TYPES
+from .recorder import CAPACITY_TYPES, Recorder, merge_recorders
 
 if TYPE_CHECKING:
-    from .recorder import Recorder
     from .run import Simulation
+    from .scenario import Scenario
+
+
+@dataclass
+class Run:
+    """What a report is made of: one simulation, or several merged (the per-cluster baseline)."""
+
+    scenario: Scenario
+    seed: int
+    recorder: Recorder
+    shard_of: dict[str, int]
+    shards: int
+    transfers: list[dict[str, Any]]
+    calls: dict[str, dict[str, Any]]
+
+    @classmethod
+    def of(cls, sim: Simulation) -> Run:
+        return cls(
+            scenario=sim.scenario,
+            seed=sim.seed,
+            recorder=sim.recorder,
+            shard_of=dict(sim.coordinator.clusters),
+            shards=len(sim.shards),
+            transfers=sim.rebalancer.log,
+            calls={
+                name: {"calls": dict(p.calls), "rate_limited": sim.recorder.rate_limits[name]}
+                for name, p in sim.providers.items()
+            },
+        )
+
+    @classmethod
+    def merged(cls, scenario: Scenario, seed: int, runs: list[Run]) -> Run:
+        """Independent runs (one per cluster) as one: every cluster on shard 0 of its own."""
+        calls: dict[str, dict[str, Any]] = {}
+        for run in runs:
+            for name, c in run.calls.items():
+                into = calls.setdefault(name, {"calls": Counter(), "rate_limited": 0})
+                into["calls"].update(c["calls"])
+                into["rate_limited"] += c["rate_limited"]
+        return cls(
+            scenario=scenario,
+            seed=seed,
+            recorder=merge_recorders([r.recorder for r in runs]),
+            shard_of={c: 0 for r in runs for c in r.shard_of},
+            shards=len(runs),
+            transfers=[],
+            calls={
+                n: {"calls": dict(c["calls"]), "rate_limited": c["rate_limited"]}
+                for n, c in calls.items()
+            },
+        )
 
 
 def build_report(sim: Simulation) -> dict[str, Any]:
-    rec = sim.recorder
+    return report_of(Run.of(sim))
+
+
+def report_of(run: Run) -> dict[str, Any]:
+    rec = run.recorder
     clusters: dict[str, Any] = {}
-    for cluster in sim.scenario.clusters:
+    for cluster in run.scenario.clusters:
         tracks = sorted(
             (t for (c, _), t in rec.needs.items() if c == cluster.name), key=lambda t: t.index
         )
         clusters[cluster.name] = {
-            "shard": sim.coordinator.clusters.get(cluster.name),
+            "shard": run.shard_of.get(cluster.name),
             "needs": [
                 {
                     "index": t.index,
@@ -36,7 +91,7 @@ def build_report(sim: Simulation) -> dict[str, Any]:
                 for t in tracks
             ],
         }
-    to_capacity = rec.book.by_band(rec.open_asks(sim.scenario.duration_seconds))
+    to_capacity = rec.book.by_band(rec.open_asks(run.scenario.duration_seconds))
     kinds = Counter(a["kind"] for a in rec.actions)
     reasons = Counter(f"{a['kind']}/{a['reason']}" for a in rec.actions if a["reason"])
     by_type = {t: round(rec.cost.get(t, 0.0), 2) for t in CAPACITY_TYPES}
@@ -44,10 +99,10 @@ def build_report(sim: Simulation) -> dict[str, Any]:
     useful = sum(rec.book.served_seconds.values()) / 3600.0
     moves = moves_away_from_work(rec)
     return {
-        "scenario": sim.scenario.name,
-        "seed": sim.seed,
-        "duration_seconds": sim.scenario.duration_seconds,
-        "shards": len(sim.shards),
+        "scenario": run.scenario.name,
+        "seed": run.seed,
+        "duration_seconds": run.scenario.duration_seconds,
+        "shards": run.shards,
         "clusters": clusters,
         "summary": {
             "bands": {
@@ -71,7 +126,7 @@ def build_report(sim: Simulation) -> dict[str, Any]:
         "actions_by_kind": dict(kinds),
         "actions_by_reason": dict(reasons),
         "preemptions": rec.preemptions,
-        "transfers": sim.rebalancer.log,
+        "transfers": run.transfers,
         "cost": {
             "total": total,
             "by_capacity_type": by_type,
@@ -79,10 +134,7 @@ def build_report(sim: Simulation) -> dict[str, Any]:
         },
         "shortfalls": sorted(rec.shortfalls.values(), key=lambda s: (-s["priority"], s["cluster"])),
         "escalations": [s for s in rec.shortfalls.values() if s["escalated"]],
-        "providers": {
-            name: {"calls": dict(p.calls), "rate_limited": rec.rate_limits.get(name, 0)}
-            for name, p in sim.providers.items()
-        },
+        "providers": run.calls,
         "failures": rec.failures,
         "errors": [{"t": t, "message": m} for t, m in rec.errors],
         "rejected_rollups": rec.rejected_rollups,

@@ -1,0 +1,232 @@
+"""The per-cluster baseline: the same demand, as if every cluster autoscaled alone.
+
+`bigfleet simulate SCENARIO --compare per-cluster` runs the scenario twice: once as BigFleet
+(one fleet), once as each cluster's own autoscaler would (Karpenter or Cluster Autoscaler per
+cluster). For the second run every cluster becomes its own scenario, run by the same engine,
+simulated providers and cost model:
+
+- **Fixed capacity** (bare-metal racks and reserved cloud instances, paid for whether used or
+  not) is split into per-cluster shares by a stated rule: `peak` (in proportion to the cluster's
+  peak demand for machines of that rack or reserved line), `mean` (its time-weighted mean
+  demand), or `quotas` (given counts). Largest remainders make the shares add up to the whole,
+  so both runs own (and pay for) the same hardware; a rack nobody's needs can use is split
+  evenly.
+- **Cloud capacity bought on demand** (on-demand and spot quota lines) is each cluster's own
+  cloud account with the same prices and the same quotas as the fleet's account.
+- Each cluster then picks the cheapest fitting offering, drops idle machines after the same
+  timeouts, preempts only inside itself, and shares nothing with other clusters.
+- Decommissions and shard membership changes of the scenario are not replayed (they are
+  fleet operations).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, RootModel
+
+from ..engine.supply import SupplyIndex
+from ..labels import RACK
+from ..models import CapacityNeed, CapacityType, ListFilter, Name
+from ..needs import Need
+from ..shard import Shard
+from ..yamlfile import load_model
+from .scenario import BareMetalProviderSpec, CloudProviderSpec, Scenario, ScenarioError
+
+Split = Literal["peak", "mean", "quotas"]
+SPLITS: tuple[Split, ...] = ("peak", "mean", "quotas")
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A piece of fixed capacity: a rack, or a reserved quota line (`INSTANCE_TYPE/ZONE`)."""
+
+    provider: str
+    name: str
+    count: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.provider}/{self.name}"
+
+
+def fixed_units(scenario: Scenario) -> list[Unit]:
+    units: list[Unit] = []
+    for spec in scenario.providers:
+        if isinstance(spec, BareMetalProviderSpec):
+            units += [Unit(spec.name, r.rack, r.count) for r in spec.racks]
+        else:
+            units += [
+                Unit(spec.name, f"{q.instance_type}/{q.zone}", q.count)
+                for q in spec.quota
+                if q.capacity_type is CapacityType.RESERVED
+            ]
+    return units
+
+
+def demand_weights(scenario: Scenario, units: list[Unit], rule: Split) -> dict[str, list[float]]:
+    """Per cluster, per unit: its peak or time-weighted mean demand for machines of the unit
+    (the sum of the counts of its needs that the unit's machines can serve)."""
+    from .run import Simulation  # the run module imports this one
+
+    sim = Simulation(scenario)
+    index = _unit_index(sim, units)
+    supply = SupplyIndex(index.inventory)
+    fits: dict[str, list[int]] = {}
+
+    def units_of(cluster: str, i: int, need: CapacityNeed) -> list[int]:
+        signature = need.model_dump_json(exclude={"count"})
+        if signature not in fits:
+            pids = supply.matching(Need(cluster, i, 0, need, signature))
+            fits[signature] = sorted({index.unit_of[p] for p in pids if p in index.unit_of})
+        return fits[signature]
+
+    events = [(t, c, needs) for t, _, c, needs in sorted(sim._timeline)]
+    weights = {c.name: [0.0] * len(units) for c in scenario.clusters}
+    last: dict[str, tuple[float, list[float]]] = {}
+    end = scenario.duration_seconds
+    for t, cluster, needs in [*events, *((end, c, None) for c in weights)]:
+        if cluster in last and rule == "mean":
+            since, level = last[cluster]
+            for u, v in enumerate(level):
+                weights[cluster][u] += v * (min(t, end) - since) / end
+        if needs is None:
+            continue
+        level = [0.0] * len(units)
+        for i, need in enumerate(needs):
+            for u in units_of(cluster, i, need):
+                level[u] += need.count
+        if rule == "peak":
+            weights[cluster] = [max(a, b) for a, b in zip(weights[cluster], level, strict=True)]
+        last[cluster] = (min(t, end), level)
+    return weights
+
+
+@dataclass
+class _UnitIndex:
+    inventory: Any
+    unit_of: dict[int, int]
+
+
+def _unit_index(sim: Any, units: list[Unit]) -> _UnitIndex:
+    """One inventory holding every machine of the scenario, and each profile's unit."""
+    shard = Shard(0, sim.policy)
+    position = {u.key: i for i, u in enumerate(units)}
+    for provider in sim.providers.values():
+        shard.adopt(provider.list(ListFilter()), 0.0)
+    inv = shard.inventory
+    unit_of: dict[int, int] = {}
+    for pid, profile in enumerate(inv.profiles.profiles):
+        if profile.capacity_type is CapacityType.BARE_METAL:
+            key = f"{profile.provider}/{profile.label(RACK)}"
+        elif profile.capacity_type is CapacityType.RESERVED:
+            key = f"{profile.provider}/{profile.instance_type}/{profile.zone}"
+        else:
+            continue
+        if key in position:
+            unit_of[pid] = position[key]
+    return _UnitIndex(inv, unit_of)
+
+
+def split_counts(count: int, weights: list[float]) -> list[int]:
+    """`count` machines in proportion to `weights` (evenly if all are zero), by largest
+    remainder so the parts add up to `count`; ties go to the earlier entry."""
+    if not weights:
+        return []
+    total = sum(weights)
+    exact = [count * w / total for w in weights] if total > 0 else [count / len(weights)] * len(
+        weights
+    )
+    parts = [math.floor(x) for x in exact]
+    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - parts[i]), i))
+    for i in order[: count - sum(parts)]:
+        parts[i] += 1
+    return parts
+
+
+def shares(
+    scenario: Scenario, rule: Split, quotas: Mapping[str, Mapping[str, int]] | None = None
+) -> dict[str, dict[str, int]]:
+    """Each cluster's share of every unit of fixed capacity: cluster -> unit key -> machines."""
+    units = fixed_units(scenario)
+    clusters = [c.name for c in scenario.clusters]
+    if rule == "quotas":
+        return _given(units, clusters, quotas or {})
+    weights = demand_weights(scenario, units, rule) if units else {}
+    out: dict[str, dict[str, int]] = {c: {} for c in clusters}
+    for u, unit in enumerate(units):
+        for cluster, n in zip(
+            clusters, split_counts(unit.count, [weights[c][u] for c in clusters]), strict=True
+        ):
+            out[cluster][unit.key] = n
+    return out
+
+
+def _given(
+    units: list[Unit], clusters: list[str], quotas: Mapping[str, Mapping[str, int]]
+) -> dict[str, dict[str, int]]:
+    known = {u.key: u for u in units}
+    problems = [f"quotas.{c}: no such cluster" for c in quotas if c not in clusters]
+    for cluster, given in quotas.items():
+        problems += [
+            f"quotas.{cluster}.{key}: no such rack or reserved quota line (one of: "
+            f"{', '.join(sorted(known)) or 'none'})"
+            for key in given
+            if key not in known
+        ]
+    for unit in units:
+        total = sum(q.get(unit.key, 0) for q in quotas.values())
+        if total != unit.count:
+            problems.append(
+                f"quotas: {unit.key} has {unit.count} machines; the clusters' quotas add up "
+                f"to {total}"
+            )
+    if problems:
+        raise ScenarioError("invalid quotas:\n  " + "\n  ".join(problems))
+    return {c: {u.key: quotas.get(c, {}).get(u.key, 0) for u in units} for c in clusters}
+
+
+Quotas = RootModel[dict[Name, dict[str, Annotated[int, Field(ge=0)]]]]
+
+
+def load_quotas(path: str | pathlib.Path) -> dict[str, dict[str, int]]:
+    """The `--split quotas` file: cluster -> {PROVIDER/RACK or PROVIDER/TYPE/ZONE: machines}."""
+    return load_model(pathlib.Path(path), Quotas, "quotas file", ScenarioError).root
+
+
+def cluster_scenario(scenario: Scenario, cluster: str, share: Mapping[str, int]) -> Scenario:
+    """The scenario as `cluster`'s own autoscaler sees it: its share of the fixed capacity, its
+    own cloud accounts (same prices and quotas), only its own demand."""
+    raw = scenario.model_dump(mode="json", exclude_unset=True)
+    providers = []
+    for spec, dumped in zip(scenario.providers, raw["providers"], strict=True):
+        if isinstance(spec, BareMetalProviderSpec):
+            racks = [
+                {**r, "count": share[f"{spec.name}/{r['rack']}"]}
+                for r in dumped["racks"]
+                if share.get(f"{spec.name}/{r['rack']}", 0) > 0
+            ]
+            if racks:
+                providers.append({**dumped, "racks": racks})
+        elif isinstance(spec, CloudProviderSpec):
+            lines = [_quota_line(spec.name, q, share) for q in dumped["quota"]]
+            providers.append({**dumped, "quota": lines})
+    raw.update(
+        providers=providers,
+        clusters=[c for c in raw["clusters"] if c["name"] == cluster],
+        shards=1,
+        decommissions=[],
+    )
+    raw["name"] = f"{scenario.name}:{cluster}"
+    return Scenario.model_validate_json(json.dumps(raw))
+
+
+def _quota_line(provider: str, line: dict[str, Any], share: Mapping[str, int]) -> dict[str, Any]:
+    if line["capacity_type"] != CapacityType.RESERVED.value:
+        return line
+    return {**line, "count": share.get(f"{provider}/{line['instance_type']}/{line['zone']}", 0)}

@@ -1,0 +1,148 @@
+"""`bigfleet simulate --compare per-cluster`: the baseline's split of fixed capacity and the
+comparison, on scenarios small enough to work out by hand."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+import pytest
+
+from bigfleet.cli import main
+from bigfleet.simulation.baseline import cluster_scenario, shares, split_counts
+from bigfleet.simulation.compare import compare
+from bigfleet.simulation.scenario import Scenario, ScenarioError
+
+from .scenarios import bare_metal, cloud, cluster, need, quota, rack, scenario
+
+MID = 500_000
+
+
+def parsed(raw: dict[str, Any]) -> Scenario:
+    return Scenario.model_validate_json(json.dumps(raw))
+
+
+def two_halves(racked: int = 4, **kw: Any) -> dict[str, Any]:
+    """Cluster a needs 4 machines in the first half hour, cluster b 4 in the second."""
+    return scenario(
+        [bare_metal({**rack("r1", racked, "cpu-64"), "price_per_hour": 1.0})],
+        [
+            cluster("a", (0, [need(MID, 4)]), (1800, [need(MID, 0)])),
+            cluster("b", (0, [need(MID, 0)]), (1800, [need(MID, 4)])),
+        ],
+        3600,
+        **kw,
+    )
+
+
+def test_largest_remainders_add_up_to_the_whole() -> None:
+    assert split_counts(10, [1, 1, 1]) == [4, 3, 3]
+    assert split_counts(10, [6, 2]) == [8, 2]  # 7.5 / 2.5: the tie goes to the first
+    assert split_counts(5, [0, 0]) == [3, 2]  # nobody can use it: evenly
+    assert split_counts(7, [0, 3]) == [0, 7]
+
+
+def test_peak_and_mean_splits_follow_each_clusters_demand() -> None:
+    """a asks 6 machines for the whole hour; b 2 for the first half, then 4 for the second.
+    Peak 6 : 4 of a rack of 10 -> 6 and 4. Mean 6 : 3 -> 6.67 and 3.33 -> 7 and 3."""
+    raw = scenario(
+        [bare_metal(rack("r1", 10, "cpu-64"))],
+        [
+            cluster("a", (0, [need(MID, 6)])),
+            cluster("b", (0, [need(MID, 2)]), (1800, [need(MID, 4)])),
+        ],
+        3600,
+    )
+    assert shares(parsed(raw), "peak") == {"a": {"dc-ams/r1": 6}, "b": {"dc-ams/r1": 4}}
+    assert shares(parsed(raw), "mean") == {"a": {"dc-ams/r1": 7}, "b": {"dc-ams/r1": 3}}
+
+
+def test_a_rack_only_one_cluster_can_use_goes_to_it() -> None:
+    """train needs 8 GPUs a machine (only the GPU rack has them); web asks for cpu-64 by name."""
+    cpu_only = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["cpu-64"]}]
+    raw = scenario(
+        [
+            bare_metal(
+                {**rack("gpu", 4), "resources": {"cpu": 96, "memory_gib": 1024, "gpu": 8}},
+                rack("cpu", 4, "cpu-64"),
+            )
+        ],
+        [
+            cluster("train", (0, [need(MID, 2, resources={"gpu": 8})])),
+            cluster("web", (0, [need(MID, 2, requirements=cpu_only)])),
+        ],
+        600,
+    )
+    assert shares(parsed(raw), "peak") == {
+        "train": {"dc-ams/gpu": 4, "dc-ams/cpu": 0},
+        "web": {"dc-ams/gpu": 0, "dc-ams/cpu": 4},
+    }
+
+
+def test_reserved_lines_are_split_and_on_demand_quota_is_every_clusters_own() -> None:
+    raw = scenario(
+        [cloud(quota("reserved", 4, 1.0), quota("on-demand", 5, 3.0))],
+        [cluster("a", (0, [need(MID, 3)])), cluster("b", (0, [need(MID, 1)]))],
+        600,
+    )
+    split = shares(parsed(raw), "peak")
+    assert split == {"a": {"aws/m6i.xlarge/us-east-1a": 3}, "b": {"aws/m6i.xlarge/us-east-1a": 1}}
+    alone = cluster_scenario(parsed(raw), "b", split["b"])
+    assert [c.name for c in alone.clusters] == ["b"]
+    lines = {q.capacity_type.value: q.count for q in alone.providers[0].quota}  # type: ignore[union-attr]
+    assert lines == {"reserved": 1, "on-demand": 5}
+
+
+def test_given_quotas_must_name_real_racks_and_add_up() -> None:
+    sc = parsed(two_halves())
+    assert shares(sc, "quotas", {"a": {"dc-ams/r1": 1}, "b": {"dc-ams/r1": 3}}) == {
+        "a": {"dc-ams/r1": 1},
+        "b": {"dc-ams/r1": 3},
+    }
+    with pytest.raises(ScenarioError) as bad:
+        shares(sc, "quotas", {"a": {"dc-ams/r9": 4}, "c": {}})
+    message = str(bad.value)
+    assert "quotas.c: no such cluster" in message
+    assert "quotas.a.dc-ams/r9: no such rack" in message
+    assert "dc-ams/r1 has 4 machines; the clusters' quotas add up to 0" in message
+
+
+def test_sharing_one_rack_over_time_serves_what_two_half_racks_cannot() -> None:
+    """One rack of 4 at $1/h; a needs 4 in the first half hour, b 4 in the second. Alone, each
+    owns 2 (peak 4 : 4): each is served 2 of its 4, counted from the first cycle after the
+    configure (121 s after the ask, so t=130 and t=1930): 2 x 1670 of 4 x 1800 machine-seconds
+    each. BigFleet hands the rack from a to b. Both own the same rack, so both pay $4."""
+    result = compare(parsed(two_halves()))
+    fleet, alone = result["bigfleet"], result["per_cluster"]
+    assert result["shares"] == {"a": {"dc-ams/r1": 2}, "b": {"dc-ams/r1": 2}}
+    assert fleet["cost"]["total"] == alone["cost"]["total"] == pytest.approx(4.0)
+    band = "500000-899999"
+    assert alone["summary"]["bands"][band]["served_fraction"] == pytest.approx(
+        2 * 2 * 1670 / (2 * 4 * 1800), abs=1e-4
+    )
+    assert alone["summary"]["bands"][band]["waiting"] == 2  # b's two, still short at the end
+    assert fleet["summary"]["bands"][band]["waiting"] == 0
+    assert fleet["summary"]["bands"][band]["served_fraction"] > 0.75
+    assert result["difference"]["cost_saved"] == 0.0
+
+
+def test_the_command_prints_both_runs_and_refuses_bad_quotas(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps(two_halves()))
+    assert main(["simulate", str(path), "--compare", "per-cluster", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"bigfleet", "per_cluster", "difference", "shares", "split"}
+    assert main(["simulate", str(path), "--compare", "per-cluster"]) == 0
+    text = capsys.readouterr().out
+    assert "BigFleet" in text and "per-cluster" in text and "a: dc-ams/r1 2" in text
+    quotas = tmp_path / "q.yaml"
+    quotas.write_text("a: {dc-ams/r1: -1}\n")
+    code = main(
+        ["simulate", str(path), "--compare", "per-cluster", "--split", "quotas", "--quotas",
+         str(quotas)]
+    )
+    assert code == 2
+    assert "a.dc-ams/r1: Input should be greater than or equal to 0" in capsys.readouterr().err
