@@ -72,6 +72,23 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan(args: argparse.Namespace) -> int:
+    from .simulation.plan import ObjectiveError, parse_objective, plan, render_plan
+    from .simulation.scenario import ScenarioError, load
+
+    try:
+        scenario = load(args.scenario)
+        objectives = [parse_objective(text) for text in args.slo]
+    except (ScenarioError, ObjectiveError) as err:
+        print(f"bigfleet plan: {err}", file=sys.stderr)
+        return 2
+    result = plan(
+        scenario, objectives, seed=args.seed, split=args.split, max_factor=args.max_factor
+    )
+    print(json.dumps(result) if args.json else render_plan(result))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="bigfleet", description="Fleet-level autoscaler")
     verbs = top.add_subparsers(dest="verb", required=True)
@@ -117,6 +134,28 @@ def parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--html", metavar="FILE", help="also write the report as one HTML page")
     sim.set_defaults(run=_simulate)
+
+    planner = verbs.add_parser(
+        "plan", help="the smallest fixed fleet meeting service objectives, vs per-cluster"
+    )
+    planner.add_argument("scenario", help="scenario YAML file (its racks are the starting point)")
+    planner.add_argument(
+        "--slo",
+        action="append",
+        required=True,
+        metavar="BAND:served=F,p99=S",
+        help="an objective per priority band, e.g. 900000:served=0.99,p99=600 (repeatable)",
+    )
+    planner.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    planner.add_argument("--split", choices=["peak", "mean"], default="peak")
+    planner.add_argument(
+        "--max-factor",
+        type=float,
+        default=2.0,
+        help="search up to this many times the scenario's racks of each kind",
+    )
+    planner.add_argument("--json", action="store_true", help="print one JSON object")
+    planner.set_defaults(run=_plan)
     return top
 
 
