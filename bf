@@ -22,6 +22,17 @@ cd "$here"
 case "${1:-}" in
   test)
     shift
+    # Debian's chromium renders the HTML report in a test; docker-compose validates the compose
+    # file. Installed once where this runs as root with apt (CI does); else those tests skip.
+    missing=()
+    command -v chromium >/dev/null || missing+=(chromium)
+    command -v docker-compose >/dev/null || missing+=(docker-compose)
+    if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      echo "== installing ${missing[*]} from Debian (once)" >&2
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+          "${missing[@]}"; } >/dev/null 2>&1 \
+        || echo "   could not install ${missing[*]}; the tests that need them skip" >&2
+    fi
     ruff check bigfleet workflows activities workers tests
     mypy  # bigfleet/ and workflows/ (pyproject.toml [tool.mypy])
     python -m tests.run "$@" || exit $?
