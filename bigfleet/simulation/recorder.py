@@ -231,7 +231,7 @@ class Recorder:
                     rate[profile.capacity_type.value] += held * profile.price_per_hour
                     owned += int(held)
         for c in CAPACITY_TYPES:
-            series["cost_per_hour_by_capacity_type"][c].append(round(rate[c], 4))
+            series["cost_per_hour_by_capacity_type"][c].append(round(float(rate[c]), 4))
         series["machines_owned"].append(owned)
         series["machines_busy"].append(busy)
 
