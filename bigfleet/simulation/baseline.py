@@ -74,7 +74,12 @@ def demand_weights(scenario: Scenario, units: list[Unit], rule: Split) -> dict[s
     (the sum of the counts of its needs that the unit's machines can serve)."""
     from .run import Simulation  # the run module imports this one
 
-    sim = Simulation(scenario)
+    # Weights from the demand as the trace gives it (a closed loop's depends on the fleet).
+    open_loop = scenario.model_copy(deep=True)
+    for c in open_loop.clusters:
+        if c.workload is not None:
+            c.workload.closed_loop = False
+    sim = Simulation(open_loop)
     index = _unit_index(sim, units)
     supply = SupplyIndex(index.inventory)
     fits: dict[str, list[int]] = {}

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from .measures import band
 from .recorder import CAPACITY_TYPES, Recorder, merge_recorders
 
 if TYPE_CHECKING:
@@ -24,6 +27,8 @@ class Run:
     shards: int
     transfers: list[dict[str, Any]]
     calls: dict[str, dict[str, Any]]
+    # Closed-loop replays: per band, how long jobs waited to start, and those still queued.
+    job_waits: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, sim: Simulation) -> Run:
@@ -38,6 +43,7 @@ class Run:
                 name: {"calls": dict(p.calls), "rate_limited": sim.recorder.rate_limits[name]}
                 for name, p in sim.providers.items()
             },
+            job_waits=_job_waits([sim]),
         )
 
     @classmethod
@@ -56,11 +62,45 @@ class Run:
             shard_of={c: 0 for r in runs for c in r.shard_of},
             shards=len(runs),
             transfers=[],
+            job_waits={
+                b: {
+                    k: [w for r in runs for w in r.job_waits.get(b, {}).get(k, [])]
+                    for k in ("started", "waiting")
+                }
+                for b in {b for r in runs for b in r.job_waits}
+            },
             calls={
                 n: {"calls": dict(c["calls"]), "rate_limited": c["rate_limited"]}
                 for n, c in calls.items()
             },
         )
+
+
+def _job_waits(sims: list[Simulation]) -> dict[str, dict[str, list[float]]]:
+    out: dict[str, dict[str, list[float]]] = {}
+    for sim in sims:
+        for loop in sim.loops.values():
+            for priority, waits in loop.waits().items():
+                into = out.setdefault(band(priority), {"started": [], "waiting": []})
+                into["started"] += [w for _, w in waits.started]
+                into["waiting"] += [w for _, w in waits.waiting]
+    return out
+
+
+def job_wait_summary(job_waits: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
+    """Per band: jobs started and how long they waited in the queue (p50/p99), and jobs still
+    queued at the end with the longest wait so far."""
+    out = {}
+    for b, w in sorted(job_waits.items()):
+        started = np.asarray(w["started"], dtype=np.float64)
+        out[b] = {
+            "started": len(started),
+            "p50_s": round(float(np.percentile(started, 50)), 1) if len(started) else None,
+            "p99_s": round(float(np.percentile(started, 99)), 1) if len(started) else None,
+            "still_queued": len(w["waiting"]),
+            "longest_queued_s": round(max(w["waiting"]), 1) if w["waiting"] else None,
+        }
+    return out
 
 
 def build_report(sim: Simulation) -> dict[str, Any]:
@@ -122,6 +162,7 @@ def report_of(run: Run) -> dict[str, Any]:
         },
         "time_to_capacity_by_priority_band": to_capacity,
         "moves_away_from_work": moves,
+        "job_waits_by_priority_band": job_wait_summary(run.job_waits),
         "in_cluster_moves": rec.in_cluster,
         "actions_by_kind": dict(kinds),
         "actions_by_reason": dict(reasons),
@@ -160,6 +201,14 @@ def moves_away_from_work(rec: Recorder) -> dict[str, int]:
 
 def _capacity_lines(report: dict[str, Any]) -> list[str]:
     out = ["time to capacity (a machine asked for -> one configured for it), per priority band:"]
+    for b, w in report["job_waits_by_priority_band"].items():
+        longest = w["longest_queued_s"]
+        out.append(
+            f"  {b:>14}: jobs waited to start p50 {w['p50_s']} s  p99 {w['p99_s']} s"
+            f"  ({w['started']} started, {w['still_queued']} still queued"
+            + ("" if longest is None else f", longest {longest:g} s")
+            + ")  [closed loop]"
+        )
     for b, p in report["time_to_capacity_by_priority_band"].items():
         served = p["served_fraction"]
         longest = "" if p["longest_wait"] is None else f", longest {p['longest_wait']:g} s"

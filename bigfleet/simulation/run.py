@@ -13,6 +13,7 @@ from ..models import CapacityNeed, ClusterCapacityNeeds, ListFilter, MachineStat
 from ..providers.cloud import SimulatedCloudProvider
 from ..shard import Shard
 from . import fleet as simulated
+from .closed_loop import ClosedLoop
 from .executor import Executor
 from .rebalance import Rebalancer
 from .recorder import Recorder
@@ -40,6 +41,12 @@ class Simulation:
         # Clusters go to the least-loaded shard on first contact, as the coordinator assigns.
         self.coordinator = Coordinator(term=1, shards=list(range(scenario.shards)))
         self._distribute_machines()
+        # Closed-loop clusters: their roll-ups answer what the fleet served (closed_loop.py).
+        self.loops = {
+            c.name: ClosedLoop.from_spec(c.workload)
+            for c in scenario.clusters
+            if c.workload is not None and c.workload.closed_loop
+        }
         self._timeline = self._rollup_timeline()
         self.latest: dict[str, list[CapacityNeed]] = {}
         # The coordinator rebalances between shards, splits and merges them, as in production.
@@ -64,6 +71,8 @@ class Simulation:
         events: list[tuple[float, int, str, list[CapacityNeed]]] = []
         seq = itertools.count()
         for cluster in self.scenario.clusters:
+            if cluster.name in self.loops:
+                continue
             if cluster.workload is not None:
                 timed = rollups_from_trace(
                     cluster.workload, self.scenario.cycle_seconds, self.scenario.duration_seconds
@@ -114,6 +123,7 @@ class Simulation:
                 self.latest[cluster] = needs
                 self._deliver(cluster, needs)
             if t >= next_cycle:
+                self._close_loops(t)
                 # Operators re-send their roll-up every cycle; unchanged ones cost nothing.
                 for cluster, needs in self.latest.items():
                     self._deliver(cluster, needs)
@@ -134,6 +144,18 @@ class Simulation:
         self._bill(sc.duration_seconds - self.now)
         self.now = sc.duration_seconds
         return build_report(self)
+
+    def _close_loops(self, t: float) -> None:
+        """Each closed-loop cluster's roll-up from the machines its needs held last cycle."""
+        for cluster, loop in self.loops.items():
+            tracks = self.recorder.needs
+            served = [
+                tracks[(cluster, i)].satisfied if (cluster, i) in tracks else 0
+                for i in range(len(loop.needs))
+            ]
+            needs = loop.needs_at(t, served)
+            if needs is not None:
+                self.latest[cluster] = needs  # delivered with the cycle's re-sends
 
     def add_shard(self) -> Shard:
         """A shard born of a split: empty until the split hands it its part."""

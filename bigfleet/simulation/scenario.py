@@ -72,34 +72,49 @@ class TimedRollup(Spec):
 
 
 class WorkloadSpec(Spec):
-    """Roll-ups derived from a pod trace (see `bigfleet.simulation.workload`).
+    """Roll-ups derived from a real trace (see `bigfleet.simulation.workload`, docs/traces.md).
 
+    `mapping` names a mapping file (bigfleet/simulation/trace_mapping.py) saying how to read the
+    trace; without one the trace is an Alibaba openb pod list, packed with the `gpu_*` and `cpu_*`
+    fields below (which a mapping file replaces by its `kinds`).
     `time_scale` is trace seconds per simulated second; `start` the trace second that becomes
-    simulated second 0 (default: the first pod creation of the trace's busiest 34 days);
-    `demand_scale` multiplies every pod's GPUs and CPUs (each trace pod stands for that many).
-    The trace's pods are split into `clusters` groups by a stable hash of the pod name, and this
-    cluster replays group `index`.
+    simulated second 0 (default: the first job start of the trace's busiest 34 days, or a time
+    series' first row); `demand_scale` multiplies every job's resources (each trace job stands
+    for that many). The cluster replays the jobs of group column value `group` when given, else
+    group `index` of `clusters` groups by a stable hash of the job id.
+    `closed_loop`: demand that cannot be served waits in a queue (bigfleet/simulation/
+    closed_loop.py) instead of vanishing; job logs only.
     """
 
     trace: str
+    mapping: str | None = None
     nodes: str | None = None
     time_scale: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
     start: Seconds | None = None
     demand_scale: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
     clusters: Annotated[int, Field(ge=1)] = 1
     index: Annotated[int, Field(ge=0)] = 0
+    group: str | None = None
+    closed_loop: bool = False
     gpu_instance_type: Name = "gpu-8xh100"
     gpus_per_node: Annotated[int, Field(ge=1)] = 8
     cpu_instance_type: Name = "cpu-64"
     cpus_per_node: Annotated[int, Field(ge=1)] = 64
 
     @model_validator(mode="after")
-    def _index_in_range(self) -> WorkloadSpec:
+    def _consistent(self) -> WorkloadSpec:
         if self.index >= self.clusters:
             raise ValueError(
                 f"index {self.index} is not a group of {self.clusters} cluster(s) "
                 f"(0..{self.clusters - 1})"
             )
+        packing = {"gpu_instance_type", "gpus_per_node", "cpu_instance_type", "cpus_per_node"}
+        if self.mapping is not None and (given := sorted(packing & self.model_fields_set)):
+            raise ValueError(
+                f"{', '.join(given)}: with a mapping file, set machines in its kinds instead"
+            )
+        if self.group is not None and (self.clusters != 1 or self.index != 0):
+            raise ValueError("give either group (a group column value) or clusters/index")
         return self
 
 
@@ -176,6 +191,8 @@ def load(path: str | pathlib.Path) -> Scenario:
         if cluster.workload is not None:
             trace = (path.parent / cluster.workload.trace).resolve()
             cluster.workload.trace = str(trace)
+            if cluster.workload.mapping:
+                cluster.workload.mapping = str((path.parent / cluster.workload.mapping).resolve())
             if cluster.workload.nodes:
                 cluster.workload.nodes = str((path.parent / cluster.workload.nodes).resolve())
     return scenario

@@ -298,7 +298,7 @@ def test_a_short_row_and_a_missing_file_are_reported(tmp_path):
     path = trace(tmp_path, "p,1000,1024")
     with pytest.raises(ValueError, match=r"pods\.csv: line 2: 3 fields, the header has 11"):
         read_trace(path)
-    with pytest.raises(ValueError, match=r"nope\.csv: cannot read pod trace"):
+    with pytest.raises(ValueError, match=r"nope\.csv: cannot read trace"):
         read_trace(tmp_path / "nope.csv")
     (tmp_path / "empty.csv").write_text("")
     with pytest.raises(ValueError, match=r"empty\.csv: line 1: empty file"):
@@ -337,3 +337,31 @@ def test_the_alibaba_example_yields_all_four_priority_bands():
         assert rollups and all(0 <= t <= scenario.duration_seconds for t, _ in rollups)
         bands |= {n.priority for _, needs in rollups for n in needs if n.count > 0}
     assert bands == {1_000_000, 900_000, 500_000, 0}
+
+
+# Per cluster of the example: the number of roll-ups and, per need, the sum of its counts over
+# them, as the hard-coded openb reader (before mapping files) computed them.
+BEFORE_MAPPINGS = {
+    "openb-0": (760, [1230, 11333, 8147, 550, 767, 324]),
+    "openb-1": (794, [4, 9589, 427, 5927, 1126, 446]),
+    "openb-2": (764, [1240, 9806, 260, 3152, 779, 370]),
+    "openb-3": (803, [58, 8955, 4312, 2117, 783, 448]),
+}
+
+
+def test_the_example_mapping_file_gives_the_rollups_of_the_hard_coded_reader():
+    scenario = load(EXAMPLE)
+    workloads = {c.name: c.workload for c in scenario.clusters}
+    if not pathlib.Path(workloads["openb-0"].trace).exists():
+        pytest.skip("shared Alibaba trace not checked out beside the repo")
+    assert all(
+        w.mapping and w.mapping.endswith("alibaba-openb.mapping.yaml") for w in workloads.values()
+    )
+    for name, workload in workloads.items():
+        rollups = rollups_from_trace(workload, scenario.cycle_seconds, scenario.duration_seconds)
+        sums = [sum(needs[i].count for _, needs in rollups) for i in range(len(rollups[0][1]))]
+        assert (len(rollups), sums) == BEFORE_MAPPINGS[name]
+        built_in = workload.model_copy(update={"mapping": None})
+        assert rollups == rollups_from_trace(
+            built_in, scenario.cycle_seconds, scenario.duration_seconds
+        )
