@@ -18,8 +18,6 @@ import numpy as np
 from pydantic import ValidationError
 
 from .engine import Decision, FastEngine
-from .engine.claims import CONFIGURED_SLOT
-from .engine.rows import RowPicker
 from .inputs import clip, explain
 from .inventory import CODE, GONE, Inventory, MachineNotFound
 from .membership import Membership
@@ -33,9 +31,10 @@ from .models import (
     from_wire,
 )
 from .needs import NeedsTable
+from .offers import Offers
 from .operators import OperatorUpdate, Reclaim, UpcomingNode
 from .policy import Policy
-from .reports import Preemptible, ShardReport
+from .reports import ShardReport
 from .states import LEGAL
 
 S = MachineState
@@ -69,6 +68,7 @@ class Shard:
         self.decommissioned: set[str] = set()
         # Splits, merges and decommissions (seed §16), on this shard's state.
         self.membership = Membership(self)
+        self.offers = Offers()  # the report's offer samples, rebuilt when they change
 
     def token(self) -> FencingToken:
         """The fencing token for the next provider call (seed §11)."""
@@ -291,56 +291,16 @@ class Shard:
 
     def report(self, now: float, sample: int = 256) -> ShardReport:
         """The 30-second report to the coordinator (seed §9): summary, shortfalls, and bounded
-        samples of what this shard could give: idle, speculative, lowest-priority configured."""
-        inv = self.inventory
-        n = inv.rows_used
-
-        def rows(state: S) -> np.ndarray:
-            return np.flatnonzero(inv.state[:n] == CODE[state])
-
-        # Configured machines by the priority of the need that claims them now, lowest first.
-        held = sorted(
-            (
-                c
-                for cc in self.engine.claims.values()
-                for cs in cc.claims.values()
-                for c in cs
-                if c.slot == CONFIGURED_SLOT
-            ),
-            key=lambda c: (c.need.priority, c.need.order, c.profile),
-        )
-        picker = RowPicker(inv, free=[], configured=[(c.need.cluster, c.profile) for c in held])
-        lowest: list[tuple[int, int, str]] = []
-        for c in held:
-            if len(lowest) >= sample:
-                break
-            for r in picker.configured(c.need.cluster, c.profile, c.offset, c.count).tolist():
-                lowest.append((r, c.need.priority, c.need.cluster))
-        lowest = lowest[:sample]
-        return ShardReport.of(
-            self.id,
-            now,
-            idle=[inv.machine(r) for r in self._sample(rows(S.IDLE), sample)],
-            speculative=[inv.machine(r) for r in self._sample(rows(S.SPECULATIVE), sample)],
-            preemptible=[
-                Preemptible(machine=inv.machine(r), priority=priority, cluster=cluster)
-                for r, priority, cluster in lowest
-            ],
+        samples of what this shard could give: idle, speculative, lowest-priority configured
+        (`offers.py`; none if `sample` is 0)."""
+        return ShardReport(
+            shard=self.id,
+            at=now,
+            **self.offers.fields(self.inventory, self.engine.claims, sample),
             machines=self.machines_by_state(),
             clusters=self.needs.clusters(),
             shortfalls=self.last.shortfalls,
         )
-
-    def _sample(self, rows: np.ndarray, per_profile: int, total: int = 512) -> list[int]:
-        """Up to `per_profile` rows of each profile, `total` in all: a shortfall for a rare
-        profile still finds it offered when a common one has thousands free."""
-        out: list[int] = []
-        profiles = self.inventory.profile[rows]
-        for p in np.unique(profiles).tolist():
-            out += rows[profiles == p][:per_profile].tolist()
-            if len(out) >= total:
-                return out[:total]
-        return out
 
     # ---- what people and operators ask ------------------------------------------------------
 

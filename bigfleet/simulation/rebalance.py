@@ -45,8 +45,12 @@ class Rebalancer:
         if now < self.next_round:
             return
         self.next_round = now + REPORT_SECONDS
+        # One shard has nobody to give machines to or take them from: its offers would go
+        # unread (the coordinator never moves machines within a shard), so it sends none.
+        alone = len(self.sim.shards) == 1
         for shard in self.sim.shards:
-            self.coordinator.receive(shard.report(now), now)
+            report = shard.report(now, sample=0) if alone else shard.report(now)
+            self.coordinator.receive(report, now)
         # Handed over before the receiver's cycle that this round's reports reflect: settled.
         self.settling = [(m, t) for m, t in self.settling if t >= now]
         on_the_way = self.draining + [m for m, _ in self.settling]
