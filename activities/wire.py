@@ -227,6 +227,9 @@ class ShardConfig(Model):
     # as new and adopts the rest in the next run (Temporal terminates a workflow past 50 MB;
     # each machine listed costs ~90 bytes of history).
     adopt_history_bytes: int = Field(default=20_000_000, ge=1)
+    # Shadow mode (docs/shadow.md): decide every cycle, call no mutating provider or operator
+    # method, and record would-be against actual (`shadow_report`).
+    shadow: bool = False
 
 
 class AdoptCursor(Model):

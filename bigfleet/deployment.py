@@ -139,6 +139,9 @@ class Deployment(Spec):
     providers: Annotated[list[ProviderEndpoint], Field(min_length=1)]
     operators: Operators = Field(default_factory=Operators)
     gateway: Gateway = Field(default_factory=Gateway)
+    # Shadow mode (docs/shadow.md): true for every shard, or the numbers of the shards that
+    # run in it. Such a shard decides and records, and calls no mutating method.
+    shadow: bool | Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=64)] = False
 
     @model_validator(mode="after")
     def _unique(self) -> Deployment:
@@ -146,7 +149,18 @@ class Deployment(Spec):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"providers: names must be unique: {', '.join(dupes)}")
+        if isinstance(self.shadow, list):
+            wrong = sorted({s for s in self.shadow if s >= self.shards})
+            if wrong:
+                raise ValueError(
+                    f"shadow: shard(s) {', '.join(map(str, wrong))} do not exist "
+                    f"(the fleet has shards 0..{self.shards - 1})"
+                )
         return self
+
+    def shadow_shard(self, shard: int) -> bool:
+        """Whether shard `shard` runs in shadow mode."""
+        return self.shadow if isinstance(self.shadow, bool) else shard in self.shadow
 
     def policy_overrides(self) -> dict[str, Any]:
         return self.policy.model_dump(mode="json", exclude_unset=True)

@@ -83,6 +83,14 @@ async def running_shards(client: Any) -> list[int]:
     return sorted(found)
 
 
+async def shards_asked(client: Any, args: Any) -> list[int]:
+    """`--shard N`, else every running shard; a CliError if there is none."""
+    shards = [args.shard] if args.shard is not None else await running_shards(client)
+    if not shards:
+        raise CliError(f"no shard workflow is running on {display_address(args)}")
+    return list(shards)
+
+
 async def query(client: Any, wid: str, name: str, *args: Any) -> Any:
     for attempt in range(20):
         try:

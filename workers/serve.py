@@ -79,6 +79,13 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "else .bigfleet/snapshots)",
     )
     w.add_argument(
+        "--shadow",
+        action="store_true",
+        help="start every shard in shadow mode: it decides and records what it would do, and "
+        "calls no mutating provider or operator method (docs/shadow.md; a deployment config "
+        "can name some shards with `shadow:`)",
+    )
+    w.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
@@ -135,7 +142,8 @@ async def run_worker(args: argparse.Namespace) -> int:
     health.check = workers_running(workers, task)
     keeper = None
     if "shards" in args.role:
-        await ensure_shards(client, fleet)
+        await ensure_shards(client, fleet, **({"shadow": True} if args.shadow else {}))
+        await warn_mode_mismatch(client, fleet, args.shadow)
         # For the process's life: it ends when `stop` is set.
         keeper = asyncio.create_task(keep_coordinator(client, fleet.shards, stop))
     queues = sorted({w.task_queue for w in workers})
@@ -160,6 +168,28 @@ async def run_worker(args: argparse.Namespace) -> int:
     sim.close()
     print("bigfleet worker: stopped", flush=True)
     return 0
+
+
+async def warn_mode_mismatch(client: Any, fleet: Any, shadow: bool) -> None:
+    """A shard keeps the mode it was started in (its config travels with it): say so when a
+    running shard is not in the mode asked for now."""
+    from activities.wire import shard_workflow_id
+
+    for shard in range(fleet.shards):
+        want = shadow or bool(getattr(fleet, "shadow_shard", lambda _: False)(shard))
+        try:
+            cfg = await client.get_workflow_handle(shard_workflow_id(shard)).query("config")
+        except Exception:  # not running, or busy reading its state: nothing to compare
+            continue
+        have = bool(cfg.get("shadow", False)) if isinstance(cfg, dict) else bool(cfg.shadow)
+        if have != want:
+            print(
+                f"bigfleet worker: warning: shard {shard} runs {'in' if have else 'out of'} "
+                f"shadow mode (it was started so); asked for {'in' if want else 'out of'} it. "
+                "See docs/shadow.md, 'Switching'.",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def describe_tls(tls: Any) -> str:

@@ -21,10 +21,10 @@ from workers.plumbing import (
     CliError,
     blocking,
     connect,
-    display_address,
     query,
     rpc_error,
     running_shards,
+    shards_asked,
 )
 
 
@@ -230,9 +230,7 @@ async def run_status(args: argparse.Namespace) -> int:
     from activities.wire import shard_workflow_id
 
     client = await connect(args)
-    shards = [args.shard] if args.shard is not None else await running_shards(client)
-    if not shards:
-        raise CliError(f"no shard workflow is running on {display_address(args)}")
+    shards = await shards_asked(client, args)
     statuses = []
     for s in shards:
         # A wedged shard answers no query: say so instead of waiting for one.

@@ -89,8 +89,15 @@ class InstructionHandlers:
         return ins
 
     def _checked(self, raw: RawValue, model: type[Ins], update: str) -> tuple[Ins, float]:
-        """For a validator: the instruction, and now; refused while the state moves."""
+        """For a validator: the instruction, and now; refused while the state moves, and by a
+        shard in shadow mode (its machines are the providers' truth, never moved by it)."""
         self._not_moving()
+        if self.cfg.shadow:
+            raise ApplicationError(
+                f"{update}: shard {self.shard.id} is in shadow mode and moves no machines",
+                type="ShadowShard",
+                non_retryable=True,
+            )
         return self._ins(raw, model, update), workflow.now().timestamp()
 
     def _fence(
@@ -246,6 +253,15 @@ class InstructionHandlers:
         if now - self.last_report < self.cfg.report_seconds:
             return None
         self.last_report = now
+        if self.cfg.shadow:
+            # Alive and what it holds, but nothing offered or asked for: the coordinator plans
+            # no moves to or from a shard in shadow mode.
+            return ShardReport(
+                shard=self.shard.id,
+                at=now,
+                machines=self.shard.machines_by_state(),
+                clusters=self.shard.needs.clusters(),
+            )
         # Small samples: every report lands in the coordinator's history.
         return self.shard.report(now, sample=REPORT_SAMPLE)
 

@@ -20,7 +20,7 @@ from functools import partial
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.wire import (
@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.instruction_steps import InstructionSteps
     from workflows.instructions import InstructionHandlers
     from workflows.provider_sync import QUICK, ProviderSync
+    from workflows.shadow import ShadowSync
     from workflows.snapshot_store import SnapshotStore
 
 S = MachineState
@@ -78,6 +79,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
         self.guard = Guard(self, "Shard")
         self.inputs = TransitionInputs(self.shard, self.cfg)
         self.providers = ProviderSync(self.shard, self.cfg, self.inputs, self._note_failure)
+        self.shadow = ShadowSync(self.shard, self.cfg, self.providers, self._note_failure)
         self.store = SnapshotStore(self.cfg)
         self._restore(inp.state, inp.joining)
         self.forward: dict[str, dict[str, Any]] = {}
@@ -96,6 +98,8 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
             self.guard.rejections.absorb(state.get("guard"))
             self.providers.owed = set(state.get("owed_providers", []))
         self.steps = InstructionSteps(self.shard, self.cfg, self.inputs, state or {})
+        if self.cfg.shadow:
+            self.shadow.restore((state or {}).get("shadow"))
         self.steps.joining = self.steps.joining or joining
 
     # ---- what people and operators send and ask ---------------------------------------------
@@ -185,7 +189,16 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
             "coordinator_term": self.steps.fencing.term,
             "inherited": self.steps.inherited,
             "failures": self.failures,
+            "shadow": self.cfg.shadow,
         }
+
+    @workflow.query
+    def shadow_report(self) -> dict[str, Any]:
+        """Shadow mode's record (docs/shadow.md): would-be against actual."""
+        self._not_restoring()
+        if not self.cfg.shadow:
+            raise ApplicationError(f"shard {self.shard.id} is not in shadow mode")
+        return self.shadow.report()
 
     @workflow.query
     def cluster(self, name: str) -> dict[str, Any]:
@@ -231,27 +244,20 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 return
             # Mid-split or merging away: machines and results still fold in; nothing is decided.
-            decision = Decision() if self.steps.joining or self.steps.merging else self._cycle(now)
+            if self.steps.joining or self.steps.merging:
+                decision = Decision()
+            elif self.cfg.shadow:
+                decision = self.shadow.decide(now, self._cycle)
+            else:
+                decision = self._cycle(now)
             report = self.report_due(now)
-            # Suspects stay suspect: a verify that failed is asked for again next cycle.
-            verify = partial(self.providers.verify, decision, now)
-            await self._survive("verifying silent machines", verify)
-            starts = self.pipeline + [self.inputs.of_action(a) for a in decision.actions]
-            self.pipeline = []
-            await self._start([s for s in starts if s is not None])
-            for update in self.shard.operator_updates(decision):
-                # Not awaited (the cycle goes on); a failure is read and shown in `status`.
-                workflow.start_activity(
-                    "notify_operator", update, task_queue=TRANSITION_TASK_QUEUE, **QUICK
-                ).add_done_callback(self._notified)
-            if now >= next_reconcile and self.providers.owed:
-                await self._survive("catching up with providers", self.providers.catch_up)
-            if now >= next_reconcile and await self._survive(
-                "reconciling with the providers",
-                partial(self._reconcile_failed, now),
-                partial(self._capacity, now),
-            ):
-                next_reconcile = now + self.cfg.reconcile_seconds
+            if self.cfg.shadow:
+                # Nothing is started, nobody is told: the providers' listing replaces the
+                # decision's transitions (workflows/shadow.py).
+                self.pipeline = []
+                await self.shadow.follow()
+            else:
+                next_reconcile = await self._act(decision, now, next_reconcile)
             await self.send_report(report)
             cycles_this_run += 1
             if (
@@ -259,6 +265,30 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
                 or cycles_this_run >= self.cfg.max_cycles_per_run
             ):
                 await self._continue_as_new()  # returns if the store failed: next cycle
+
+    async def _act(self, decision: Decision, now: float, next_reconcile: float) -> float:
+        """Carry the decision out, and reconcile with the providers when it is time; returns
+        when the next reconcile is due."""
+        # Suspects stay suspect: a verify that failed is asked for again next cycle.
+        verify = partial(self.providers.verify, decision, now)
+        await self._survive("verifying silent machines", verify)
+        starts = self.pipeline + [self.inputs.of_action(a) for a in decision.actions]
+        self.pipeline = []
+        await self._start([s for s in starts if s is not None])
+        for update in self.shard.operator_updates(decision):
+            # Not awaited (the cycle goes on); a failure is read and shown in `status`.
+            workflow.start_activity(
+                "notify_operator", update, task_queue=TRANSITION_TASK_QUEUE, **QUICK
+            ).add_done_callback(self._notified)
+        if now >= next_reconcile and self.providers.owed:
+            await self._survive("catching up with providers", self.providers.catch_up)
+        if now >= next_reconcile and await self._survive(
+            "reconciling with the providers",
+            partial(self._reconcile_failed, now),
+            partial(self._capacity, now),
+        ):
+            next_reconcile = now + self.cfg.reconcile_seconds
+        return next_reconcile
 
     async def _continue_as_new(self, adopting: AdoptCursor | None = None) -> None:
         """Hand the state to the next run: inline, or through the snapshot store. Returns only
@@ -269,6 +299,8 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
         state.update(self.steps.state())
         state["guard"] = self.guard.rejections.state()
         state["owed_providers"] = sorted(self.providers.owed)
+        if self.cfg.shadow:
+            state["shadow"] = self.shadow.book.state()
         blob = self.store.encode(
             {**state, "pipeline": [t.model_dump(mode="json") for t in self.pipeline]}
         )

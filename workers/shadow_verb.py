@@ -1,0 +1,110 @@
+"""`bigfleet shadow report`: what shards in shadow mode would have done against what happened
+at the providers (docs/shadow.md). The parser and main() are in workers/cli.py.
+
+Everything Temporal is imported inside the functions (see workers/plumbing.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from workers.args import connection_options, shard_number
+from workers.plumbing import CliError, blocking, connect, query, shards_asked
+
+RECENT_SHOWN = 5
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    """`shadow report [--shard N] [--json]`."""
+    sh = verbs.add_parser("shadow", help="shards in shadow mode: would-be against actual")
+    sverbs = sh.add_subparsers(dest="what", required=True)
+    r = sverbs.add_parser(
+        "report",
+        help="would-be against actual: cost, time to capacity, actions",
+        description="What each shard in shadow mode would have done (its decisions) against "
+        "what happened at the providers (machines others created, configured, drained, "
+        "deleted): cost per hour and so far, time to capacity (p50/p99), actions by kind. "
+        "See docs/shadow.md for what the figures mean and leave out.",
+    )
+    connection_options(r)
+    r.add_argument("--shard", type=shard_number, metavar="N", help="one shard (default: all)")
+    r.add_argument("--json", action="store_true", help="print JSON (with the recent entries)")
+    r.set_defaults(run=run_report)
+
+
+@blocking
+async def run_report(args: argparse.Namespace) -> int:
+    from activities.wire import shard_workflow_id
+
+    client = await connect(args)
+    shards = await shards_asked(client, args)
+    reports = []
+    for s in shards:
+        try:
+            reports.append(await query(client, shard_workflow_id(s), "shadow_report"))
+        except CliError as err:
+            if args.shard is not None or "not in shadow mode" not in str(err):
+                raise
+    if not reports:
+        raise CliError(f"no shard runs in shadow mode (shards {shards}); see docs/shadow.md")
+    if args.json:
+        print(json.dumps(reports[0] if args.shard is not None else reports, indent=2))
+    else:
+        print("\n\n".join(render(r) for r in reports))
+    return 0
+
+
+def _when(t: float | None) -> str:
+    return "-" if t is None else datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _seconds(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f} s"
+
+
+def _kinds(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {n}" for k, n in sorted(counts.items())) or "none"
+
+
+def render(r: dict[str, Any]) -> str:
+    would, actual = r["would_be"], r["actual"]
+    wt, at = would["time_to_capacity"], actual["time_to_capacity"]
+    rows = [
+        ("cost per hour", f"${would['cost_per_hour']:.2f}", f"${actual['cost_per_hour']:.2f}"),
+        ("cost so far", f"${would['cost_usd']:.2f}", f"${actual['cost_usd']:.2f}"),
+        ("time to capacity p50", _seconds(wt["p50"]), _seconds(at["p50"])),
+        ("time to capacity p99", _seconds(wt["p99"]), _seconds(at["p99"])),
+        ("needs covered", str(wt["count"]), str(at["count"])),
+    ]
+    lines = [
+        f"shard {r['shard']}: shadow since {_when(r['since'])}, {r['cycles']} cycles "
+        f"(last {_when(r['at'])})",
+        f"  {'':<22} {'WOULD-BE':>12} {'ACTUAL':>12}",
+        *(f"  {name:<22} {w:>12} {a:>12}" for name, w, a in rows),
+        f"  would-be actions: {_kinds(would['actions'])}",
+        f"  actual changes:   {_kinds(actual['changes'])}",
+        f"  short now: {r['short_now']} cluster(s); needs withdrawn before covered: "
+        f"{r['withdrawn']}; covered at the providers before the shadow decided it: "
+        f"{r['actual_first']}",
+        "  (would-be time to capacity excludes the providers' latency: docs/shadow.md)",
+    ]
+    for a in r["recent_actions"][-RECENT_SHOWN:]:
+        lines.append(
+            f"  would {a['kind']:<9} {a['machine']}"
+            + (f" (+{a['machines'] - 1})" if a["machines"] > 1 else "")
+            + f" {a['provider']}/{a['capacity_type']}"
+            + (f" for {a['cluster']}" if a["cluster"] else "")
+            + (f": {a['reason']}" if a["reason"] else "")
+            + f" at {_when(a['t'])}"
+        )
+    for c in r["recent_changes"][-RECENT_SHOWN:]:
+        lines.append(
+            f"  saw {'+'.join(c['kinds']):<11} {c['machine']} {c['provider']} "
+            f"{c['from'] or '-'} -> {c['to'] or 'gone'}"
+            + (f" ({c['cluster']})" if c["cluster"] else "")
+            + f" at {_when(c['t'])}"
+        )
+    return "\n".join(lines)
