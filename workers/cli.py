@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from bigfleet import cli as core
 from workers import (
     audit_verb,
+    bench_temporal,
     config_verb,
     dev,
     machine_verbs,
@@ -36,6 +37,7 @@ from workers import (
     operator_verbs,
     provider_verbs,
     serve,
+    shadow_verb,
     verbs,
 )
 from workers.plumbing import CliError
@@ -48,6 +50,7 @@ REGISTRATIONS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     machine_verbs.register,  # machine history, drain escalate
     membership_verbs.register,  # shard add|split|merge|revive, decommission
     audit_verb.register,  # audit
+    shadow_verb.register,  # shadow report
     config_verb.register,  # config check
     operator_verbs.register,  # gateway, operator serve
 )
@@ -63,6 +66,7 @@ TEMPORAL_VERBS = (
     "shard",
     "decommission",
     "audit",
+    "shadow",
     "config",
     "gateway",
     "operator",
@@ -87,6 +91,8 @@ def parser() -> argparse.ArgumentParser:
     subparsers = _subparsers(top)
     for register in (*REGISTRATIONS, *OFFLINE_REGISTRATIONS):
         register(subparsers)
+    # `bench temporal` (workers/bench_temporal.py) beside the offline `bench engine|snapshot`.
+    bench_temporal.register(_subparsers(subparsers.choices["bench"]))
     return top
 
 
@@ -106,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `bigfleet cluster web | head -4`: the reader left; what it read was all it wanted.
         _quiet_stdout()
         code = 0
-    if argv is None and args.verb in TEMPORAL_VERBS:
+    if argv is None and (args.verb in TEMPORAL_VERBS or getattr(args, "exits", False)):
         # The Temporal SDK can abort at interpreter exit (sdk-python issue 300); once the work is
         # done there is nothing left to tear down, so leave with the real status.
         try:

@@ -50,6 +50,11 @@ from workflows.transition import MachineTransitionWorkflow
 ROLES = ("shards", "transitions", "providers")
 log = logging.getLogger("bigfleet.worker")
 
+# The workflow workers' settings (shard, transitions, and `bench temporal`'s ceiling worker):
+# the SDK's defaults. More pollers, concurrent tasks or cached workflows measured slower with
+# every role in one process (docs/temporal.md, "Temporal benchmark").
+WORKER_TUNING: dict[str, Any] = {}
+
 RUNNER = SandboxedWorkflowRunner(
     restrictions=SandboxRestrictions.default.with_passthrough_modules(
         "numpy", "sortedcontainers", "yaml", "bigfleet"
@@ -102,6 +107,8 @@ Fleet = SimulatedFleet | RemoteFleet
 
 
 def shard_config(fleet: Scenario | Deployment, shard: int, **overrides: object) -> ShardConfig:
+    if isinstance(fleet, Deployment) and fleet.shadow_shard(shard):
+        overrides = {"shadow": True, **overrides}
     return ShardConfig(
         shard=shard,
         shards=fleet.shards,
@@ -303,6 +310,7 @@ def shard_workers(
                 shard_clients.revive_shard,
             ],
             workflow_runner=RUNNER,
+            **WORKER_TUNING,
         )
     ]
 
@@ -317,6 +325,7 @@ def transition_workers(client: Client, sim: Fleet) -> list[Worker]:
             workflows=[MachineTransitionWorkflow],
             activities=[operators.generate_bootstrap, operators.notify],
             workflow_runner=RUNNER,
+            **WORKER_TUNING,
         )
     ]
 
