@@ -49,3 +49,15 @@ class Policy(BaseModel):
     health_missed_reports: Annotated[int, Field(ge=1, le=255)] = 3
     # Clusters silent this long age out of the needs table.
     max_silence_seconds: Seconds = 300.0
+    # Consolidation toward cheaper capacity (docs/engine.md, The cycle 5): a need holding its
+    # whole count moves a configured machine onto a free cheaper one when the effective cost
+    # saved is at least this much per hour...
+    consolidation_min_saving_per_hour: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 0.5
+    # ...and the saving over this many hours exceeds the need's reclamation penalty...
+    consolidation_horizon_hours: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    # ...at most this fraction of the shard's configured machines a cycle (at least one move);
+    # 0 turns consolidation off...
+    consolidation_max_fraction: Annotated[float, Field(ge=0, le=1)] = 0.02
+    # ...and only for a need whose count has not changed for this long (Karpenter's
+    # consolidateAfter): demand in flux would undo the move before it paid.
+    consolidation_stable_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 300.0

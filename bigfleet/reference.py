@@ -24,12 +24,15 @@ from .engine.common import (
     Decision,
     Preemption,
     age_shortfalls,
+    consolidation_budget,
     describe,
     domain_of,
+    move_domain,
     pick_same_domain,
     pick_same_wait_domain,
     pick_spread_domain,
     supply_key,
+    worth_moving,
 )
 from .models import (
     ConfigureAction,
@@ -56,6 +59,7 @@ class ReferenceEngine(ReferenceFleet):
         needs = list(needs)
         policy = self.policy
         out = Decision()
+        self.memory.observe_counts(needs, now)
         self._assigned = {}
         taken: set[int] = set()
         claims: dict[str, list[Rec]] = {}
@@ -130,20 +134,7 @@ class ReferenceEngine(ReferenceFleet):
                 else:
                     creates[(m.profile.provider, need.key)].append(m)
             assigned[need.key] = len(chosen)
-        for (provider, _), recs in creates.items():
-            need = holder[recs[0].ordinal]
-            for i in range(0, len(recs), policy.create_batch):
-                batch = recs[i : i + policy.create_batch]
-                out.actions.append(
-                    CreateAction(
-                        provider=provider,
-                        machine_ids=[m.id for m in batch],
-                        cluster=need.cluster,
-                        need=need.key,
-                        requirements=list(need.requirements),
-                        priority=need.priority,
-                    )
-                )
+        self._create(creates, holder, out)
 
         # Phase 2: inversions. Supply on its way first, then strictly lower priorities.
         free = sum(1 for m in self.machines if m.state in (S.IDLE, S.SPECULATIVE))
@@ -243,6 +234,65 @@ class ReferenceEngine(ReferenceFleet):
                 demand[matching[0].name if matching else label] += deficit
         out.shortfalls = age_shortfalls(self.memory, policy, unmet)
 
+        # Consolidation: a settled need moves its dearest machines onto free cheaper ones
+        # that fit it in the same domains, while the saving is worth the move.
+        budget = consolidation_budget(
+            policy, sum(1 for m in self.machines if m.state is S.CONFIGURED)
+        )
+        creates = defaultdict(list)
+        for need in needs:
+            if (
+                budget == 0
+                or not self._settled(need, claims[need.key], preempted, holder)
+                or not self.memory.stable(need, policy, now)
+            ):
+                continue
+            spare = [
+                m
+                for m in self.machines
+                if m.state in (S.IDLE, S.SPECULATIVE)
+                and m.ordinal not in taken
+                and m.ordinal not in earmarked
+                and self._matches(need, m)
+            ]
+            spare.sort(
+                key=lambda m: (
+                    supply_key(need, m.profile),
+                    m.state is S.SPECULATIVE,
+                    m.holder_reclamation if m.state is S.IDLE else 0.0,
+                    m.ordinal,
+                )
+            )
+            dearest_first = sorted(
+                (m for m in claims[need.key] if m.state is S.CONFIGURED),
+                key=lambda m: (-supply_key(need, m.profile)[0], m.profile.name, m.ordinal),
+            )
+            for old in dearest_first:
+                domains = move_domain(need, old.profile)
+                new = next(
+                    (
+                        m
+                        for m in spare
+                        if m.ordinal not in taken and move_domain(need, m.profile) == domains
+                    ),
+                    None,
+                )
+                saving = supply_key(need, old.profile)[0] - (
+                    supply_key(need, new.profile)[0] if new else 0.0
+                )
+                if budget == 0 or new is None or not worth_moving(need, policy, saving):
+                    continue
+                budget -= 1
+                out.consolidations[need.key] = out.consolidations.get(need.key, 0) + 1
+                taken.add(new.ordinal)
+                holder[new.ordinal] = self._assigned[new.ordinal] = need
+                demand[new.profile.name] += 1
+                if new.state is S.IDLE:
+                    out.actions.append(self._configure(need, new))
+                else:
+                    creates[(new.profile.provider, need.key)].append(new)
+        self._create(creates, holder, out)
+
         # Phase 3: excess configured machines drain, most expensive first (seed §8).
         excess = [
             m
@@ -263,6 +313,42 @@ class ReferenceEngine(ReferenceFleet):
         self.memory.observe_demand(demand, policy)
         self._idle_and_upkeep(out, taken, now)
         return out
+
+    def _create(
+        self, creates: dict[tuple[str, str], list[Rec]], holder: dict[int, Need], out: Decision
+    ) -> None:
+        """Create actions for speculative machines assigned to a need, per (provider, need)."""
+        for (provider, _), recs in creates.items():
+            need = holder[recs[0].ordinal]
+            for i in range(0, len(recs), self.policy.create_batch):
+                batch = recs[i : i + self.policy.create_batch]
+                out.actions.append(
+                    CreateAction(
+                        provider=provider,
+                        machine_ids=[m.id for m in batch],
+                        cluster=need.cluster,
+                        need=need.key,
+                        requirements=list(need.requirements),
+                        priority=need.priority,
+                    )
+                )
+
+    def _settled(
+        self, need: Need, claimed: list[Rec], preempted: set[int], holder: dict[int, Need]
+    ) -> bool:
+        """Whole count held, none preempted this cycle, and no unclaimed machine of its
+        cluster that could serve it still coming up (a move's replacement)."""
+        if need.count == 0 or len(claimed) < need.count:
+            return False
+        if any(m.ordinal in preempted for m in claimed):
+            return False
+        return not any(
+            m.state in (S.CONFIGURING, S.CREATING)
+            and m.cluster == need.cluster
+            and m.ordinal not in holder
+            and self._matches(need, m)
+            for m in self.machines
+        )
 
     def _choose(self, need: Need, claimed: list[Rec], supply: list[Rec], deficit: int) -> list[Rec]:
         if need.spec.same:

@@ -214,6 +214,10 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
 
     @workflow.run
     async def run(self, inp: ShardInput) -> None:
+        if not workflow.patched("consolidation"):
+            # A run begun before the engine consolidated decides, on replay, as it did then.
+            off = self.shard.policy.model_copy(update={"consolidation_max_fraction": 0.0})
+            self.shard.policy = self.shard.engine.policy = off
         if inp.snapshot is not None:
             await self._load(inp.snapshot, inp.joining)
         else:

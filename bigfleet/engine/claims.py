@@ -39,6 +39,12 @@ class ClusterClaims:
     claimed: dict[str, int] = field(default_factory=dict)
     # Configured machines no need claims: pid -> (first unclaimed position, count).
     excess: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # Profiles with configuring or creating machines no need claims: a consolidation's
+    # replacement still coming up.
+    pending: set[int] = field(default_factory=set)
+    # Needs that hold their whole count with no unclaimed machine for them coming up, each with
+    # its claims on CONFIGURED machines: what consolidation may move (unless preempted).
+    settled: dict[str, list[Claim]] = field(default_factory=dict)
 
 
 def claim_cluster(
@@ -90,6 +96,14 @@ def claim_cluster(
         if tally[CONFIGURED_SLOT] > 0:
             first = held[p][CONFIGURED_SLOT] - tally[CONFIGURED_SLOT]
             out.excess[p] = (first, tally[CONFIGURED_SLOT])
+        if any(tally[s] > 0 for s in CLAIM_SLOTS[1:]):
+            out.pending.add(p)
+    out.settled = {
+        n.key: [c for c in out.claims[n.key] if c.slot == CONFIGURED_SLOT]
+        for n in needs
+        if 0 < n.count == out.claimed[n.key]
+        and (not out.pending or out.pending.isdisjoint(supply.matching(n)))
+    }
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from math import inf
 
 from ..cost import effective_cost
 from ..models import Action, MachineState, NodeSelectorRequirement, Shortfall
@@ -35,7 +36,7 @@ class Preemption:
 class Decision:
     """One cycle's output. `satisfied` counts, per need key, the machines it holds or has on the
     way (claimed plus newly assigned); `earmarked` counts supply it waits for (draining or excess
-    machines, preemption victims)."""
+    machines, preemption victims). A consolidation's replacement is in neither."""
 
     actions: list[Action] = field(default_factory=list)
     shortfalls: list[Shortfall] = field(default_factory=list)
@@ -43,6 +44,9 @@ class Decision:
     earmarked: dict[str, int] = field(default_factory=dict)
     preemptions: list[Preemption] = field(default_factory=list)
     timed_out: list[str] = field(default_factory=list)
+    # Replacements started this cycle toward cheaper capacity, per need key (their configures
+    # and creates are among `actions`; the machines they replace drain once they are up).
+    consolidations: dict[str, int] = field(default_factory=dict)
 
     def count(self, kind: str) -> int:
         return sum(
@@ -56,6 +60,29 @@ class EngineMemory:
 
     shortfall_age: dict[str, int] = field(default_factory=dict)
     forecast: dict[str, float] = field(default_factory=dict)
+    # Per need key: its count and since when it has had it (consolidation waits for stability).
+    # Not in the shard's snapshot: after a restore every need counts as just changed.
+    count_since: dict[str, tuple[int, float]] = field(default_factory=dict)
+
+    def observe_counts(self, needs: list[Need], now: float) -> None:
+        seen = self.count_since
+        for n in needs:
+            had = seen.get(n.key)
+            if had is None or had[0] != n.count:
+                seen[n.key] = (n.count, now)
+        if len(seen) > len(needs):
+            present = {n.key for n in needs}
+            self.count_since = {k: v for k, v in seen.items() if k in present}
+
+    def stable(self, need: Need, policy: Policy, now: float) -> bool:
+        """The need's count has not changed for `consolidation_stable_seconds`."""
+        since = self.count_since.get(need.key, (need.count, now))[1]
+        return now - since >= policy.consolidation_stable_seconds
+
+    def next_stable(self, policy: Policy, now: float) -> float:
+        """When the next need not yet stable becomes so (infinity: all are)."""
+        wait = policy.consolidation_stable_seconds
+        return min((t + wait for _, t in self.count_since.values() if t + wait > now), default=inf)
 
     def wants_soon(self, profile: Profile, policy: Policy) -> bool:
         return self.forecast.get(profile.name, 0.0) >= policy.forecast_hold
@@ -133,6 +160,32 @@ def pick_spread_domain(
     if current.get(best, 0) + 1 - floor > max_skew:
         return None
     return best
+
+
+def consolidation_budget(policy: Policy, configured: int) -> int:
+    """Moves toward cheaper capacity a cycle may start: `consolidation_max_fraction` of the
+    shard's configured machines, at least one (none when the fraction is 0 or none is
+    configured)."""
+    if policy.consolidation_max_fraction <= 0 or configured <= 0:
+        return 0
+    return max(1, int(policy.consolidation_max_fraction * configured))
+
+
+def worth_moving(need: Need, policy: Policy, saving_per_hour: float) -> bool:
+    """A move saving `saving_per_hour` of effective cost is worth its disruption: at least
+    the policy's minimum saving, and the saving over the horizon exceeds what the need loses
+    by leaving its machine (its reclamation penalty)."""
+    return (
+        saving_per_hour >= policy.consolidation_min_saving_per_hour
+        and saving_per_hour * policy.consolidation_horizon_hours > need.spec.reclamation_penalty
+    )
+
+
+def move_domain(need: Need, profile: Profile) -> tuple[str | None, ...]:
+    """The domains a replacement must share with the machine it replaces: the need's `same`
+    key and its spread keys (so a move never breaks a `Same` placement nor changes a spread)."""
+    keys = ([need.spec.same] if need.spec.same else []) + [r.key for r in need.spec.spread]
+    return tuple(profile.label(k) for k in keys)
 
 
 def describe(requirements: Iterable[NodeSelectorRequirement]) -> str:

@@ -18,6 +18,7 @@ from ..needs import Need
 from ..policy import Policy
 from .claims import CONFIGURED_SLOT, ClusterClaims, claim_cluster
 from .common import Decision, EngineMemory, age_shortfalls
+from .consolidate import consolidate
 from .cycle import CycleState
 from .phase1 import Assignment, assign_free_capacity
 from .phase2 import emit_preemptions, resolve_inversions
@@ -38,6 +39,8 @@ class _Quiet:
     earmarked: dict[str, int]
     unmet: list
     demand: dict[str, int]
+    # A need becoming stable may start a consolidation: the outcome holds until then.
+    until: float
 
 
 class FastEngine:
@@ -79,13 +82,15 @@ class FastEngine:
         Takes the needs table (in table order: priority descending, then arrival) and the
         time; reads the inventory and the policy, and changes nothing in the inventory (that
         is `apply`'s job). Claims, then Phase 1 (`assign_free_capacity`), Phase 2
-        (`resolve_inversions`), shortfalls (seed §9), Phase 3 (`reclaim_excess`) and upkeep:
-        stuck transitions and health verification (seed §9).
+        (`resolve_inversions`), consolidation toward cheaper capacity (`consolidate`),
+        shortfalls (seed §9), Phase 3 (`reclaim_excess`) and upkeep: stuck transitions and
+        health verification (seed §9).
 
         Returns the `Decision`: actions in that order, satisfied and earmarked counts per
-        need key, preemptions, aged shortfalls and timed-out machine ids. Updates the
-        engine's memory (shortfall ages, demand forecast). A cycle whose inputs are exactly
-        those of a previous cycle that changed nothing repeats its outcome.
+        need key, preemptions, consolidations, aged shortfalls and timed-out machine ids.
+        Updates the engine's memory (shortfall ages, demand forecast, since when each need has
+        had its count). A cycle whose inputs are exactly those of a previous cycle that changed
+        nothing repeats its outcome, until a need becomes stable enough to consolidate.
         """
         inv, policy = self.inventory, self.policy
         needs = list(needs)
@@ -95,12 +100,15 @@ class FastEngine:
             and quiet.version == inv.version
             and len(quiet.needs) == len(needs)
             and all(a is b for a, b in zip(quiet.needs, needs, strict=True))
+            and now < quiet.until
         ):
             return self._repeat(quiet, now)
+        self.memory.observe_counts(needs, now)
         state = self._begin(needs)
         out = Decision()
         assignments = assign_free_capacity(state)
         victims, unmet = resolve_inversions(state, assignments, out)
+        assignments += consolidate(state, victims, out, now)
         out.shortfalls = age_shortfalls(self.memory, policy, unmet)
         self.memory.observe_demand(state.demand, policy)
 
@@ -117,14 +125,20 @@ class FastEngine:
         reclaim_excess(state, picker, out, taken, now)
         self._upkeep(out, now)
         changes = any(a.kind in ("create", "configure", "drain") for a in out.actions)
-        self._quiet = (
-            None
-            if changes
-            else _Quiet(
-                inv.version, needs, dict(out.satisfied), dict(out.earmarked), unmet, state.demand
-            )
-        )
+        self._quiet = None if changes else self._quiet_since(state, out, unmet, now)
         return out
+
+    def _quiet_since(self, state: CycleState, out: Decision, unmet: list, now: float) -> _Quiet:
+        """This cycle's outcome, to repeat while nothing it read changes."""
+        return _Quiet(
+            self.inventory.version,
+            state.needs,
+            dict(out.satisfied),
+            dict(out.earmarked),
+            unmet,
+            state.demand,
+            self.memory.next_stable(self.policy, now),
+        )
 
     def _begin(self, needs: list[Need]) -> CycleState:
         """The cycle's state: each cluster's claims (cached per cluster) and the free pools."""

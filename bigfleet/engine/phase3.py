@@ -20,8 +20,8 @@ S = MachineState
 def reclaim_excess(
     state: CycleState, picker: RowPicker, out: Decision, taken: np.ndarray, now: float
 ) -> None:
-    """Phase 3 of seed §8 ("reclaiming excess"; docs/engine.md, The cycle 5, and the idle
-    timeouts of 6).
+    """Phase 3 of seed §8 ("reclaiming excess"; docs/engine.md, The cycle 6, and the idle
+    timeouts of 7).
 
     Takes the cycle's claims (`state.claims`, whose `excess` are the CONFIGURED machines no
     need kept), the `picker` built with `excess_segments` among its configured segments, the

@@ -1,5 +1,6 @@
 """The fast engine against the reference engine (the seed's pseudo-code, plainly) on random
-fleets and roll-ups: same satisfied counts per need, same preemptions, same shortfalls."""
+fleets and roll-ups: same satisfied counts per need, same preemptions, same shortfalls, same
+consolidations toward cheaper capacity."""
 
 import random
 from collections import Counter
@@ -7,12 +8,23 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bigfleet import labels as L
 from bigfleet.engine import FastEngine
-from bigfleet.inventory import Inventory
+from bigfleet.inventory import GONE, STATES, Inventory
+from bigfleet.models import (
+    CapacityNeed,
+    ClusterCapacityNeeds,
+    MachineState,
+    NodeSelectorRequirement,
+    Operator,
+    TopologySpread,
+)
 from bigfleet.needs import NeedsTable
 from bigfleet.policy import Policy
 from bigfleet.reference import ReferenceEngine
-from bigfleet.synthetic import fleet, rollups
+from bigfleet.synthetic import OFFERS, PRIORITIES, fleet, rollups
+
+S = MachineState
 
 
 def summary(decision):
@@ -33,6 +45,7 @@ def summary(decision):
         "shortfalls": [(s.cluster, s.priority, s.count, s.profile) for s in decision.shortfalls],
         "actions": Counter(action_key(a) for a in decision.actions),
         "timed_out": sorted(decision.timed_out),
+        "consolidations": decision.consolidations,
     }
 
 
@@ -55,14 +68,136 @@ def run_both(seed, machines, clusters, needs, scale, cycles):
         ref.apply(b, now)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    seed=st.integers(0, 2**32 - 1),
-    machines=st.integers(0, 120),
-    clusters=st.integers(1, 6),
-    needs=st.integers(0, 4),
-    scale=st.sampled_from([1, 5, 30]),
-    cycles=st.integers(1, 3),
-)
+PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def shards(machines, clusters, needs, scale, cycles):
+    """Strategies for a random shard's size and history: (low, high) bounds, scales to pick."""
+    return {
+        "seed": st.integers(0, 2**32 - 1),
+        "machines": st.integers(*machines),
+        "clusters": st.integers(*clusters),
+        "needs": st.integers(*needs),
+        "scale": st.sampled_from(scale),
+        "cycles": st.integers(*cycles),
+    }
+
+
+@PROPERTY
+@given(**shards((0, 120), (1, 6), (0, 4), [1, 5, 30], (1, 3)))
 def test_fast_engine_decides_like_the_reference(seed, machines, clusters, needs, scale, cycles):
     run_both(seed, machines, clusters, needs, scale, cycles)
+
+
+# ---- consolidation: GPU needs any GPU offer fits, transitions that complete between cycles ----
+
+GPU_TYPES = sorted({o.instance_type for o in OFFERS if o.gpu})
+# Where a transition in flight ends when its provider reports back (a created machine comes up
+# IDLE and the transition pipeline configures it for the cluster it was created for).
+NEXT = {
+    S.CREATING: (S.IDLE, S.CONFIGURING),
+    S.CONFIGURING: (S.CONFIGURED,),
+    S.DRAINING: (S.IDLE,),
+    S.DELETING: (S.SPECULATIVE,),
+}
+
+
+def gpu_rollups(rng, clusters, needs, scale, generation):
+    """Needs any GPU machine fits (bare metal, reserved, spot, on-demand), so a need running on
+    dear capacity has cheaper free capacity to move to; some `Same` or spread by zone."""
+
+    def one():
+        kind = rng.random()
+        return CapacityNeed(
+            requirements=[
+                NodeSelectorRequirement(key=L.INSTANCE_TYPE, operator=Operator.IN, values=GPU_TYPES)
+            ],
+            priority=rng.choice(PRIORITIES),
+            count=rng.randint(1, scale),
+            same=L.ZONE if kind < 0.15 else None,
+            spread=[TopologySpread(key=L.ZONE, max_skew=1)] if 0.15 <= kind < 0.3 else [],
+            interruption_penalty=rng.choice((0.0, 5.0, 50.0)),
+            reclamation_penalty=rng.choice((0.0, 10.0, 100.0)),
+        )
+
+    return [
+        ClusterCapacityNeeds(
+            cluster=f"c{c:03d}", generation=generation, needs=[one() for _ in range(needs)]
+        )
+        for c in range(clusters)
+    ]
+
+
+def finish_transitions(fast, ref, kinds, now):
+    """The providers report every transition of the given kinds complete, on both engines."""
+    inv = fast.inventory
+    for row, code in enumerate(inv.state[: inv.rows_used].tolist()):
+        state = STATES[code] if code != GONE else None
+        if state in kinds:
+            cluster = inv.clusters.names[int(inv.cluster[row])] if state is S.CREATING else None
+            for target in NEXT[state]:
+                inv.move(row, target, now, cluster=cluster)
+    for rec in ref.machines:
+        if rec.state in kinds:
+            cluster = rec.cluster
+            for target in NEXT[rec.state]:
+                ref._move(rec, target, now, cluster)
+    codes = inv.state[: inv.rows_used]
+    assert Counter(STATES[c] for c in codes.tolist() if c != GONE) == Counter(
+        r.state for r in ref.machines
+    )
+
+
+def run_consolidation(seed, machines, clusters, needs, scale, cycles, policy):
+    rng = random.Random(seed)
+    fleet_machines = fleet(rng, machines, clusters, busy=rng.uniform(0.3, 0.9))
+    inv = Inventory()
+    inv.add(fleet_machines, 0)
+    fast, ref = FastEngine(inv, policy), ReferenceEngine(fleet_machines, policy)
+    table = NeedsTable(max_silence_seconds=float("inf"))
+    moved = 0
+    for generation in range(1, cycles + 1):
+        now = generation * 10
+        if generation == 1 or rng.random() < 0.2:
+            for rollup in gpu_rollups(rng, clusters, needs, scale, generation):
+                table.apply(rollup, now)
+        a, b = fast.decide(table, now), ref.decide(table, now)
+        assert summary(a) == summary(b), f"cycle {generation}"
+        moved += sum(a.consolidations.values())
+        fast.apply(a, now)
+        ref.apply(b, now)
+        kinds = {s for s in NEXT if rng.random() < 0.7}
+        finish_transitions(fast, ref, kinds, now + 5)
+    return moved
+
+
+@PROPERTY
+@given(
+    **shards((20, 150), (1, 4), (1, 3), [2, 6, 20], (2, 8)),
+    min_saving=st.sampled_from([0.5, 40.0]),
+    horizon=st.sampled_from([1.0, 10.0]),
+    fraction=st.sampled_from([0.0, 0.02, 0.5]),
+    stable=st.sampled_from([0.0, 20.0]),
+)
+def test_fast_engine_consolidates_like_the_reference(
+    seed, machines, clusters, needs, scale, cycles, min_saving, horizon, fraction, stable
+):
+    policy = Policy(
+        consolidation_min_saving_per_hour=min_saving,
+        consolidation_horizon_hours=horizon,
+        consolidation_max_fraction=fraction,
+        consolidation_stable_seconds=stable,
+    )
+    run_consolidation(seed, machines, clusters, needs, scale, cycles, policy)
+
+
+AT_ONCE = Policy(consolidation_stable_seconds=0)
+
+
+def test_the_consolidation_scenarios_do_consolidate():
+    """The generator above is worth running: most of its fleets move work to cheaper capacity."""
+    rng = random.Random(13)
+    moved = [
+        run_consolidation(rng.randrange(2**32), 100, 3, 2, 6, 6, AT_ONCE) for _ in range(20)
+    ]
+    assert sum(1 for m in moved if m) >= 10, moved
