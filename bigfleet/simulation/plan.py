@@ -241,11 +241,12 @@ def render_plan(result: dict[str, Any]) -> str:
         out += ["", "at those fleets:"]
         out += table([label for label, _ in runs], summary_rows([r["summary"] for _, r in runs]))
         d = result["difference"]
+        fewer, saved = d["machines_saved"], d["cost_saved"]
         out += [
             "",
-            f"BigFleet needs {d['machines_saved']} fewer machines "
-            f"(${d['owned_per_hour_saved']:,.2f}/h of owned capacity; "
-            f"${d['cost_saved']:,.2f} less over the run)",
+            f"BigFleet needs {abs(fewer)} {'fewer' if fewer >= 0 else 'more'} owned machines "
+            f"(${abs(d['owned_per_hour_saved']):,.2f}/h of owned capacity) and costs "
+            f"${abs(saved):,.2f} {'less' if saved >= 0 else 'more'} over the run",
         ]
     else:
         for label, r in runs:
