@@ -15,7 +15,7 @@ from . import labels as L
 from .machine_ids import MachineIds
 from .models import HostRef, Machine, MachineState
 from .profiles import Profile, ProfileTable
-from .states import check_transition, has_host
+from .states import LEGAL, check_transition, has_host
 
 STATES: tuple[MachineState, ...] = tuple(MachineState)
 CODE: dict[MachineState, int] = {s: i for i, s in enumerate(STATES)}
@@ -268,15 +268,103 @@ class Inventory:
             self.last_error.pop(row, None)
             if state is not MachineState.FAILED:
                 self.failed_from[row] = GONE
-        if target in (MachineState.SPECULATIVE, MachineState.IDLE):
-            self.cluster[row] = NONE16
-            self.missed[row] = 0
-        elif cluster is not None:
-            self.cluster[row] = self.clusters.intern(cluster)
-        self.state[row] = CODE[target]
-        self.since[row] = int(now)
+        self._place(row, target, now, cluster)
         self._count(row, +1)
         self.version += 1
+
+    def move_many(
+        self, rows: Sequence[int], target: MachineState, now: float, cluster: str | None = None
+    ) -> None:
+        """`move` for each of `rows` in order, to one target, with the same outcome (columns,
+        counts, the order of every tally) but one numpy pass per column; FAILED targets and any
+        batch `move` would refuse go one by one, so errors and their partial effects match."""
+        idx = np.asarray(rows, dtype=np.int64)
+        codes = self.state[idx]
+        old = np.unique(codes).tolist()
+        if (
+            target is MachineState.FAILED
+            or any(c >= len(STATES) or (STATES[c], target) not in LEGAL for c in old)
+            or len(np.unique(idx)) != len(idx)
+            or (
+                target is MachineState.CONFIGURING
+                and cluster is None
+                and bool((self.cluster[idx] == NONE16).any())
+            )
+        ):
+            for row in idx.tolist():
+                self.move(row, target, now, cluster=cluster)
+            return
+        old_clusters = self.cluster[idx].copy()
+        if self.last_error:
+            for row in set(self.last_error).intersection(idx.tolist()):
+                del self.last_error[row]
+        self.failed_from[idx[codes != CODE[MachineState.FAILED]]] = GONE
+        self._place(idx, target, now, cluster)
+        pids = self.profile[idx]
+        np.subtract.at(self.counts, (codes.astype(np.int64), pids.astype(np.int64)), 1)
+        np.add.at(self.counts[CODE[target]], pids.astype(np.int64), 1)
+        self._recount_held(codes, old_clusters, self.cluster[idx], pids, HELD_SLOT.get(target))
+        self.version += len(idx)
+
+    def _place(
+        self, rows: int | np.ndarray, target: MachineState, now: float, cluster: str | None
+    ) -> None:
+        """A move's new state, time and cluster (SPECULATIVE and IDLE unbind) for one row or
+        an array of them."""
+        if target in (MachineState.SPECULATIVE, MachineState.IDLE):
+            self.cluster[rows] = NONE16
+            self.missed[rows] = 0
+        elif cluster is not None:
+            self.cluster[rows] = self.clusters.intern(cluster)
+        self.state[rows] = CODE[target]
+        self.since[rows] = int(now)
+
+    def _recount_held(
+        self,
+        codes: np.ndarray,
+        old_clusters: np.ndarray,
+        new_clusters: np.ndarray,
+        pids: np.ndarray,
+        new_slot: int | None,
+    ) -> None:
+        """The `held` half of `_count(row, -1)` then `_count(row, +1)` for moved rows, in order."""
+        slot_of = [HELD_SLOT.get(s) for s in STATES]
+        n_slots = len(HELD_STATES)
+        held, versions = self.held, self.cluster_version
+        leaving = [c for c in np.unique(codes).tolist() if slot_of[c] is not None]
+        if new_slot is not None and len(set(new_clusters.tolist())) == 1 and not (
+            leaving and bool((old_clusters[np.isin(codes, leaving)] != NONE16).any())
+        ):
+            # Only additions, to one cluster: tallies grow (none empties), profiles first seen
+            # in row order, as one by one.
+            c_new = int(new_clusters[0])
+            if c_new == NONE16:
+                return
+            uniq, first, k = np.unique(pids, return_index=True, return_counts=True)
+            per_profile = held.setdefault(c_new, {})
+            for i in np.argsort(first, kind="stable").tolist():
+                per_profile.setdefault(int(uniq[i]), [0] * n_slots)[new_slot] += int(k[i])
+            versions[c_new] = versions.get(c_new, 0) + len(pids)
+            return
+        for code, c_old, c_new, pid in zip(
+            codes.tolist(), old_clusters.tolist(), new_clusters.tolist(), pids.tolist(),
+            strict=True,
+        ):
+            slot = slot_of[code]
+            if c_old != NONE16 and slot is not None:
+                per_profile = held.setdefault(c_old, {})
+                tally = per_profile.setdefault(pid, [0] * n_slots)
+                tally[slot] -= 1
+                if not any(tally):
+                    del per_profile[pid]
+                versions[c_old] = versions.get(c_old, 0) + 1
+            if c_new != NONE16 and new_slot is not None:
+                per_profile = held.setdefault(c_new, {})
+                tally = per_profile.setdefault(pid, [0] * n_slots)
+                tally[new_slot] += 1
+                if not any(tally):
+                    del per_profile[pid]
+                versions[c_new] = versions.get(c_new, 0) + 1
 
     def set_holder(
         self, rows: np.ndarray, priority: int, interruption: float, reclamation: float

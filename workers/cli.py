@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from bigfleet import cli as core
 from workers import (
     audit_verb,
+    bench_fleet,
     bench_temporal,
     config_verb,
     dev,
@@ -93,6 +94,7 @@ def parser() -> argparse.ArgumentParser:
         register(subparsers)
     # `bench temporal` (workers/bench_temporal.py) beside the offline `bench engine|snapshot`.
     bench_temporal.register(_subparsers(subparsers.choices["bench"]))
+    bench_fleet.register(_subparsers(subparsers.choices["bench"]))
     return top
 
 

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.models import (
         MachineState,
         Transition,
+        from_wire,
     )
     from bigfleet.policy import Policy
     from bigfleet.shard import Shard
@@ -341,7 +342,8 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
     async def _load(self, ref: SnapshotRef, joining: bool) -> None:
         """The state the last run left in the snapshot store, with its queued starts."""
         state = await self.store.get(ref)
-        queued = [TransitionInput.model_validate(t) for t in state.pop("pipeline", [])]
+        # Stored as JSON: read back as JSON (strict enums take "In", not only Operator.IN).
+        queued = [from_wire(TransitionInput, t) for t in state.pop("pipeline", [])]
         self._restore(state, joining)
         self.pipeline = queued + self.pipeline
         self.restoring = False

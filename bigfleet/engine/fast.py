@@ -261,15 +261,32 @@ class FastEngine:
                 rows, need.priority, need.spec.interruption_penalty, need.spec.reclamation_penalty
             )
         self._holders = []
-        for action in decision.actions:
-            if action.kind == "create":
-                for mid in action.machine_ids:
-                    inv.move(row(mid), S.CREATING, now, cluster=action.cluster)
-            elif action.kind == "configure":
-                inv.move(row(action.machine_id), S.CONFIGURING, now, cluster=action.cluster)
-            elif action.kind == "drain":
-                inv.move(row(action.machine_id), S.DRAINING, now)
-            elif action.kind == "delete":
-                inv.move(row(action.machine_id), S.DELETING, now)
+        for target, cluster, mids in _runs(decision.actions):
+            inv.move_many([row(mid) for mid in mids], target, now, cluster=cluster)
         for mid in decision.timed_out:
             inv.move(row(mid), S.FAILED, now, error="transition timed out")
+
+
+_TARGET = {
+    "create": S.CREATING,
+    "configure": S.CONFIGURING,
+    "drain": S.DRAINING,
+    "delete": S.DELETING,
+}
+
+
+def _runs(actions: list) -> list[tuple[MachineState, str | None, list[str]]]:
+    """The actions' moves as runs of one target and destination cluster, in action order, so
+    each run moves as one batch exactly as its moves one by one would."""
+    runs: list[tuple[MachineState, str | None, list[str]]] = []
+    for action in actions:
+        target = _TARGET.get(action.kind)
+        if target is None:
+            continue
+        cluster = action.cluster if target in (S.CREATING, S.CONFIGURING) else None
+        mids = action.machine_ids if action.kind == "create" else [action.machine_id]
+        if runs and runs[-1][0] is target and runs[-1][1] == cluster:
+            runs[-1][2].extend(mids)
+        else:
+            runs.append((target, cluster, list(mids)))
+    return runs

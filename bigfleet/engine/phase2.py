@@ -218,10 +218,8 @@ def _unmet(state: CycleState, need: Need, deficit: int) -> tuple[Need, int, str]
     of (else by the requirements); the missing machines count as demand for that profile."""
     inv = state.inventory
     profiles = inv.profiles.profiles
-    counts = inv.counts
-    known = [
-        p for p in state.supply.matching(need) if p < counts.shape[1] and counts[:, p].sum() > 0
-    ]
+    present = (inv.counts.sum(axis=0) > 0).tolist()
+    known = [p for p in state.supply.matching(need) if p < len(present) and present[p]]
     best = min(known, key=lambda p: supply_key(need, profiles[p]), default=None)
     label = profiles[best].short_name if best is not None else describe(need.requirements)
     state.demand[profiles[best].name if best is not None else label] += deficit

@@ -6,11 +6,16 @@ three phases depend on this module and never on the engine that runs them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ..inventory import CODE, Inventory
-from ..models import MachineState
+from ..labels import MACHINE_KEYS
+from ..models import MachineState, NodeSelectorRequirement, Resources
 from ..needs import Need
+from ..profiles import Profile, ProfileTable
+from ..requirements import requirement_matches
 from .common import need_matches, supply_key
 
 
@@ -22,6 +27,7 @@ class SupplyIndex:
         self.inventory = inventory
         self._match: dict[str, tuple[int, frozenset[int]]] = {}
         self._rank: dict[str, tuple[int, dict[int, int]]] = {}
+        self._columns = _MatchColumns(inventory.profiles)
 
     def matching(self, need: Need) -> frozenset[int]:
         """Profiles whose machines satisfy the need's requirements and resources (and carry
@@ -30,7 +36,7 @@ class SupplyIndex:
         cached = self._match.get(need.signature)
         if cached is not None and cached[0] == len(table):
             return cached[1]
-        pids = table.matching(need.signature, need.requirements, need.spec.resources)
+        pids = self._columns.matching(need.requirements, need.spec.resources)
         found = frozenset(
             p for p in pids.tolist() if need_matches(need, table.profiles[p], True)
         )
@@ -48,6 +54,47 @@ class SupplyIndex:
         rank = {p: i for i, p in enumerate(order)}
         self._rank[need.signature] = (len(table), rank)
         return rank
+
+
+class _MatchColumns:
+    """`ProfileTable.matching` by column: one boolean per profile for each distinct requirement
+    and resource floor, kept across needs (many needs share a requirement) and extended only
+    over profiles interned since, so a new need costs one AND per requirement."""
+
+    def __init__(self, table: ProfileTable) -> None:
+        self.table = table
+        self._masks: dict[tuple, np.ndarray] = {}
+
+    def matching(
+        self, requirements: tuple[NodeSelectorRequirement, ...], resources: Resources
+    ) -> np.ndarray:
+        floor = ("resources", resources.cpu, resources.memory_gib, resources.gpu)
+        mask = self._mask(floor, lambda p: p.resources.covers(resources)).copy()
+        for r in requirements:
+            mask &= self._mask(("requirement", r.key, r.operator, tuple(r.values)), _fits(r))
+        return np.flatnonzero(mask)
+
+    def _mask(self, key: tuple, test: Callable[[Profile], bool]) -> np.ndarray:
+        profiles = self.table.profiles
+        mask = self._masks.get(key, np.zeros(0, dtype=bool))
+        if len(mask) < len(profiles):
+            fresh = np.fromiter((test(p) for p in profiles[len(mask) :]), dtype=bool)
+            mask = np.concatenate([mask, fresh])
+            self._masks[key] = mask
+        return mask
+
+
+def _fits(r: NodeSelectorRequirement) -> Callable[[Profile], bool]:
+    """One requirement as `all_match` applies it: a key the machine neither carries nor owns
+    (`MACHINE_KEYS`) is left to the operator."""
+
+    def fits(p: Profile) -> bool:
+        labels = p.label_map
+        return (r.key not in labels and r.key not in MACHINE_KEYS) or requirement_matches(
+            r, labels
+        )
+
+    return fits
 
 
 def free_pool(counts: np.ndarray, state: MachineState) -> dict[int, int]:

@@ -1,0 +1,76 @@
+"""`Inventory.move_many` (the engine's batched apply) leaves the inventory exactly as moving
+the same machines one by one does: columns, counts, per-cluster tallies and their order."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from bigfleet.inventory import Inventory
+from bigfleet.models import MachineState
+from bigfleet.states import IllegalTransition
+from bigfleet.synthetic import fleet
+
+S = MachineState
+
+
+def _inventory() -> Inventory:
+    inv = Inventory(capacity=400)
+    inv.add(fleet(random.Random(3), 400, 5), 0)
+    return inv
+
+
+def _snapshot(inv: Inventory) -> tuple:
+    n = inv.rows_used
+    columns = dict(
+        state=inv.state[:n].copy(),
+        cluster=inv.cluster[:n].copy(),
+        since=inv.since[:n].copy(),
+        missed=inv.missed[:n].copy(),
+        failed_from=inv.failed_from[:n].copy(),
+    )
+    held = [(c, [(p, list(t)) for p, t in per.items()]) for c, per in inv.held.items()]
+    return columns, inv.counts.copy(), held, dict(inv.cluster_version), inv.version
+
+
+def _same(a: tuple, b: tuple) -> None:
+    for name in a[0]:
+        assert np.array_equal(a[0][name], b[0][name]), name
+    assert np.array_equal(a[1], b[1])
+    assert a[2:] == b[2:]
+
+
+@pytest.mark.parametrize(
+    ("source", "target", "cluster"),
+    [
+        (S.IDLE, S.CONFIGURING, "c001"),
+        (S.SPECULATIVE, S.CREATING, "c002"),
+        (S.CONFIGURED, S.DRAINING, None),
+        (S.IDLE, S.DELETING, None),
+    ],
+)
+def test_batch_equals_one_by_one(source: S, target: S, cluster: str | None) -> None:
+    one, batch = _inventory(), _inventory()
+    rows = np.flatnonzero(one.state[: one.rows_used] == list(S).index(source))[:40].tolist()
+    assert rows, f"the synthetic fleet has no {source} machine"
+    for row in rows:
+        one.move(row, target, 50.0, cluster=cluster)
+    batch.move_many(rows, target, 50.0, cluster=cluster)
+    _same(_snapshot(one), _snapshot(batch))
+
+
+def test_illegal_move_in_a_batch_is_refused_as_one_by_one() -> None:
+    one, batch = _inventory(), _inventory()
+    idle = np.flatnonzero(one.state[: one.rows_used] == list(S).index(S.IDLE))[:3].tolist()
+    configured = np.flatnonzero(one.state[: one.rows_used] == list(S).index(S.CONFIGURED))[0]
+    rows = [*idle, int(configured)]
+    for inv, move in ((one, None), (batch, "many")):
+        with pytest.raises(IllegalTransition):
+            if move:
+                inv.move_many(rows, S.DELETING, 50.0)
+            else:
+                for row in rows:
+                    inv.move(row, S.DELETING, 50.0)
+    _same(_snapshot(one), _snapshot(batch))
