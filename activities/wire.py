@@ -217,12 +217,18 @@ class ShardConfig(Model):
     max_cycles_per_run: int = 500
     policy: dict[str, Any] = Field(default_factory=dict)
     transition_poll_seconds: float = 5.0
+    # Transition workflows started in one cycle at most; the rest start in the next cycles
+    # (workflows/outbox.py: a workflow task's commands stay far below gRPC's 4 MB).
+    max_starts_per_cycle: int = Field(default=2000, ge=1)
     # Coordinator instructions taking more than this share of the shard's machines are refused.
     max_share: float = Field(default=MAX_SHARE, gt=0, le=1)
     # State larger than this crosses continue-as-new through the snapshot store, in parts of
     # `snapshot_part_bytes` (Temporal refuses a payload over 2 MB and warns over 512 KB).
     snapshot_inline_bytes: int = Field(default=INLINE_BYTES, ge=1)
     snapshot_part_bytes: int = Field(default=INLINE_BYTES, ge=1)
+    # Parts moved in one workflow task at most, in bytes (its commands or the results it
+    # reads travel in one gRPC message, refused over 4 MB).
+    snapshot_wave_bytes: int = Field(default=1_600_000, ge=1)
     # Adopting a fleet's machines at a fresh start: past this much history the shard continues
     # as new and adopts the rest in the next run (Temporal terminates a workflow past 50 MB;
     # each machine listed costs ~90 bytes of history).

@@ -8,13 +8,16 @@ stored as (interned prefix, number) and looked up through a numpy hash table.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import numpy as np
 
 _SPLIT = re.compile(r"^(.*?)(\d{1,9})$")
 _EMPTY = -1
 _GONE = -2
-_MULT = np.uint64(0x9E3779B97F4A7C15)
+_MULT_INT = 0x9E3779B97F4A7C15
+_MULT = np.uint64(_MULT_INT)
+_MASK64 = (1 << 64) - 1
 
 
 class MachineIds:
@@ -91,18 +94,48 @@ class MachineIds:
         pid = self._prefix_ids.get((text, width if digits else -1))
         if pid is None:
             return -1
-        key = np.array([(pid << 32) | (int(digits) if digits else 0)], dtype=np.uint64)
+        number = int(digits) if digits else 0
+        # `_hash` in Python integers (one id: numpy's per-call cost would be most of it).
         size = len(self._table)
-        slot = int(self._hash(key)[0])
+        slot = ((((pid << 32) | number) * _MULT_INT) & _MASK64) >> 20
+        slot %= size
+        table, prefix, numbers = self._table, self.prefix, self.number
         while True:
-            row = int(self._table[slot])
+            row = int(table[slot])
             if row == _EMPTY:
                 return -1
-            if row >= 0 and int(self.prefix[row]) == pid and int(self.number[row]) == int(
-                key[0] & np.uint64(0xFFFFFFFF)
-            ):
+            if row >= 0 and int(prefix[row]) == pid and int(numbers[row]) == number:
                 return row
             slot = (slot + 1) % size
+
+    def find_many(self, machine_ids: Sequence[str]) -> np.ndarray:
+        """The rows of many ids at once (-1 for an unknown one): the ids split in Python, the
+        table probed by column."""
+        n = len(machine_ids)
+        keys = np.zeros(n, dtype=np.uint64)
+        known = np.zeros(n, dtype=bool)
+        prefix_ids = self._prefix_ids
+        for i, machine_id in enumerate(machine_ids):
+            m = _SPLIT.match(machine_id)
+            text, digits = (m.group(1), m.group(2)) if m else (machine_id, "")
+            width = len(digits) if digits.startswith("0") else 0
+            pid = prefix_ids.get((text, width if digits else -1))
+            if pid is not None:
+                keys[i] = (pid << 32) | (int(digits) if digits else 0)
+                known[i] = True
+        rows = np.full(n, -1, dtype=np.int64)
+        pending = np.flatnonzero(known)
+        size = np.uint64(len(self._table))
+        slot = self._hash(keys[pending])
+        while len(pending):
+            row = self._table[slot.astype(np.int64)].astype(np.int64)
+            live = row >= 0
+            match = np.zeros(len(pending), dtype=bool)
+            match[live] = self._keys(row[live]) == keys[pending[live]]
+            rows[pending[match]] = row[match]
+            going = ~match & (row != _EMPTY)  # a hit elsewhere, or a forgotten slot: probe on
+            pending, slot = pending[going], (slot[going] + np.uint64(1)) % size
+        return rows
 
     def forget(self, machine_id: str) -> int:
         """Remove an id (the machine left the shard); returns its row."""
@@ -114,9 +147,7 @@ class MachineIds:
         return row
 
     def nbytes(self, rows: int) -> int:
-        return int(
-            self.prefix[:rows].nbytes + self.number[:rows].nbytes + self._table.nbytes
-        )
+        return int(self.prefix[:rows].nbytes + self.number[:rows].nbytes + self._table.nbytes)
 
 
 def _table_size(capacity: int) -> int:

@@ -11,7 +11,7 @@ inventory. Nothing here does I/O or knows about Temporal.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -313,42 +313,53 @@ class Shard:
             out[m.state.value] += 1
         return out
 
-    def operator_updates(self, decision: Decision) -> list[OperatorUpdate]:
+    def operator_updates(
+        self, decision: Decision, chunk: int | None = None
+    ) -> Iterator[OperatorUpdate]:
         """What each cluster touched by this cycle's actions hears (seed §6 step 7, §13 step 6):
         nodes on their way, machines being reclaimed with their grace periods, and capacity
-        still available."""
-        upcoming: dict[str, list[UpcomingNode]] = {}
+        still available. With `chunk`, a cluster's news comes as updates of at most `chunk`
+        machines each; they are built as they are read (one cycle can announce 70 000)."""
+        upcoming: dict[str, list[str]] = {}
         reclaims: dict[str, list[Reclaim]] = {}
-        profile_of = self.inventory.profile_of
-        row = self.inventory.row
         for a in decision.actions:
             if a.kind == "create" and a.cluster:
-                upcoming.setdefault(a.cluster, []).extend(
-                    UpcomingNode(machine_id=m, instance_type=profile_of(row(m)).instance_type)
-                    for m in a.machine_ids
-                )
+                upcoming.setdefault(a.cluster, []).extend(a.machine_ids)
             elif a.kind == "configure":
-                kind = profile_of(row(a.machine_id)).instance_type
-                upcoming.setdefault(a.cluster, []).append(
-                    UpcomingNode(machine_id=a.machine_id, instance_type=kind)
-                )
+                upcoming.setdefault(a.cluster, []).append(a.machine_id)
             elif a.kind == "drain" and a.cluster:
                 reclaims.setdefault(a.cluster, []).append(
-                    Reclaim(machine_id=a.machine_id, grace_seconds=a.grace_seconds)
+                    Reclaim.model_construct(machine_id=a.machine_id, grace_seconds=a.grace_seconds)
                 )
         clusters = sorted(set(upcoming) | set(reclaims))
         if not clusters:
-            return []
+            return
+        # Instance types by column; nodes built unvalidated (model_construct): their ids and
+        # kinds come from the inventory.
+        inv = self.inventory
+        announced = [m for c in clusters for m in upcoming.get(c, [])]
+        rows = inv.ids.find_many(announced)
+        if (rows < 0).any():
+            raise MachineNotFound(announced[int(np.flatnonzero(rows < 0)[0])])
+        kinds = [p.instance_type for p in inv.profiles.profiles]
+        kind_of = inv.profile[rows].tolist()
+        node = UpcomingNode.model_construct
         available = self.available()
-        return [
-            OperatorUpdate(
-                cluster=c,
-                upcoming=upcoming.get(c, []),
-                reclaims=reclaims.get(c, []),
-                available=available,
-            )
-            for c in clusters
-        ]
+        at = 0
+        for c in clusters:
+            ids, gone = upcoming.get(c, []), reclaims.get(c, [])
+            size = chunk or len(ids) + len(gone)
+            for lo in range(0, len(ids) + len(gone), size):
+                # Upcoming nodes first, then reclaims, `size` of them a chunk.
+                hi = lo + size
+                part = ids[lo:hi]
+                taken = gone[max(0, lo - len(ids)) : max(0, hi - len(ids))]
+                nodes = [
+                    node(machine_id=m, instance_type=kinds[k])
+                    for m, k in zip(part, kind_of[at : at + len(part)], strict=True)
+                ]
+                at += len(part)
+                yield OperatorUpdate(cluster=c, upcoming=nodes, reclaims=taken, available=available)
 
     def available(self) -> dict[str, int]:
         """Idle and speculative machines per instance type: what BigFleet could still provide."""

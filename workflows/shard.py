@@ -12,7 +12,6 @@ pure `decide()` and starts the transition workflows it asks for.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -24,8 +23,6 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.wire import (
-        SHARD_TASK_QUEUE,
-        TRANSITION_TASK_QUEUE,
         AdoptCursor,
         ShardConfig,
         ShardInput,
@@ -49,13 +46,13 @@ with workflow.unsafe.imports_passed_through():
     from workflows.guard import Guard, TakesSignals, accepts
     from workflows.instruction_steps import InstructionSteps
     from workflows.instructions import InstructionHandlers
-    from workflows.provider_sync import QUICK, ProviderSync
+    from workflows.outbox import NOTICE_ITEMS, Outbox
+    from workflows.provider_sync import ProviderSync
     from workflows.shadow import ShadowSync
     from workflows.snapshot_store import SnapshotStore
 
 S = MachineState
 T = Transition
-START_BATCH = 200
 MAX_CREATE_BATCH = 64  # machines a transition (a batched create) may report
 PENDING_RESULTS = 50_000  # transition results waiting for the next cycle
 EARLY_ROLLUP_BYTES = 500_000  # roll-ups waiting while the state is read back or written
@@ -82,6 +79,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
         self.providers = ProviderSync(self.shard, self.cfg, self.inputs, self._note_failure)
         self.shadow = ShadowSync(self.shard, self.cfg, self.providers, self._note_failure)
         self.store = SnapshotStore(self.cfg)
+        self.outbox = Outbox(self.cfg, self._note_failure)
         self._restore(inp.state, inp.joining)
         self.forward: dict[str, dict[str, Any]] = {}
         self.results: list[TransitionResult] = list(inp.results)
@@ -191,6 +189,8 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
             "inherited": self.steps.inherited,
             "failures": self.failures,
             "shadow": self.cfg.shadow,
+            # Transitions decided but not started yet (over `max_starts_per_cycle`).
+            "queued_starts": len(self.pipeline),
         }
 
     @workflow.query
@@ -278,13 +278,15 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
         verify = partial(self.providers.verify, decision, now)
         await self._survive("verifying silent machines", verify)
         starts = self.pipeline + [self.inputs.of_action(a) for a in decision.actions]
-        self.pipeline = []
-        await self._start([s for s in starts if s is not None])
-        for update in self.shard.operator_updates(decision):
-            # Not awaited (the cycle goes on); a failure is read and shown in `status`.
-            workflow.start_activity(
-                "notify_operator", update, task_queue=TRANSITION_TASK_QUEUE, **QUICK
-            ).add_done_callback(self._notified)
+        self.pipeline = []  # (instructions may queue more while the starts go out)
+        # Runs begun before bounded cycles replay as they ran (every start in one task).
+        bounded = workflow.patched("bounded-cycle")
+        left = await self.outbox.send(
+            [s for s in starts if s is not None],
+            self.shard.operator_updates(decision, NOTICE_ITEMS if bounded else None),
+            bounded,
+        )
+        self.pipeline = left + self.pipeline
         if now >= next_reconcile and self.providers.owed:
             await self._survive("catching up with providers", self.providers.catch_up)
         if now >= next_reconcile and await self._survive(
@@ -362,27 +364,6 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
         if not (self.steps.joining or self.steps.merging):
             await self.providers.capacity(now, self.steps.inherited)
 
-    async def _start(self, starts: list[TransitionInput]) -> None:
-        """Start the transition workflows; in batches far below Temporal's 2 MB payload limit.
-        A batch that could not be started is queued for the next cycle (starting is
-        idempotent: a workflow already started is found, not started twice)."""
-        batches = [starts[i : i + START_BATCH] for i in range(0, len(starts), START_BATCH)]
-        outcomes = await asyncio.gather(
-            *(
-                workflow.execute_activity(
-                    "start_transitions", batch, task_queue=SHARD_TASK_QUEUE, **QUICK
-                )
-                for batch in batches
-            ),
-            return_exceptions=True,
-        )
-        for batch, outcome in zip(batches, outcomes, strict=True):
-            if isinstance(outcome, ActivityError):
-                self._note_failure("starting transitions", outcome)
-                self.pipeline += batch
-            elif isinstance(outcome, BaseException):
-                raise outcome
-
     async def _survive(self, what: str, *steps: Callable[[], Awaitable[None]]) -> bool:
         """Run periodic steps that read the outside world, in order; one that fails after its
         retries (a provider down, a malformed reply) is logged and surfaced in `status`, the
@@ -395,15 +376,6 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
                 self._note_failure(what, err)
                 return False
         return True
-
-    def _notified(self, handle: asyncio.Future[Any]) -> None:
-        if handle.cancelled():
-            return
-        err = handle.exception()
-        if isinstance(err, ActivityError):
-            self._note_failure("notifying an operator", err)
-        elif err is not None:
-            workflow.logger.warning("shard %s: notifying an operator: %s", self.shard.id, err)
 
     def _note_failure(self, what: str, err: ActivityError) -> None:
         cause = err.cause if err.cause is not None else err

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -26,6 +26,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.provider_sync import PATIENT, QUICK
 
 
+T = TypeVar("T")
+
+
 class SnapshotStore:
     def __init__(self, cfg: ShardConfig) -> None:
         self.cfg = cfg
@@ -35,41 +38,53 @@ class SnapshotStore:
         blob = json.dumps(state, separators=(",", ":"))
         return blob if len(blob) > self.cfg.snapshot_inline_bytes else None
 
+    def _waves(self, parts: list[T]) -> list[list[T]]:
+        """Parts in waves of at most `snapshot_wave_bytes`, one workflow task each: a task's
+        commands (or the results it reads) travel in one gRPC message, refused over 4 MB.
+        Runs begun before this replay as they ran: every part at once."""
+        per = max(1, self.cfg.snapshot_wave_bytes // self.cfg.snapshot_part_bytes)
+        if len(parts) <= per or not workflow.patched("snapshot-waves"):
+            return [parts]
+        return [parts[i : i + per] for i in range(0, len(parts), per)]
+
     async def put(self, blob: str) -> SnapshotRef:
         """Write an encoded state in parts of `snapshot_part_bytes`; the reference the next
         run carries instead of the state."""
         key = f"{shard_workflow_id(self.cfg.shard)}/{workflow.info().run_id}"
         size = self.cfg.snapshot_part_bytes
         parts = [blob[i : i + size] for i in range(0, len(blob), size)]
-        await asyncio.gather(
-            *(
-                workflow.execute_activity(
-                    "snapshot_put",
-                    SnapshotPart(key=key, part=i, data=data),
-                    task_queue=SHARD_TASK_QUEUE,
-                    **QUICK,
+        for wave in self._waves(list(enumerate(parts))):
+            await asyncio.gather(
+                *(
+                    workflow.execute_activity(
+                        "snapshot_put",
+                        SnapshotPart(key=key, part=i, data=data),
+                        task_queue=SHARD_TASK_QUEUE,
+                        **QUICK,
+                    )
+                    for i, data in wave
                 )
-                for i, data in enumerate(parts)
             )
-        )
         digest = hashlib.sha256(blob.encode()).hexdigest()
         return SnapshotRef(key=key, parts=len(parts), size=len(blob), sha256=digest)
 
     async def get(self, ref: SnapshotRef) -> dict[str, Any]:
         """Read a state back (tried until the store answers: the shard cannot go on without
         it); refused if a part was lost or changed."""
-        parts: list[str] = await asyncio.gather(
-            *(
-                workflow.execute_activity(
-                    "snapshot_get",
-                    SnapshotPart(key=ref.key, part=i, data=""),
-                    task_queue=SHARD_TASK_QUEUE,
-                    result_type=str,
-                    **PATIENT,
+        parts: list[str] = []
+        for wave in self._waves(list(range(ref.parts))):
+            parts += await asyncio.gather(
+                *(
+                    workflow.execute_activity(
+                        "snapshot_get",
+                        SnapshotPart(key=ref.key, part=i, data=""),
+                        task_queue=SHARD_TASK_QUEUE,
+                        result_type=str,
+                        **PATIENT,
+                    )
+                    for i in wave
                 )
-                for i in range(ref.parts)
             )
-        )
         blob = "".join(parts)
         if hashlib.sha256(blob.encode()).hexdigest() != ref.sha256:
             raise ApplicationError(

@@ -172,3 +172,31 @@ def test_at_most_48_bytes_a_machine(size):
 
     assert len(inv) == size == inv.capacity
     assert inv.nbytes() / len(inv) <= 48
+
+
+def test_many_ids_are_found_at_once_as_one_by_one():
+    """`find_many` (by column) answers what `find` answers for each id: rows of live ids,
+    -1 for unknown prefixes, numbers never added and ids removed since."""
+    import random
+
+    from bigfleet.machine_ids import MachineIds
+
+    names = [f"m-{i:05d}" for i in range(3000)] + [f"x{i}" for i in range(2000)] + ["plain"]
+    table = MachineIds(8)
+    inv = Inventory()
+    inv.ids = table  # (not used through the inventory: the table alone)
+    import numpy as np
+
+    table.resize(8000, np.arange(0))
+    table.add(np.arange(len(names)), names)
+    rng = random.Random(7)
+    for name in rng.sample(names, 500):
+        table.forget(name)
+    asked = names + ["nope", "m-99999", "x77777", "m-5", "plain2"]
+    rng.shuffle(asked)
+
+    found = table.find_many(asked)
+
+    assert found.tolist() == [table.find(n) for n in asked]
+    assert (found >= 0).sum() == len(names) - 500
+

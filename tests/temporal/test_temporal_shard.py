@@ -14,6 +14,7 @@ from temporalio.client import (
     Client,
     WorkflowExecution,
     WorkflowExecutionStatus,
+    WorkflowHandle,
     WorkflowUpdateFailedError,
 )
 from temporalio.testing import WorkflowEnvironment
@@ -39,6 +40,7 @@ from activities.wire import (
 )
 from bigfleet import labels as L
 from bigfleet.models import ListFilter, Machine, MachineState, Transition, from_wire
+from bigfleet.operators import OperatorUpdate
 from bigfleet.providers import ProviderReplyError
 from bigfleet.simulation.scenario import Scenario
 from tests.conftest import eventually, fleet_workers, query_retrying
@@ -247,7 +249,11 @@ async def test_continue_as_new_keeps_needs_inventory_and_transitions(
     Temporal's 2 MB payload limit)."""
     client = dev_env.client
     monkeypatch.setenv("BIGFLEET_SNAPSHOT_DIR", str(tmp_path))
-    sizes = dict(snapshot_inline_bytes=1, snapshot_part_bytes=500) if store else {}
+    sizes = (
+        dict(snapshot_inline_bytes=1, snapshot_part_bytes=500, snapshot_wave_bytes=1000)
+        if store
+        else {}
+    )
     # Configure takes 6 s; the shard continues as new every 3 cycles (3 s) meanwhile.
     async with fleet_workers(client, fleet(2, configure_latency=6)) as sim:
         await ensure_shards(client, sim.fleet, max_cycles_per_run=3, **FAST, **sizes)
@@ -292,6 +298,10 @@ async def test_continue_as_new_keeps_needs_inventory_and_transitions(
         assert inp.state is None and inp.snapshot is not None and inp.snapshot.parts > 1
         assert (tmp_path / inp.snapshot.key / "0.json").exists()
         assert len(list((tmp_path / "shard-0").iterdir())) <= 3  # older snapshots deleted
+        # Parts are written two a workflow task (`snapshot_wave_bytes`), not all at once.
+        old_run = client.get_workflow_handle("shard-0", run_id=continued[0].run_id)
+        puts = await scheduled(client, "snapshot_put", SnapshotPart, old_run)
+        assert len(puts) >= 2 and max(map(len, puts)) == 2, [len(t) for t in puts]
     else:
         assert inp.state is not None and inp.snapshot is None
         assert not tmp_path.joinpath("shard-0").exists()
@@ -507,9 +517,7 @@ async def test_a_provider_whose_listing_breaks_does_not_stop_the_shard(
 
         aws.list = malformed  # type: ignore[method-assign]
         aws.set_quota("m6i.xlarge", "us-east-1a", "on-demand", 20)
-        await shard(client).signal(
-            "rollup", {"cluster": "a", "generation": 1, "needs": [need]}
-        )
+        await shard(client).signal("rollup", {"cluster": "a", "generation": 1, "needs": [need]})
         # Still deciding: the need is served from the machines it knew.
         st = await eventually(
             lambda: status(client),
@@ -530,3 +538,88 @@ async def test_a_provider_whose_listing_breaks_does_not_stop_the_shard(
             what="the grown quota adopted once the listing is good",
         )
         assert st["machines"]["CONFIGURED"] == 2
+
+
+async def scheduled(
+    client: Client, activity: str, arg: Any, run: WorkflowHandle | None = None
+) -> list[list[Any]]:
+    """The `activity` calls a shard run's history schedules (default: the latest run), their
+    one argument decoded as `arg`, grouped by the workflow task that scheduled them."""
+    tasks: list[list[Any]] = []
+    async for event in (run or shard(client)).fetch_history_events():
+        if event.HasField("workflow_task_completed_event_attributes"):
+            tasks.append([])
+        attrs = event.activity_task_scheduled_event_attributes
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            if attrs.activity_type.name == activity:
+                [value] = await client.data_converter.decode(list(attrs.input.payloads), [arg])
+                tasks[-1].append(value)
+    return [t for t in tasks if t]
+
+
+async def test_a_decision_over_the_cycle_budget_starts_over_the_next_cycles(
+    dev_env: WorkflowEnvironment,
+):
+    """At most `max_starts_per_cycle` transitions start in a cycle; the rest wait in the
+    pipeline (`queued_starts`) and start in the next cycles — none lost, none twice."""
+    client = dev_env.client
+    async with fleet_workers(client, fleet(12, configure_latency=1)) as sim:
+        await ensure_shards(client, sim.fleet, max_starts_per_cycle=3, **FAST)
+        await shard(client).signal("rollup", rollup("a", 1, 12, 500_000, 1.0))
+        await eventually(
+            lambda: status(client),
+            lambda st: st["machines"]["CONFIGURED"] == 12 and st["queued_starts"] == 0,
+            timeout=60,
+            what="12 machines configured, three a cycle",
+        )
+        provider = sim.providers["dc"]
+    starts = [
+        batch
+        for task in await scheduled(client, "start_transitions", list[TransitionInput])
+        for batch in task
+    ]
+    assert all(len(batch) <= 3 for batch in starts), [len(b) for b in starts]
+    # (Bare metal: one claim of the 12 (a batched create is one transition), then a configure
+    # each, three a cycle.)
+    configures = [t for batch in starts for t in batch if t.transition is T.CONFIGURE]
+    machines = [m for t in configures for m in t.machine_ids]
+    assert len(machines) == len(set(machines)) == 12
+    assert provider.started[T.CONFIGURE] == 12
+
+
+async def test_a_large_cycle_goes_out_in_bounded_workflow_tasks(dev_env: WorkflowEnvironment):
+    """1 000 drains decided in one cycle (cluster a gives back all its machines): started in
+    waves of at most four `start_transitions` calls a workflow task, the operator told in
+    notices of at most 500 machines — a task's commands stay far below gRPC's 4 MB, whatever
+    the decision."""
+    client = dev_env.client
+    async with fleet_workers(client, fleet(1000, configure_latency=0.5, drain_latency=60)) as sim:
+        await ensure_shards(client, sim.fleet, **FAST)
+        await shard(client).signal("rollup", rollup("a", 1, 1000, 500_000, 1.0))
+        await eventually(
+            lambda: status(client),
+            lambda st: st["machines"]["CONFIGURED"] == 1000,
+            timeout=120,
+            what="1 000 machines configured for cluster a",
+        )
+        await shard(client).signal("rollup", rollup("a", 2, 0, 500_000, 1.0))
+
+        def drains_by_task(tasks: list[list[list[TransitionInput]]]) -> list[list[Any]]:
+            return [[i for batch in t for i in batch if i.transition is T.DRAIN] for t in tasks]
+
+        tasks = await eventually(
+            lambda: scheduled(client, "start_transitions", list[TransitionInput]),
+            lambda tasks: sum(map(len, drains_by_task(tasks))) == 1000,
+            timeout=60,
+            what="1 000 drains started",
+        )
+        notices = await scheduled(client, "notify_operator", OperatorUpdate)
+    drains = drains_by_task(tasks)
+    waves = [d for d in drains if d]
+    assert len(waves) >= 2, [len(d) for d in drains]  # (800 a task at most)
+    assert max(len(t) for t in tasks) <= 4, [len(t) for t in tasks]
+    drained = [m for d in waves for inp in d for m in inp.machine_ids]
+    assert len(drained) == len(set(drained)) == 1000
+    reclaims = [n for t in notices for n in t if n.reclaims]
+    assert all(len(n.reclaims) <= 500 for n in reclaims)
+    assert sorted(r.machine_id for n in reclaims for r in n.reclaims) == sorted(drained)
