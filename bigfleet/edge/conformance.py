@@ -7,14 +7,19 @@ exactly once, in id order, each a valid Machine; Get of an unknown id is NOT_FOU
 is INVALID_ARGUMENT naming the field; each lifecycle call is acknowledged at once with the
 machine in its transitional or target state, and a repeat with the same idempotency key returns
 the same operation and starts nothing (for Create: no extra machine appears); each transition
-settles; a stale fencing token is refused with ABORTED + STALE_FENCING_TOKEN; Delete is either
-a full lifecycle or, where Describe says it is not supported, UNIMPLEMENTED + NOT_SUPPORTED.
+settles; a stale fencing token is refused with ABORTED + STALE_FENCING_TOKEN; a Configure of a
+speculative machine (valid token, fresh key) is refused with FAILED_PRECONDITION +
+INVALID_TRANSITION and leaves it speculative; Delete is either a full lifecycle or, where
+Describe says it is not supported, UNIMPLEMENTED + NOT_SUPPORTED.
 
 It creates, configures, drains and deletes one real machine, so run it against a test account
 or a fresh reference server (`bigfleet provider serve`), never against production capacity. It
 fences with its own shard id (CONFORMANCE_SHARD, far above any real shard number) and an epoch
 of the current time in ms, so it never fences out a running BigFleet, and each run fences out
-only earlier runs. Throttling (RATE_LIMITED) is waited out after the provider's hint.
+only earlier runs. Throttling (RATE_LIMITED) is waited out after the provider's hint; if the
+run was throttled at all, a last check (rate-limited-is-resource-exhausted, only then in the
+table) says whether every such refusal was RESOURCE_EXHAUSTED with a positive
+retry_after_seconds.
 """
 
 from __future__ import annotations
@@ -89,6 +94,7 @@ class Conformance:
         self.held_before: set[str] = set()  # its pool's non-speculative machines before Create
         self.started: dict[str, tuple[str, Any, str]] = {}  # call -> (rpc, request, op id)
         self.checks: list[Check] = []
+        self.throttled: list[tuple[str, str, float]] = []  # (rpc, status code, retry_after)
 
     def close(self) -> None:
         self.channel.close()
@@ -103,6 +109,7 @@ class Conformance:
             ("refuses-missing-token", self.missing_token),
             ("refuses-oversized-create", self.oversized_create),
             ("refuses-empty-machine-id", self.empty_machine_id),
+            ("invalid-transition-is-failed-precondition", self.invalid_transition),
             ("create-acks-at-once", self.create),
             ("create-repeat-starts-nothing", self.create_repeat),
             ("create-settles", lambda: self.settle(S.IDLE)),
@@ -117,8 +124,11 @@ class Conformance:
             ("delete-acks-at-once", self.delete),
             ("delete-repeat-starts-nothing", lambda: self.repeat("delete")),
             ("delete-settles", lambda: self.settle(S.SPECULATIVE, deletes=True)),
+            ("rate-limited-is-resource-exhausted", self.rate_limited),
         ]
         for name, step in steps:
+            if step == self.rate_limited and not self.throttled:
+                continue  # RATE_LIMITED cannot be provoked; checked only if it was seen
             try:
                 self.checks.append(Check(name, "pass", step()))
             except Skipped as why:
@@ -205,6 +215,38 @@ class Conformance:
         err = self._refused("Configure", request)
         return self._expect(err, grpc.StatusCode.INVALID_ARGUMENT, R.INVALID_FIELD, "machine_id")
 
+    # ---- typed refusals ------------------------------------------------------------------
+
+    def invalid_transition(self) -> str:
+        speculative = [m for m in self._list(0) if m.state is S.SPECULATIVE]
+        if not speculative:
+            raise Skipped("no speculative machine to configure")
+        # The last one `create` would pick: the two checks meet only if there is one choice,
+        # and then the refused Configure has left the machine as it was.
+        speculative.sort(key=lambda m: (m.capacity_type == "spot", m.id))
+        target = speculative[-1]
+        err = self._refused("Configure", self._configure_request(target.id, "invalid"))
+        got = self._expect(err, grpc.StatusCode.FAILED_PRECONDITION, R.INVALID_TRANSITION)
+        now = convert.machine_from_proto(
+            self._call("Get", ppb.MachineRef(machine_id=target.id)), "machine"
+        )
+        if now.state is not S.SPECULATIVE:
+            raise Failed(f"refused ({got}), yet {target.id} is now {now.state}")
+        return f"Configure of speculative {target.id}: {got}"
+
+    def rate_limited(self) -> str:
+        wrong = [
+            f"{rpc}: {code}, retry_after_seconds {after:g}"
+            for rpc, code, after in self.throttled
+            if code != grpc.StatusCode.RESOURCE_EXHAUSTED.name or after <= 0
+        ]
+        if wrong:
+            raise Failed(
+                f"{len(wrong)} of {len(self.throttled)} RATE_LIMITED refusals were not "
+                f"RESOURCE_EXHAUSTED with retry_after_seconds > 0: {'; '.join(wrong[:3])}"
+            )
+        return f"{len(self.throttled)} RATE_LIMITED refusals, each RESOURCE_EXHAUSTED with a hint"
+
     # ---- one machine's life --------------------------------------------------------------
 
     def create(self) -> str:
@@ -242,13 +284,7 @@ class Conformance:
 
     def configure(self) -> str:
         machine = self._need()
-        request = ppb.ConfigureRequest(
-            machine_id=machine.id,
-            blob=BLOB,
-            cluster=CLUSTER,
-            token=self._token(),
-            idempotency_key=self._key("configure"),
-        )
+        request = self._configure_request(machine.id, "configure")
         return self._lifecycle("Configure", request, S.CONFIGURING, S.CONFIGURED)
 
     def drain(self) -> str:
@@ -399,6 +435,8 @@ class Conformance:
                 info = errors.error_info(err)
                 if info is None or info.reason != R.RATE_LIMITED:
                     raise
+                code = err.code().name if err.code() else "?"
+                self.throttled.append((rpc, code, info.retry_after_seconds))
                 time.sleep(min(5.0, max(0.05, info.retry_after_seconds)))
         raise Failed("still throttled after 30 tries")
 
@@ -424,6 +462,15 @@ class Conformance:
         if field is not None and info.field.split(".")[0] != field:
             raise Failed(f"field {info.field!r}, expected {field!r}")
         return got
+
+    def _configure_request(self, machine_id: str, step: str) -> ppb.ConfigureRequest:
+        return ppb.ConfigureRequest(
+            machine_id=machine_id,
+            blob=BLOB,
+            cluster=CLUSTER,
+            token=self._token(),
+            idempotency_key=self._key(step),
+        )
 
     def _token(self) -> mpb.FencingToken:
         self.seq += 1

@@ -8,8 +8,11 @@ BigFleet's side catches them (tests/edge/test_provider_contract.py):
                 answers a blank machine instead of NOT_FOUND. The conformance suite must fail.
     malformed   answers machines BigFleet must not accept: a Create ack without a state, a Get
                 with a negative price, a List page with a machine without an id.
+    wrong-code  refuses an invalid transition (e.g. Configure of a speculative machine) with
+                INVALID_ARGUMENT instead of FAILED_PRECONDITION; its ErrorInfo is right. The
+                conformance suite must fail invalid-transition-is-failed-precondition.
 
-Both serve the cloud provider of tests/edge/conformance-fleet.yaml through ProviderService, so
+All serve the cloud provider of tests/edge/conformance-fleet.yaml through ProviderService, so
 everything else about them is right. Prints "listening on HOST:PORT" once serving.
 """
 
@@ -19,11 +22,14 @@ import argparse
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+import grpc
 
 from bigfleet.edge.provider_server import (
     Mutation,
     ProviderService,
+    Refusal,
     WallClock,
     describe_of,
     serve_provider,
@@ -91,15 +97,32 @@ class MalformedService(ProviderService):
         return reply
 
 
+class WrongCodeService(ProviderService):
+    """An invalid transition goes out as INVALID_ARGUMENT (reason and details kept)."""
+
+    @staticmethod
+    def _abort(context: Any, refused: Refusal) -> NoReturn:
+        if refused.reason == "INVALID_TRANSITION":
+            refused.code = grpc.StatusCode.INVALID_ARGUMENT
+        ProviderService._abort(context, refused)
+
+
+MODES: dict[str, type[ProviderService]] = {
+    "duplicate": DuplicatingService,
+    "malformed": MalformedService,
+    "wrong-code": WrongCodeService,
+}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--mode", choices=["duplicate", "malformed"], required=True)
+    ap.add_argument("--mode", choices=sorted(MODES), required=True)
     ap.add_argument("--listen", default="127.0.0.1:0")
     args = ap.parse_args()
     scenario = load(FLEET)
     spec = next(p for p in scenario.providers if p.name == "cloud")
     provider = make_provider(spec, WallClock(), seed=1)
-    kind = DuplicatingService if args.mode == "duplicate" else MalformedService
+    kind = MODES[args.mode]
     service = kind(provider, info=describe_of(provider))
     server = serve_provider(service, args.listen)
     stop = threading.Event()

@@ -32,6 +32,7 @@ from bigfleet.providers import (
     NotSupported,
     ProviderError,
     ProviderReplyError,
+    QuotaExhausted,
     QuotaSpec,
     RackSpec,
     RateLimited,
@@ -114,6 +115,22 @@ def test_refusals_are_the_typed_errors_the_activities_branch_on(served):
     assert wrong.value.state is S.SPECULATIVE
     with pytest.raises(ProviderError, match="grace_seconds"):
         dc.drain(m.id, -1.0, TOKEN, key="e")
+
+
+def test_a_withdrawn_slot_is_quota_exhausted_with_its_pool_over_the_wire(served):
+    provider = cloud()
+    p = served(provider)
+    before = [m.id for m in p.list(ListFilter())]
+    # The quota shrinks behind the server's back: all but one speculative slot go away.
+    provider.set_quota("m6i.xlarge", "us-east-1a", CapacityType.ON_DEMAND, 1)
+    kept = {m.id for m in p.list(ListFilter())}
+    (withdrawn, *_) = [mid for mid in before if mid not in kept]
+    with pytest.raises(QuotaExhausted) as gone:
+        p.create([withdrawn], TOKEN, key="q")
+    assert gone.value.machine_id == withdrawn
+    assert gone.value.pool  # the pool the slot belonged to survives the trip
+    assert "m6i.xlarge" in gone.value.pool and "us-east-1a" in gone.value.pool
+    assert gone.value.provider == "cloud"
 
 
 def test_an_unreachable_provider_is_a_retryable_grpc_error():
@@ -260,3 +277,25 @@ def test_simulated_providers_take_and_ignore_a_key():
     (again,) = p.create([m.id], TOKEN, key="y")  # idempotent by (machine, target) anyway
     assert isinstance(first, TransitionAck) and first.operation_id == again.operation_id
     assert p.blocking is False
+
+
+def test_conformance_reports_whether_throttling_is_resource_exhausted():
+    from bigfleet.edge import conformance
+    from bigfleet.edge.provider_server import describe_of
+
+    # A fast cloud that allows one call in 0.2 s: the suite is throttled, waits out each hint,
+    # and reports the RATE_LIMITED refusals it saw as a check of their status code.
+    p = SimulatedCloudProvider(
+        "cloud", "us-east-1", QUOTA, WallClock(), 1, api_calls_per_second=5.0, api_burst=1.0,
+        create_latency=(0.1, 0.2), configure_latency=0.1, delete_latency=0.1, drain_latency=0.1,
+    )  # fmt: skip
+    server = serve_provider(ProviderService(p, info=describe_of(p)), "127.0.0.1:0")
+    try:
+        checks = conformance.run(f"127.0.0.1:{server.port}", settle_seconds=10.0)
+    finally:
+        server.stop(0)
+    report = conformance.render("throttled", checks)
+    assert conformance.passed(checks), report
+    (throttled,) = [c for c in checks if c.name == "rate-limited-is-resource-exhausted"]
+    assert throttled.result == "pass", report
+    assert "RESOURCE_EXHAUSTED" in throttled.detail

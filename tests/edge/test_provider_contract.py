@@ -2,7 +2,8 @@
 (`bigfleet provider serve`, tests/edge/broken_provider.py) on a free port:
 
 - the conformance suite passes against the reference cloud and bare-metal providers, and fails,
-  naming the checks, against a provider that repeats a Create or answers a blank machine;
+  naming the checks, against a provider that repeats a Create or answers a blank machine, and
+  against one that refuses an invalid transition with the wrong status code;
 - the call log shows one "started" per idempotency key, and "repeat" for every repeat;
 - a server SIGKILLed and restarted on its state dir keeps every machine (ids, states, hosts)
   and its idempotency keys;
@@ -132,6 +133,11 @@ def duplicating(tmp: Path) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="module")
+def wrong_code(tmp: Path) -> Iterator[Server]:
+    yield from _served(broken("wrong-code", tmp / "wrong-code.log"))
+
+
+@pytest.fixture(scope="module")
 def malformed(tmp: Path) -> Iterator[Server]:
     yield from _served(broken("malformed", tmp / "malformed.log"))
 
@@ -181,6 +187,7 @@ def test_the_reference_cloud_provider_conforms(cloud: Server) -> None:
     assert set(got.values()) == {"pass", "skip"}
     assert got["delete-settles"] == "pass"  # a cloud deletes
     assert got["delete-unsupported-is-unimplemented"] == "skip"
+    assert got["invalid-transition-is-failed-precondition"] == "pass"
 
 
 def test_the_reference_bare_metal_provider_conforms(baremetal: Server) -> None:
@@ -190,6 +197,7 @@ def test_the_reference_bare_metal_provider_conforms(baremetal: Server) -> None:
     assert got["delete-unsupported-is-unimplemented"] == "pass"  # bare metal stays
     assert got["drain-settles"] == "pass"
     assert got["delete-acks-at-once"] == "skip"
+    assert got["invalid-transition-is-failed-precondition"] == "pass"
 
 
 def test_a_provider_that_repeats_a_create_fails_conformance(duplicating: Server) -> None:
@@ -211,6 +219,21 @@ def test_a_provider_that_repeats_a_create_fails_conformance(duplicating: Server)
     assert out.returncode == 1
     assert "FAIL  create-repeat-starts-nothing" in out.stdout
     assert "failed: get-unknown-is-not-found, create-repeat-starts-nothing" in out.stderr
+
+
+def test_a_provider_that_answers_an_invalid_transition_wrongly_fails_conformance(
+    wrong_code: Server,
+) -> None:
+    code, report, _ = conformance(wrong_code.address)
+    assert code == 1
+    failed = {name for name, result in results(report).items() if result == "fail"}
+    assert failed == {"invalid-transition-is-failed-precondition"}, report
+    (detail,) = [
+        c["detail"]
+        for c in report["checks"]
+        if c["name"] == "invalid-transition-is-failed-precondition"
+    ]
+    assert "expected FAILED_PRECONDITION, got INVALID_ARGUMENT INVALID_TRANSITION" in detail
 
 
 def test_conformance_over_mutual_tls(tmp_path: Path) -> None:
