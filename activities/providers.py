@@ -36,7 +36,9 @@ from bigfleet.models import BootstrapBlob, ListFilter, Machine, MachineState, Tr
 from bigfleet.providers.base import (
     CapacityProvider,
     InvalidTransition,
+    MachineNotFound,
     ProviderError,
+    QuotaExhausted,
     RateLimited,
 )
 from bigfleet.states import TARGET_OF
@@ -161,7 +163,18 @@ class ProviderActivities:
     async def get(self, r: ProviderRead) -> list[Machine]:
         p = self._provider(r.provider, r.now)
         with provider_errors():
-            return await offloaded(p, lambda: [p.get(mid) for mid in r.machine_ids])
+            return await offloaded(p, lambda: self._get(p, r))
+
+    @staticmethod
+    def _get(p: CapacityProvider, r: ProviderRead) -> list[Machine]:
+        found = []
+        for mid in r.machine_ids:
+            try:
+                found.append(p.get(mid))
+            except (MachineNotFound, QuotaExhausted):
+                if not r.missing_ok:
+                    raise
+        return found
 
     @activity.defn(name="provider_capacity")
     async def capacity(self, r: CapacityRead) -> CapacityDiff:

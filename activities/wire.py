@@ -77,6 +77,11 @@ class TransitionResult(Model):
     machines: list[Machine]
     corrective: list[str] = Field(default_factory=list)
     refused: str | None = None
+    # A create the provider refused for want of capacity or quota (QuotaExhausted, e.g. EC2's
+    # InsufficientInstanceCapacity): the machines it no longer offers. The shard lets go of
+    # them (seed §7: "marks the quota slot bad"); the provider's listing brings them back when
+    # it offers them again. `refused` is the operator's refusal to bootstrap; this is not.
+    unavailable: list[str] = Field(default_factory=list)
     # Echoed from the input: what a created machine is to be configured for next.
     cluster: str | None = None
     need: str | None = None
@@ -109,6 +114,9 @@ class ProviderRead(Model):
     # stays far below Temporal's 2 MB payload limit).
     after: str = ""
     limit: int = Field(default=LIST_PAGE, ge=1)
+    # provider_get: a machine the provider does not (or no longer) offer is left out of the
+    # answer instead of failing the read.
+    missing_ok: bool = False
 
 
 # A machine's own fields; the rest (type, zone, capacity, price, labels, …) it shares with the
@@ -220,6 +228,9 @@ class ShardConfig(Model):
     # Transition workflows started in one cycle at most; the rest start in the next cycles
     # (workflows/outbox.py: a workflow task's commands stay far below gRPC's 4 MB).
     max_starts_per_cycle: int = Field(default=2000, ge=1)
+    # Machine records of transition results folded in at most, a cycle (~50 µs each: 70 000
+    # creates coming back at once would hold one workflow task for seconds); the rest wait.
+    fold_per_cycle: int = Field(default=10_000, ge=1)
     # Coordinator instructions taking more than this share of the shard's machines are refused.
     max_share: float = Field(default=MAX_SHARE, gt=0, le=1)
     # State larger than this crosses continue-as-new through the snapshot store, in parts of

@@ -171,6 +171,20 @@ class Shard:
             for mid in machine_ids
         ]
 
+    def withdraw(self, machine_ids: Iterable[str]) -> int:
+        """Machines the provider refused to create because it no longer offers them (seed §7:
+        the quota slot is bad): the shard lets go of those still waiting to be created, so the
+        engine plans on other capacity; the provider's listing offers them again if they come
+        back. Returns how many it let go."""
+        inv = self.inventory
+        gone = 0
+        for mid in machine_ids:
+            row = inv.ids.find(mid)
+            if row >= 0 and inv.state_of(row) in (S.CREATING, S.SPECULATIVE):
+                inv.remove(mid)
+                gone += 1
+        return gone
+
     def drain_for_transfer(self, machine_ids: Iterable[str], now: float) -> None:
         """Drain configured machines that are to leave the shard (cross-shard preemption).
         Once idle they wait in `handoff`, out of the engine's reach, until released."""

@@ -96,6 +96,7 @@ class TransitionInputs:
         need is configured for that need's cluster right away (the inputs returned)."""
         follow: list[TransitionInput] = []
         for result in results:
+            self.shard.withdraw(result.unavailable)
             for m in result.machines:
                 inv = self.shard.inventory
                 row = inv.ids.find(m.id)

@@ -8,7 +8,12 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, FailureError, is_cancelled_exception
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    FailureError,
+    is_cancelled_exception,
+)
 
 with workflow.unsafe.imports_passed_through():
     from activities.wire import (
@@ -79,6 +84,7 @@ class MachineTransitionWorkflow(TakesSignals):
 
     async def _run(self, t: TransitionInput) -> TransitionResult:
         result = TransitionResult(transition=t.transition, machines=[])
+        watch, untouched = t.machine_ids, []
         if t.transition is T.CONFIGURE:
             answer = await self._bootstrap(t.machine_ids[0])
             if answer.refused:
@@ -87,9 +93,29 @@ class MachineTransitionWorkflow(TakesSignals):
                 return await self._finish(result)
             await self._call(T.CONFIGURE, t.machine_ids, answer=answer)
         else:
-            await self._call(t.transition, t.machine_ids, grace=t.grace_seconds, force=t.force)
+            try:
+                await self._call(t.transition, t.machine_ids, grace=t.grace_seconds, force=t.force)
+            except ActivityError as err:
+                if not self._out_of_capacity(err):
+                    raise
+                # What the refused batch left: machines no longer offered go back to the shard
+                # as unavailable; ones it never reached stay speculative; ones it did launch
+                # (a batch spanning offerings) are watched like any create.
+                left = await self._read(t.machine_ids, missing_ok=True)
+                result.unavailable = sorted(set(t.machine_ids) - {m.id for m in left})
+                untouched = [m for m in left if m.state is S.SPECULATIVE]
+                watch = [m.id for m in left if m.state is not S.SPECULATIVE]
+                workflow.logger.warning(
+                    "create refused for want of capacity: %s (%d unavailable, %d launched)",
+                    err.cause,
+                    len(result.unavailable),
+                    len(watch),
+                )
+                if not watch:
+                    result.machines = untouched
+                    return await self._finish(result)
         timeout = t.timeout_seconds + (t.grace_seconds if t.transition is T.DRAIN else 0.0)
-        machines = await self._watch(t.machine_ids, TARGET_OF[t.transition], timeout)
+        machines = await self._watch(watch, TARGET_OF[t.transition], timeout)
         attempts = 1
         for _ in range(3):  # a corrective path may itself fail once more; then it is held
             failed = [m for m in machines if m.state is S.FAILED]
@@ -103,8 +129,20 @@ class MachineTransitionWorkflow(TakesSignals):
             attempts += 1
             done = {m.id for m in fixed}
             machines = [m for m in machines if m.id not in done] + fixed
-        result.machines = machines
+        result.machines = machines + untouched
         return await self._finish(result)
+
+    def _out_of_capacity(self, err: ActivityError) -> bool:
+        """A create the provider refused with QuotaExhausted: the transition ends (its
+        machines go back to the shard, which plans again) instead of failing. Histories from
+        before this was handled failed here, and replay so."""
+        cause = err.cause
+        return (
+            self.t.transition is T.CREATE
+            and isinstance(cause, ApplicationError)
+            and cause.type == "QuotaExhausted"
+            and workflow.patched("create-refused")
+        )
 
     # ---- steps ------------------------------------------------------------------------------
 
@@ -149,9 +187,12 @@ class MachineTransitionWorkflow(TakesSignals):
             **CALL,
         )
 
-    async def _read(self, machine_ids: list[str]) -> list[Machine]:
+    async def _read(self, machine_ids: list[str], missing_ok: bool = False) -> list[Machine]:
         read = ProviderRead(
-            provider=self.t.provider, machine_ids=machine_ids, now=workflow.now().timestamp()
+            provider=self.t.provider,
+            machine_ids=machine_ids,
+            now=workflow.now().timestamp(),
+            missing_ok=missing_ok,
         )
         self._machines = await workflow.execute_activity(
             "provider_get",
@@ -247,7 +288,8 @@ class MachineTransitionWorkflow(TakesSignals):
 
     async def _finish(self, result: TransitionResult) -> TransitionResult:
         states = sorted({m.state.value for m in result.machines})
-        outcome = "refused" if result.refused else ("corrected" if result.corrective else "ok")
+        refused = result.refused or result.unavailable
+        outcome = "refused" if refused else ("corrected" if result.corrective else "ok")
         if self._forced:
             outcome = "forced"
         if any(m.state is S.FAILED for m in result.machines):
@@ -258,6 +300,13 @@ class MachineTransitionWorkflow(TakesSignals):
             f"**{self.t.transition.value}** → {', '.join(states)}"
             + (f"  \ncorrective: {'; '.join(result.corrective)}" if result.corrective else "")
             + (f"  \nrefused: {result.refused}" if result.refused else "")
+            + (
+                f"  \nno capacity for {len(result.unavailable)}: "
+                + ", ".join(result.unavailable[:5])
+                + (" …" if len(result.unavailable) > 5 else "")
+                if result.unavailable
+                else ""
+            )
         )
         result.cluster = self.t.cluster
         result.need = self.t.need

@@ -4,11 +4,14 @@ Quota is shown as speculative machines (seed §10): each configured offering (in
 on-demand or spot) with a `count` is a pool of slot ids `{name}-{type}-{zone}-{capacity}-NNNNN`;
 an instance tagged `bigfleet:machine-id` holds its slot, the lowest free indices are listed as
 SPECULATIVE. EC2 is the only state: every state is derived from an instance's EC2 state and its
-`bigfleet:*` tags, so a fresh provider object rebuilds the same machines (List and Get are
-paged DescribeInstances by the `bigfleet:provider` tag). What is kept in memory is a cache:
-fencing epochs (rebuilt from the highest `bigfleet:epoch` tag of a shard's instances), the
-throttle counters, offerings out after an insufficient-capacity answer, blobs on their way, and
-launch replies for 2 minutes (DescribeInstances may not list a new instance at once).
+`bigfleet:*` tags, so a fresh provider object rebuilds the same machines (List is paged
+DescribeInstances by the `bigfleet:provider` tag; Get, and the lookup before Configure, Drain and
+Delete, is one DescribeInstances by the machine's `bigfleet:machine-id` tag, and lists the
+offering only when no instance holds the slot, to answer SPECULATIVE or not found as List
+would). What is kept in memory is a cache: fencing epochs (rebuilt from the highest
+`bigfleet:epoch` tag of a shard's instances), the throttle counters, offerings out after an
+insufficient-capacity answer, blobs on their way, the last refusal of a step EC2 must finish
+(below), and launch replies for 2 minutes (DescribeInstances may not list a new instance at once).
 
 - Create: one RunInstances per offering of the batch (MinCount = MaxCount), tagged at launch
   with the provider, shard, epoch and a batch tag (`bigfleet:batch`, also EC2's ClientToken, a
@@ -16,30 +19,77 @@ launch replies for 2 minutes (DescribeInstances may not list a new instance at o
   the batch by its tag and names the instances that are still unnamed, launching nothing.
 - Configure (seed §7 for cloud): the bootstrap blob must become the instance's user data, which
   EC2 only changes on a stopped instance. So: tag `bigfleet:cluster` and `bigfleet:configure =
-  stopping`, StopInstances; once stopped (on this call or a later Get/List),
-  ModifyInstanceAttribute UserData, StartInstances, tag `configure = starting`. Running again =
-  CONFIGURED. Limits: EBS-backed instances only; a one-time spot instance cannot be stopped (EC2
-  refuses: the configure is refused with InvalidTransition, its tags rolled back); the blob waits
-  in memory between the stop and the start, so a provider restarted in that window reports the
-  machine FAILED (from CONFIGURING) until a configure brings a blob again.
-- Drain: bookkeeping on tags. The operator drains the node; the provider tags
-  `bigfleet:drain-until` (now + grace, now if forced) and reports DRAINING until then, IDLE after.
-- Delete: tag `bigfleet:deleting`, TerminateInstances (a repeat is harmless). Terminated and
-  tagged: the slot is SPECULATIVE again. Terminated without the tag (a spot interruption, someone
+  stopping`, StopInstances (not needed for an IDLE instance a drain stopped already); once
+  stopped (on this call or a later Get/List), ModifyInstanceAttribute UserData, StartInstances,
+  tag `configure = starting`. Running again = CONFIGURED. The instance boots again with the new
+  user data and its old instance id, and cloud-init runs user data once per instance id: the
+  image must run it on every boot (`cloud_final_modules: [[scripts-user, always]]` in its
+  cloud.cfg, a `#cloud-boothook` blob, or `cloud-init clean` on shutdown, which alone re-runs a
+  `#cloud-config` blob's per-instance modules); otherwise the blob is delivered and never runs
+  (docs/providers.md). Limits: EBS-backed instances only; a one-time spot instance (launched
+  before spot became persistent) cannot be stopped (EC2 refuses: the configure is refused with
+  InvalidTransition, its tags rolled back); the blob waits in memory between the stop and the
+  start, so a provider restarted in that window reports the machine FAILED (from CONFIGURING)
+  until a configure brings a blob again.
+- Steps EC2 must finish (the start of a configure, the stop of a drain) are taken on the
+  Configure or Drain call and retried on every later Get/List that finds them due. A step EC2
+  refuses (InsufficientInstanceCapacity on the start of an instance whose capacity went
+  elsewhere while it was stopped, throttling, anything else) never fails that Get or List, nor
+  the call that started the transition: the machine stays CONFIGURING (or DRAINING) with the
+  refusal as its `last_error`, the blob stays in memory, and the step is tried again on the next
+  Get/List (after the throttle's hint, when throttled; an insufficient-capacity answer also takes
+  the offering out, as on RunInstances). A start that never succeeds ends in the transition's
+  timeout, which is the workflow's to turn into FAILED.
+- Drain: the operator drains the node for the grace; the provider tags `bigfleet:drain-until`
+  (now + grace, now if forced) and reports DRAINING until then. When the grace is over (at
+  once if forced) it stops the instance: DRAINING while it stops, IDLE once stopped. A drained
+  instance must not keep running the old cluster's workloads nor stay joined to it while BigFleet
+  counts it IDLE, and the next configure replaces its user data anyway, which needs it stopped:
+  so a graceful drain stops it too, once its grace is over (a stopped instance also bills only
+  its volumes while it waits). An instance EC2 refuses to stop at all (UnsupportedOperation: a
+  legacy one-time spot instance) is reported IDLE still running, its `last_error` saying so:
+  delete it rather than configure it.
+- Delete: tag `bigfleet:deleting`, cancel the instance's spot request if it has one
+  (CancelSpotInstanceRequests: a persistent request would launch a replacement), then
+  TerminateInstances (a repeat is harmless; a stopped IDLE instance is terminated as well).
+  Terminated and tagged: the slot is SPECULATIVE again. Terminated without the tag (someone
   else): FAILED with `last_error`, until the shard deletes it (the delete tags it if EC2 still
   lets it, and is remembered in memory otherwise).
-- InsufficientInstanceCapacity (and its kin): the offering is out for `ice_seconds` (Karpenter's
-  3 minutes), its slots are not listed, and the batch raises QuotaExhausted.
+- Spot: launched through RunInstances as a `persistent` request with interruption behaviour
+  `stop`, the only kind EC2 lets BigFleet stop (for Configure and Drain). An interruption stops
+  the instance (StateReason `Server.SpotInstanceShutdown`, or it is terminated with
+  `Server.SpotInstanceTermination`): FAILED with `last_error` naming the spot interruption, until
+  the shard deletes it (EC2 alone may restart an interrupted instance, which it does when
+  capacity returns; the delete cancels the request first, so it does not). The request is tagged
+  with the provider at launch, so the IAM policy can scope its cancel. moto cannot prove the
+  spot part: it accepts the persistent/stop options but ignores them, gives the instance no
+  SpotInstanceRequestId, stops spot instances like any other and never interrupts; the tests
+  check the request BigFleet sends and inject the rest (a request id, an interruption reason).
+- InsufficientInstanceCapacity (and its kin, VcpuLimitExceeded included: an account's vCPU
+  quota is spent): the offering is out for `ice_seconds` (Karpenter's 3 minutes), its slots are
+  not listed, and the batch raises QuotaExhausted.
+- `account_limit`: the account's `max-instances` (DescribeAccountAttributes) caps the provider
+  as a whole: the speculative slots listed across all offerings never exceed it minus the
+  provider's instances (every offering, stopped ones too: they may start again), shared out
+  round-robin in the config's order. Instances outside BigFleet count against the account too
+  and are not seen. Most accounts today are limited by vCPU quotas instead (Service Quotas, e.g.
+  L-1216C47A "Running On-Demand Standard instances", in vCPUs across the instance families of
+  its group); the provider does not read them (servicequotas:GetServiceQuota per quota code, a
+  family-to-quota table and the account's other instances; moto does not serve EC2's), so set
+  each offering's `count` to what the quota allows. A launch beyond the quota answers
+  VcpuLimitExceeded, treated as insufficient capacity.
 - Prices: from the config; spot ones are refreshed from the spot price history every
   `spot_price_seconds` (on List), or when `refresh_spot_prices()` is called.
 
 - RequestLimitExceeded / Throttling: RateLimited with a hint doubling per throttle of that action
   in a row (EC2 keeps a token bucket per action), capped; the SDK's own retries are few.
 
-IAM: ec2:RunInstances, CreateTags, DeleteTags, DescribeInstances, DescribeInstanceAttribute,
-StopInstances, StartInstances, ModifyInstanceAttribute, TerminateInstances,
-DescribeSpotPriceHistory, DescribeAccountAttributes (and iam:PassRole for an instance profile);
-scope the mutating ones with a condition on the `bigfleet:provider` tag.
+IAM: exactly the EC2 actions called here: ec2:RunInstances, CreateTags, DeleteTags,
+DescribeInstances, StopInstances, StartInstances, ModifyInstanceAttribute, TerminateInstances,
+CancelSpotInstanceRequests, DescribeSpotPriceHistory, DescribeAccountAttributes (and
+iam:PassRole for an instance profile), the mutating ones scoped to instances tagged
+`bigfleet:provider`; examples/ec2-iam-policy.json is that policy (a test keeps its actions equal
+to the calls made here).
 """
 
 from __future__ import annotations
@@ -112,6 +162,10 @@ ICE_CODES = frozenset(
 THROTTLE_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException"})
 RECENT_SECONDS = 120.0  # how long a launch reply stands in for an instance EC2 does not list yet
 LIVE_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")
+# A spot request already gone (cancelled, closed) is what the cancel wanted.
+SPOT_REQUEST_GONE = frozenset(
+    {"InvalidSpotInstanceRequestID.NotFound", "InvalidSpotInstanceRequestID.Malformed"}
+)
 
 
 def load_config(path: str | pathlib.Path) -> Ec2Config:
@@ -151,7 +205,7 @@ class Ec2Config(_Spec):
     tags: dict[str, str] = Field(default_factory=dict)  # added to every instance
     ice_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 180.0
     max_batch: Annotated[int, Field(ge=1, le=MAX_CREATE_BATCH)] = MAX_CREATE_BATCH
-    account_limit: bool = False  # also cap each offering by the account's max-instances
+    account_limit: bool = False  # cap the provider's slots by the account's max-instances
     # Refresh spot prices from the spot price history this often (on List); none: the config's.
     spot_price_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     sdk_max_attempts: Annotated[int, Field(ge=1, le=10)] = 2
@@ -245,6 +299,10 @@ class Ec2Provider:
         self._unavailable: dict[str, float] = {}  # offering key -> until
         self._throttles: dict[str, int] = {}  # EC2 throttles each action on its own bucket
         self._blobs: dict[str, bytes] = {}  # instance id -> user data awaiting its stop
+        self._started: set[str] = set()  # blob delivered and started, `starting` not tagged yet
+        self._errors: dict[str, str] = {}  # instance id -> why its due step did not happen
+        self._held: dict[str, float] = {}  # action -> until: throttled, steps wait its hint
+        self._unstoppable: set[str] = set()  # drained instances EC2 refuses to stop at all
         self._external_deletes: set[str] = set()  # instances terminated elsewhere, then deleted
         self._account_max: int | None = None
         self._prices: dict[str, float] = {}  # offering key -> spot price from EC2's history
@@ -271,9 +329,20 @@ class Ec2Provider:
                 if self._out(offering):
                     raise QuotaExhausted(self.name, machine_id, offering.key)
                 groups.setdefault(offering.key, (offering, []))[1].append(machine_id)
-            records = self._scan([o for o, _ in groups.values()])
+            offerings = [o for o, _ in groups.values()]
+            records = self._scan(offerings)
+            missing = {k: self._missing(ids, records) for k, (_, ids) in groups.items()}
+            if any(missing.values()):
+                # The slots must be listed: one beyond the quota, or out of capacity, is not.
+                # Read once for the batch: launching one offering shifts an account-wide cap.
+                listed = {m.id for m in self._listing(offerings) if m.state is S.SPECULATIVE}
+                for offering, _ in groups.values():
+                    for machine_id in missing[offering.key]:
+                        if machine_id not in listed:
+                            raise QuotaExhausted(self.name, machine_id, offering.key)
             for offering, ids in groups.values():
-                self._create_group(offering, ids, records, token, key)
+                if missing[offering.key]:
+                    self._create_group(offering, ids, missing[offering.key], records, token, key)
             acks = []
             for machine_id in machine_ids:
                 record = records[machine_id]
@@ -299,7 +368,8 @@ class Ec2Provider:
                     # The repeat may carry the blob a restart lost, or find the stop never
                     # reached EC2 (throttled): hand the blob over and stop again.
                     self._blobs[record.instance_id] = blob.user_data
-                    if record.ec2_state in ("running", "pending"):
+                    started = record.instance_id in self._started
+                    if record.ec2_state in ("running", "pending") and not started:
                         self._stop(record, machine_id)
                     self._advance(record)
                     machine = self._machine(record)
@@ -311,14 +381,17 @@ class Ec2Provider:
                 )
             now = int(self._clock())
             self._blobs[record.instance_id] = blob.user_data
+            self._errors.pop(record.instance_id, None)
+            self._started.discard(record.instance_id)
             self._tag(
                 record,
                 token,
                 {T_CLUSTER: cluster, T_CONFIGURE: "stopping", T_CONFIGURE_AT: str(now)},
                 remove=[T_DRAIN_UNTIL],
             )
-            self._stop(record, machine_id)
-            self._advance(record)
+            if record.ec2_state != "stopped":  # an IDLE instance a drain stopped needs no stop
+                self._stop(record, machine_id)
+            self._advance(record)  # a refused start leaves it CONFIGURING with the refusal
             op = f"{self.name}:configure:{record.instance_id}:{now}"
             return TransitionAck(operation_id=op, machine=self._machine(record))
 
@@ -358,6 +431,9 @@ class Ec2Provider:
             elif machine.state is S.CONFIGURED or (
                 machine.state is S.FAILED and force and machine.failed_from is S.CONFIGURING
             ):
+                # A configure that failed is given up: its blob is not delivered any more.
+                self._blobs.pop(record.instance_id, None)
+                self._started.discard(record.instance_id)
                 self._tag(record, token, {T_DRAIN_UNTIL: f"{until:.3f}"})
             else:
                 why = (
@@ -368,22 +444,25 @@ class Ec2Provider:
                 raise InvalidTransition(
                     self.name, machine_id, machine.state, "drain", why, machine.failed_from
                 )
-            record = self._refresh(record)
+            # A grace already over (forced): the stop is taken now; refused, it is retried on
+            # every Get/List and the machine stays DRAINING with the refusal.
+            self._advance(record)
             op = f"{self.name}:drain:{record.instance_id}:{record.tags.get(T_CONFIGURE_AT, '')}"
             return TransitionAck(operation_id=op, machine=self._machine(record))
 
     def delete(self, machine_id: str, token: FencingToken, *, key: str = "") -> TransitionAck:
         with self._lock:
             self._fence(token)
-            offering, index = self._parse(machine_id)
-            record = self._scan([offering]).get(machine_id)
+            record = self._find(machine_id)
             if record is None:
                 raise InvalidTransition(self.name, machine_id, S.SPECULATIVE, "delete")
             op = f"{self.name}:delete:{record.instance_id}"
             machine = self._machine(record)
             if machine.state in (S.DELETING, S.SPECULATIVE):
                 return TransitionAck(operation_id=op, machine=machine)
-            if machine.state is not S.IDLE and machine.state is not S.FAILED:
+            # A drain whose grace is over only waits for its stop: terminating ends it as well.
+            drained = machine.state is S.DRAINING and self._drain_over(record)
+            if machine.state is not S.IDLE and machine.state is not S.FAILED and not drained:
                 raise InvalidTransition(self.name, machine_id, machine.state, "delete")
             if record.ec2_state == "terminated":  # gone already (interrupted): acknowledge it
                 self._external_deletes.add(record.instance_id)
@@ -391,18 +470,47 @@ class Ec2Provider:
                     self._tag(record, token, {T_DELETING: str(int(self._clock()))})
                 except ClientError:
                     pass
+                self._cancel_spot_request(record)
             else:
                 self._tag(record, token, {T_DELETING: str(int(self._clock()))})
+                self._cancel_spot_request(record)
                 self._call(
                     "TerminateInstances",
                     self.client.terminate_instances,
                     InstanceIds=[record.instance_id],
                 )
                 record = self._refresh(record)
+            for memo in (self._blobs, self._errors):
+                memo.pop(record.instance_id, None)
             return TransitionAck(operation_id=op, machine=self._machine(record))
 
+    def _cancel_spot_request(self, record: _Record) -> None:
+        """A persistent spot request outlives its instance: terminated alone, EC2 launches a
+        replacement (untagged, unseen by BigFleet, billed). So the request is cancelled first;
+        one already gone is fine."""
+        request = record.instance.get("SpotInstanceRequestId")
+        if not request:
+            return
+        try:
+            self._call(
+                "CancelSpotInstanceRequests",
+                self.client.cancel_spot_instance_requests,
+                SpotInstanceRequestIds=[request],
+            )
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") not in SPOT_REQUEST_GONE:
+                raise
+
     def get(self, machine_id: str) -> Machine:
+        """One DescribeInstances by the machine's tag; the offering is listed (a scan of its
+        instances) only for a slot no instance holds: SPECULATIVE or not found, as in List."""
         with self._lock:
+            record = self._find(machine_id)
+            if record is not None:
+                self._advance(record)
+                machine = self._machine(record)
+                if machine.state is not S.SPECULATIVE:
+                    return machine
             offering, _ = self._parse(machine_id)
             for machine in self._listing([offering]):
                 if machine.id == machine_id:
@@ -480,33 +588,45 @@ class Ec2Provider:
         raise MachineNotFound(self.name, machine_id)
 
     def _listing(self, offerings: builtins.list[_Offering]) -> builtins.list[Machine]:
-        records = self._scan(offerings)
+        """The machines of these offerings: every instance holding a slot, then the lowest free
+        slots as SPECULATIVE. With `account_limit` every offering's instances are read, since
+        the account's cap is shared by all of them."""
+        account_max = self._max_instances()
+        scanned = self._offerings if account_max is not None else offerings
+        wanted = {o.key for o in offerings}
+        records = self._scan(scanned)
         machines = []
-        held: dict[str, set[int]] = {o.key: set() for o in offerings}
+        held: dict[str, set[int]] = {o.key: set() for o in scanned}
+        live = 0
         for record in records.values():
-            self._advance(record)
+            if record.offering.key in wanted:
+                self._advance(record)
             machine = self._machine(record)
             if machine.state is S.SPECULATIVE:
                 continue
             held[record.offering.key].add(record.index)
-            machines.append(machine)
+            live += record.ec2_state != "terminated"
+            if record.offering.key in wanted:
+                machines.append(machine)
+        free = {
+            o.key: 0 if self._out(o) else max(0, o.spec.count - len(held[o.key])) for o in scanned
+        }
+        if account_max is not None:
+            free = _share(free, account_max - live)
         for offering in offerings:
-            if self._out(offering):
-                continue
-            indices = held[offering.key]
-            free = max(0, self._quota(offering) - len(indices))
+            indices, left = held[offering.key], free[offering.key]
             i = 0
-            while free:
+            while left:
                 if i not in indices:
                     machines.append(self._speculative(offering, i))
-                    free -= 1
+                    left -= 1
                 i += 1
         return machines
 
-    def _quota(self, offering: _Offering) -> int:
-        count = offering.spec.count
+    def _max_instances(self) -> int | None:
+        """The account's `max-instances` with `account_limit` (read once), else None."""
         if not self.config.account_limit:
-            return count
+            return None
         if self._account_max is None:
             reply = self._call(
                 "DescribeAccountAttributes",
@@ -519,39 +639,65 @@ class Ec2Provider:
                 if a.get("AttributeName") == "max-instances"
                 for v in a.get("AttributeValues", [])
             ]
-            self._account_max = min(values) if values else count
-        return min(count, self._account_max)
+            # No such attribute: no cap beyond the counts (-1 remembers that it was asked).
+            self._account_max = min(values) if values else -1
+        return None if self._account_max < 0 else self._account_max
 
     def _scan(self, offerings: builtins.list[_Offering]) -> dict[str, _Record]:
         """Every instance of these offerings by machine id (the newest one wins, a live one over
         a terminated one); also refreshes the fencing epochs from the tags."""
         records: dict[str, _Record] = {}
         for instance in self._describe(offerings):
-            tags = _tags(instance)
-            machine_id = tags.get(T_MACHINE)
-            self._note_epoch(tags)
-            if not machine_id:
+            record = self._record(instance)
+            if record is None or record.offering not in offerings:
                 continue
-            try:
-                offering, index = self._parse(machine_id)
-            except MachineNotFound:
-                continue
-            if offering not in offerings:
-                continue
-            record = _Record(machine_id, offering, index, instance, tags)
-            old = records.get(machine_id)
+            old = records.get(record.machine_id)
             if old is None or _rank(record) > _rank(old):
-                records[machine_id] = record
+                records[record.machine_id] = record
         # DescribeInstances is eventually consistent: an instance launched a moment ago may not
         # be listed yet. Its launch reply stands in for it, so its slot is not offered again.
-        now = self._clock()
-        for machine_id, (at, record) in builtins.list(self._recent.items()):
-            seen = records.get(machine_id)
-            if now - at > RECENT_SECONDS or (seen and seen.instance_id == record.instance_id):
-                del self._recent[machine_id]
-            elif record.offering in offerings and (seen is None or _rank(seen) < _rank(record)):
-                records[machine_id] = record
+        for machine_id in builtins.list(self._recent):
+            fresh = self._fresh(machine_id, records.get(machine_id))
+            if fresh is not None and fresh.offering in offerings:
+                records[machine_id] = fresh
         return records
+
+    def _find(self, machine_id: str) -> _Record | None:
+        """The instance holding one slot: one DescribeInstances filtered by its machine-id tag
+        (not a scan of its offering, which may run to thousands of instances), or its launch
+        reply while EC2 does not list it yet."""
+        self._parse(machine_id)  # not one of ours: MachineNotFound
+        best: _Record | None = None
+        for instance in self._describe([], [{"Name": f"tag:{T_MACHINE}", "Values": [machine_id]}]):
+            record = self._record(instance)
+            if record is not None and record.machine_id == machine_id:
+                if best is None or _rank(record) > _rank(best):
+                    best = record
+        return self._fresh(machine_id, best)
+
+    def _record(self, instance: dict[str, Any]) -> _Record | None:
+        tags = _tags(instance)
+        self._note_epoch(tags)
+        machine_id = tags.get(T_MACHINE)
+        if not machine_id:
+            return None
+        try:
+            offering, index = self._parse(machine_id)
+        except MachineNotFound:
+            return None
+        return _Record(machine_id, offering, index, instance, tags)
+
+    def _fresh(self, machine_id: str, seen: _Record | None) -> _Record | None:
+        """What EC2 listed for a machine, or its launch reply if EC2 does not list that
+        instance yet (for RECENT_SECONDS; forgotten once listed)."""
+        entry = self._recent.get(machine_id)
+        if entry is None:
+            return seen
+        at, record = entry
+        if self._clock() - at > RECENT_SECONDS or (seen and seen.instance_id == record.instance_id):
+            del self._recent[machine_id]
+            return seen
+        return record if seen is None or _rank(seen) < _rank(record) else seen
 
     def _describe(
         self,
@@ -582,8 +728,7 @@ class Ec2Provider:
         return record
 
     def _live(self, machine_id: str, call: str) -> _Record:
-        offering, _ = self._parse(machine_id)
-        record = self._scan([offering]).get(machine_id)
+        record = self._find(machine_id)
         if record is None:
             raise InvalidTransition(self.name, machine_id, S.SPECULATIVE, call)
         self._advance(record)
@@ -631,54 +776,129 @@ class Ec2Provider:
         )
 
     def _state_of(self, record: _Record) -> tuple[MachineState, str]:
-        ec2, tags = record.ec2_state, record.tags
+        """A machine's state from its instance's EC2 state and tags, and what memory adds: the
+        blob of a configure, the refusal of a due step. The drain tag wins over the configure
+        ones (a configure removes it: with it, the drain was the last call)."""
+        ec2, tags, iid = record.ec2_state, record.tags, record.instance_id
+        reason = str(record.instance.get("StateReason", {}).get("Code", ""))
+        spot = "spot interruption" if "Spot" in reason else ""
         if ec2 == "terminated":
-            if T_DELETING in tags or record.instance_id in self._external_deletes:
+            if T_DELETING in tags or iid in self._external_deletes:
                 return S.SPECULATIVE, ""
-            reason = record.instance.get("StateReason", {}).get("Code", "")
-            what = "spot interruption" if "Spot" in reason else "terminated outside BigFleet"
-            return S.FAILED, f"instance {record.instance_id}: {what} ({reason or 'no reason'})"
+            what = spot or "terminated outside BigFleet"
+            return S.FAILED, f"instance {iid}: {what} ({reason or 'no reason'})"
         if ec2 == "shutting-down":
             return S.DELETING, ""
+        error = self._errors.get(iid, "")
+        if spot and ec2 in ("stopping", "stopped"):  # only EC2 may start it again
+            return S.FAILED, f"instance {iid} is {ec2}: spot interruption ({reason})"
         phase = tags.get(T_CONFIGURE)
+        if T_DRAIN_UNTIL in tags:
+            if ec2 == "stopped":
+                return S.IDLE, ""
+            if iid in self._unstoppable:  # left running, as drains were before they stopped
+                return S.IDLE, f"instance {iid}: EC2 cannot stop it, so it still runs; delete it"
+            if ec2 == "stopping" or self._drain_over(record):
+                return S.DRAINING, error  # on its way out of the cluster: stopping
+            return S.DRAINING, ""
         if ec2 in ("stopping", "stopped"):
             if phase == "stopping":
-                if ec2 == "stopped" and record.instance_id not in self._blobs:
+                if ec2 == "stopped" and iid not in self._blobs:
                     return S.FAILED, (
-                        f"instance {record.instance_id}: the bootstrap blob was lost before it "
+                        f"instance {iid}: the bootstrap blob was lost before it "
                         "was delivered (provider restarted); configure again"
                     )
-                return S.CONFIGURING, ""
-            return S.FAILED, f"instance {record.instance_id} is {ec2} (stopped outside BigFleet)"
+                return S.CONFIGURING, error
+            return S.FAILED, f"instance {iid} is {ec2} (stopped outside BigFleet)"
         if ec2 == "pending":
-            return (S.CONFIGURING, "") if phase in ("stopping", "starting") else (S.CREATING, "")
+            if phase in ("stopping", "starting"):
+                return S.CONFIGURING, error
+            return S.CREATING, ""
         # running
-        if phase == "stopping":
-            return S.CONFIGURING, ""
-        drain_until = tags.get(T_DRAIN_UNTIL)
-        if drain_until is not None:
-            return (S.DRAINING, "") if float(drain_until) > self._clock() else (S.IDLE, "")
+        if phase == "stopping":  # its stop not taken yet, or started and `starting` not tagged
+            return S.CONFIGURING, error
         if phase in ("starting", "done") and T_CLUSTER in tags:
             return S.CONFIGURED, ""
         return S.IDLE, ""
 
+    def _drain_over(self, record: _Record) -> bool:
+        return float(record.tags[T_DRAIN_UNTIL]) <= self._clock()
+
+    def _due(self, record: _Record) -> tuple[str, ...]:
+        """The EC2 actions a transition of this instance waits for: a drain whose grace is over
+        stops it; a configure whose stop is done delivers its blob and starts it (then tags it
+        `starting`: alone, if the start went through and the tag did not)."""
+        tags, iid = record.tags, record.instance_id
+        if T_DRAIN_UNTIL in tags:
+            if (
+                record.ec2_state in ("pending", "running")
+                and self._drain_over(record)
+                and iid not in self._unstoppable
+            ):
+                return ("StopInstances",)
+            return ()
+        if tags.get(T_CONFIGURE) != "stopping" or iid not in self._blobs:
+            return ()
+        if iid in self._started:
+            return ("CreateTags",)
+        if record.ec2_state == "stopped":
+            return ("ModifyInstanceAttribute", "StartInstances", "CreateTags")
+        return ()
+
     def _advance(self, record: _Record) -> None:
-        """A configure whose stop has finished: hand the blob to the instance and start it."""
-        if record.ec2_state != "stopped" or record.tags.get(T_CONFIGURE) != "stopping":
+        """Take the steps a transition waits for (`_due`). A refusal never escapes: not from a
+        Get or List, which must keep answering for every other machine, nor from the Configure
+        or Drain that started the transition (acknowledged all the same). It becomes the
+        machine's `last_error`, the blob stays in memory, and the steps are tried again on the
+        next Get/List; a throttled action waits for its hint, so a throttled EC2 is not asked
+        again by every instance on every List."""
+        iid = record.instance_id
+        steps = self._due(record)
+        if not steps:
+            self._errors.pop(iid, None)
             return
-        blob = self._blobs.get(record.instance_id)
-        if blob is None:
+        now = self._clock()
+        if any(self._held.get(action, 0.0) > now for action in steps):
             return
-        self._call(
-            "ModifyInstanceAttribute",
-            self.client.modify_instance_attribute,
-            InstanceId=record.instance_id,
-            UserData={"Value": base64.b64encode(blob)},
-        )
-        self._call("StartInstances", self.client.start_instances, InstanceIds=[record.instance_id])
-        self._tag(record, None, {T_CONFIGURE: "starting"})
-        del self._blobs[record.instance_id]
-        self._refresh(record)
+        action = steps[0]
+        try:
+            for action in steps:
+                if action == "StopInstances":
+                    self._call("StopInstances", self.client.stop_instances, InstanceIds=[iid])
+                elif action == "ModifyInstanceAttribute":
+                    self._call(
+                        "ModifyInstanceAttribute",
+                        self.client.modify_instance_attribute,
+                        InstanceId=iid,
+                        UserData={"Value": base64.b64encode(self._blobs[iid])},
+                    )
+                elif action == "StartInstances":
+                    self._call("StartInstances", self.client.start_instances, InstanceIds=[iid])
+                    self._started.add(iid)
+                else:
+                    self._tag(record, None, {T_CONFIGURE: "starting"})
+                    self._started.discard(iid)
+                    del self._blobs[iid]
+        except (RateLimited, _Ice, ClientError) as err:
+            code = _code(err)
+            if isinstance(err, RateLimited):
+                self._held[action] = now + err.retry_after
+                when = f"after {err.retry_after:g} s"
+            else:
+                when = "on the next Get/List"
+                if isinstance(err, _Ice):  # no capacity to start it: none to launch either
+                    self._unavailable[record.offering.key] = now + self.config.ice_seconds
+                elif action == "StopInstances" and code == "UnsupportedOperation":
+                    self._unstoppable.add(iid)  # never stoppable (a one-time spot instance)
+                    when = "never"
+            self._errors[iid] = (
+                f"instance {iid}: EC2 refused {action} ({code}: {_message(err)}); "
+                f"tried again {when}"
+            )
+            return
+        self._errors.pop(iid, None)
+        with contextlib.suppress(ProviderError, ClientError):  # the next Get/List reads it
+            self._refresh(record)
 
     def _speculative(self, offering: _Offering, index: int) -> Machine:
         spec = offering.spec
@@ -709,16 +929,10 @@ class Ec2Provider:
 
     # -- create ----------------------------------------------------------------------------
 
-    def _create_group(
-        self,
-        offering: _Offering,
-        ids: builtins.list[str],
-        records: dict[str, _Record],
-        token: FencingToken,
-        key: str,
-    ) -> None:
-        # Already made (a repeat, or made by an earlier attempt of this batch): nothing to do,
-        # unless the machine is in a state create cannot come from.
+    def _missing(self, ids: builtins.list[str], records: dict[str, _Record]) -> builtins.list[str]:
+        """The machines of a create still to launch. Already made (a repeat, or made by an
+        earlier attempt of this batch): nothing to do, unless the machine is in a state create
+        cannot come from."""
         missing = []
         for machine_id in ids:
             record = records.get(machine_id)
@@ -730,13 +944,17 @@ class Ec2Provider:
                 missing.append(machine_id)
             elif state is not S.CREATING and state is not S.IDLE:
                 raise InvalidTransition(self.name, machine_id, state, "create")
-        if not missing:
-            return
-        # The slots must be listed: one beyond the quota, or out of capacity, is not.
-        speculative = {m.id for m in self._listing([offering]) if m.state is S.SPECULATIVE}
-        for machine_id in missing:
-            if machine_id not in speculative:
-                raise QuotaExhausted(self.name, machine_id, offering.key)
+        return missing
+
+    def _create_group(
+        self,
+        offering: _Offering,
+        ids: builtins.list[str],
+        missing: builtins.list[str],
+        records: dict[str, _Record],
+        token: FencingToken,
+        key: str,
+    ) -> None:
         batch = client_token(self.name, key, offering.key, *ids) if key else uuid.uuid4().hex
         # An earlier attempt with this key may have launched instances and not named them all.
         launched = [
@@ -810,13 +1028,21 @@ class Ec2Provider:
         if cfg.instance_profile_arn:
             kwargs["IamInstanceProfile"] = {"Arn": cfg.instance_profile_arn}
         if spec.capacity_type == "spot":
+            # Persistent, stopped when interrupted: the only spot instances EC2 lets BigFleet
+            # stop (Configure, Drain). The request is tagged too, so IAM can scope its cancel.
             kwargs["InstanceMarketOptions"] = {
                 "MarketType": "spot",
                 "SpotOptions": {
-                    "SpotInstanceType": "one-time",
-                    "InstanceInterruptionBehavior": "terminate",
+                    "SpotInstanceType": "persistent",
+                    "InstanceInterruptionBehavior": "stop",
                 },
             }
+            kwargs["TagSpecifications"].append(
+                {
+                    "ResourceType": "spot-instances-request",
+                    "Tags": [{"Key": T_PROVIDER, "Value": self.name}],
+                }
+            )
         try:
             reply = self._call("RunInstances", self.client.run_instances, **kwargs)
         except _Ice as err:
@@ -899,6 +1125,40 @@ class Ec2Provider:
 
 class _Ice(Exception):
     """EC2 has no capacity (or no quota) for an offering right now."""
+
+
+def _code(err: BaseException) -> str:
+    """EC2's error code behind a ClientError, or the RateLimited / _Ice made of one."""
+    cause = err if isinstance(err, ClientError) else err.__cause__
+    if isinstance(cause, ClientError):
+        return str(cause.response.get("Error", {}).get("Code", ""))
+    return type(err).__name__
+
+
+def _message(err: BaseException) -> str:
+    cause = err if isinstance(err, ClientError) else err.__cause__
+    if isinstance(cause, ClientError):
+        return str(cause.response.get("Error", {}).get("Message", ""))
+    return str(err)
+
+
+def _share(free: dict[str, int], budget: int) -> dict[str, int]:
+    """Split an account-wide budget of slots between offerings, round-robin in order (each
+    offering its fair part, what one cannot use going to the others), none above its free."""
+    budget = max(0, budget)
+    given = dict.fromkeys(free, 0)
+    while budget:
+        open_ = [k for k in free if given[k] < free[k]]
+        if not open_:
+            break
+        part = max(1, budget // len(open_))
+        for k in open_:
+            n = min(part, free[k] - given[k], budget)
+            given[k] += n
+            budget -= n
+            if not budget:
+                break
+    return given
 
 
 def _tags(instance: dict[str, Any]) -> dict[str, str]:

@@ -6,15 +6,22 @@ cluster, a drain's grace, the highest fencing epoch per shard) is a small JSON f
 `state_path`, rewritten atomically after every change (one provider process per file).
 
 - Create claims a commissioned system (healthy, enabled): SPECULATIVE → IDLE at once.
-- Configure publishes the bootstrap blob as a file in `media_dir` (served to the BMCs at
-  `media_url`), inserts it as the Cd virtual media, sets a one-time boot override to Cd and
-  powers the system on (one that is running is switched off first): CONFIGURING, then
-  CONFIGURED once the BMC reports it on. With `boot_method: pxe` the override is Pxe and the
-  blob is only published. A BMC that refuses any of it fails the configure (FAILED from
+- Configure publishes the bootstrap blob (cloud-init user data) as a cloud-init NoCloud seed
+  (nocloud.py): with `boot_method: virtual-media`, an ISO9660 image labelled `cidata` holding
+  `user-data` (the blob) and `meta-data` (`instance-id: {machine id}-{digest[:16]}`, so a new
+  blob is a new instance to cloud-init), `{media_dir}/{machine id}-{digest[:16]}.iso`, served to
+  the BMCs at `media_url`; it is inserted as the Cd virtual media, the one-time boot override is
+  Hdd (the system's own disk: the seed is not bootable), and the system is powered on (one that
+  is running is switched off first): CONFIGURING, then CONFIGURED once the BMC reports it on.
+  The OS on that disk must run cloud-init with the NoCloud datasource, which finds the `cidata`
+  disk. With `boot_method: pxe`
+  the seed is the files `{media_dir}/{machine id}/user-data` and `meta-data`, for the operator's
+  PXE/HTTP boot server to serve and hand to cloud-init as `ds=nocloud-net;s={url}/{machine id}/`;
+  the override is Pxe. A BMC that refuses any of it fails the configure (FAILED from
   CONFIGURING, its answer in `last_error`).
 - Drain: the cluster's operator drains the node during the grace; then the system is shut down
   (ForceOff when forced, or when a graceful shutdown outlasts `power_off_seconds`), its media
-  ejected and its blob removed: IDLE once the BMC reports it off. Delete is NotSupported.
+  ejected and its seed removed: IDLE once the BMC reports it off. Delete is NotSupported.
 - Progress is observed: `get` and `list` read each system from its BMC and move it on (BigFleet
   polls them while a transition runs). A CONFIGURED system found powered off, or one whose BMC
   reports health Critical, is FAILED (from CONFIGURED) with `last_error`.
@@ -28,10 +35,13 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import glob
 import hashlib
 import json
 import os
 import pathlib
+import re
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -57,6 +67,7 @@ from ..models import (
     TransitionAck,
 )
 from ..yamlfile import load_model
+from . import nocloud
 from .base import (
     MAX_CREATE_BATCH,
     InvalidTransition,
@@ -107,8 +118,8 @@ class RedfishConfig(_Spec):
     bmcs: Annotated[list[BMCSpec], Field(min_length=1)]
     state_path: str  # JSON file: claims, clusters, drains, fencing epochs, seen systems
     boot_method: Literal["virtual-media", "pxe"] = "virtual-media"
-    media_dir: str | None = None  # where blobs are written, for the BMCs (or PXE) to fetch
-    media_url: Url | None = None  # how the BMCs reach media_dir over HTTP(S)
+    media_dir: str | None = None  # where the NoCloud seeds are written (required: _media)
+    media_url: Url | None = None  # how the BMCs (or the PXE server's clients) reach media_dir
     configure_timeout_seconds: Seconds = 900.0  # power-on must be seen within this
     power_off_seconds: Seconds = 300.0  # graceful shutdown, then ForceOff
     connect_timeout_seconds: Seconds = 3.0
@@ -117,8 +128,18 @@ class RedfishConfig(_Spec):
 
     @model_validator(mode="after")
     def _media(self) -> RedfishConfig:
+        # Every configure publishes a seed; without media_dir the blob would go nowhere.
         if self.boot_method == "virtual-media" and not (self.media_dir and self.media_url):
-            raise ValueError("boot_method virtual-media needs media_dir and media_url")
+            raise ValueError(
+                "boot_method virtual-media needs media_dir and media_url "
+                "(the cidata ISO the BMCs insert is written to media_dir, fetched from media_url)"
+            )
+        if self.boot_method == "pxe" and not self.media_dir:
+            raise ValueError(
+                "boot_method pxe needs media_dir (the nocloud-net seed, "
+                "{media_dir}/{machine id}/user-data and meta-data, is written there for the "
+                "PXE/HTTP boot server to serve)"
+            )
         return self
 
     @classmethod
@@ -450,7 +471,7 @@ class RedfishProvider:
         return seen
 
     def _boot(self, system: _System, seen: Observed, media: str) -> tuple[bool, str]:
-        """Point the next boot at the blob and power the system on: (True if it was on and is
+        """Point the next boot at the seed and power the system on: (True if it was on and is
         being switched off first, the BMC's refusal or "")."""
         try:
             with self._talk(system.bmc) as root:
@@ -460,7 +481,10 @@ class RedfishProvider:
                     if cd.inserted:
                         cd.eject_media()
                     cd.insert_media(media, inserted=True, write_protected=True)
-                    target = sushy.BootSource.CD
+                    # The seed is not bootable: the system boots its own disk, where cloud-init
+                    # finds the `cidata` CD (a Cd override would rest on the firmware falling
+                    # through to the disk; some stop at a non-bootable CD instead).
+                    target = sushy.BootSource.HDD
                 else:
                     target = sushy.BootSource.PXE
                 sys_.set_system_boot_options(
@@ -627,23 +651,39 @@ class RedfishProvider:
         os.replace(tmp, self._path)
 
     def _publish(self, machine_id: str, user_data: bytes, digest: str) -> str:
-        """Write the blob where the BMCs (or the PXE server) fetch it; its URL."""
-        if not self.config.media_dir:
-            return ""
+        """Write the machine's NoCloud seed where the BMCs (or the PXE server) fetch it: the
+        `cidata` ISO's URL (virtual media), or the nocloud-net seed URL (pxe; its directory
+        when there is no media_url)."""
+        assert self.config.media_dir  # RedfishConfig._media
         directory = pathlib.Path(self.config.media_dir)
         directory.mkdir(parents=True, exist_ok=True)
         self._unpublish(machine_id)
-        name = f"{machine_id}-{digest[:16]}.img"
-        tmp = directory / f".{name}.tmp"
-        tmp.write_bytes(user_data)
-        tmp.chmod(0o640)  # it holds a join credential: readable by the media server's group
-        os.replace(tmp, directory / name)
-        return f"{(self.config.media_url or '').rstrip('/')}/{name}"
+        files = nocloud.seed_files(machine_id, user_data, digest)
+        base = (self.config.media_url or "").rstrip("/")
+        if self.config.boot_method == "pxe":
+            seed = directory / machine_id
+            seed.mkdir(mode=0o750)
+            for name in ("user-data", "meta-data"):  # meta-data last: its instance-id is new
+                _write_private(seed / name, files[name])
+            return f"{base}/{machine_id}/" if base else str(seed)
+        name = f"{nocloud.instance_id(machine_id, digest)}.iso"
+        _write_private(directory / name, nocloud.cidata_iso(files))
+        return f"{base}/{name}"
 
     def _unpublish(self, machine_id: str) -> None:
-        if self.config.media_dir:
-            for old in pathlib.Path(self.config.media_dir).glob(f"{machine_id}-*.img"):
+        """Remove the machine's seeds: its ISOs (and raw blobs of older versions, `.img`) and
+        its nocloud-net directory; not those of a machine whose id merely starts with its id."""
+        assert self.config.media_dir
+        directory = pathlib.Path(self.config.media_dir)
+        own = re.compile(re.escape(machine_id) + r"-[0-9a-f]{16}\.(iso|img)")
+        for old in directory.glob(f"{glob.escape(machine_id)}-*"):
+            if own.fullmatch(old.name):
                 old.unlink(missing_ok=True)
+        seed = directory / machine_id
+        if seed.is_dir() and not seed.is_symlink():
+            shutil.rmtree(seed)
+        else:
+            seed.unlink(missing_ok=True)  # not ours to follow: a link (or a file) in its place
 
     # -- replies ---------------------------------------------------------------------------
 
@@ -686,6 +726,22 @@ class RedfishProvider:
             cluster=record.get("cluster") if record else None,
             failed_from=S(record["failed_from"]) if record and record.get("failed_from") else None,
         )
+
+
+def _write_private(path: pathlib.Path, data: bytes) -> None:
+    """Write a file atomically, mode 0o640 from its creation: a seed holds a join credential,
+    readable by the media server's group and no one else."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o640)
+        with os.fdopen(fd, "wb") as out:
+            fd = -1
+            out.write(data)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    os.replace(tmp, path)
 
 
 def _unfit(seen: Observed) -> str:

@@ -3,25 +3,34 @@ in its own process (`python -m moto.server`), started once for the module, that 
 over the network. Each test uses its own provider name, so the instances of one are invisible to
 the others (every listing is filtered by the `bigfleet:provider` tag).
 
-API calls are counted with a botocore `before-call` hook on the client; EC2's refusals
-(InsufficientInstanceCapacity, RequestLimitExceeded) are injected with a `before-send` hook that
-answers one operation with EC2's XML error, which botocore then parses as it would EC2's.
+API calls are counted (and their parameters kept) with a botocore `before-call` hook on the
+client; EC2's refusals (InsufficientInstanceCapacity, RequestLimitExceeded) are injected with a
+`before-send` hook that answers one operation with EC2's XML error, which botocore then parses as
+it would EC2's; a whole reply the same way (an account's max-instances). What moto cannot show of
+an instance (a spot request id, an interruption's reason, a stop in progress) is written into
+DescribeInstances' parsed reply by an `after-call` hook.
 
 moto's limits met here: it ignores RunInstances' ClientToken (a repeat launches again) and
 answers a `client-token` filter with a 500, so the provider's idempotency rests on its own
 `bigfleet:batch` tag (ClientToken is still sent, for real EC2); instances are running as soon
-as they are launched, and stopped as soon as they are stopped.
+as they are launched, and stopped as soon as they are stopped; spot instances launched by
+RunInstances get no SpotInstanceRequestId and are never interrupted, and the persistent/stop
+spot options are accepted and ignored (so the tests check the request BigFleet sends).
 """
 
 from __future__ import annotations
 
+import base64
+import datetime
+import json
 import os
+import re
 import subprocess
 import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import boto3
@@ -34,18 +43,19 @@ from bigfleet.edge.provider_server import ProviderService, serve_provider
 from bigfleet.models import BootstrapBlob, FencingToken, ListFilter, MachineState
 from bigfleet.providers.base import (
     InvalidTransition,
+    MachineNotFound,
     QuotaExhausted,
     RateLimited,
     StaleFencingToken,
 )
-from bigfleet.providers.ec2 import Ec2Config, Ec2Provider
-from tests.procs import free_port
+from bigfleet.providers.ec2 import Ec2Config, Ec2Provider, _Record
+from tests.procs import ROOT, free_port
 
 S = MachineState
 REGION = "us-east-1"
 BLOB = BootstrapBlob(user_data=b"#!/bin/sh\necho join cluster-a\n", ttl_seconds=600)
 MUTATING = {"RunInstances", "CreateTags", "DeleteTags", "TerminateInstances", "StopInstances",
-            "StartInstances", "ModifyInstanceAttribute"}  # fmt: skip
+            "StartInstances", "ModifyInstanceAttribute", "CancelSpotInstanceRequests"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -87,19 +97,35 @@ class Hooks:
 
     def __init__(self, client: Any) -> None:
         self.calls: Counter[str] = Counter()
+        self.sent: list[tuple[str, dict[str, Any]]] = []  # every call in order, with its params
         self.fail: dict[str, tuple[str, Any]] = {}  # operation -> (code, predicate on params)
         self.failed: Counter[str] = Counter()
+        self.replies: dict[str, bytes] = {}  # operation -> the XML EC2 answers with
+        # instance id -> what DescribeInstances says of it beyond moto's reply
+        self.overlay: dict[str, Callable[[dict[str, Any]], None]] = {}
         client.meta.events.register("before-call.ec2", self._count)
         client.meta.events.register("before-send.ec2", self._send)
-        self._params: dict[str, Any] = {}
+        client.meta.events.register("after-call.ec2.DescribeInstances", self._overlay)
         self.hide_instances = False  # DescribeInstances lists nothing (eventual consistency)
 
     def _count(self, model: Any, params: dict[str, Any], **_: Any) -> None:
         self.calls[model.name] += 1
-        self._params[model.name] = params.get("body", {})
+        self.sent.append((model.name, dict(params.get("body", {}))))
+
+    def params(self, op: str) -> list[dict[str, Any]]:
+        return [body for name, body in self.sent if name == op]
+
+    def _overlay(self, parsed: dict[str, Any], **_: Any) -> None:
+        for reservation in parsed.get("Reservations", []):
+            for instance in reservation.get("Instances", []):
+                if instance["InstanceId"] in self.overlay:
+                    self.overlay[instance["InstanceId"]](instance)
 
     def _send(self, request: Any, **_: Any) -> AWSResponse | None:
         body = request.body.decode() if isinstance(request.body, bytes) else str(request.body)
+        for op, xml in self.replies.items():
+            if f"Action={op}&" in body + "&":
+                return AWSResponse(request.url, 200, {}, _Raw(xml))
         for op, (code, match) in self.fail.items():
             if f"Action={op}&" in body + "&" and match(body):
                 self.failed[op] += 1
@@ -170,6 +196,17 @@ def speculative(p: Ec2Provider, zone: str = "us-east-1a") -> list[str]:
     return [m.id for m in p.list(ListFilter(states=[S.SPECULATIVE], zone=zone))]
 
 
+def configured_on_a_clock(url: str) -> tuple[Ec2Provider, Hooks, list[float], str]:
+    """A provider on a clock the test moves (`now[0]`), with one machine CONFIGURED."""
+    now = [1_900_000_000.0]
+    p, hooks = make(url)
+    p._clock = lambda: now[0]
+    (mid,) = speculative(p)[:1]
+    p.create([mid], token(), key="c")
+    p.configure(mid, BLOB, "cluster-a", token(), key="cf")
+    return p, hooks, now, mid
+
+
 def test_create_64_in_one_run_instances_and_a_repeat_launches_nothing(moto_url: str) -> None:
     p, hooks = make(moto_url)
     ids = speculative(p)[:64]
@@ -223,8 +260,6 @@ def test_tags_round_trip_a_fresh_provider_rebuilds_the_same_machines(moto_url: s
     attr = fresh.client.describe_instance_attribute(
         InstanceId=by_id[ids[0]].host.ref, Attribute="userData"
     )
-    import base64
-
     assert base64.b64decode(attr["UserData"]["Value"]) == BLOB.user_data
     # The fencing epoch came back from the tags: a fresh provider refuses epoch 4.
     with pytest.raises(StaleFencingToken):
@@ -233,12 +268,7 @@ def test_tags_round_trip_a_fresh_provider_rebuilds_the_same_machines(moto_url: s
 
 
 def test_drain_and_terminate_give_the_slot_back(moto_url: str) -> None:
-    now = [1_900_000_000.0]
-    p, _ = make(moto_url)
-    p._clock = lambda: now[0]
-    (mid,) = speculative(p)[:1]
-    p.create([mid], token(), key="c")
-    p.configure(mid, BLOB, "cluster-a", token(), key="cf")
+    p, _, now, mid = configured_on_a_clock(moto_url)
     ack = p.drain(mid, 60, token(), key="d")
     assert ack.machine.state is S.DRAINING and ack.machine.cluster == "cluster-a"
     now[0] += 61
@@ -322,10 +352,57 @@ def test_a_stale_epoch_is_refused_before_any_call(moto_url: str) -> None:
     assert hooks.calls == Counter({"DescribeInstances": 1})  # the speculative() listing only
 
 
-def test_account_limit_caps_each_offering(moto_url: str) -> None:
-    p, _ = make(moto_url, account_limit=True)  # moto's max-instances is 20
-    assert len(speculative(p)) == 20
-    assert len(speculative(p, "us-east-1b")) == 3
+def test_account_limit_reads_max_instances_once(moto_url: str) -> None:
+    p, hooks = make(moto_url, account_limit=True)  # moto's max-instances is 20
+    assert len(p.list(ListFilter(states=[S.SPECULATIVE]))) == 20  # 70 + 3 configured
+    assert len(speculative(p, "us-east-1b")) == 3  # its whole count: its share is more
+    assert len(speculative(p)) == 17
+    assert hooks.calls["DescribeAccountAttributes"] == 1
+
+
+def account_attributes(max_instances: int) -> bytes:
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?><DescribeAccountAttributesResponse '
+        'xmlns="http://ec2.amazonaws.com/doc/2016-11-15/"><requestId>r</requestId>'
+        "<accountAttributeSet><item><attributeName>max-instances</attributeName>"
+        f"<attributeValueSet><item><attributeValue>{max_instances}</attributeValue></item>"
+        "</attributeValueSet></item></accountAttributeSet></DescribeAccountAttributesResponse>"
+    ).encode()
+
+
+def test_account_limit_is_shared_by_all_offerings(moto_url: str) -> None:
+    """max-instances is the account's, not each offering's: two offerings of 10 under a cap of
+    12 show 12 slots in all, less every live instance of the provider."""
+    offerings = [
+        {"instance_type": "m5.large", "zone": zone, "capacity_type": "on-demand",
+         "price_per_hour": 0.096, "resources": {"cpu": 2, "memory_gib": 8}, "count": 10}
+        for zone in ("us-east-1a", "us-east-1b")
+    ]  # fmt: skip
+    p, hooks = make(moto_url, account_limit=True, offerings=offerings)
+    hooks.replies["DescribeAccountAttributes"] = account_attributes(12)
+
+    def slots(zone: str = "") -> list[str]:
+        return [m.id for m in p.list(ListFilter(states=[S.SPECULATIVE], zone=zone))]
+
+    assert len(slots()) == 12
+    assert sorted(slots("us-east-1a") + slots("us-east-1b")) == slots()
+    p.create(slots("us-east-1a")[:3], token(), key="c1")
+    assert len(slots()) == 12 - 3
+    assert sorted(slots("us-east-1a") + slots("us-east-1b")) == slots()
+    assert slots("us-east-1b")  # the other offering keeps its share
+    # A slot the cap keeps out of the listing is refused, not launched.
+    listed = set(slots("us-east-1b"))
+    beyond = next(
+        f"{p.name}-m5-large-us-east-1b-on-demand-{i:05d}" for i in range(10)
+        if f"{p.name}-m5-large-us-east-1b-on-demand-{i:05d}" not in listed
+    )  # fmt: skip
+    with pytest.raises(QuotaExhausted):
+        p.create([beyond], token(), key="c2")
+    # Creating what is listed, both offerings at once, fills the account: nothing beyond.
+    p.create(slots(), token(), key="c3")
+    assert slots() == []
+    live = p.list(ListFilter())
+    assert len(live) == 12 and all(m.state is S.IDLE for m in live)
 
 
 def test_conformance_over_grpc(moto_url: str) -> None:
@@ -402,8 +479,9 @@ def test_a_blob_lost_in_a_restart_fails_the_configure_and_a_new_one_finishes_it(
     (mid,) = speculative(p)[:1]
     p.create([mid], token(), key="c")
     hooks.fail["ModifyInstanceAttribute"] = ("RequestLimitExceeded", lambda body: True)
-    with pytest.raises(RateLimited):
-        p.configure(mid, BLOB, "cluster-a", token(), key="cf")  # stopped, blob not delivered
+    ack = p.configure(mid, BLOB, "cluster-a", token(), key="cf")  # stopped, blob not delivered
+    assert ack.machine.state is S.CONFIGURING
+    assert "ModifyInstanceAttribute (RequestLimitExceeded" in ack.machine.last_error
     restarted, _ = make(moto_url, p.name)
     lost = restarted.get(mid)
     assert lost.state is S.FAILED and lost.failed_from is S.CONFIGURING
@@ -435,3 +513,308 @@ def test_a_launch_ec2_does_not_list_yet_still_holds_its_slot(moto_url: str) -> N
     assert mid not in speculative(p) and len(speculative(p)) == 69
     p.create([mid], token(), key="c-again")  # a create of the same slot launches nothing
     assert hooks.calls["RunInstances"] == 1
+
+
+def instance_state(p: Ec2Provider, instance_id: str) -> str:
+    reply = p.client.describe_instances(InstanceIds=[instance_id])
+    return str(reply["Reservations"][0]["Instances"][0]["State"]["Name"])
+
+
+def user_data(p: Ec2Provider, instance_id: str) -> bytes:
+    attr = p.client.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+    return base64.b64decode(attr["UserData"]["Value"])
+
+
+def filters(body: dict[str, Any]) -> dict[str, list[str]]:
+    """DescribeInstances' filters as sent (`Filter.N.Name`, `Filter.N.Value.M`)."""
+    found: dict[str, list[str]] = {}
+    for key, name in body.items():
+        m = re.fullmatch(r"Filter\.(\d+)\.Name", key)
+        if m:
+            prefix = f"Filter.{m.group(1)}.Value."
+            found[name] = [v for k, v in sorted(body.items()) if k.startswith(prefix)]
+    return found
+
+
+@pytest.mark.parametrize("code", ["InsufficientInstanceCapacity", "RequestLimitExceeded"])
+def test_a_start_ec2_refuses_keeps_the_machine_configuring_and_the_provider_answering(
+    moto_url: str, code: str
+) -> None:
+    """The start of a configure is taken on later Gets and Lists too: refused, it must neither
+    fail them (every other machine would be unreadable) nor the configure. The machine stays
+    CONFIGURING with the refusal, and starts once EC2 lets it."""
+    now = [1_900_000_000.0]
+    p, hooks = make(moto_url)
+    p._clock = lambda: now[0]
+    mid, other = speculative(p)[:2]
+    p.create([mid, other], token(), key="c")
+    hooks.fail["StartInstances"] = (code, lambda body: True)
+    ack = p.configure(mid, BLOB, "cluster-a", token(), key="cf")
+    assert ack.machine.state is S.CONFIGURING and code in ack.machine.last_error
+    listed = {m.id: m for m in p.list(ListFilter())}
+    assert listed[mid].state is S.CONFIGURING and listed[mid].cluster == "cluster-a"
+    assert f"StartInstances ({code}" in listed[mid].last_error
+    assert listed[other].state is S.IDLE and listed[other].last_error == ""
+    got = p.get(mid)
+    assert got.state is S.CONFIGURING and code in got.last_error
+    assert p.get(other).state is S.IDLE
+    host = got.host.ref if got.host else ""
+    assert instance_state(p, host) == "stopped"
+    if code == "RequestLimitExceeded":  # throttled: EC2 is not asked again before the hint
+        assert hooks.calls["StartInstances"] == 1
+    else:  # no capacity to start it: none to launch more of the offering either
+        assert hooks.calls["StartInstances"] == 3  # the configure, the List, the Get
+        assert "m5.large/us-east-1a/on-demand" in p.unavailable()
+    del hooks.fail["StartInstances"]
+    now[0] += 2.0  # past the throttle's first hint (1 s)
+    machine = {m.id: m for m in p.list(ListFilter())}[mid]
+    assert machine.state is S.CONFIGURED and machine.cluster == "cluster-a"
+    assert machine.last_error == ""
+    assert instance_state(p, host) == "running" and user_data(p, host) == BLOB.user_data
+
+
+def test_get_reads_one_machine_by_its_tag_not_its_offering(moto_url: str) -> None:
+    p, hooks = make(moto_url)
+    ids = speculative(p)[:3]
+    p.create(ids, token(), key="c")
+    hooks.sent.clear()
+    got = p.get(ids[1])
+    assert got.id == ids[1] and got.state is S.IDLE
+    (body,) = hooks.params("DescribeInstances")
+    sent = filters(body)
+    assert sent["tag:bigfleet:machine-id"] == [ids[1]]
+    assert sent["tag:bigfleet:provider"] == [p.name]
+    # Configure, drain and delete look their machine up the same way: no scan of the offering.
+    hooks.sent.clear()
+    p.configure(ids[1], BLOB, "cluster-a", token(), key="cf")
+    p.drain(ids[1], 0, token(), key="d")
+    assert p.delete(ids[1], token(), key="x").machine.state in (S.DELETING, S.SPECULATIVE)
+    for body in hooks.params("DescribeInstances"):
+        by_tag = filters(body).get("tag:bigfleet:machine-id") == [ids[1]]
+        assert by_tag or "InstanceId.1" in body, body
+    # A slot no instance holds (any more) is answered as List answers it.
+    assert p.get(ids[1]).state is S.SPECULATIVE
+    assert p.get(speculative(p)[-1]).state is S.SPECULATIVE
+    with pytest.raises(MachineNotFound):
+        p.get(f"{p.name}-m5-large-us-east-1a-on-demand-00070")  # beyond the count of 70
+    # A launch EC2 does not list yet is still found.
+    (fresh,) = speculative(p)[:1]
+    (ack,) = p.create([fresh], token(), key="c-fresh")
+    hooks.hide_instances = True
+    assert p.get(fresh).host == ack.machine.host
+
+
+def test_a_forced_drain_stops_the_instance_and_a_configure_starts_it_again(
+    moto_url: str,
+) -> None:
+    """Forced (or at the end of its grace), a drain stops the instance: it no longer runs the
+    cluster's workloads nor stays joined to it while BigFleet counts it IDLE. The next configure
+    needs no stop: the new blob is delivered and the instance started."""
+    p, hooks, now, mid = configured_on_a_clock(moto_url)
+    host = p.get(mid).host.ref  # type: ignore[union-attr]
+    # The stop refused (throttled): DRAINING with the refusal, every List still answers.
+    hooks.fail["StopInstances"] = ("RequestLimitExceeded", lambda body: True)
+    ack = p.drain(mid, 600, token(), force=True, key="d")
+    assert ack.machine.state is S.DRAINING and "StopInstances" in ack.machine.last_error
+    assert [m.state for m in p.list(ListFilter(states=[S.DRAINING]))] == [S.DRAINING]
+    assert instance_state(p, host) == "running"
+    del hooks.fail["StopInstances"]
+    now[0] += 2.0
+    drained = p.get(mid)
+    assert drained.state is S.IDLE and drained.cluster is None and drained.last_error == ""
+    assert instance_state(p, host) == "stopped"
+    # While EC2 is still stopping it, it is DRAINING (moto stops at once: shown by an overlay).
+    hooks.overlay[host] = lambda i: i.update(State={"Code": 64, "Name": "stopping"})
+    assert p.get(mid).state is S.DRAINING
+    del hooks.overlay[host]
+    # Configure from the stopped IDLE instance: the blob delivered and started, no stop.
+    hooks.calls.clear()
+    blob_b = BootstrapBlob(user_data=b"#!/bin/sh\necho join cluster-b\n", ttl_seconds=600)
+    ack = p.configure(mid, blob_b, "cluster-b", token(), key="cf-b")
+    assert ack.machine.state is S.CONFIGURED and ack.machine.cluster == "cluster-b"
+    assert hooks.calls["StopInstances"] == 0
+    assert hooks.calls["ModifyInstanceAttribute"] == hooks.calls["StartInstances"] == 1
+    assert instance_state(p, host) == "running" and user_data(p, host) == blob_b.user_data
+
+
+def test_a_stopped_idle_instance_is_deleted(moto_url: str) -> None:
+    p, _ = make(moto_url)
+    (mid,) = speculative(p)[:1]
+    p.create([mid], token(), key="c")
+    p.configure(mid, BLOB, "cluster-a", token(), key="cf")
+    assert p.drain(mid, 0, token(), force=True, key="d").machine.state is S.IDLE
+    host = p.get(mid).host.ref  # type: ignore[union-attr]
+    assert instance_state(p, host) == "stopped"
+    assert p.delete(mid, token(), key="x").machine.state in (S.DELETING, S.SPECULATIVE)
+    assert instance_state(p, host) == "terminated"
+    assert p.get(mid).state is S.SPECULATIVE
+
+
+def test_a_drained_instance_ec2_cannot_stop_is_left_idle_and_running(moto_url: str) -> None:
+    """A legacy one-time spot instance cannot be stopped (moto stops it: injected): the drain
+    still ends, IDLE with the reason, and the instance is deleted instead of reconfigured."""
+    p, hooks = make(moto_url)
+    (mid,) = speculative(p, "us-east-1b")[:1]
+    p.create([mid], token(), key="c")
+    p.configure(mid, BLOB, "cluster-a", token(), key="cf")
+    hooks.fail["StopInstances"] = ("UnsupportedOperation", lambda body: True)
+    ack = p.drain(mid, 0, token(), force=True, key="d")
+    assert ack.machine.state is S.IDLE and "cannot stop" in ack.machine.last_error
+    calls = hooks.calls["StopInstances"]
+    again = p.get(mid)
+    assert again.state is S.IDLE and "cannot stop" in again.last_error
+    assert hooks.calls["StopInstances"] == calls  # not asked again
+    assert instance_state(p, again.host.ref) == "running"  # type: ignore[union-attr]
+    assert p.delete(mid, token(), key="x").machine.state in (S.DELETING, S.SPECULATIVE)
+
+
+def test_spot_is_launched_persistent_and_stopped_when_interrupted(moto_url: str) -> None:
+    """EC2 only stops (so only configures) spot instances of a persistent request that stops on
+    interruption. moto ignores both options: the request BigFleet sends is checked; and it never
+    interrupts: the interruption's reason is overlaid on a stopped instance."""
+    p, hooks = make(moto_url)
+    (mid,) = speculative(p, "us-east-1b")[:1]
+    p.create([mid], token(), key="c")
+    (body,) = hooks.params("RunInstances")
+    assert body["InstanceMarketOptions.MarketType"] == "spot"
+    assert body["InstanceMarketOptions.SpotOptions.SpotInstanceType"] == "persistent"
+    assert body["InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior"] == "stop"
+    assert "spot-instances-request" in {
+        v for k, v in body.items() if re.fullmatch(r"TagSpecification\.\d+\.ResourceType", k)
+    }
+    ack = p.configure(mid, BLOB, "cluster-a", token(), key="cf")
+    assert ack.machine.state is S.CONFIGURED
+    host = ack.machine.host.ref  # type: ignore[union-attr]
+    p.client.stop_instances(InstanceIds=[host])  # EC2 interrupts it: stopped, as asked
+    hooks.overlay[host] = lambda i: i.update(
+        StateReason={"Code": "Server.SpotInstanceShutdown", "Message": "interrupted"}
+    )
+    failed = p.get(mid)
+    assert failed.state is S.FAILED and failed.failed_from is S.CONFIGURED
+    assert "spot interruption" in failed.last_error
+    assert "Server.SpotInstanceShutdown" in failed.last_error
+
+
+def test_delete_of_a_spot_instance_cancels_its_request_first(moto_url: str) -> None:
+    """A persistent request relaunches its instance once terminated: the delete cancels it
+    first. moto gives RunInstances' spot instances no request id: a real moto request stands
+    in, overlaid on the instance."""
+    p, hooks = make(moto_url)
+    a, b = speculative(p, "us-east-1b")[:2]
+    hosts = [ack.machine.host.ref for ack in p.create([a, b], token(), key="c")]  # type: ignore[union-attr]
+    (request,) = p.client.request_spot_instances(
+        InstanceCount=1,
+        Type="persistent",
+        LaunchSpecification={"ImageId": "ami-12c6146b", "InstanceType": "m5.large"},
+    )["SpotInstanceRequests"]
+    rid = request["SpotInstanceRequestId"]
+    hooks.overlay[hosts[0]] = lambda i: i.update(SpotInstanceRequestId=rid)
+    hooks.sent.clear()
+    assert p.delete(a, token(), key="x").machine.state in (S.DELETING, S.SPECULATIVE)
+    ends = ("CancelSpotInstanceRequests", "TerminateInstances")
+    order = [op for op, _ in hooks.sent if op in ends]
+    assert order == ["CancelSpotInstanceRequests", "TerminateInstances"]
+    assert hooks.params("CancelSpotInstanceRequests")[0]["SpotInstanceRequestId.1"] == rid
+    left = p.client.describe_spot_instance_requests()["SpotInstanceRequests"]
+    assert rid not in {r["SpotInstanceRequestId"] for r in left}
+    assert instance_state(p, hosts[0]) == "terminated"
+    # A request already gone (EC2 answers NotFound): the instance is terminated all the same.
+    hooks.overlay[hosts[1]] = lambda i: i.update(SpotInstanceRequestId="sir-0123abcd")
+    hooks.fail["CancelSpotInstanceRequests"] = (
+        "InvalidSpotInstanceRequestID.NotFound",
+        lambda body: True,
+    )
+    assert p.delete(b, token(), key="y").machine.state in (S.DELETING, S.SPECULATIVE)
+    assert instance_state(p, hosts[1]) == "terminated"
+    assert p.get(b).state is S.SPECULATIVE
+
+
+FUTURE, PAST = 1_900_000_600.0, 1_899_999_000.0  # drain-until around the clock of 1.9e9 s
+STATES = [  # (EC2 state, tags, blob in memory, StateReason) -> state, failed_from, last_error
+    ("pending", {}, False, "", S.CREATING, None, ""),
+    ("running", {}, False, "", S.IDLE, None, ""),
+    ("running", {"configure": "stopping"}, True, "", S.CONFIGURING, None, ""),
+    ("stopping", {"configure": "stopping"}, True, "", S.CONFIGURING, None, ""),
+    ("stopped", {"configure": "stopping"}, True, "", S.CONFIGURING, None, ""),
+    ("stopped", {"configure": "stopping"}, False, "", S.FAILED, S.CONFIGURING, "blob was lost"),
+    ("pending", {"configure": "starting"}, False, "", S.CONFIGURING, None, ""),
+    ("running", {"configure": "starting"}, False, "", S.CONFIGURED, None, ""),
+    ("stopped", {"configure": "starting"}, False, "Client.UserInitiatedShutdown",
+     S.FAILED, S.CONFIGURED, "stopped outside BigFleet"),
+    ("stopped", {"configure": "starting"}, False, "Server.SpotInstanceShutdown",
+     S.FAILED, S.CONFIGURED, "spot interruption"),
+    ("stopped", {}, False, "", S.FAILED, S.IDLE, "stopped outside BigFleet"),
+    ("running", {"configure": "starting", "drain-until": FUTURE}, False, "",
+     S.DRAINING, None, ""),
+    ("running", {"configure": "starting", "drain-until": PAST}, False, "",
+     S.DRAINING, None, ""),  # its stop is due
+    ("stopping", {"configure": "starting", "drain-until": PAST}, False, "",
+     S.DRAINING, None, ""),
+    ("stopped", {"configure": "starting", "drain-until": PAST}, False,
+     "Client.UserInitiatedShutdown", S.IDLE, None, ""),
+    ("stopped", {"configure": "stopping", "drain-until": PAST}, False, "", S.IDLE, None, ""),
+    ("stopped", {"configure": "starting", "drain-until": FUTURE}, False, "", S.IDLE, None, ""),
+    ("shutting-down", {"deleting": "1"}, False, "", S.DELETING, None, ""),
+    ("terminated", {"deleting": "1"}, False, "", S.SPECULATIVE, None, ""),
+    ("terminated", {}, False, "", S.FAILED, S.IDLE, "terminated outside BigFleet"),
+    ("terminated", {"configure": "starting"}, False, "Server.SpotInstanceTermination",
+     S.FAILED, S.CONFIGURED, "spot interruption"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("ec2", "tags", "blob", "reason", "state", "failed_from", "error"), STATES)
+def test_every_ec2_state_and_tags_map_to_one_machine_state(
+    moto_url: str,
+    ec2: str,
+    tags: dict[str, Any],
+    blob: bool,
+    reason: str,
+    state: MachineState,
+    failed_from: MachineState | None,
+    error: str,
+) -> None:
+    """What List reports from an instance's EC2 state and `bigfleet:*` tags (no EC2 call: the
+    instance is written here). A configured instance carries its cluster."""
+    p, _ = make(moto_url)
+    p._clock = lambda: 1_900_000_000.0
+    offering = p._offerings[0]
+    all_tags = {f"bigfleet:{k}": str(v) for k, v in tags.items()}
+    if "configure" in tags:
+        all_tags["bigfleet:cluster"] = "cluster-a"
+    instance = {
+        "InstanceId": "i-0123456789abcdef0",
+        "State": {"Name": ec2},
+        "LaunchTime": datetime.datetime(2030, 1, 1),
+        "StateReason": {"Code": reason} if reason else {},
+        "Tags": [{"Key": k, "Value": v} for k, v in all_tags.items()],
+    }
+    if blob:
+        p._blobs[instance["InstanceId"]] = BLOB.user_data
+    machine = p._machine(_Record(f"{offering.prefix}-00000", offering, 0, instance, all_tags))
+    assert (machine.state, machine.failed_from) == (state, failed_from)
+    assert error in machine.last_error and bool(error) == bool(machine.last_error)
+
+
+def test_the_iam_policy_allows_exactly_the_ec2_calls_the_provider_makes() -> None:
+    policy = json.loads((ROOT / "examples" / "ec2-iam-policy.json").read_text())
+    source = (ROOT / "bigfleet" / "providers" / "ec2.py").read_text()
+    called = {f"ec2:{name}" for name in re.findall(r'self\._call\(\s*"(\w+)"', source)}
+    assert "ec2:RunInstances" in called and "ec2:CancelSpotInstanceRequests" in called
+    allowed: set[str] = set()
+    for statement in policy["Statement"]:
+        assert statement["Effect"] == "Allow"
+        actions = statement["Action"]
+        actions = [actions] if isinstance(actions, str) else actions
+        allowed |= set(actions)
+        resources = statement["Resource"]
+        resources = [resources] if isinstance(resources, str) else resources
+        mutating = [a for a in actions if a.startswith("ec2:") and not a.startswith("ec2:Describe")]
+        if not mutating:
+            continue
+        # Nothing mutating on every resource; on instances and spot requests, only on the
+        # provider's own (the tag they carry, or are launched with).
+        assert "*" not in resources, statement
+        if any(r.endswith((":instance/*", ":spot-instances-request/*")) for r in resources):
+            assert "bigfleet:provider" in json.dumps(statement.get("Condition", {})), statement
+    assert {a for a in allowed if a.startswith("ec2:")} == called
+    assert "iam:PassRole" in allowed

@@ -3,8 +3,10 @@ emulated BMC its own process on its own port, talked to over HTTP exactly as a r
 
 Two emulated BMCs are two racks (the second asks for HTTP basic auth, as a real BMC does); a
 third BMC address is a closed port (a BMC that does not answer), and one test starts a BMC of
-its own and kills it (a BMC that stops answering). The blobs are served to the emulator by a
-small HTTP media server in this process, as an operator's media server would serve `media_dir`.
+its own and kills it (a BMC that stops answering). The seeds (cidata ISOs) are served to the
+emulator by a small HTTP media server in this process, as an operator's media server would serve
+`media_dir`; they are read back with pycdlib, an ISO9660 reader independent of the writer
+(bigfleet/providers/nocloud.py), and with blkid (how cloud-init finds the disk) where present.
 
 Emulator limits met (so not shown here): its systems always report Status Enabled / Health OK
 (a Critical or disabled system is shown through the pure check instead), and it ignores
@@ -17,8 +19,13 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import http.server
+import io
 import json
+import shutil
+import stat
+import subprocess
 import sys
 import threading
 import time
@@ -28,11 +35,14 @@ from pathlib import Path
 from typing import Any
 
 import bcrypt
+import pycdlib
 import pytest
+import yaml
 
 from bigfleet.edge import conformance
 from bigfleet.edge.provider_server import ProviderService, serve_provider
 from bigfleet.models import BootstrapBlob, FencingToken, ListFilter, MachineState
+from bigfleet.providers import nocloud
 from bigfleet.providers.base import InvalidTransition, NotSupported, StaleFencingToken
 from bigfleet.providers.redfish import (
     BMCUnreachable,
@@ -60,6 +70,32 @@ sys.exit(main())
 BLOB = BootstrapBlob(
     user_data=b"#cloud-config\nruncmd: [kubeadm join --token t0k3n]\n", ttl_seconds=900
 )
+
+
+DIGEST = hashlib.sha256(BLOB.user_data).hexdigest()
+
+
+def read_cidata(image: bytes) -> tuple[str, dict[str, bytes]]:
+    """The volume label and the root's files (by their Joliet names) of an ISO image, as pycdlib
+    reads it; the label is also checked in the primary volume descriptor's raw bytes."""
+    pvd = image[16 * 2048 : 17 * 2048]
+    assert pvd[:7] == b"\x01CD001\x01", "no ISO9660 primary volume descriptor at 32768"
+    iso = pycdlib.PyCdlib()
+    iso.open_fp(io.BytesIO(image))
+    try:
+        label = iso.pvd.volume_identifier.decode("ascii").rstrip()
+        assert pvd[40:72].decode("ascii").rstrip() == label
+        files = {}
+        for child in iso.list_children(joliet_path="/"):
+            if child.is_dir():
+                continue
+            name = child.file_identifier().decode("utf-16-be")
+            out = io.BytesIO()
+            iso.get_file_from_iso_fp(out, joliet_path=f"/{name}")
+            files[name] = out.getvalue()
+        return label, files
+    finally:
+        iso.close()
 
 
 def token(epoch: int = 1, shard: int = 1) -> FencingToken:
@@ -163,7 +199,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         server.shutdown()
 
 
-def config(lab: dict[str, Any], state: str, *bmcs: dict[str, Any]) -> RedfishConfig:
+def config(lab: dict[str, Any], state: str, *bmcs: dict[str, Any], **more: Any) -> RedfishConfig:
     return RedfishConfig.model_validate(
         {
             "name": "dc-lab",
@@ -171,6 +207,7 @@ def config(lab: dict[str, Any], state: str, *bmcs: dict[str, Any]) -> RedfishCon
             "state_path": str(lab["tmp"] / state),
             "media_dir": lab["media_dir"],
             "media_url": lab["media_url"],
+            **more,
         }
     )
 
@@ -230,6 +267,13 @@ def test_claim_configure_drain_through_the_bmc(lab: dict[str, Any]) -> None:
     cfg = config(lab, "lifecycle.json", bmc(a.address, "r1"))
     provider = RedfishProvider(cfg)
 
+    media = Path(lab["media_dir"])
+    # A raw blob an older version published, and a seed of another machine whose id starts
+    # with this one's: the first is removed with this machine's seeds, the second is not.
+    legacy = media / f"{mid}-{'0' * 16}.img"
+    legacy.write_bytes(BLOB.user_data)
+    other = media / f"{mid}-7-{'0' * 16}.iso"
+    other.write_bytes(b"another machine's seed")
     (ack,) = provider.create([mid], token())
     assert ack.machine.state is S.IDLE
     assert ack.machine.host is not None
@@ -241,12 +285,25 @@ def test_claim_configure_drain_through_the_bmc(lab: dict[str, Any]) -> None:
     ack = provider.configure(mid, BLOB, "cluster-a", token())
     assert ack.machine.state is S.CONFIGURING and ack.machine.cluster == "cluster-a"
     assert provider.configure(mid, BLOB, "cluster-a", token()).operation_id == ack.operation_id
-    # The blob reached the emulated system: its CD holds the blob's URL, it boots from the CD.
+    # The blob reached the emulated system: its CD holds the URL of a NoCloud seed (a cidata
+    # ISO with the blob as user-data), it boots from the CD.
     cd = a.get(f"/redfish/v1/Systems/{system_id}/VirtualMedia/Cd")
     assert cd["Inserted"] is True
+    iso_name = f"{mid}-{DIGEST[:16]}.iso"
+    assert cd["Image"] == f"{lab['media_url']}/{iso_name}"
+    published = media / iso_name
+    assert stat.S_IMODE(published.stat().st_mode) == 0o640  # it holds a join credential
     with urllib.request.urlopen(cd["Image"], timeout=5) as reply:
-        assert reply.read() == BLOB.user_data
-    assert a.system(system_id)["Boot"]["BootSourceOverrideTarget"] == "Cd"
+        assert reply.read() == published.read_bytes()
+    label, files = read_cidata(published.read_bytes())
+    assert label == "cidata" and sorted(files) == ["meta-data", "user-data"]
+    assert files["user-data"] == BLOB.user_data
+    assert yaml.safe_load(files["meta-data"]) == {
+        "instance-id": f"{mid}-{DIGEST[:16]}",
+        "local-hostname": mid,
+    }
+    assert not legacy.exists()
+    assert a.system(system_id)["Boot"]["BootSourceOverrideTarget"] == "Hdd"
     machine = wait_for(provider, mid, S.CONFIGURED)
     assert machine.cluster == "cluster-a"
     assert a.system(system_id)["PowerState"] == "On"
@@ -262,7 +319,8 @@ def test_claim_configure_drain_through_the_bmc(lab: dict[str, Any]) -> None:
     assert machine.cluster is None and machine.host is not None
     assert a.system(system_id)["PowerState"] == "Off"
     assert a.get(f"/redfish/v1/Systems/{system_id}/VirtualMedia/Cd")["Inserted"] is False
-    assert not list(Path(lab["media_dir"]).glob(f"{mid}-*"))
+    assert [p.name for p in media.glob(f"{mid}-*")] == [other.name]
+    other.unlink()
 
     with pytest.raises(NotSupported):
         provider.delete(mid, token())
@@ -377,7 +435,7 @@ def test_configuring_a_running_system_power_cycles_it(lab: dict[str, Any]) -> No
     assert provider.get(mid).state is S.CONFIGURING
     assert wait_for(provider, mid, S.CONFIGURED).cluster == "cluster-a"
     assert a.system(system_id)["PowerState"] == "On"
-    assert a.system(system_id)["Boot"]["BootSourceOverrideTarget"] == "Cd"
+    assert a.system(system_id)["Boot"]["BootSourceOverrideTarget"] == "Hdd"
 
 
 def test_the_operator_config_file(tmp_path: Path) -> None:
@@ -410,8 +468,17 @@ bmcs:
     cfg = RedfishConfig.load(path)
     assert [b.rack for b in cfg.bmcs] == ["ams-r01", "ams-r02"]
     assert cfg.bmcs[0].resources.gpu == 4 and cfg.boot_method == "virtual-media"
-    path.write_text(path.read_text().replace("media_dir: /srv/bigfleet-media\n", ""))
-    with pytest.raises(ValueError, match="media_dir"):
+    text = path.read_text()
+    path.write_text(text.replace("media_dir: /srv/bigfleet-media\n", ""))
+    with pytest.raises(ValueError, match="virtual-media needs media_dir"):
+        RedfishConfig.load(path)
+    # PXE: the PXE/HTTP boot server serves the nocloud-net seeds from media_dir, so it is
+    # needed too (without it a configure's blob would be stored nowhere); media_url is not.
+    pxe = text.replace("media_url: https://media.ams.example.net/bigfleet\n", "")
+    path.write_text(pxe + "boot_method: pxe\n")
+    assert RedfishConfig.load(path).boot_method == "pxe"
+    path.write_text(pxe.replace("media_dir: /srv/bigfleet-media\n", "") + "boot_method: pxe\n")
+    with pytest.raises(ValueError, match="pxe needs media_dir"):
         RedfishConfig.load(path)
 
 
@@ -424,3 +491,69 @@ def test_a_bmc_that_refuses_the_credentials(lab: dict[str, Any]) -> None:
     assert all("refused the credentials" in m.last_error for m in machines)
     with pytest.raises(BMCUnreachable):
         provider.create([machines[0].id], token())
+
+
+def test_the_seed_is_a_cidata_iso_with_the_blob_as_user_data() -> None:
+    mid = "dc-ams-ams-r02-System-Embedded-1"
+    blob = b"#cloud-config\n" + bytes(range(256)) * 40  # several sectors, every byte value
+    digest = hashlib.sha256(blob).hexdigest()
+    image = nocloud.cidata_iso(nocloud.seed_files(mid, blob, digest))
+    assert len(image) % 2048 == 0
+    assert image[17 * 2048 : 17 * 2048 + 7] == b"\x02CD001\x01"  # the Joliet descriptor
+    assert image[17 * 2048 + 88 : 17 * 2048 + 91] == b"%/E"  # UCS-2 level 3
+    label, files = read_cidata(image)
+    assert label == "cidata"
+    assert files["user-data"] == blob
+    meta = yaml.safe_load(files["meta-data"])
+    assert meta == {"instance-id": f"{mid}-{digest[:16]}", "local-hostname": mid.lower()}
+    # Another blob for the same machine is another instance: cloud-init runs it anew.
+    again = read_cidata(nocloud.cidata_iso(nocloud.seed_files(mid, b"x", "f" * 64)))[1]
+    assert yaml.safe_load(again["meta-data"])["instance-id"] == f"{mid}-{'f' * 16}"
+
+
+@pytest.mark.skipif(shutil.which("blkid") is None, reason="no blkid on this machine")
+def test_blkid_finds_the_seed_by_its_cidata_label(tmp_path: Path) -> None:
+    # cloud-init looks the NoCloud disk up by label through blkid (LABEL=cidata).
+    path = tmp_path / "seed.iso"
+    path.write_bytes(nocloud.cidata_iso(nocloud.seed_files("m-1", BLOB.user_data, DIGEST)))
+    found = subprocess.run(
+        ["blkid", "-p", "-o", "export", str(path)], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert "LABEL=cidata" in found and "TYPE=iso9660" in found
+
+
+def test_pxe_publishes_a_nocloud_net_seed(lab: dict[str, Any]) -> None:
+    b = lab["b"]
+    system_id = b.ids[0]  # only claimed (in its own state file) by the first test
+    mid = f"dc-lab-r2-{system_id}"
+    rack = bmc(b.address, "r2", systems=[system_id], **lab["b_auth"])
+    with pytest.raises(ValueError, match="media_dir"):
+        config(lab, "pxe.json", rack, boot_method="pxe", media_dir=None, media_url=None)
+    media = Path(lab["media_dir"]) / "pxe"
+    cfg = config(
+        lab,
+        "pxe.json",
+        rack,
+        boot_method="pxe",
+        media_dir=str(media),
+        media_url=f"{lab['media_url']}/pxe",
+    )
+    provider = RedfishProvider(cfg)
+    provider.create([mid], token())
+    provider.configure(mid, BLOB, "cluster-b", token())
+    # The seed an iPXE `ds=nocloud-net;s={media_url}/{machine id}/` kernel argument points at.
+    seed = f"{lab['media_url']}/pxe/{mid}/"
+    assert json.loads(Path(cfg.state_path).read_text())["machines"][mid]["media"] == seed
+    for name in ("user-data", "meta-data"):
+        assert stat.S_IMODE((media / mid / name).stat().st_mode) == 0o640
+    with urllib.request.urlopen(seed + "user-data", timeout=5) as reply:
+        assert reply.read() == BLOB.user_data
+    with urllib.request.urlopen(seed + "meta-data", timeout=5) as reply:
+        assert yaml.safe_load(reply.read())["instance-id"] == f"{mid}-{DIGEST[:16]}"
+    assert b.system(system_id)["Boot"]["BootSourceOverrideTarget"] == "Pxe"
+    assert b.get(f"/redfish/v1/Systems/{system_id}/VirtualMedia/Cd")["Inserted"] is False
+    wait_for(provider, mid, S.CONFIGURED)
+
+    provider.drain(mid, 0.0, token())
+    assert wait_for(provider, mid, S.IDLE).cluster is None
+    assert not (media / mid).exists()  # the seed (a join credential) is gone with the node

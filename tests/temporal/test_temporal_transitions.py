@@ -211,6 +211,42 @@ async def test_batched_create_returns_a_result_per_machine(dev_env: WorkflowEnvi
     assert sim.providers["dc"].started[T.CREATE] == 10
 
 
+async def test_a_create_refused_for_want_of_capacity_ends_and_returns_its_machines(
+    dev_env: WorkflowEnvironment,
+):
+    """The cloud withdraws a slot (its quota shrank, or EC2 answered InsufficientInstanceCapacity)
+    between the shard's plan and the create: the provider refuses the whole batch with
+    QuotaExhausted. The transition ends (not fails) at once, naming the withdrawn machine as
+    unavailable and handing back the one it never reached, still speculative, so the shard can
+    plan again instead of waiting out the create's timeout."""
+    client = dev_env.client
+    cloud = {
+        "name": "dc",
+        "kind": "cloud",
+        "region": "us-east-1",
+        "create_latency": [0.2, 0.4],
+        "quota": [
+            {"instance_type": "m6i.xlarge", "zone": "us-east-1a",
+             "capacity_type": "on-demand", "count": 4, "price_per_hour": 0.2},
+        ],
+    }  # fmt: skip
+    spec = {**fleet(), "providers": [cloud]}
+    async with fleet_workers(client, spec, ROLES) as sim:
+        ids = machine_ids(sim, 4)
+        sim.providers["dc"].set_quota("m6i.xlarge", "us-east-1a", "on-demand", 3)
+        withdrawn = ids[3]
+        t = transition(T.CREATE, [ids[0], withdrawn], cluster="a", need="n1", poll_seconds=0.5)
+        t = t.model_copy(update={"capacity_type": "on-demand"})
+        handle = await start(client, t)
+        result = await asyncio.wait_for(handle.result(), 30)
+        attributes = (await handle.describe()).typed_search_attributes
+    assert result.unavailable == [withdrawn]
+    assert [(m.id, m.state) for m in result.machines] == [(ids[0], S.SPECULATIVE)]
+    assert result.refused is None  # not the operator's refusal to bootstrap
+    assert sim.providers["dc"].started[T.CREATE] == 0  # all or nothing: nothing was started
+    assert attributes.get(RESULT_STATE) == "SPECULATIVE"
+
+
 async def test_escalate_drain_sent_to_a_configure_changes_nothing(dev_env: WorkflowEnvironment):
     """`escalate_drain` only means something to a drain: a configure keeps its poll cadence."""
     client = dev_env.client
