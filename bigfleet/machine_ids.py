@@ -7,17 +7,23 @@ stored as (interned prefix, number) and looked up through a numpy hash table.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import numpy as np
 
-_SPLIT = re.compile(r"^(.*?)(\d{1,9})$")
+_DIGITS = "0123456789"
 _EMPTY = -1
 _GONE = -2
 _MULT_INT = 0x9E3779B97F4A7C15
 _MULT = np.uint64(_MULT_INT)
 _MASK64 = (1 << 64) - 1
+
+
+def _parts(machine_id: str) -> tuple[str, str]:
+    """An id as (prefix, its last 1-9 ASCII digits); digits "" if it ends in none."""
+    text = machine_id.rstrip(_DIGITS)
+    cut = max(len(text), len(machine_id) - 9)
+    return machine_id[:cut], machine_id[cut:]
 
 
 class MachineIds:
@@ -29,8 +35,7 @@ class MachineIds:
         self._table = np.full(_table_size(capacity), _EMPTY, dtype=np.int32)
 
     def _split(self, machine_id: str) -> tuple[int, int]:
-        m = _SPLIT.match(machine_id)
-        text, digits = (m.group(1), m.group(2)) if m else (machine_id, "")
+        text, digits = _parts(machine_id)
         width = len(digits) if digits.startswith("0") else 0
         key = (text, width if digits else -1)
         pid = self._prefix_ids.get(key)
@@ -88,8 +93,7 @@ class MachineIds:
 
     def find(self, machine_id: str) -> int:
         """The row of `machine_id`, or -1."""
-        m = _SPLIT.match(machine_id)
-        text, digits = (m.group(1), m.group(2)) if m else (machine_id, "")
+        text, digits = _parts(machine_id)
         width = len(digits) if digits.startswith("0") else 0
         pid = self._prefix_ids.get((text, width if digits else -1))
         if pid is None:
@@ -116,8 +120,7 @@ class MachineIds:
         known = np.zeros(n, dtype=bool)
         prefix_ids = self._prefix_ids
         for i, machine_id in enumerate(machine_ids):
-            m = _SPLIT.match(machine_id)
-            text, digits = (m.group(1), m.group(2)) if m else (machine_id, "")
+            text, digits = _parts(machine_id)
             width = len(digits) if digits.startswith("0") else 0
             pid = prefix_ids.get((text, width if digits else -1))
             if pid is not None:

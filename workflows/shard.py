@@ -56,6 +56,7 @@ T = Transition
 MAX_CREATE_BATCH = 64  # machines a transition (a batched create) may report
 PENDING_RESULTS = 50_000  # transition results waiting for the next cycle
 EARLY_ROLLUP_BYTES = 500_000  # roll-ups waiting while the state is read back or written
+HISTORY_BYTES_REGARDLESS = 30_000_000  # continue as new past this even with results waiting
 
 
 @workflow.defn(name="Shard")
@@ -191,6 +192,8 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
             "shadow": self.cfg.shadow,
             # Transitions decided but not started yet (over `max_starts_per_cycle`).
             "queued_starts": len(self.pipeline),
+            # Machine records of transition results not folded in yet (over `fold_per_cycle`).
+            "waiting_results": self._backlog(self.results),
         }
 
     @workflow.query
@@ -268,7 +271,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
             if (
                 workflow.info().is_continue_as_new_suggested()
                 or cycles_this_run >= self.cfg.max_cycles_per_run
-            ):
+            ) and self._may_continue_as_new():
                 await self._continue_as_new()  # returns if the store failed: next cycle
 
     async def _act(self, decision: Decision, now: float, next_reconcile: float) -> float:
@@ -417,5 +420,29 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
     # ---- machines coming and going ----------------------------------------------------------
 
     def _fold_results(self, now: float) -> None:
+        """Fold in what transitions ended with: whole results, until `fold_per_cycle` machine
+        records are in (~50 µs each: 70 000 creates coming back at once would hold one
+        workflow task for seconds, past the SDK's deadlock detector); the rest wait for the
+        next cycle, in the order they came."""
         results, self.results = self.results, []
+        limit = self.cfg.fold_per_cycle
+        if self._backlog(results) > limit and workflow.patched("bounded-fold"):
+            taken = 0
+            for i, result in enumerate(results):
+                taken += len(result.machines)
+                if taken >= limit:
+                    results, self.results = results[: i + 1], results[i + 1 :] + self.results
+                    break
         self.pipeline += self.inputs.fold(results, now)
+
+    @staticmethod
+    def _backlog(results: list[TransitionResult]) -> int:
+        return sum(len(r.machines) for r in results)
+
+    def _may_continue_as_new(self) -> bool:
+        """Not while more results wait than a cycle folds (the next run would get them all in
+        its input, and fold them in one task), unless the history nears Temporal's limit."""
+        waiting = self._backlog(self.results)
+        if waiting <= self.cfg.fold_per_cycle or not workflow.patched("bounded-fold"):
+            return True
+        return workflow.info().get_current_history_size() > HISTORY_BYTES_REGARDLESS
