@@ -28,6 +28,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.wire import (
     SHARD_TASK_QUEUE,
+    SHARD_TASK_TIMEOUT,
     Instruction,
     ShardCall,
     ShardInput,
@@ -234,6 +235,7 @@ async def _restart(client: Client, shard: int, dead: DeadRun) -> None:
         start.model_copy(update={"restarted": snapshot}),
         id=dead.wid,
         task_queue=SHARD_TASK_QUEUE,
+        task_timeout=SHARD_TASK_TIMEOUT,
         # Two revivals at once start one run; the second joins it.
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         static_summary=f"BigFleet shard {shard} of {start.config.shards} (restarted)",

@@ -7,6 +7,7 @@ Everything here travels as JSON through Temporal's pydantic data converter."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -18,6 +19,10 @@ from bigfleet.models import FencingToken, Machine, NodeSelectorRequirement, Tran
 from bigfleet.snapshot import INLINE_BYTES
 
 SHARD_TASK_QUEUE = "bigfleet-shards"
+# A shard's workflow task timeout (Temporal's default is 10 s, its most 120 s). A worker that
+# lost the shard from its cache replays the run's history in one task: at 100 000 machines a run
+# holds seconds of decisions, and a replay cut off at 10 s is retried from the start, forever.
+SHARD_TASK_TIMEOUT = timedelta(seconds=60)
 LIST_PAGE = 1000  # machines per provider_list page (~70–90 KB as a MachinePage)
 TRANSITION_TASK_QUEUE = "bigfleet-transitions"
 
@@ -82,6 +87,10 @@ class TransitionResult(Model):
     # them (seed §7: "marks the quota slot bad"); the provider's listing brings them back when
     # it offers them again. `refused` is the operator's refusal to bootstrap; this is not.
     unavailable: list[str] = Field(default_factory=list)
+    # The machines as a MachinePage instead (a quarter of the bytes: 64 created machines are
+    # ~27 KB as records, ~7 KB as a page), as transition workflows tell their shard: at fleet
+    # scale these results are most of a shard's history. `machines` is then empty.
+    page: MachinePage | None = None
     # Echoed from the input: what a created machine is to be configured for next.
     cluster: str | None = None
     need: str | None = None
@@ -177,6 +186,7 @@ class MachinePage(Model):
 
 
 _MACHINES = TypeAdapter(list[Machine])
+TransitionResult.model_rebuild()  # (its `page` is a MachinePage, defined after it)
 
 
 class CapacityRead(Model):
@@ -228,6 +238,9 @@ class ShardConfig(Model):
     # Transition workflows started in one cycle at most; the rest start in the next cycles
     # (workflows/outbox.py: a workflow task's commands stay far below gRPC's 4 MB).
     max_starts_per_cycle: int = Field(default=2000, ge=1)
+    # Transition workflows of the shard running at once, at most (workflows/outbox.py); the
+    # rest wait in the pipeline until results come back.
+    max_in_flight: int = Field(default=1000, ge=1)
     # Machine records of transition results folded in at most, a cycle (~50 µs each: 70 000
     # creates coming back at once would hold one workflow task for seconds); the rest wait.
     fold_per_cycle: int = Field(default=10_000, ge=1)
@@ -241,9 +254,16 @@ class ShardConfig(Model):
     # reads travel in one gRPC message, refused over 4 MB).
     snapshot_wave_bytes: int = Field(default=1_600_000, ge=1)
     # Adopting a fleet's machines at a fresh start: past this much history the shard continues
-    # as new and adopts the rest in the next run (Temporal terminates a workflow past 50 MB;
-    # each machine listed costs ~90 bytes of history).
-    adopt_history_bytes: int = Field(default=20_000_000, ge=1)
+    # as new and adopts the rest in the next run (each machine listed costs ~90 bytes of history
+    # and ~100 µs whenever the run is replayed: a worker that lost it from its cache replays the
+    # whole run in one workflow task). An adoption that wrote more than `adopted_continue_bytes`
+    # continues as new before the first cycle, so no deciding run replays an adoption.
+    adopt_history_bytes: int = Field(default=5_000_000, ge=1)
+    adopted_continue_bytes: int = Field(default=2_000_000, ge=1)
+    # A run continues as new once its cycles have decided over this many machines in all (the
+    # sum of its inventory's size over its cycles): ~2 µs each when the run is replayed, so a
+    # replay stays far below SHARD_TASK_TIMEOUT (at 100 000 machines: 100 cycles a run).
+    replay_machine_cycles: int = Field(default=10_000_000, ge=1)
     # Shadow mode (docs/shadow.md): decide every cycle, call no mutating provider or operator
     # method, and record would-be against actual (`shadow_report`).
     shadow: bool = False

@@ -15,6 +15,7 @@ Pure: no Temporal import; the workflows hand in `(encoding, data)` pairs.
 from __future__ import annotations
 
 import math
+import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
@@ -90,10 +91,16 @@ def decode(
         raise Rejected(f"{what}: {explain(err)}") from None
     except (ValueError, RecursionError) as err:  # (pydantic reports bad JSON as ValidationError)
         raise Rejected(f"{what}: not valid JSON: {clip(str(err), 80)}") from None
-    field = _not_finite(value)
+    field = _not_finite(value) if _MAYBE_NOT_FINITE.search(data) else None
     if field is not None:
         raise Rejected(f"{what}: {field or '(value)'}: must be a finite number")
     return value
+
+
+# JSON spells a NaN or infinite float only so (NaN, Infinity), or as a number too large for a
+# float (a 3-digit exponent, or 300 digits): without any of these the walk below cannot find
+# one, and is skipped (it took 1.9 ms of a 64-machine transition result's 4.5 ms decode).
+_MAYBE_NOT_FINITE = re.compile(rb"NaN|Infinity|[eE][+-]?\d{3}|\d{300}")
 
 
 def _not_finite(value: Any, path: str = "", depth: int = 0) -> str | None:

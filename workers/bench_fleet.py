@@ -10,7 +10,9 @@ transitions keep flowing. Every SAMPLE seconds the run reads:
 - the shard's decision cycle time (`status`'s `last_cycle_ms`: the last decide() plus applying
   its actions, in the worker) and its cycle count (cycles/s against 1/cycle_seconds);
 - transition workflows started and completed (the server's visibility counts);
-- this process's RSS (workers, client) and the dev server's, and their CPU seconds;
+- the RSS and CPU seconds of the shard worker (`bigfleet worker --role shards`, its own process,
+  as a deployment runs it), of this process (the transition and provider workers, the client)
+  and of the dev server;
 - the shard's history (events, bytes; DescribeWorkflowExecution) and its continues-as-new.
 
 Roll-up -> configured is per configure workflow closed during the run: from the last roll-up of
@@ -25,13 +27,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import math
 import os
 import random
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,6 +195,7 @@ class Run:
     refused: int = 0  # roll-up signals the server refused
     first_refusal: str = ""
     unanswered: int = 0  # samples whose `status` query got no answer
+    shard_pid: int | None = None  # the shard worker's process
 
 
 async def measure(binary: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -197,21 +204,26 @@ async def measure(binary: Any, args: argparse.Namespace) -> dict[str, Any]:
     from workers.devserver import throwaway_server
     from workers.worker import SimulatedFleet, build_workers, ensure_shards, run_workers
 
-    scenario = from_wire(Scenario, fleet(args))
+    raw = fleet(args)
+    scenario = from_wire(Scenario, raw)
     sim = SimulatedFleet(scenario)
     env_started = await throwaway_server(binary)
-    async with env_started as env:
+    async with env_started as env, shard_worker(env.client, raw) as shard_proc:
         client = env.client
         stop = asyncio.Event()
-        task = asyncio.create_task(run_workers(build_workers(client, sim), stop))
+        # The transitions and the simulated provider here; the shards in their own process,
+        # as a deployment runs them (a shard's workflow tasks must not queue behind thousands
+        # of transition workflows' on one Python thread).
+        workers = build_workers(client, sim, roles=["transitions", "providers"])
+        task = asyncio.create_task(run_workers(workers, stop))
+        run = Run(shard_pid=shard_proc.pid)
         try:
             began = time.time()
             await ensure_shards(client, scenario)
             shard = client.get_workflow_handle("shard-0")
             await adopted(shard, args.machines)
             adopt_s = time.time() - began
-            run = Run()
-            await asyncio.gather(rounds(shard, args, run), sampler(client, shard, args, run))
+            await asyncio.gather(rounds(client, args, run), sampler(client, shard, args, run))
             latencies = await configured_latencies(client, run, run.samples[0]["t"])
         finally:
             stop.set()
@@ -220,6 +232,29 @@ async def measure(binary: Any, args: argparse.Namespace) -> dict[str, Any]:
             except TimeoutError:
                 print(f"the workers did not stop in {STOP_GRACE:g} s; leaving", file=sys.stderr)
     return summary(args, run, latencies, adopt_s, sim.providers[PROVIDER].rate_limited)
+
+
+@contextlib.asynccontextmanager
+async def shard_worker(client: Any, raw: dict[str, Any]) -> AsyncIterator[subprocess.Popen[bytes]]:
+    """`bigfleet worker --role shards` on the bench's fleet file, against its server."""
+    from workers.devserver import terminate
+
+    with tempfile.TemporaryDirectory(prefix="bigfleet-bench-") as tmp:
+        path = Path(tmp) / "fleet.json"
+        path.write_text(json.dumps(raw))
+        address = client.service_client.config.target_host
+        command = [
+            sys.executable, "-c", "from workers.cli import main; raise SystemExit(main())",
+            "worker", "--fleet", str(path), "--role", "shards", "--address", address,
+            "--metrics-port", "0", "--snapshot-dir", str(Path(tmp) / "snapshots"),
+            "--log-level", "warning",
+        ]  # fmt: skip
+        # (Its banner goes to stderr: stdout holds the benchmark's result alone.)
+        proc = subprocess.Popen(command, stdout=sys.stderr, start_new_session=True)
+        try:
+            yield proc
+        finally:
+            terminate(proc, STOP_GRACE)
 
 
 async def adopted(shard: Any, machines: int) -> None:
@@ -233,8 +268,12 @@ async def adopted(shard: Any, machines: int) -> None:
         await asyncio.sleep(1.0)
 
 
-async def rounds(shard: Any, args: argparse.Namespace, run: Run) -> None:
-    """Every --rollup-seconds, every cluster's roll-up (MOVING of them changed), for --minutes."""
+async def rounds(client: Any, args: argparse.Namespace, run: Run) -> None:
+    """Every --rollup-seconds, every cluster's roll-up (MOVING of them changed), for --minutes,
+    batched to the shard as the gateway sends them (workers/worker.py RollupBatcher)."""
+    from workers.worker import RollupBatcher
+
+    batcher = RollupBatcher(client)
     rng = random.Random(14)
     counts = shares(int(0.7 * args.machines), args.clusters)
     before = [0] * args.clusters
@@ -247,7 +286,7 @@ async def rounds(shard: Any, args: argparse.Namespace, run: Run) -> None:
                 run.raised.setdefault(cluster_name(i), []).append(began)
         sent = await asyncio.gather(
             *(
-                shard.signal("rollup", rollup(cluster_name(i), generation, n))
+                batcher.send(0, rollup(cluster_name(i), generation, n))
                 for i, n in enumerate(counts)
             ),
             return_exceptions=True,
@@ -295,6 +334,8 @@ async def sampler(client: Any, shard: Any, args: argparse.Namespace, run: Run) -
             "bytes": nbytes,
             "worker_rss_kb": rss_kb("self"),
             "worker_cpu_s": cpu_seconds("self"),
+            "shard_worker_rss_kb": rss_kb(run.shard_pid) if run.shard_pid else 0,
+            "shard_worker_cpu_s": cpu_seconds(run.shard_pid) if run.shard_pid else 0.0,
             "server_rss_kb": rss_kb(server) if server else 0,
             "server_cpu_s": cpu_seconds(server) if server else 0.0,
         }
@@ -373,6 +414,12 @@ def summary(
         "worker_cpu_percent": round(
             100 * (last["worker_cpu_s"] - first["worker_cpu_s"]) / seconds, 1
         ),
+        "shard_worker_rss_mb_max": round(
+            max(s["shard_worker_rss_kb"] for s in run.samples) / 1024, 1
+        ),
+        "shard_worker_cpu_percent": round(
+            100 * (last["shard_worker_cpu_s"] - first["shard_worker_cpu_s"]) / seconds, 1
+        ),
         "server_cpu_percent": round(
             100 * (last["server_cpu_s"] - first["server_cpu_s"]) / seconds, 1
         ),
@@ -400,9 +447,11 @@ def render(r: dict[str, Any]) -> str:
             f"{r['transitions_completed_per_s']:.1f} completed/s",
             f"roll-up -> configured  p50 {r['rollup_to_configured_p50_s']:.2f} s, p99 "
             f"{r['rollup_to_configured_p99_s']:.2f} s ({r['configured_during_run']} configures)",
-            f"RSS               worker {r['worker_rss_mb_max']:.0f} MB, server "
+            f"RSS               shard worker {r['shard_worker_rss_mb_max']:.0f} MB, "
+            f"transition worker {r['worker_rss_mb_max']:.0f} MB, server "
             f"{r['server_rss_mb_max']:.0f} MB (max)",
-            f"CPU               worker {r['worker_cpu_percent']:.0f} %, server "
+            f"CPU               shard worker {r['shard_worker_cpu_percent']:.0f} %, "
+            f"transition worker {r['worker_cpu_percent']:.0f} %, server "
             f"{r['server_cpu_percent']:.0f} % (of one core)",
             f"shard history     +{r['history_events_per_min']} events/min, "
             f"+{r['history_mb_per_min']:.2f} MB/min, {r['continues_as_new']} continues-as-new",

@@ -163,14 +163,20 @@ class DevServer:
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(SERVER_STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if proc is not None:
+            terminate(proc, SERVER_STOP_SECONDS)
+
+
+def terminate(proc: subprocess.Popen[Any], grace: float) -> None:
+    """SIGTERM, then SIGKILL if it has not ended within `grace` seconds."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 async def wait_for_server(server: DevServer, rt: Any, stop: asyncio.Event) -> Any:

@@ -134,7 +134,10 @@ async def run_worker(args: argparse.Namespace) -> int:
         serve_health("0.0.0.0", args.health_port, health)
     client = await connect(args, rt, wait=300.0)
     await check_search_attributes(client, f"bigfleet {args.verb}")
-    sim = RemoteFleet(fleet) if args.config else SimulatedFleet(fleet)
+    # (A worker of role `shards` alone calls no provider or operator: it builds none.)
+    sim: Any = None
+    if {"transitions", "providers"} & set(args.role):
+        sim = RemoteFleet(fleet) if args.config else SimulatedFleet(fleet)
     workers = build_workers(client, sim, args.role, snapshot_dir=args.snapshot_dir)
     stop = asyncio.Event()
     install_stop_handlers(stop, signal.SIGINT, signal.SIGTERM)
@@ -165,7 +168,8 @@ async def run_worker(args: argparse.Namespace) -> int:
     await task
     if keeper is not None:
         await keeper
-    sim.close()
+    if sim is not None:
+        sim.close()
     print("bigfleet worker: stopped", flush=True)
     return 0
 

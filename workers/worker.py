@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from activities.snapshots import SnapshotActivities
 from activities.starter import StarterActivities
 from activities.wire import (
     SHARD_TASK_QUEUE,
+    SHARD_TASK_TIMEOUT,
     TRANSITION_TASK_QUEUE,
     CoordinatorInput,
     ShardConfig,
@@ -38,6 +41,7 @@ from activities.wire import (
     shard_workflow_id,
 )
 from bigfleet.deployment import Deployment
+from bigfleet.inputs import SIGNAL_BYTES
 from bigfleet.simulation import fleet as simulated
 from bigfleet.simulation.scenario import CloudProviderSpec, Scenario
 from workflows.audit import FleetAuditWorkflow
@@ -54,6 +58,7 @@ log = logging.getLogger("bigfleet.worker")
 # the SDK's defaults. More pollers, concurrent tasks or cached workflows measured slower with
 # every role in one process (docs/temporal.md, "Temporal benchmark").
 WORKER_TUNING: dict[str, Any] = {}
+SHARD_STICKY_TIMEOUT = timedelta(seconds=60)
 
 RUNNER = SandboxedWorkflowRunner(
     restrictions=SandboxRestrictions.default.with_passthrough_modules(
@@ -146,15 +151,88 @@ async def assign_cluster(client: Client, cluster: str, shards: int) -> int:
     )
 
 
+# Roll-ups bound for one shard are sent together: the first waits this long for others.
+ROLLUP_LINGER_SECONDS = 0.5
+SEND_BATCH = 200  # roll-ups a `rollups` signal carries at most (the shard takes up to 500)
+SEND_BATCH_BYTES = 1_000_000  # and bytes of JSON (a roll-up is ~2 KB; the shard takes 1.9 MB)
+
+
+class RollupBatcher:
+    """Roll-ups to shards, batched: what arrives for a shard within ROLLUP_LINGER_SECONDS (or
+    until SEND_BATCH) goes out as one `rollups` signal, and each sender learns when its
+    roll-up's signal was delivered (or the error). Temporal buffers at most 100 events while a
+    shard's workflow task runs and restarts the task past that: 1 000 clusters re-sending every
+    10 s are 100 signals a second one by one, two or three batched. A roll-up too large to
+    share a signal goes alone as `rollup` (the shard judges it alone)."""
+
+    def __init__(self, client: Any, linger: float = ROLLUP_LINGER_SECONDS) -> None:
+        self.client = client
+        self.linger = linger
+        self._waiting: dict[int, list[tuple[dict[str, Any], asyncio.Future[None]]]] = {}
+        self._bytes: dict[int, int] = {}
+        self._timers: dict[int, asyncio.Task[None]] = {}
+        self._sends: set[asyncio.Task[None]] = set()  # deliveries in flight (kept referenced)
+
+    async def send(self, shard: int, rollup: dict[str, Any]) -> None:
+        size = len(json.dumps(rollup))
+        if size > SIGNAL_BYTES:
+            await self.client.get_workflow_handle(shard_workflow_id(shard)).signal("rollup", rollup)
+            return
+        if self._bytes.get(shard, 0) + size > SEND_BATCH_BYTES:
+            self._flush(shard)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiting = self._waiting.setdefault(shard, [])
+        waiting.append((rollup, done))
+        self._bytes[shard] = self._bytes.get(shard, 0) + size
+        if len(waiting) >= SEND_BATCH:
+            self._flush(shard)
+        elif shard not in self._timers:
+            self._timers[shard] = asyncio.create_task(self._flush_later(shard))
+        await done
+
+    async def _flush_later(self, shard: int) -> None:
+        await asyncio.sleep(self.linger)
+        self._timers.pop(shard, None)
+        self._flush(shard)
+
+    def _flush(self, shard: int) -> None:
+        batch = self._waiting.pop(shard, [])
+        self._bytes.pop(shard, None)
+        timer = self._timers.pop(shard, None)
+        if timer is not None and timer is not asyncio.current_task():
+            timer.cancel()
+        if batch:
+            self._sends.add(asyncio.create_task(self._deliver(shard, batch)))
+
+    async def _deliver(
+        self, shard: int, batch: list[tuple[dict[str, Any], asyncio.Future[None]]]
+    ) -> None:
+        try:
+            handle = self.client.get_workflow_handle(shard_workflow_id(shard))
+            await handle.signal("rollups", [rollup for rollup, _ in batch])
+        except Exception as err:
+            for _, done in batch:
+                if not done.done():
+                    done.set_exception(err)
+        else:
+            for _, done in batch:
+                if not done.done():
+                    done.set_result(None)
+        finally:
+            self._sends.discard(asyncio.current_task())  # type: ignore[arg-type]
+
+
 class ShardRouter:
     """Signals roll-ups to their shards (the gateway's delivery, and `bigfleet dev`-style
-    operators with namespace access): the coordinator is asked once per cluster
-    (`assign_cluster`, update-with-start), and again if the shard it named is gone."""
+    operators with namespace access), batched per shard (RollupBatcher): the coordinator is
+    asked once per cluster (`assign_cluster`, update-with-start), and again if the shard it
+    named is gone."""
 
     def __init__(self, client: Any, shards: int) -> None:
         self.client = client
         self.shards = shards
         self.assigned: dict[str, int] = {}
+        self.batcher = RollupBatcher(client)
 
     async def __call__(self, cluster: str, rollup: dict[str, Any]) -> tuple[int, str]:
         for attempt in range(2):
@@ -165,7 +243,7 @@ class ShardRouter:
                 )
             wid = shard_workflow_id(shard)
             try:
-                await self.client.get_workflow_handle(wid).signal("rollup", rollup)
+                await self.batcher.send(shard, rollup)
                 return shard, wid
             except RPCError as err:
                 self.assigned.pop(cluster, None)  # split, merged or retired: ask again
@@ -198,6 +276,7 @@ async def ensure_shards(
                 ShardInput(config=shard_config(fleet, shard, **overrides)),
                 id=shard_workflow_id(shard),
                 task_queue=SHARD_TASK_QUEUE,
+                task_timeout=SHARD_TASK_TIMEOUT,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 id_reuse_policy=reuse,
                 static_summary=f"BigFleet shard {shard} of {fleet.shards}",
@@ -310,6 +389,10 @@ def shard_workers(
                 shard_clients.revive_shard,
             ],
             workflow_runner=RUNNER,
+            # A shard's history is large and its replay slow: a loaded server that takes more
+            # than the default 10 s to hand the cached worker its next task must not send it
+            # to the normal queue, where a worker replays the whole run.
+            sticky_queue_schedule_to_start_timeout=SHARD_STICKY_TIMEOUT,
             **WORKER_TUNING,
         )
     ]

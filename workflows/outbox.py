@@ -10,16 +10,22 @@ to be one task that failed for ever. Here:
 
 - at most `max_starts_per_cycle` transitions start in a cycle; the rest wait in the pipeline
   for the next (they are in the inventory already, in CREATING, CONFIGURING or DRAINING);
-- starts go out in waves of `WAVE_BATCHES` activities of `START_BATCH` inputs, each wave
-  awaited (one workflow task each), and the operators' notices ride along, split into notices of
-  at most `NOTICE_ITEMS` machines, `WAVE_NOTICES` a wave.
+- starts go out in waves of at most `WAVE_BATCHES` activities of `START_BATCH` inputs and
+  `START_BATCH_BYTES`, `WAVE_START_BYTES` a wave, each wave awaited (one workflow task each),
+  and the operators' notices ride along, split into notices of at most `NOTICE_ITEMS` machines,
+  `WAVE_NOTICE_BYTES` a wave (runs begun before bytes were counted replay with `WAVE_NOTICES`);
+- at most `max_in_flight` transition workflows of the shard run at once: each polls its
+  machines every few seconds, so thousands started ahead of what the server completes only
+  multiply its load (and starve the shard's own workflow tasks) without finishing any sooner.
+  A transition counts from its start until its result comes back, or until its own time is up
+  (a transition that failed without telling the shard does not hold a place for ever).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from temporalio import workflow
@@ -40,6 +46,61 @@ WAVE_BATCHES = 4  # `start_transitions` calls in one workflow task
 NOTICE_ITEMS = 500  # upcoming nodes and reclaims in one `notify_operator` call (~60 B each)
 WAVE_NOTICES = 16  # `notify_operator` calls in one workflow task
 NOTICE_PAUSE = 0.001  # a timer that ends a task of notices only (no start to wait for)
+# How long past its own timeout a transition is still counted as running (its corrective path).
+IN_FLIGHT_MARGIN = 1200.0
+
+
+def flight_key(transition: str, machine_ids: Iterable[str]) -> str:
+    """A transition workflow's place among those in flight: its kind and lowest machine id."""
+    return f"{transition}:{min(machine_ids, default='')}"
+
+
+START_BATCH_BYTES = 400_000  # JSON bytes of one `start_transitions` call's inputs, at most
+WAVE_START_BYTES = 1_500_000  # of one wave's calls: with its notices, far below gRPC's 4 MB
+
+
+def _by_bytes(starts: list[TransitionInput]) -> list[list[TransitionInput]]:
+    """`starts` in batches of at most START_BATCH inputs and START_BATCH_BYTES (a batched
+    create names 64 machines: ~3.3 KB an input, so 200 of them would be 660 KB)."""
+    batches: list[list[TransitionInput]] = []
+    size = 0
+    for t in starts:
+        n = len(t.model_dump_json())
+        if not batches or len(batches[-1]) >= START_BATCH or size + n > START_BATCH_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append(t)
+        size += n
+    return batches
+
+
+def _wave_size(batches: list[list[TransitionInput]]) -> int:
+    """How many of `batches` go in the next wave: at most WAVE_BATCHES, and (after the first)
+    no more than WAVE_START_BYTES in all."""
+    total = 0
+    for i, batch in enumerate(batches[:WAVE_BATCHES]):
+        total += sum(len(t.model_dump_json()) for t in batch)
+        if i and total > WAVE_START_BYTES:
+            return i
+    return min(len(batches), WAVE_BATCHES)
+
+
+WAVE_NOTICE_BYTES = 1_000_000  # JSON bytes of one wave's notices (past it, one more at most)
+WAVE_NOTICES_MAX = 500  # and notices, at most (most clusters' are a few hundred bytes)
+
+
+def _notices_by_bytes(notices: Iterator[OperatorUpdate]) -> tuple[list[OperatorUpdate], bool]:
+    """The next wave's notices: until WAVE_NOTICE_BYTES or WAVE_NOTICES_MAX. Each wave ends a
+    workflow task with a timer, and a loaded server takes seconds to fire even a 1 ms one: a
+    cycle telling 1 000 clusters must not take 60 of them."""
+    told: list[OperatorUpdate] = []
+    size = 0
+    for notice in notices:
+        told.append(notice)
+        size += len(notice.model_dump_json())
+        if size >= WAVE_NOTICE_BYTES or len(told) >= WAVE_NOTICES_MAX:
+            return told, True
+    return told, False
 
 
 class Outbox:
@@ -50,6 +111,27 @@ class Outbox:
     ) -> None:
         self.cfg = cfg
         self.note_failure = note_failure
+        # Transitions started and not reported back: key -> when to stop counting it.
+        self.in_flight: dict[str, float] = {}
+
+    def state(self) -> list[list[Any]]:
+        return [[k, until] for k, until in self.in_flight.items()]
+
+    def restore(self, state: Any) -> None:
+        if isinstance(state, list):
+            self.in_flight = {
+                str(k): float(until) for k, until in state if isinstance(until, int | float)
+            }
+
+    def landed(self, transition: str, machine_ids: Iterable[str]) -> None:
+        """A transition's result came back: its place is free."""
+        self.in_flight.pop(flight_key(transition, machine_ids), None)
+
+    def room(self) -> int:
+        """How many more transitions may start now (`max_in_flight` less those running)."""
+        now = workflow.now().timestamp()
+        self.in_flight = {k: until for k, until in self.in_flight.items() if until > now}
+        return max(0, self.cfg.max_in_flight - len(self.in_flight))
 
     async def send(
         self,
@@ -69,15 +151,25 @@ class Outbox:
                 self._notify(notice)
             return left
         budget = self.cfg.max_starts_per_cycle
+        if workflow.patched("in-flight-bound"):
+            budget = min(budget, self.room())
         now, later = starts[:budget], starts[budget:]
-        batches = [now[i : i + START_BATCH] for i in range(0, len(now), START_BATCH)]
+        by_bytes = workflow.patched("start-bytes")
+        if by_bytes:
+            batches = _by_bytes(now)
+        else:  # (runs begun before: by count alone)
+            batches = [now[i : i + START_BATCH] for i in range(0, len(now), START_BATCH)]
         left = []
         more = True
         while batches or more:
-            wave, batches = batches[:WAVE_BATCHES], batches[WAVE_BATCHES:]
+            take = _wave_size(batches) if by_bytes else WAVE_BATCHES
+            wave, batches = batches[:take], batches[take:]
             starting = asyncio.ensure_future(self._start(wave))
-            told = list(itertools.islice(notices, WAVE_NOTICES))
-            more = len(told) == WAVE_NOTICES
+            if by_bytes:
+                told, more = _notices_by_bytes(notices)
+            else:
+                told = list(itertools.islice(notices, WAVE_NOTICES))
+                more = len(told) == WAVE_NOTICES
             for notice in told:
                 self._notify(notice)
             if wave:
@@ -98,12 +190,17 @@ class Outbox:
             return_exceptions=True,
         )
         left: list[TransitionInput] = []
+        now = workflow.now().timestamp()
         for batch, outcome in zip(batches, outcomes, strict=True):
             if isinstance(outcome, ActivityError):
                 self.note_failure("starting transitions", outcome)
                 left += batch
             elif isinstance(outcome, BaseException):
                 raise outcome
+            else:
+                for t in batch:
+                    until = now + t.timeout_seconds + t.grace_seconds + IN_FLIGHT_MARGIN
+                    self.in_flight[flight_key(t.transition.value, t.machine_ids)] = until
         return left
 
     def _notify(self, notice: OperatorUpdate) -> None:

@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
         shard_workflow_id,
     )
     from bigfleet.engine import Decision
-    from bigfleet.inputs import Rejected
+    from bigfleet.inputs import SIGNAL_BYTES, Rejected, clip
     from bigfleet.models import (
         MachineState,
         Transition,
@@ -56,6 +56,8 @@ T = Transition
 MAX_CREATE_BATCH = 64  # machines a transition (a batched create) may report
 PENDING_RESULTS = 50_000  # transition results waiting for the next cycle
 EARLY_ROLLUP_BYTES = 500_000  # roll-ups waiting while the state is read back or written
+ROLLUP_BATCH = 500  # roll-ups in one `rollups` signal, at most
+ROLLUPS_BYTES = 1_900_000  # a `rollups` signal's payload (Temporal refuses one over 2 MB)
 HISTORY_BYTES_REGARDLESS = 30_000_000  # continue as new past this even with results waiting
 
 
@@ -97,6 +99,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
             restore_shard(state, self.shard)
             self.guard.rejections.absorb(state.get("guard"))
             self.providers.owed = set(state.get("owed_providers", []))
+            self.outbox.restore(state.get("in_flight"))
         self.steps = InstructionSteps(self.shard, self.cfg, self.inputs, state or {})
         if self.cfg.shadow:
             self.shadow.restore((state or {}).get("shadow"))
@@ -109,6 +112,32 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
         """A cluster's roll-up. An invalid one is recorded (`status`'s rejections) and dropped;
         the previous stands. One for a cluster that moved away in a split or merge is passed
         on to its new shard."""
+        self._take_rollup(raw)
+
+    @accepts(list[Any], max_bytes=ROLLUPS_BYTES)
+    def rollups(self, batch: list[Any]) -> None:
+        """Several clusters' roll-ups in one signal (ShardRouter batches what the gateway and
+        operators send): each is taken as if sent alone, a bad one rejected on its own. One
+        signal instead of hundreds: Temporal buffers at most 100 events while a workflow task
+        runs and restarts the task past that, so a shard taking a roll-up signal per cluster
+        could not finish a long task at fleet scale."""
+        if len(batch) > ROLLUP_BATCH:
+            raise Rejected(f"rollups: {len(batch)} roll-ups, at most {ROLLUP_BATCH} a signal")
+        for i, raw in enumerate(batch):
+            try:
+                if not isinstance(raw, dict):
+                    kind = type(raw).__name__
+                    raise Rejected(f"rollups[{i}]: a roll-up is an object, got {kind}")
+                size = len(json.dumps(raw))
+                if size > SIGNAL_BYTES:
+                    raise Rejected(
+                        f"rollups[{i}]: {size} bytes, a roll-up has at most {SIGNAL_BYTES}"
+                    )
+                self._take_rollup(raw)
+            except Rejected as err:
+                self.guard.reject("rollups", str(err))
+
+    def _take_rollup(self, raw: dict[str, Any]) -> None:
         if self.restoring or self.snapshotting:
             # Applied once the state is read / carried over; they may cross continue-as-new
             # in its input, so they are bounded in bytes.
@@ -129,20 +158,31 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
             return
         reason = self.shard.receive(raw, workflow.now().timestamp())
         if reason:
-            self.guard.reject("rollup", reason)
+            raise Rejected(reason)
 
     @accepts(TransitionResult)
     def transition_done(self, result: TransitionResult) -> None:
-        """What a transition workflow ended with; machines this shard does not own are
-        ignored when it is folded in."""
-        if len(result.machines) > MAX_CREATE_BATCH:
+        """What a transition workflow ended with (its machines as records, or as a page);
+        machines this shard does not own are ignored when it is folded in."""
+        page = result.page
+        count = len(result.machines) + (len(page.rows) if page else 0)
+        if count > MAX_CREATE_BATCH:
             raise Rejected(
-                f"transition_done: machines: {len(result.machines)} records, a transition has "
+                f"transition_done: machines: {count} records, a transition has "
                 f"at most {MAX_CREATE_BATCH}"
             )
+        if page is not None:
+            try:
+                machines = page.machines()
+            except Exception as err:  # rows or shapes that do not make machines
+                raise Rejected(f"transition_done: page: {clip(str(err), 300)}") from None
+            whole = {"machines": result.machines + machines, "page": None}
+            result = result.model_copy(update=whole)
         if len(self.results) >= PENDING_RESULTS:
             raise Rejected(f"transition_done: {PENDING_RESULTS} results already wait")
         self.results.append(result)
+        ids = [m.id for m in result.machines] + result.unavailable
+        self.outbox.landed(result.transition.value, ids)
 
     @accepts(dict[str, str], optional=True)
     def revived(self, proof: dict[str, str] | None) -> None:
@@ -192,6 +232,8 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
             "shadow": self.cfg.shadow,
             # Transitions decided but not started yet (over `max_starts_per_cycle`).
             "queued_starts": len(self.pipeline),
+            # Transitions started and not reported back (at most `max_in_flight`).
+            "in_flight": len(self.outbox.in_flight),
             # Machine records of transition results not folded in yet (over `fold_per_cycle`).
             "waiting_results": self._backlog(self.results),
         }
@@ -236,9 +278,12 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
                 await self._continue_as_new(adopting=more)  # returns if the store failed
                 await workflow.sleep(self.cfg.cycle_seconds)
             await self.providers.drop_owned_elsewhere()
+            heavy = workflow.info().get_current_history_size() > self.cfg.adopted_continue_bytes
+            if heavy and workflow.patched("adopted-continue"):
+                await self._continue_as_new()  # the next run decides (returns if it failed)
         if self.restarted:
             await self._after_revival()
-        cycles_this_run = 0
+        cycles_this_run = machine_cycles = 0
         next_reconcile = workflow.now().timestamp() + self.cfg.reconcile_seconds
         while True:
             await workflow.sleep(self.cfg.cycle_seconds)
@@ -268,9 +313,11 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
                 next_reconcile = await self._act(decision, now, next_reconcile)
             await self.send_report(report)
             cycles_this_run += 1
+            machine_cycles += len(self.shard.inventory)
             if (
                 workflow.info().is_continue_as_new_suggested()
                 or cycles_this_run >= self.cfg.max_cycles_per_run
+                or self._replay_budget_spent(machine_cycles)
             ) and self._may_continue_as_new():
                 await self._continue_as_new()  # returns if the store failed: next cycle
 
@@ -309,6 +356,8 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
         state.update(self.steps.state())
         state["guard"] = self.guard.rejections.state()
         state["owed_providers"] = sorted(self.providers.owed)
+        if self.outbox.in_flight and workflow.patched("in-flight-bound"):
+            state["in_flight"] = self.outbox.state()  # (runs begun before: their state as it was)
         if self.cfg.shadow:
             state["shadow"] = self.shadow.book.state()
         blob = self.store.encode(
@@ -438,6 +487,13 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
     @staticmethod
     def _backlog(results: list[TransitionResult]) -> int:
         return sum(len(r.machines) for r in results)
+
+    def _replay_budget_spent(self, machine_cycles: int) -> bool:
+        """The run's cycles have decided over `replay_machine_cycles` machines: replaying it
+        would take a worker that lost it from its cache too long (SHARD_TASK_TIMEOUT)."""
+        return machine_cycles > self.cfg.replay_machine_cycles and workflow.patched(
+            "replay-budget"
+        )
 
     def _may_continue_as_new(self) -> bool:
         """Not while more results wait than a cycle folds (the next run would get them all in

@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
         RESULT_STATE,
         BootstrapAnswer,
         BootstrapCall,
+        MachinePage,
         ProviderCall,
         ProviderRead,
         TransitionInput,
@@ -312,9 +313,13 @@ class MachineTransitionWorkflow(TakesSignals):
         result.need = self.t.need
         result.priority = self.t.priority
         result.requirements = self.t.requirements
+        told = result
+        if workflow.patched("compact-result"):
+            page = MachinePage.of(result.machines)
+            told = result.model_copy(update={"machines": [], "page": page})
         try:
             await workflow.get_external_workflow_handle(shard_workflow_id(self.t.shard)).signal(
-                "transition_done", result
+                "transition_done", told
             )
         except Exception as err:  # the shard may be restarting: it reconciles from providers
             workflow.logger.warning("could not tell shard %s: %s", self.t.shard, err)

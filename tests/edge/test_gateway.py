@@ -348,9 +348,35 @@ async def test_the_gateway_asks_for_a_shard_once_and_again_when_it_is_gone():
     client.gone.add("shard-1")  # merged away: the coordinator names its new shard
     assert await router("web", {"n": 3}) == (2, "shard-2")
     assert client.asked == ["web", "web"]
-    assert [(w, a["n"]) for w, _, a in client.signalled] == [
-        ("shard-1", 1), ("shard-1", 2), ("shard-2", 3)
+    # Each roll-up waited alone for its batch (the router's sends are awaited in turn here).
+    assert [(w, name, [r["n"] for r in a]) for w, name, a in client.signalled] == [
+        ("shard-1", "rollups", [1]), ("shard-1", "rollups", [2]), ("shard-2", "rollups", [3])
     ]
+
+
+async def test_the_gateway_sends_the_rollups_of_one_shard_together():
+    from workers.worker import SEND_BATCH, ShardRouter
+
+    client = _Client(answers=[0, 1, 0, 1, 0, 1], gone=set())
+    router = ShardRouter(client, shards=2)
+    router.batcher.linger = 0.2
+    clusters = [f"c{i}" for i in range(6)]
+    first = await asyncio.gather(*(router(c, {"cluster": c}) for c in clusters))
+    assert [shard for shard, _ in first] == [0, 1, 0, 1, 0, 1]
+    # One signal a shard, with its roll-ups in the order they came.
+    assert sorted((w, [r["cluster"] for r in a]) for w, _, a in client.signalled) == [
+        ("shard-0", ["c0", "c2", "c4"]), ("shard-1", ["c1", "c3", "c5"])
+    ]
+    # A full batch goes at once; the rest waits for the linger.
+    client.signalled.clear()
+    many = [{"cluster": "c0", "n": i} for i in range(SEND_BATCH + 1)]
+    await asyncio.gather(*(router("c0", r) for r in many))
+    assert [len(a) for _, _, a in client.signalled] == [SEND_BATCH, 1]
+    # A shard gone fails its senders' batch; each asks the coordinator again and is delivered.
+    client.signalled.clear()
+    client.gone.add("shard-0")
+    client.answers[:] = [1]
+    assert await router("c0", {"cluster": "c0"}) == (1, "shard-1")
 
 
 def test_rollup_send_needs_a_gateway_or_direct_and_not_both(tmp_path: Path, capsys):

@@ -44,7 +44,13 @@ from bigfleet.operators import OperatorUpdate
 from bigfleet.providers import ProviderReplyError
 from bigfleet.simulation.scenario import Scenario
 from tests.conftest import eventually, fleet_workers, query_retrying
-from workers.worker import SimulatedFleet, build_workers, ensure_shards, run_workers
+from workers.worker import (
+    RollupBatcher,
+    SimulatedFleet,
+    build_workers,
+    ensure_shards,
+    run_workers,
+)
 from workflows.shard import ShardWorkflow
 
 S = MachineState
@@ -237,6 +243,48 @@ async def test_invalid_rollup_leaves_the_previous_in_force(dev_env: WorkflowEnvi
     assert st["needs"] == 1 and st["machines"]["CONFIGURED"] == 2
     assert set(machines.values()) == {(S.CONFIGURED, "a")}
     assert provider.calls["drain"] == 0
+
+
+async def test_rollups_sent_together_arrive_as_one_signal_each_judged_alone(
+    dev_env: WorkflowEnvironment,
+):
+    """Roll-ups bound for one shard within the linger go out as one `rollups` signal (1 000
+    clusters re-sending every 10 s would be 100 signals a second one by one; Temporal buffers at
+    most 100 events while a workflow task runs). In the shard each is taken as if sent alone: a
+    bad one is rejected by itself, the others are in force."""
+    client = dev_env.client
+    async with fleet_workers(client, fleet(4)) as sim:
+        await ensure_shards(client, sim.fleet, **FAST)
+        batcher = RollupBatcher(client, linger=0.5)
+        good = [rollup(c, 1, 1, 500_000, 1.0) for c in ("a", "b")]
+        bad = [rollup("c", 1, -1, 500_000, 1.0), {"cluster": "d", "generation": "one"}]
+        await asyncio.gather(*(batcher.send(0, r) for r in [*good, *bad]))
+        await eventually(
+            lambda: status(client),
+            lambda st: st["clusters"] == ["a", "b"] and len(st["rejections"]) == 2,
+            what="a and b in force, c and d rejected",
+        )
+        # Not a roll-up at all, and too many in one signal: rejected, nothing else lost.
+        await shard(client).signal("rollups", [rollup("e", 1, 1, 500_000, 1.0), 7])
+        await shard(client).signal("rollups", [rollup("f", 1, 1, 500_000, 1.0)] * 501)
+        refused = await eventually(
+            lambda: query_retrying(lambda: shard(client).query("rejections")),
+            lambda r: r["counts"].get("rollups") == 4,
+            what="the non-roll-up and the oversized batch rejected too",
+        )
+        st = await status(client)
+        names = [
+            e.workflow_execution_signaled_event_attributes.signal_name
+            async for e in shard(client).fetch_history_events()
+            if e.HasField("workflow_execution_signaled_event_attributes")
+        ]
+    assert names.count("rollups") == 3 and "rollup" not in names  # the four: one signal
+    assert st["clusters"] == ["a", "b", "e"]
+    rejected = " | ".join(r["error"] for r in refused["recent"])
+    assert "cluster c" in rejected and "count" in rejected, rejected
+    assert "generation" in rejected, rejected
+    assert "rollups[1]: a roll-up is an object, got int" in rejected, rejected
+    assert "501 roll-ups, at most 500" in rejected, rejected
 
 
 @pytest.mark.parametrize("store", [False, True], ids=["inline", "snapshot-store"])
@@ -587,6 +635,40 @@ async def test_a_decision_over_the_cycle_budget_starts_over_the_next_cycles(
     assert provider.started[T.CONFIGURE] == 12
 
 
+async def test_at_most_max_in_flight_transitions_run_at_once(dev_env: WorkflowEnvironment):
+    """A shard runs at most `max_in_flight` transition workflows at once (each polls its
+    machines: thousands started ahead of what the server completes only add load); the others
+    wait in the pipeline and start as results come back — all of them, once each."""
+    client = dev_env.client
+    async with fleet_workers(client, fleet(12, configure_latency=2)) as sim:
+        await ensure_shards(client, sim.fleet, max_in_flight=3, **FAST)
+        await shard(client).signal("rollup", rollup("a", 1, 12, 500_000, 1.0))
+        seen = await eventually(
+            lambda: status(client),
+            lambda st: st["machines"]["CONFIGURED"] == 12,
+            timeout=120,
+            what="12 machines configured, three transitions at a time",
+        )
+        spans = [
+            (wf.start_time, wf.close_time)
+            async for wf in client.list_workflows('WorkflowType = "MachineTransition"')
+        ]
+        provider = sim.providers["dc"]
+    assert seen["in_flight"] == 0 and seen["queued_starts"] == 0
+    assert len(spans) == 13  # the claim of all 12 (one batched create), a configure each
+    assert all(close is not None for _, close in spans)
+    # The shard starts a transition only after an earlier one has told it it ended, so by the
+    # server's own clock no more than three ever overlap (a workflow closes just after telling
+    # the shard: the last half second of each is not counted). Unbounded, the 12 configures
+    # would start in one cycle and run two seconds side by side.
+    slack = timedelta(seconds=0.5)
+    overlapping = max(
+        sum(1 for start, close in spans if start <= at < close - slack) for at, _ in spans
+    )
+    assert overlapping <= 3, sorted(spans)
+    assert provider.started[T.CONFIGURE] == 12
+
+
 async def test_transition_results_are_folded_in_at_most_fold_per_cycle_a_cycle(
     dev_env: WorkflowEnvironment,
 ):
@@ -598,11 +680,16 @@ async def test_transition_results_are_folded_in_at_most_fold_per_cycle_a_cycle(
         await ensure_shards(client, sim.fleet, fold_per_cycle=1, **FAST)
         await eventually(lambda: status(client), lambda st: st["machines"]["SPECULATIVE"] == 6)
         machines = sim.providers["dc"].list(ListFilter())
-        # Six results sent together (milliseconds apart, in a 1 s cycle), one machine each.
-        for m in machines:
-            await shard(client).signal(
-                "transition_done", TransitionResult(transition=T.CREATE, machines=[m])
-            )
+        # Six results sent together (milliseconds apart, in a 1 s cycle), one machine each:
+        # as records, or as a page as transition workflows send them. One more whose page
+        # makes no machine is rejected on arrival, naming its page.
+        for i, m in enumerate(machines):
+            one = TransitionResult(transition=T.CREATE, machines=[m])
+            if i % 2:
+                one = TransitionResult(transition=T.CREATE, machines=[], page=MachinePage.of([m]))
+            await shard(client).signal("transition_done", one)
+        broken = {"transition": "create", "machines": [], "page": {"rows": [["x", 5]]}}
+        await shard(client).signal("transition_done", broken)
         seen = [await status(client)]
         while seen[-1]["waiting_results"]:
             await asyncio.sleep(0.1)
@@ -612,6 +699,7 @@ async def test_transition_results_are_folded_in_at_most_fold_per_cycle_a_cycle(
     for (c0, w0), (c1, w1) in zip(waiting, waiting[1:], strict=False):
         assert w0 - w1 <= c1 - c0, waiting  # one record a cycle, at most
     assert seen[-1]["machines"]["SPECULATIVE"] == 6
+    assert seen[-1]["rejected_inputs"] == {"transition_done": 1}
 
 
 async def test_a_large_cycle_goes_out_in_bounded_workflow_tasks(dev_env: WorkflowEnvironment):
