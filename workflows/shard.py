@@ -171,17 +171,14 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
                 f"transition_done: machines: {count} records, a transition has "
                 f"at most {MAX_CREATE_BATCH}"
             )
-        if page is not None:
-            try:
-                machines = page.machines()
-            except Exception as err:  # rows or shapes that do not make machines
-                raise Rejected(f"transition_done: page: {clip(str(err), 300)}") from None
-            whole = {"machines": result.machines + machines, "page": None}
-            result = result.model_copy(update=whole)
         if len(self.results) >= PENDING_RESULTS:
             raise Rejected(f"transition_done: {PENDING_RESULTS} results already wait")
-        self.results.append(result)
+        # A page is read when the result is folded in (bounded a cycle), not here: dozens of
+        # results arrive in one activation, and it must yield within the SDK's 2 s.
         ids = [m.id for m in result.machines] + result.unavailable
+        if page is not None:
+            ids += [row[0] for row in page.rows if row and isinstance(row[0], str)]
+        self.results.append(result)
         self.outbox.landed(result.transition.value, ids)
 
     @accepts(dict[str, str], optional=True)
@@ -478,15 +475,27 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
         if self._backlog(results) > limit and workflow.patched("bounded-fold"):
             taken = 0
             for i, result in enumerate(results):
-                taken += len(result.machines)
+                taken += self._backlog([result])
                 if taken >= limit:
                     results, self.results = results[: i + 1], results[i + 1 :] + self.results
                     break
-        self.pipeline += self.inputs.fold(results, now)
+        self.pipeline += self.inputs.fold([r for r in map(self._read_page, results) if r], now)
+
+    def _read_page(self, result: TransitionResult) -> TransitionResult | None:
+        """A result with its page read into machines; None (rejected) if it makes none."""
+        page = result.page
+        if page is None:
+            return result
+        try:
+            machines = page.machines()
+        except Exception as err:  # rows or shapes that do not make machines
+            self.guard.reject("transition_done", f"transition_done: page: {clip(str(err), 300)}")
+            return None
+        return result.model_copy(update={"machines": result.machines + machines, "page": None})
 
     @staticmethod
     def _backlog(results: list[TransitionResult]) -> int:
-        return sum(len(r.machines) for r in results)
+        return sum(len(r.machines) + (len(r.page.rows) if r.page else 0) for r in results)
 
     def _replay_budget_spent(self, machine_cycles: int) -> bool:
         """The run's cycles have decided over `replay_machine_cycles` machines: replaying it
