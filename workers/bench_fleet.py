@@ -33,12 +33,14 @@ import logging
 import math
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -237,7 +239,7 @@ async def measure(binary: Any, args: argparse.Namespace) -> dict[str, Any]:
 @contextlib.asynccontextmanager
 async def shard_worker(client: Any, raw: dict[str, Any]) -> AsyncIterator[subprocess.Popen[bytes]]:
     """`bigfleet worker --role shards` on the bench's fleet file, against its server."""
-    from workers.devserver import terminate
+    from workers.devserver import die_with_parent, terminate
 
     with tempfile.TemporaryDirectory(prefix="bigfleet-bench-") as tmp:
         path = Path(tmp) / "fleet.json"
@@ -250,7 +252,11 @@ async def shard_worker(client: Any, raw: dict[str, Any]) -> AsyncIterator[subpro
             "--log-level", "warning",
         ]  # fmt: skip
         # (Its banner goes to stderr: stdout holds the benchmark's result alone.)
-        proc = subprocess.Popen(command, stdout=sys.stderr, start_new_session=True)
+        # Killed with the bench, however it ends (without a server it would not stop).
+        orphaned = partial(die_with_parent, signal.SIGKILL) if sys.platform == "linux" else None
+        proc = subprocess.Popen(
+            command, stdout=sys.stderr, start_new_session=True, preexec_fn=orphaned
+        )
         try:
             yield proc
         finally:

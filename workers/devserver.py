@@ -99,11 +99,11 @@ def server_command(
     ]
 
 
-def die_with_parent() -> None:
-    """In the server's process, before exec: SIGTERM it if `bigfleet dev` dies without
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """In the server's process, before exec: send it `sig` if `bigfleet dev` dies without
     cleaning up (SIGKILL, a crash), so a dev server is never left behind."""
     with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:

@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable, Iterable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +57,6 @@ log = logging.getLogger("bigfleet.worker")
 # the SDK's defaults. More pollers, concurrent tasks or cached workflows measured slower with
 # every role in one process (docs/temporal.md, "Temporal benchmark").
 WORKER_TUNING: dict[str, Any] = {}
-SHARD_STICKY_TIMEOUT = timedelta(seconds=60)
 
 RUNNER = SandboxedWorkflowRunner(
     restrictions=SandboxRestrictions.default.with_passthrough_modules(
@@ -389,10 +387,6 @@ def shard_workers(
                 shard_clients.revive_shard,
             ],
             workflow_runner=RUNNER,
-            # A shard's history is large and its replay slow: a loaded server that takes more
-            # than the default 10 s to hand the cached worker its next task must not send it
-            # to the normal queue, where a worker replays the whole run.
-            sticky_queue_schedule_to_start_timeout=SHARD_STICKY_TIMEOUT,
             **WORKER_TUNING,
         )
     ]

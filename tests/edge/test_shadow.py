@@ -241,6 +241,14 @@ async def test_a_shadow_fleet_calls_no_mutating_method_and_reports_its_decisions
             timeout=30,
             what="the autoscaler's machines idle",
         )
+        # (Seen by the shadow before the third goes: a machine created and deleted between two
+        # of its looks would never have been created, as far as it can tell.)
+        await eventually(
+            lambda: shard.query("shadow_report"),
+            lambda r: r["actual"]["changes"].get("created", 0) >= 3,
+            timeout=60,
+            what="the three creates in the shadow report",
+        )
         blob = BootstrapBlob(user_data=b"#!/bin/sh\necho join a\n", ttl_seconds=600)
         for mid in slots[:2]:
             auto.provider.configure(mid, blob, "a", auto.token(), key=f"autoscaler-cfg-{mid}")

@@ -437,7 +437,7 @@ def test_dev_operators_send_rollups_in_order_with_rising_generations(tmp_path):
         stop = asyncio.Event()
         ops = Operators(client, fleet)
         task = asyncio.create_task(ops.run(stop))
-        while not any(not arg["needs"] for _, _, arg in client.sent):
+        while not any(not r["needs"] for _, _, batch in client.sent for r in batch):
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.12)
         stop.set()
@@ -446,8 +446,8 @@ def test_dev_operators_send_rollups_in_order_with_rising_generations(tmp_path):
     asyncio.run(asyncio.wait_for(play(), 10))
     assert client.asked == ["a"]  # asked once, then signalled directly
     assert {wid for wid, _, _ in client.sent} == {"shard-1"}
-    assert {name for _, name, _ in client.sent} == {"rollup"}
-    rollups = [arg for _, _, arg in client.sent]
+    assert {name for _, name, _ in client.sent} == {"rollups"}  # batched per shard
+    rollups = [r for _, _, batch in client.sent for r in batch]
     assert all(r["cluster"] == "a" for r in rollups)
     generations = [r["generation"] for r in rollups]
     assert generations == sorted(set(generations))  # strictly rising
