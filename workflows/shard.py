@@ -403,7 +403,10 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
     def _apply_early_rollups(self) -> None:
         early, self.early_rollups = self.early_rollups, []
         for raw in early:
-            self.rollup(raw)
+            try:
+                self._take_rollup(raw)
+            except Rejected as err:  # (judged now as it would have been on arrival)
+                self.guard.reject("rollup", str(err))
 
     async def _reconcile_failed(self, now: float) -> None:
         self.pipeline += await self.providers.reconcile_failed(now)

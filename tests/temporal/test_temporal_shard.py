@@ -28,6 +28,7 @@ from activities.wire import (
     PROVIDER,
     RESULT_STATE,
     SHARD,
+    SHARD_TASK_QUEUE,
     TRANSITION,
     Instruction,
     MachinePage,
@@ -50,6 +51,7 @@ from workers.worker import (
     build_workers,
     ensure_shards,
     run_workers,
+    shard_config,
 )
 from workflows.shard import ShardWorkflow
 
@@ -285,6 +287,29 @@ async def test_rollups_sent_together_arrive_as_one_signal_each_judged_alone(
     assert "generation" in rejected, rejected
     assert "rollups[1]: a roll-up is an object, got int" in rejected, rejected
     assert "501 roll-ups, at most 500" in rejected, rejected
+
+
+async def test_roll_ups_that_waited_for_the_run_are_judged_like_any_other(
+    dev_env: WorkflowEnvironment,
+):
+    """Roll-ups that arrived while the last run wrote its state reach the next run in its
+    input; a bad one among them is rejected there as on arrival, and the run goes on."""
+    client = dev_env.client
+    async with fleet_workers(client, fleet(2)) as sim:
+        good, bad = rollup("a", 1, 1, 500_000, 1.0), rollup("b", 1, -1, 500_000, 1.0)
+        await client.start_workflow(
+            ShardWorkflow.run,
+            ShardInput(config=shard_config(sim.fleet, 0, **FAST), rollups=[bad, good]),
+            id="shard-0",
+            task_queue=SHARD_TASK_QUEUE,
+        )
+        st = await eventually(
+            lambda: status(client),
+            lambda st: st["clusters"] == ["a"] and st["cycles"] >= 2,
+            what="a in force, two cycles decided",
+        )
+    assert st["rejected_inputs"] == {"rollup": 1}
+    assert "cluster b" in " ".join(st["rejections"])
 
 
 @pytest.mark.parametrize("store", [False, True], ids=["inline", "snapshot-store"])
