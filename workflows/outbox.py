@@ -179,7 +179,14 @@ class Outbox:
         return left + later
 
     async def _start(self, batches: list[list[TransitionInput]]) -> list[TransitionInput]:
-        """Start the batches at once; those that could not be started are returned."""
+        """Start the batches at once; those that could not be started are returned. Each
+        counts as in flight from before its start: its result may come back in the very
+        activation that tells the shard it was started."""
+        now = workflow.now().timestamp()
+        for batch in batches:
+            for t in batch:
+                until = now + t.timeout_seconds + t.grace_seconds + IN_FLIGHT_MARGIN
+                self.in_flight[flight_key(t.transition.value, t.machine_ids)] = until
         outcomes = await asyncio.gather(
             *(
                 workflow.execute_activity(
@@ -190,17 +197,14 @@ class Outbox:
             return_exceptions=True,
         )
         left: list[TransitionInput] = []
-        now = workflow.now().timestamp()
         for batch, outcome in zip(batches, outcomes, strict=True):
             if isinstance(outcome, ActivityError):
                 self.note_failure("starting transitions", outcome)
                 left += batch
+                for t in batch:  # (not started: no place held)
+                    self.landed(t.transition.value, t.machine_ids)
             elif isinstance(outcome, BaseException):
                 raise outcome
-            else:
-                for t in batch:
-                    until = now + t.timeout_seconds + t.grace_seconds + IN_FLIGHT_MARGIN
-                    self.in_flight[flight_key(t.transition.value, t.machine_ids)] = until
         return left
 
     def _notify(self, notice: OperatorUpdate) -> None:
