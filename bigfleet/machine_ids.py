@@ -30,6 +30,7 @@ class MachineIds:
     def __init__(self, capacity: int = 1024) -> None:
         self._prefixes: list[tuple[str, int]] = []
         self._prefix_ids: dict[tuple[str, int], int] = {}
+        self._formats: list[str] = []  # per prefix: its ids as a %-format of the number
         self.prefix = np.zeros(capacity, dtype=np.uint16)
         self.number = np.zeros(capacity, dtype=np.uint32)
         self._table = np.full(_table_size(capacity), _EMPTY, dtype=np.int32)
@@ -52,6 +53,16 @@ class MachineIds:
         if width < 0:
             return text
         return f"{text}{int(self.number[row]):0{width}d}"
+
+    def ids_of(self, rows: np.ndarray) -> list[str]:
+        """`id_of` for many rows at once (the columns read once, not per row)."""
+        formats = self._formats
+        for text, width in self._prefixes[len(formats) :]:
+            # (%.0s prints nothing: an id without a number is its prefix alone.)
+            tail = f"%0{width}d" if width > 0 else "%d" if width == 0 else "%.0s"
+            formats.append(text.replace("%", "%%") + tail)
+        prefixes, numbers = self.prefix[rows].tolist(), self.number[rows].tolist()
+        return [formats[p] % number for p, number in zip(prefixes, numbers, strict=True)]
 
     def _hash(self, keys: np.ndarray) -> np.ndarray:
         return ((keys.astype(np.uint64) * _MULT) >> np.uint64(20)) % np.uint64(len(self._table))

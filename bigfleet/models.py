@@ -41,6 +41,22 @@ def from_wire(model: type[W], raw: Any) -> W:
     return model.model_validate_json(text)
 
 
+def replaced(model: W, **changes: Any) -> W:
+    """A copy of a validated `model` with `changes`, not validated again: for the engine's
+    hot paths, which stamp one validated action per machine and whose changes are values of
+    the field's own type by construction (a machine id, a list of them). What `model_copy`
+    does, without its deep-copy machinery (a third of the time)."""
+    copy = object.__new__(type(model))
+    values = model.__dict__.copy()
+    values.update(changes)
+    object.__setattr__(copy, "__dict__", values)
+    fields_set = model.__pydantic_fields_set__ | set(changes)
+    object.__setattr__(copy, "__pydantic_fields_set__", fields_set)
+    object.__setattr__(copy, "__pydantic_extra__", None)
+    object.__setattr__(copy, "__pydantic_private__", None)
+    return copy
+
+
 class MachineState(StrEnum):
     SPECULATIVE = "SPECULATIVE"
     CREATING = "CREATING"

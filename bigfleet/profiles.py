@@ -85,6 +85,7 @@ class ProfileTable:
         self.price = np.zeros(0, dtype=np.float64)
         self.interruption = np.zeros(0, dtype=np.float64)
         self._match_cache: dict[str, tuple[int, np.ndarray]] = {}
+        self._labels: dict[str, list[str | None]] = {}
 
     def __len__(self) -> int:
         return len(self.profiles)
@@ -98,6 +99,14 @@ class ProfileTable:
             self.price = np.append(self.price, profile.price_per_hour)
             self.interruption = np.append(self.interruption, profile.interruption_probability)
         return pid
+
+    def labels(self, key: str) -> list[str | None]:
+        """Each profile's value of label `key` (None where it has none), indexed by profile id:
+        the engine's domain questions (`Same`, spread) read it per profile in their inner loops."""
+        column = self._labels.setdefault(key, [])
+        if len(column) < len(self.profiles):
+            column.extend(p.label_map.get(key) for p in self.profiles[len(column) :])
+        return column
 
     def matching(
         self,

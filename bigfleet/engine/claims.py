@@ -58,45 +58,43 @@ def claim_cluster(
     `Same` need only in the domain where it has the most. What no need keeps is excess."""
     cidx = inventory.clusters.get(cluster)
     held = inventory.held.get(cidx, {}) if cidx is not None else {}
-    profiles = inventory.profiles.profiles
-    remaining = {pid: list(tally) for pid, tally in held.items()}
+    c0, c1, c2 = CLAIM_SLOTS
+    # What no need has kept yet, of the profiles with a claimable machine (no other can be
+    # claimed, left over as excess, or pending).
+    remaining = {p: list(t) for p, t in held.items() if t[c0] or t[c1] or t[c2]}
     out = ClusterClaims()
     for need in needs:
         rank = supply.supply_rank(need)
-        open_pids = [p for p in remaining if p in rank]
+        # The cluster's profiles this need can use, in its supply order.
+        if len(rank) <= len(remaining):
+            open_pids = [p for p in rank if p in remaining]
+        else:
+            open_pids = sorted(remaining.keys() & rank.keys(), key=rank.__getitem__)
         if need.spec.same:
-            key = need.spec.same
-            # (A machine without the label counts under None, as in the reference engine.)
-            per_domain: dict[str, int] = defaultdict(int)
-            for p in open_pids:
-                per_domain[profiles[p].label(key)] += sum(  # type: ignore[index]
-                    remaining[p][s] for s in CLAIM_SLOTS
-                )
-            per_domain = {d: n for d, n in per_domain.items() if n}
-            if per_domain:
-                home = max(sorted(per_domain), key=lambda d: per_domain[d])
-                open_pids = [p for p in open_pids if profiles[p].label(key) == home]
+            labels = inventory.profiles.labels(need.spec.same)
+            open_pids = _home_domain(labels, open_pids, remaining)
         want = need.count
         taken: list[Claim] = []
+        tallies = [(p, remaining[p]) for p in open_pids]
         for slot in CLAIM_SLOTS:
             if want == 0:
                 break
-            for p in sorted(
-                (p for p in open_pids if remaining[p][slot] > 0), key=rank.__getitem__
-            ):
-                n = min(want, remaining[p][slot])
-                taken.append(Claim(need, p, slot, n, held[p][slot] - remaining[p][slot]))
-                remaining[p][slot] -= n
+            for p, t in tallies:
+                left = t[slot]
+                if left <= 0:
+                    continue
+                n = want if want < left else left
+                taken.append(Claim(need, p, slot, n, held[p][slot] - left))
+                t[slot] = left - n
                 want -= n
                 if want == 0:
                     break
         out.claims[need.key] = taken
         out.claimed[need.key] = need.count - want
-    for p, tally in remaining.items():
-        if tally[CONFIGURED_SLOT] > 0:
-            first = held[p][CONFIGURED_SLOT] - tally[CONFIGURED_SLOT]
-            out.excess[p] = (first, tally[CONFIGURED_SLOT])
-        if any(tally[s] > 0 for s in CLAIM_SLOTS[1:]):
+    for p, t in remaining.items():
+        if t[c0] > 0:
+            out.excess[p] = (held[p][c0] - t[c0], t[c0])
+        if t[c1] > 0 or t[c2] > 0:
             out.pending.add(p)
     out.settled = {
         n.key: [c for c in out.claims[n.key] if c.slot == CONFIGURED_SLOT]
@@ -105,6 +103,24 @@ def claim_cluster(
         and (not out.pending or out.pending.isdisjoint(supply.matching(n)))
     }
     return out
+
+
+def _home_domain(
+    labels: list[str | None], open_pids: list[int], remaining: dict[int, list[int]]
+) -> list[int]:
+    """A `Same` need keeps machines only in the domain where its cluster has the most
+    claimable ones (ties by name); a machine without the label counts under None, as in the
+    reference engine."""
+    c0, c1, c2 = CLAIM_SLOTS
+    per_domain: dict[str | None, int] = defaultdict(int)
+    for p in open_pids:
+        t = remaining[p]
+        per_domain[labels[p]] += t[c0] + t[c1] + t[c2]
+    per_domain = {d: n for d, n in per_domain.items() if n}
+    if not per_domain:
+        return open_pids
+    home = max(sorted(per_domain), key=lambda d: per_domain[d])  # type: ignore[type-var]
+    return [p for p in open_pids if labels[p] == home]
 
 
 def excess_by_profile(claims: dict[str, ClusterClaims]) -> dict[int, int]:

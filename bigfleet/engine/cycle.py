@@ -10,6 +10,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..inventory import Inventory
 from ..needs import Need
 from ..policy import Policy
@@ -30,6 +32,7 @@ class CycleState:
     # The id of a row an action names; the engine remembers the row so `apply` need not look
     # it up again.
     name: Callable[[int], str]
+    names: Callable[[np.ndarray], list[str]]
     # The needs table, in table order, and each cluster's claims on its own machines.
     needs: list[Need] = field(default_factory=list)
     claims: dict[str, ClusterClaims] = field(default_factory=dict)
@@ -43,3 +46,11 @@ class CycleState:
     # Machines wanted per profile name this cycle (assigned or missing): the demand forecast's
     # input, filled by Phase 1 and Phase 2.
     demand: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # Which profiles have any machine, per profile id (computed once, on first ask).
+    present_profiles: list[bool] | None = None
+
+    def present(self) -> list[bool]:
+        """Per profile id: does the shard have any machine of it (in any state)?"""
+        if self.present_profiles is None:
+            self.present_profiles = (self.inventory.counts.sum(axis=0) > 0).tolist()
+        return self.present_profiles

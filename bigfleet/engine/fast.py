@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..inventory import CODE, NONE16, Inventory
-from ..models import CreateAction, MachineState, VerifyAction
+from ..models import CreateAction, MachineState, VerifyAction, replaced
 from ..needs import Need
 from ..policy import Policy
 from .claims import CONFIGURED_SLOT, ClusterClaims, claim_cluster
@@ -157,6 +157,7 @@ class FastEngine:
             self.memory,
             self.supply,
             self._name,
+            self._names,
             needs=needs,
             claims=claims,
             idle_left=free_pool(inv.counts, S.IDLE),
@@ -170,7 +171,9 @@ class FastEngine:
         out.shortfalls = age_shortfalls(self.memory, self.policy, quiet.unmet)
         self.memory.observe_demand(quiet.demand, self.policy)
         self._holders = []
-        state = CycleState(self.inventory, self.policy, self.memory, self.supply, self._name)
+        state = CycleState(
+            self.inventory, self.policy, self.memory, self.supply, self._name, self._names
+        )
         release_idle(state, np.zeros(0, dtype=np.int64), now, out)
         self._upkeep(out, now)
         return out
@@ -188,9 +191,9 @@ class FastEngine:
             rows = picker.take_free(a.state, a.profile, a.count)
             self._holders.append((rows, a.need))
             provider = profiles[a.profile].provider
-            ids = [self._name(r) for r in rows.tolist()]
+            ids = self._names(rows)
             if a.state is S.IDLE:
-                out.actions.extend(a.configure(provider, mid) for mid in ids)
+                out.actions.extend(a.configures(provider, ids))
             else:
                 key = (provider, a.need.key)
                 creates.setdefault(key, []).extend(ids)
@@ -198,17 +201,17 @@ class FastEngine:
         batch = self.policy.create_batch
         for (provider, need_key), ids in creates.items():
             need = create_need[(provider, need_key)]
-            for i in range(0, len(ids), batch):
-                out.actions.append(
-                    CreateAction(
-                        provider=provider,
-                        machine_ids=ids[i : i + batch],
-                        cluster=need.cluster,
-                        need=need.key,
-                        requirements=list(need.requirements),
-                        priority=need.priority,
-                    )
-                )
+            first = CreateAction(
+                provider=provider,
+                machine_ids=ids[:batch],
+                cluster=need.cluster,
+                need=need.key,
+                requirements=list(need.requirements),
+                priority=need.priority,
+            )
+            out.actions.append(first)
+            for i in range(batch, len(ids), batch):
+                out.actions.append(replaced(first, machine_ids=ids[i : i + batch]))
 
     def _upkeep(self, out: Decision, now: float) -> None:
         """Stuck transitions and health verification (seed §9): vectorised column scans.
@@ -247,6 +250,12 @@ class FastEngine:
         machine_id = self.inventory.machine_id(row)
         self._rows[machine_id] = row
         return machine_id
+
+    def _names(self, rows: np.ndarray) -> list[str]:
+        """`_name` of many rows at once."""
+        ids = self.inventory.ids.ids_of(rows)
+        self._rows.update(zip(ids, rows.tolist(), strict=True))
+        return ids
 
     def apply(self, decision: Decision, now: float) -> None:
         """Start every transition the decision asked for, as the shard does."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from ..inventory import CODE
-from ..models import ConfigureAction, MachineState
+from ..models import ConfigureAction, MachineState, replaced
 from ..needs import Need
 from .claims import ClusterClaims, excess_by_profile
 from .common import pick_same_domain, pick_same_wait_domain, pick_spread_domain
@@ -36,6 +36,13 @@ class Assignment:
             priority=self.need.priority,
         )
 
+    def configures(self, provider: str, machine_ids: list[str]) -> list[ConfigureAction]:
+        """`configure` for many machines: one validated action, copied per machine."""
+        if not machine_ids:
+            return []
+        first = self.configure(provider, machine_ids[0])
+        return [first] + [replaced(first, machine_id=m) for m in machine_ids[1:]]
+
 
 def assign_free_capacity(state: CycleState) -> list[Assignment]:
     """Phase 1 of seed §8 ("why idle before speculative"; docs/engine.md, The cycle 2).
@@ -50,7 +57,8 @@ def assign_free_capacity(state: CycleState) -> list[Assignment]:
     Returns the assignments, one per (need, state, profile): IDLE ones become Configure
     actions, SPECULATIVE ones Create actions, once rows are picked.
     """
-    profiles = state.inventory.profiles.profiles
+    table = state.inventory.profiles
+    profiles = table.profiles
     idle, spec, claims = state.idle_left, state.spec_left, state.claims
     supply_rank, demand = state.supply.supply_rank, state.demand
     out: list[Assignment] = []
@@ -67,7 +75,7 @@ def assign_free_capacity(state: CycleState) -> list[Assignment]:
         if not supply:
             continue
         if need.spec.same:
-            picks = _same(need, cc, supply, deficit, profiles)
+            picks = _same(need, cc, supply, deficit, table.labels(need.spec.same))
             if not picks:
                 if excess is None:
                     excess = excess_by_profile(claims)
@@ -77,7 +85,7 @@ def assign_free_capacity(state: CycleState) -> list[Assignment]:
                 state.reserved[need.key] = sum(n for *_, n in kept)
                 continue
         elif need.spec.spread:
-            picks = _spread(state, need, cc, supply, deficit, profiles)
+            picks = _spread(state, need, cc, supply, deficit)
         else:
             picks = _plain(supply, deficit)
         for free_state, p, pool, n in picks:
@@ -99,18 +107,17 @@ def _plain(supply: list, deficit: int) -> list:
     return picks
 
 
-def _same(need: Need, cc: ClusterClaims, supply: list, deficit: int, profiles: list) -> list:
-    key = need.spec.same
+def _same(need: Need, cc: ClusterClaims, supply: list, deficit: int, labels: list) -> list:
     have: dict[str, int] = defaultdict(int)
     for c in cc.claims[need.key]:
-        have[profiles[c.profile].label(key)] += c.count
+        have[labels[c.profile]] += c.count
     free: dict[str, int] = defaultdict(int)
     for _, p, pool in supply:
-        free[profiles[p].label(key)] += pool[p]
+        free[labels[p]] += pool[p]
     home = pick_same_domain(need, have, free, deficit)
     if home is None:
         return []
-    return _plain([s for s in supply if profiles[s[1]].label(key) == home], deficit)
+    return _plain([s for s in supply if labels[s[1]] == home], deficit)
 
 
 def _reserve_same(
@@ -123,52 +130,49 @@ def _reserve_same(
 ) -> list:
     """A `Same` need that cannot be placed yet keeps the free machines of the domain it waits
     on (draining and excess machines will complete it), away from lower priorities."""
-    key = cast(str, need.spec.same)  # (only `Same` needs come here)
-    profiles = state.inventory.profiles.profiles
+    labels = state.inventory.profiles.labels(cast(str, need.spec.same))  # (only `Same` needs)
     draining = state.inventory.counts[CODE[S.DRAINING]]
     # (A machine without the label counts under None, as in the reference engine.)
     coming: dict[str | None, int] = defaultdict(int)
     for _, p, pool in supply:
-        coming[profiles[p].label(key)] += pool[p]
+        coming[labels[p]] += pool[p]
     for p in state.supply.supply_rank(need):
         on_its_way = int(draining[p]) + excess.get(p, 0) if p < len(draining) else 0
         if on_its_way:
-            coming[profiles[p].label(key)] += on_its_way
-    claimed = {profiles[c.profile].label(key) for c in cc.claims[need.key]}
+            coming[labels[p]] += on_its_way
+    claimed = {labels[c.profile] for c in cc.claims[need.key]}
     home = pick_same_wait_domain(claimed, coming, {}, deficit)  # type: ignore[arg-type]
     if home is None:
         return []
-    return _plain([s for s in supply if profiles[s[1]].label(key) == home], deficit)
+    return _plain([s for s in supply if labels[s[1]] == home], deficit)
 
 
-def _spread(
-    state: CycleState, need: Need, cc: ClusterClaims, supply: list, deficit: int, profiles: list
-) -> list:
+def _spread(state: CycleState, need: Need, cc: ClusterClaims, supply: list, deficit: int) -> list:
     rule = need.spec.spread[0]
-    key = rule.key
+    labels = state.inventory.profiles.labels(rule.key)
     counts = state.inventory.counts
     failed = CODE[S.FAILED]
     live = counts.sum(axis=0) - counts[failed]
     current: dict[str, int] = defaultdict(int)
     for c in cc.claims[need.key]:
-        current[profiles[c.profile].label(key) or ""] += c.count
+        current[labels[c.profile] or ""] += c.count
     eligible = {
-        profiles[p].label(key)
+        cast(str, labels[p])
         for p in state.supply.matching(need)
-        if p < len(live) and live[p] > 0 and profiles[p].label(key)
+        if p < len(live) and live[p] > 0 and labels[p]
     }
     pools: dict[str, list[list]] = defaultdict(list)
     for state, p, pool in supply:
-        d = profiles[p].label(key)
+        d = labels[p]
         if d:
             pools[d].append([state, p, pool, pool[p]])
     taken: dict[tuple, int] = defaultdict(int)
+    free = {k: sum(e[3] for e in v) for k, v in pools.items()}
     for _ in range(deficit):
-        d = pick_spread_domain(
-            current, {k: sum(e[3] for e in v) for k, v in pools.items()}, eligible, rule.max_skew
-        )
+        d = pick_spread_domain(current, free, eligible, rule.max_skew)
         if d is None:
             break
+        free[d] -= 1
         entry = next(e for e in pools[d] if e[3] > 0)
         entry[3] -= 1
         taken[(entry[0], entry[1])] += 1

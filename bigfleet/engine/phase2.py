@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import cast
 
 from ..cost import drain_grace_period, shard_pressure, victim_merit, victim_weights
 from ..inventory import CODE
-from ..models import DrainAction, DrainReason, MachineState
+from ..models import DrainAction, DrainReason, MachineState, replaced
 from ..needs import Need
 from .claims import CONFIGURED_SLOT, ClusterClaims, excess_by_profile
 from .common import (
@@ -16,7 +17,6 @@ from .common import (
     Preemption,
     describe,
     pick_same_wait_domain,
-    supply_key,
 )
 from .cycle import CycleState
 from .phase1 import Assignment
@@ -77,6 +77,7 @@ class _Held:
     offset: int
     left: int
     used: int = 0
+    rank: int = 0  # position in the whole pool's best-victim-first order
 
 
 class _VictimPool:
@@ -85,7 +86,8 @@ class _VictimPool:
     def __init__(self, entries: list[_Held]) -> None:
         entries.sort(key=lambda e: e.sort)
         self.by_profile: dict[int, list[_Held]] = defaultdict(list)
-        for e in entries:
+        for i, e in enumerate(entries):
+            e.rank = i
             self.by_profile[e.profile].append(e)
         self.floor = {p: min(e.need.priority for e in es) for p, es in self.by_profile.items()}
 
@@ -95,8 +97,12 @@ class _VictimPool:
             e for p in pids for e in self.by_profile[p] if e.left > 0 and e.need.priority < priority
         ]
         if len(pids) > 1:
-            found.sort(key=lambda e: e.sort)
+            found.sort(key=_rank)
         return found
+
+
+def _rank(e: _Held) -> int:
+    return e.rank
 
 
 def _victim_pool(state: CycleState) -> _VictimPool:
@@ -109,21 +115,25 @@ def _victim_pool(state: CycleState) -> _VictimPool:
     weights = victim_weights(shard_pressure(free, usable))
     profiles = inv.profiles.profiles
     pool = []
+    keys: dict[str, tuple] = {}
     for cc in state.claims.values():
         for taken in cc.claims.values():
             for c in taken:
                 if c.slot != CONFIGURED_SLOT:
                     continue
                 h = c.need
-                merit = victim_merit(
-                    weights,
-                    h.priority,
-                    h.spec.drain_seconds or policy.default_drain_seconds,
-                    h.spec.interruption_penalty,
-                    h.spec.reclamation_penalty,
-                )
-                key = (-merit, h.priority, h.sort_key(), profiles[c.profile].name)
-                pool.append(_Held(key, h, c.profile, c.offset, c.count))
+                key = keys.get(h.key)
+                if key is None:
+                    merit = victim_merit(
+                        weights,
+                        h.priority,
+                        h.spec.drain_seconds or policy.default_drain_seconds,
+                        h.spec.interruption_penalty,
+                        h.spec.reclamation_penalty,
+                    )
+                    key = keys[h.key] = (-merit, h.priority, h.sort_key())
+                sort = (*key, profiles[c.profile].name)
+                pool.append(_Held(sort, h, c.profile, c.offset, c.count))
     return _VictimPool(pool)
 
 
@@ -182,7 +192,6 @@ def _wait_or_preempt(
 ) -> tuple[int, int]:
     """One short need: machines it waits for (taken from the `waiting` pools), then machines
     it preempts (appended to `victims`, counted in `lost` for their needs). Returns both."""
-    profiles = state.inventory.profiles.profiles
     matching = state.supply.matching(need)
     pools = [state.idle_left, state.spec_left, *waiting] if need.spec.same else waiting
     rank = state.supply.supply_rank(need)
@@ -190,7 +199,8 @@ def _wait_or_preempt(
     candidates = held.candidates(need.priority, matching)
     if need.spec.same:
         cc = state.claims[need.cluster]
-        incoming, candidates = _same_domain(need, cc, incoming, candidates, deficit, profiles)
+        labels = state.inventory.profiles.labels(need.spec.same)
+        incoming, candidates = _same_domain(need, cc, incoming, candidates, deficit, labels)
     took = 0
     for pool, p in incoming:
         n = min(deficit - took, pool[p])
@@ -218,9 +228,10 @@ def _unmet(state: CycleState, need: Need, deficit: int) -> tuple[Need, int, str]
     of (else by the requirements); the missing machines count as demand for that profile."""
     inv = state.inventory
     profiles = inv.profiles.profiles
-    present = (inv.counts.sum(axis=0) > 0).tolist()
-    known = [p for p in state.supply.matching(need) if p < len(present) and present[p]]
-    best = min(known, key=lambda p: supply_key(need, profiles[p]), default=None)
+    present = state.present()
+    # (The supply rank orders the matching profiles by `supply_key`: the first present is best.)
+    rank = state.supply.supply_rank(need)
+    best = next((p for p in rank if p < len(present) and present[p]), None)
     label = profiles[best].short_name if best is not None else describe(need.requirements)
     state.demand[profiles[best].name if best is not None else label] += deficit
     return (need, deficit, label)
@@ -232,21 +243,26 @@ def _same_domain(
     incoming: list[tuple[dict, int]],
     candidates: list[_Held],
     deficit: int,
-    profiles: list,
+    labels: list[str | None],
 ) -> tuple[list[tuple[dict, int]], list[_Held]]:
-    key = need.spec.same
-    inc: dict[str, int] = defaultdict(int)
+    inc: dict[str | None, int] = defaultdict(int)
     for pool, p in incoming:
-        inc[profiles[p].label(key)] += pool[p]
-    vic: dict[str, int] = defaultdict(int)
+        inc[labels[p]] += pool[p]
+    per_profile: dict[int, int] = defaultdict(int)
     for e in candidates:
-        vic[profiles[e.profile].label(key)] += e.left
+        per_profile[e.profile] += e.left
+    vic: dict[str | None, int] = defaultdict(int)
+    for p, n in per_profile.items():
+        vic[labels[p]] += n
     home = pick_same_wait_domain(
-        {profiles[c.profile].label(key) for c in cc.claims[need.key]}, inc, vic, deficit
+        cast("set[str]", {labels[c.profile] for c in cc.claims[need.key]}),
+        inc,  # type: ignore[arg-type]
+        vic,  # type: ignore[arg-type]
+        deficit,
     )
     return (
-        [(pool, p) for pool, p in incoming if profiles[p].label(key) == home],
-        [e for e in candidates if profiles[e.profile].label(key) == home],
+        [(pool, p) for pool, p in incoming if labels[p] == home],
+        [e for e in candidates if labels[e.profile] == home],
     )
 
 
@@ -259,7 +275,10 @@ def emit_preemptions(
     for v in victims:
         rows = picker.configured(v.cluster, v.profile, v.offset, v.count)
         provider = profiles[v.profile].provider
-        for r in rows.tolist():
-            mid = state.name(r)
-            out.actions.append(v.drain(provider, mid))
-            out.preemptions.append(v.preemption(mid))
+        ids = state.names(rows)
+        if not ids:
+            continue
+        first = v.drain(provider, ids[0])
+        out.actions.append(first)
+        out.actions.extend(replaced(first, machine_id=mid) for mid in ids[1:])
+        out.preemptions.extend(v.preemption(mid) for mid in ids)

@@ -8,7 +8,14 @@ import numpy as np
 
 from ..cost import DELETABLE
 from ..inventory import CODE
-from ..models import DeleteAction, DeleteReason, DrainAction, DrainReason, MachineState
+from ..models import (
+    DeleteAction,
+    DeleteReason,
+    DrainAction,
+    DrainReason,
+    MachineState,
+    replaced,
+)
 from .claims import ClusterClaims
 from .common import Decision
 from .cycle import CycleState
@@ -44,25 +51,37 @@ def excess_segments(claims: dict[str, ClusterClaims]) -> list[tuple[str, int]]:
 
 def _drain_excess(state: CycleState, picker: RowPicker, out: Decision) -> None:
     inv = state.inventory
+    segments = [
+        (picker.configured(cluster, pid, first, count), cluster)
+        for cluster, cc in state.claims.items()
+        for pid, (first, count) in cc.excess.items()
+    ]
+    segments = [(rows, cluster) for rows, cluster in segments if len(rows)]
+    if not segments:
+        return
+    rows = np.concatenate([r for r, _ in segments])
+    clusters = [c for r, c in segments for _ in range(len(r))]
+    price = inv.profiles.price[inv.profile[rows].astype(np.int64)]
+    # Most expensive first, lowest reclamation value on ties, then by row.
+    order = np.lexsort((rows, inv.holder_reclamation[rows].astype(np.float64), -price))
+    rows = rows[order]
     profiles = inv.profiles.profiles
-    excess: list[tuple[float, float, int, str]] = []
-    for cluster, cc in state.claims.items():
-        for pid, (first, count) in cc.excess.items():
-            price = profiles[pid].price_per_hour
-            for r in picker.configured(cluster, pid, first, count).tolist():
-                excess.append((-price, float(inv.holder_reclamation[r]), r, cluster))
-    excess.sort()
     grace = state.policy.excess_grace_seconds
-    for _, _, r, cluster in excess:
-        out.actions.append(
-            DrainAction(
-                provider=profiles[int(inv.profile[r])].provider,
-                machine_id=state.name(r),
+    templates: dict[tuple[int, str], DrainAction] = {}
+    for r, i, mid in zip(rows.tolist(), order.tolist(), state.names(rows), strict=True):
+        pid, cluster = int(inv.profile[r]), clusters[i]
+        template = templates.get((pid, cluster))
+        if template is None:
+            template = templates[(pid, cluster)] = DrainAction(
+                provider=profiles[pid].provider,
+                machine_id=mid,
                 cluster=cluster,
                 grace_seconds=grace,
                 reason=DrainReason.EXCESS,
             )
-        )
+            out.actions.append(template)
+        else:
+            out.actions.append(replaced(template, machine_id=mid))
 
 
 def release_idle(state: CycleState, taken: np.ndarray, now: float, out: Decision) -> None:

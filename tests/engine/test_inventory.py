@@ -200,3 +200,20 @@ def test_many_ids_are_found_at_once_as_one_by_one():
     assert found.tolist() == [table.find(n) for n in asked]
     assert (found >= 0).sum() == len(names) - 500
 
+
+
+def test_many_ids_are_named_at_once_as_one_by_one():
+    """`ids_of` (the engine names its actions' machines in bulk) gives back each id exactly as
+    it was added: zero-padded numbers, unpadded ones, ids without a number, a `%` in a
+    prefix."""
+    import numpy as np
+
+    from bigfleet.machine_ids import MachineIds
+
+    names = ["m-00042", "m-7", "plain", "50%-off-3", "x0", "y-000", "z-0123456789", "m-00043"]
+    table = MachineIds(16)
+    table.add(np.arange(len(names)), names)
+    rows = np.array([7, 0, 2, 3, 1, 4, 5, 6])
+
+    assert table.ids_of(rows) == [names[r] for r in rows.tolist()]
+    assert table.ids_of(rows) == [table.id_of(r) for r in rows.tolist()]
