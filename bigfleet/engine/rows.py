@@ -49,12 +49,13 @@ class RowPicker:
         if not wanted:
             return {}
         n = inv.rows_used
-        pids = np.array(sorted({p for _, p in wanted}), dtype=np.int64)
+        # Wanted profiles as a lookup column (a gather per row, not isin's sort of them all).
+        want = np.zeros(len(inv.profiles) + 1, dtype=bool)
+        want[[p for _, p in wanted]] = True
         state = inv.state[:n]
-        mask = ((state == CODE[S.IDLE]) | (state == CODE[S.SPECULATIVE])) & np.isin(
-            inv.profile[:n], pids
-        )
-        rows = np.flatnonzero(mask)
+        free = (state == CODE[S.IDLE]) | (state == CODE[S.SPECULATIVE])
+        rows = np.flatnonzero(free)
+        rows = rows[want[inv.profile[rows]]]
         keys = state[rows].astype(np.int64) * 65536 + inv.profile[rows]
         groups = _group(rows, keys)
         idle = CODE[S.IDLE] * 65536
@@ -68,13 +69,16 @@ class RowPicker:
         if not wanted:
             return {}
         n = inv.rows_used
-        keys_wanted = np.array(
-            sorted(cast(int, inv.clusters.get(c)) * 65536 + p for c, p in wanted), dtype=np.int64
-        )
-        composite = inv.cluster[:n].astype(np.int64) * 65536 + inv.profile[:n]
-        configured = inv.state[:n] == CODE[S.CONFIGURED]
-        rows = np.flatnonzero(configured & np.isin(composite, keys_wanted))
-        groups = _group(rows, composite[rows])
+        # Wanted (cluster, profile) pairs as a lookup table (a gather per configured row).
+        cidx = [(cast(int, inv.clusters.get(c)), p) for c, p in wanted]
+        want = np.zeros((max(c for c, _ in cidx) + 1, len(inv.profiles) + 1), dtype=bool)
+        want[tuple(np.array(cidx, dtype=np.int64).T)] = True
+        rows = np.flatnonzero(inv.state[:n] == CODE[S.CONFIGURED])
+        clusters = inv.cluster[rows].astype(np.int64)
+        rows, clusters = rows[clusters < len(want)], clusters[clusters < len(want)]
+        rows = rows[want[clusters, inv.profile[rows]]]
+        composite = inv.cluster[rows].astype(np.int64) * 65536 + inv.profile[rows]
+        groups = _group(rows, composite)
         for key, chunk in groups.items():
             groups[key] = chunk[np.argsort(-inv.holder_reclamation[chunk], kind="stable")]
         return groups
