@@ -16,7 +16,6 @@ from ..models import MachineState, NodeSelectorRequirement, Resources
 from ..needs import Need
 from ..profiles import Profile, ProfileTable
 from ..requirements import requirement_matches
-from .common import need_matches, supply_key
 
 
 class SupplyIndex:
@@ -28,6 +27,7 @@ class SupplyIndex:
         self._match: dict[str, tuple[int, frozenset[int]]] = {}
         self._rank: dict[str, tuple[int, dict[int, int]]] = {}
         self._columns = _MatchColumns(inventory.profiles)
+        self._names = np.zeros(0, dtype=np.int64)
 
     def matching(self, need: Need) -> frozenset[int]:
         """Profiles whose machines satisfy the need's requirements and resources (and carry
@@ -37,9 +37,11 @@ class SupplyIndex:
         if cached is not None and cached[0] == len(table):
             return cached[1]
         pids = self._columns.matching(need.requirements, need.spec.resources)
-        found = frozenset(
-            p for p in pids.tolist() if need_matches(need, table.profiles[p], True)
-        )
+        if need.spec.same:  # (`need_matches`: a `Same` need also needs its key's label)
+            labels = table.labels(need.spec.same)
+            found = frozenset(p for p in pids.tolist() if labels[p] is not None)
+        else:
+            found = frozenset(pids.tolist())
         self._match[need.signature] = (len(table), found)
         return found
 
@@ -50,10 +52,23 @@ class SupplyIndex:
         cached = self._rank.get(need.signature)
         if cached is not None and cached[0] == len(table):
             return cached[1]
-        order = sorted(self.matching(need), key=lambda p: supply_key(need, table.profiles[p]))
-        rank = {p: i for i, p in enumerate(order)}
+        # `supply_key` by column: effective cost (the same float arithmetic), then the name.
+        pids = np.array(sorted(self.matching(need)), dtype=np.int64)
+        cost = table.price[pids] + table.interruption[pids] * need.spec.interruption_penalty
+        order = pids[np.lexsort((self._name_order()[pids], cost))]
+        rank = {p: i for i, p in enumerate(order.tolist())}
         self._rank[need.signature] = (len(table), rank)
         return rank
+
+
+    def _name_order(self) -> np.ndarray:
+        """Each profile's position in name order (the tie-break of equal costs)."""
+        profiles = self.inventory.profiles.profiles
+        if len(self._names) != len(profiles):
+            order = sorted(range(len(profiles)), key=lambda p: profiles[p].name)
+            self._names = np.empty(len(profiles), dtype=np.int64)
+            self._names[order] = np.arange(len(profiles))
+        return self._names
 
 
 class _MatchColumns:
