@@ -272,10 +272,10 @@ class FastEngine:
         self._holders = []
         for target, cluster, mids in _runs(decision.actions):
             try:
-                rows = [named[mid] for mid in mids]
+                moved = [named[mid] for mid in mids]
             except KeyError:  # (a decision not all of this engine's naming)
-                rows = [row(mid) for mid in mids]
-            inv.move_many(rows, target, now, cluster=cluster)
+                moved = [row(mid) for mid in mids]
+            inv.move_many(moved, target, now, cluster=cluster)
         for mid in decision.timed_out:
             inv.move(row(mid), S.FAILED, now, error="transition timed out")
 
