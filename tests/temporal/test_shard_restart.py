@@ -110,7 +110,13 @@ async def test_a_terminated_shard_is_brought_back_with_its_state(
             what="shard-0 brought back",
         )
         if how == "reset":
-            assert "reset" in await revivals(client)
+            # (The reset's run can be running before the activity that made it has reported.)
+            await eventually(
+                lambda: revivals(client),
+                lambda r: "reset" in r,
+                timeout=20,
+                what="the coordinator's record of the reset",
+            )
         assert revived.run_id != dead
 
         # Brought back with its state, not from scratch: a new epoch, but the cluster's needs
@@ -176,7 +182,7 @@ async def test_a_reset_shard_keeps_machines_it_adopted_after_its_snapshot(
             what="shard-1 reset and cycling again",
         )
         assert (await shard1.describe()).run_id != dead
-        assert await revivals(client) == ["reset"]
+        await eventually(lambda: revivals(client), lambda r: r == ["reset"], timeout=20)
         states = await query_retrying(lambda: shard1.query("machine_states", ids))
         assert {m for m, s in states.items() if s != "GONE"} == moved
         assert after["machines"]["CONFIGURED"] == 4
@@ -254,7 +260,8 @@ async def test_a_shard_the_server_ended_for_its_history_size_restarts_from_its_s
                 if e.HasField("workflow_execution_terminated_event_attributes")
             ]
             assert ended and "exceeds limit" in ended[0], ended
-            assert await revivals(client) == ["restarted"]
+            # (The new run can be running before the activity that started it has reported.)
+            await eventually(lambda: revivals(client), lambda r: r == ["restarted"], timeout=20)
             async def runs() -> list[str]:
                 return [wf.run_id async for wf in client.list_workflows('WorkflowId = "shard-0"')]
 
