@@ -16,7 +16,6 @@ from .cost import (
     DELETABLE,
     drain_grace_period,
     shard_pressure,
-    victim_merit,
     victim_weights,
 )
 from .engine.common import (
@@ -32,6 +31,7 @@ from .engine.common import (
     pick_same_wait_domain,
     pick_spread_domain,
     supply_key,
+    victim_order,
     worth_moving,
 )
 from .models import (
@@ -183,15 +183,8 @@ class ReferenceEngine(ReferenceFleet):
             ]
 
             def victim_key(m: Rec) -> tuple:
-                h = holder[m.ordinal]
-                merit = victim_merit(
-                    weights,
-                    h.priority,
-                    h.spec.drain_seconds or policy.default_drain_seconds,
-                    h.spec.interruption_penalty,
-                    h.spec.reclamation_penalty,
-                )
-                return (-merit, h.priority, h.sort_key(), m.profile.name, m.ordinal)
+                order = victim_order(weights, holder[m.ordinal], policy)
+                return (*order, m.profile.name, m.ordinal)
 
             victims.sort(key=victim_key)
             if need.spec.same:

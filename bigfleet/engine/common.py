@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from math import inf
 
-from ..cost import effective_cost
+from ..cost import VictimWeights, effective_cost, victim_merit
 from ..models import Action, MachineState, NodeSelectorRequirement, Shortfall
 from ..needs import Need
 from ..policy import Policy
@@ -107,6 +107,20 @@ def supply_key(need: Need, profile: Profile) -> tuple[float, str]:
         ),
         profile.name,
     )
+
+
+def victim_order(weights: VictimWeights, holder: Need, policy: Policy) -> tuple:
+    """How a configured machine held by `holder` ranks as a preemption victim, best first
+    (before the profile-name and row tie-breaks): the seed's four-factor merit, then the
+    holder's priority and table order."""
+    merit = victim_merit(
+        weights,
+        holder.priority,
+        holder.spec.drain_seconds or policy.default_drain_seconds,
+        holder.spec.interruption_penalty,
+        holder.spec.reclamation_penalty,
+    )
+    return (-merit, holder.priority, holder.sort_key())
 
 
 def need_matches(need: Need, profile: Profile, matches: bool) -> bool:

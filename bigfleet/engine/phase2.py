@@ -7,7 +7,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import cast
 
-from ..cost import drain_grace_period, shard_pressure, victim_merit, victim_weights
+from ..cost import drain_grace_period, shard_pressure, victim_weights
 from ..inventory import CODE
 from ..models import DrainAction, DrainReason, MachineState, replaced
 from ..needs import Need
@@ -17,6 +17,7 @@ from .common import (
     Preemption,
     describe,
     pick_same_wait_domain,
+    victim_order,
 )
 from .cycle import CycleState
 from .phase1 import Assignment
@@ -124,14 +125,7 @@ def _victim_pool(state: CycleState) -> _VictimPool:
                 h = c.need
                 key = keys.get(h.key)
                 if key is None:
-                    merit = victim_merit(
-                        weights,
-                        h.priority,
-                        h.spec.drain_seconds or policy.default_drain_seconds,
-                        h.spec.interruption_penalty,
-                        h.spec.reclamation_penalty,
-                    )
-                    key = keys[h.key] = (-merit, h.priority, h.sort_key())
+                    key = keys[h.key] = victim_order(weights, h, policy)
                 sort = (*key, profiles[c.profile].name)
                 pool.append(_Held(sort, h, c.profile, c.offset, c.count))
     return _VictimPool(pool)
