@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..inventory import HELD_SLOT, Inventory
 from ..needs import Need
 from .common import CLAIM_ORDER
@@ -45,6 +47,19 @@ class ClusterClaims:
     # Needs that hold their whole count with no unclaimed machine for them coming up, each with
     # its claims on CONFIGURED machines: what consolidation may move (unless preempted).
     settled: dict[str, list[Claim]] = field(default_factory=dict)
+    _configured: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def configured(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The claims on CONFIGURED machines as columns: profile, holder's priority, count
+        (computed once: a cluster's claims are cached until its roll-up or machines change)."""
+        if self._configured is None:
+            taken = [c for cs in self.claims.values() for c in cs if c.slot == CONFIGURED_SLOT]
+            self._configured = (
+                np.array([c.profile for c in taken], dtype=np.int64),
+                np.array([c.need.priority for c in taken], dtype=np.int64),
+                np.array([c.count for c in taken], dtype=np.int64),
+            )
+        return self._configured
 
 
 def claim_cluster(

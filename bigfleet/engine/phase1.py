@@ -6,6 +6,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import cast
 
+import numpy as np
+
 from ..inventory import CODE
 from ..models import ConfigureAction, MachineState, replaced
 from ..needs import Need
@@ -62,7 +64,7 @@ def assign_free_capacity(state: CycleState) -> list[Assignment]:
     idle, spec, claims = state.idle_left, state.spec_left, state.claims
     supply_rank, demand = state.supply.supply_rank, state.demand
     out: list[Assignment] = []
-    excess: dict[int, int] | None = None
+    on_its_way: np.ndarray | None = None
     for need in state.needs:
         cc = claims[need.cluster]
         deficit = need.count - cc.claimed[need.key]
@@ -77,9 +79,9 @@ def assign_free_capacity(state: CycleState) -> list[Assignment]:
         if need.spec.same:
             picks = _same(need, cc, supply, deficit, table.labels(need.spec.same))
             if not picks:
-                if excess is None:
-                    excess = excess_by_profile(claims)
-                kept = _reserve_same(state, need, cc, supply, deficit, excess)
+                if on_its_way is None:
+                    on_its_way = _on_its_way(state)
+                kept = _reserve_same(state, need, cc, supply, deficit, on_its_way)
                 for _, p, pool, n in kept:
                     pool[p] -= n
                 state.reserved[need.key] = sum(n for *_, n in kept)
@@ -126,25 +128,40 @@ def _reserve_same(
     cc: ClusterClaims,
     supply: list,
     deficit: int,
-    excess: dict[int, int],
+    on_its_way: np.ndarray,
 ) -> list:
     """A `Same` need that cannot be placed yet keeps the free machines of the domain it waits
-    on (draining and excess machines will complete it), away from lower priorities."""
-    labels = state.inventory.profiles.labels(cast(str, need.spec.same))  # (only `Same` needs)
-    draining = state.inventory.counts[CODE[S.DRAINING]]
-    # (A machine without the label counts under None, as in the reference engine.)
-    coming: dict[str | None, int] = defaultdict(int)
+    on (draining and excess machines will complete it), away from lower priorities.
+    `on_its_way` is, per profile id, its draining machines plus its excess configured ones."""
+    same = cast(str, need.spec.same)  # (only `Same` needs)
+    labels = state.inventory.profiles.labels(same)
+    codes, values = state.inventory.profiles.label_codes(same)
+    ranked = state.supply.ranked(need)
+    # (A `Same` need matches only profiles carrying its key: every code here is a domain.)
+    per_domain = np.bincount(codes[ranked], on_its_way[ranked], minlength=len(values))
+    coming: dict[str, int] = defaultdict(int)
     for _, p, pool in supply:
-        coming[labels[p]] += pool[p]
-    for p in state.supply.supply_rank(need):
-        on_its_way = int(draining[p]) + excess.get(p, 0) if p < len(draining) else 0
-        if on_its_way:
-            coming[labels[p]] += on_its_way
-    claimed = {labels[c.profile] for c in cc.claims[need.key]}
-    home = pick_same_wait_domain(claimed, coming, {}, deficit)  # type: ignore[arg-type]
+        coming[cast(str, labels[p])] += pool[p]
+    for d in np.flatnonzero(per_domain).tolist():
+        coming[values[d]] += int(per_domain[d])
+    claimed = {cast(str, labels[c.profile]) for c in cc.claims[need.key]}
+    home = pick_same_wait_domain(claimed, coming, {}, deficit)
     if home is None:
         return []
     return _plain([s for s in supply if labels[s[1]] == home], deficit)
+
+
+def _on_its_way(state: CycleState) -> np.ndarray:
+    """Per profile id: DRAINING machines plus excess CONFIGURED ones (what a waiting `Same`
+    need can count on besides free machines)."""
+    size = len(state.inventory.profiles)
+    out = np.zeros(size, dtype=np.int64)
+    draining = state.inventory.counts[CODE[S.DRAINING]]
+    out[: min(size, len(draining))] = draining[:size]
+    excess = excess_by_profile(state.claims)
+    if excess:
+        out[list(excess)] += list(excess.values())
+    return out
 
 
 def _spread(state: CycleState, need: Need, cc: ClusterClaims, supply: list, deficit: int) -> list:

@@ -3,15 +3,18 @@ priorities, best victim first; what is still missing becomes a shortfall."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import cast
+
+import numpy as np
 
 from ..cost import drain_grace_period, shard_pressure, victim_weights
 from ..inventory import CODE
 from ..models import DrainAction, DrainReason, MachineState, replaced
 from ..needs import Need
-from .claims import CONFIGURED_SLOT, ClusterClaims, excess_by_profile
+from .claims import CONFIGURED_SLOT, excess_by_profile
 from .common import (
     Decision,
     Preemption,
@@ -151,8 +154,7 @@ def resolve_inversions(
     assigned: dict[str, int] = defaultdict(int)
     for a in assignments:
         assigned[a.need.key] += a.count
-    waiting = [free_pool(state.inventory.counts, S.DRAINING), excess_by_profile(state.claims)]
-    held: _VictimPool | None = None
+    supply = _ShortSupply(state)
     lost: dict[str, int] = defaultdict(int)
     victims: list[Victim] = []
     unmet = []
@@ -165,9 +167,7 @@ def resolve_inversions(
             out.earmarked[need.key] = kept
         if deficit <= 0:
             continue
-        if held is None:
-            held = _victim_pool(state)
-        took, hit = _wait_or_preempt(state, need, waiting, held, deficit, victims, lost)
+        took, hit = _wait_or_preempt(state, need, supply, deficit, victims, lost)
         deficit -= took + hit
         out.earmarked[need.key] = kept + took + hit
         if deficit > 0:
@@ -175,46 +175,143 @@ def resolve_inversions(
     return victims, unmet
 
 
+class _ShortSupply:
+    """What Phase 2 gives needs still short: machines on their way (the `waiting` pools:
+    DRAINING, then excess CONFIGURED; a `Same` need also the free pools Phase 1 left) and
+    preemptible claims (`held`), both built on first use and consumed need by need.
+
+    A `Same` need weighs every domain before it takes anything, so the same supply is also
+    kept as columns over profile ids (`incoming`, and `below`: victims per profile under
+    each priority level), built on the first short `Same` need and kept in step with every
+    take: weighing the domains is then a few numpy passes, not a loop over each matching
+    profile and each candidate victim."""
+
+    def __init__(self, state: CycleState) -> None:
+        self.state = state
+        counts = state.inventory.counts
+        self.waiting = [free_pool(counts, S.DRAINING), excess_by_profile(state.claims)]
+        self.pools = [state.idle_left, state.spec_left, *self.waiting]
+        self._held: _VictimPool | None = None
+        self.incoming: np.ndarray | None = None
+        self.levels: dict[int, int] = {}
+        self.below = np.zeros((0, 1), dtype=np.int64)
+
+    @property
+    def held(self) -> _VictimPool:
+        if self._held is None:
+            self._held = _victim_pool(self.state)
+        return self._held
+
+    def columns(self) -> np.ndarray:
+        """`incoming` (building it, and `below`, on first use)."""
+        if self.incoming is None:
+            size = len(self.state.inventory.profiles)
+            incoming = np.zeros(size, dtype=np.int64)
+            for pool in self.pools:
+                if pool:  # (one key per profile in a pool: no repeated index)
+                    incoming[list(pool)] += list(pool.values())
+            if self._held is None:  # nothing preempted yet: the claims as they are
+                parts = [cc.configured() for cc in self.state.claims.values()]
+                profile, priority, left = (
+                    np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64)
+                    for i in range(3)
+                )
+            else:
+                entries = [e for es in self._held.by_profile.values() for e in es]
+                profile, priority, left = (
+                    np.array([e.profile for e in entries], dtype=np.int64),
+                    np.array([e.need.priority for e in entries], dtype=np.int64),
+                    np.array([e.left for e in entries], dtype=np.int64),
+                )
+            levels = np.unique(priority)
+            self.levels = {q: i for i, q in enumerate(levels.tolist())}
+            below = np.zeros((size, len(levels) + 1), dtype=np.int64)
+            np.add.at(below, (profile, np.searchsorted(levels, priority) + 1), left)
+            self.below = np.cumsum(below, axis=1)
+            self.incoming = incoming
+        return self.incoming
+
+    def victims_below(self, priority: int, pids: np.ndarray) -> np.ndarray:
+        """Preemptible machines per profile of `pids` held by needs of lower priority."""
+        self.columns()
+        return self.below[pids, bisect_left(list(self.levels), priority)]
+
+    def take(self, pool: dict[int, int], p: int, n: int) -> None:
+        pool[p] -= n
+        if self.incoming is not None:
+            self.incoming[p] -= n
+
+    def preempt(self, e: _Held, n: int) -> None:
+        e.used += n
+        e.left -= n
+        if self.incoming is not None:
+            self.below[e.profile, self.levels[e.need.priority] + 1 :] -= n
+
+
 def _wait_or_preempt(
     state: CycleState,
     need: Need,
-    waiting: list[dict[int, int]],
-    held: _VictimPool,
+    supply: _ShortSupply,
     deficit: int,
     victims: list[Victim],
     lost: dict[str, int],
 ) -> tuple[int, int]:
-    """One short need: machines it waits for (taken from the `waiting` pools), then machines
+    """One short need: machines it waits for (taken from the waiting pools), then machines
     it preempts (appended to `victims`, counted in `lost` for their needs). Returns both."""
-    matching = state.supply.matching(need)
-    pools = [state.idle_left, state.spec_left, *waiting] if need.spec.same else waiting
-    rank = state.supply.supply_rank(need)
-    incoming = [(pool, p) for pool in pools for p in by_supply(pool, rank)]
-    candidates = held.candidates(need.priority, matching)
     if need.spec.same:
-        cc = state.claims[need.cluster]
-        labels = state.inventory.profiles.labels(need.spec.same)
-        incoming, candidates = _same_domain(need, cc, incoming, candidates, deficit, labels)
+        home = _same_home(state, need, supply, deficit)
+        if home is None:
+            return 0, 0
+        pids, matching = home.tolist(), frozenset(home.tolist())
+        incoming = [(pool, p) for pool in supply.pools for p in pids if pool.get(p, 0) > 0]
+    else:
+        matching = state.supply.matching(need)
+        rank = state.supply.supply_rank(need)
+        incoming = [(pool, p) for pool in supply.waiting for p in by_supply(pool, rank)]
     took = 0
     for pool, p in incoming:
         n = min(deficit - took, pool[p])
-        pool[p] -= n
+        supply.take(pool, p, n)
         took += n
         if took == deficit:
             break
     deficit -= took
     hit = 0
+    candidates = supply.held.candidates(need.priority, matching) if deficit > 0 else []
     if not need.spec.same or sum(e.left for e in candidates) >= deficit:
         for e in candidates:
             n = min(deficit - hit, e.left)
             if n <= 0:
                 break
             victims.append(Victim(e.need, need, e.profile, e.offset + e.used, n))
-            e.used += n
-            e.left -= n
+            supply.preempt(e, n)
             lost[e.need.key] += n
             hit += n
     return took, hit
+
+
+def _same_home(
+    state: CycleState, need: Need, supply: _ShortSupply, deficit: int
+) -> np.ndarray | None:
+    """The domain a short `Same` need waits in or preempts in (`pick_same_wait_domain` over
+    per-domain totals of what is on its way and of lower-priority victims), as its matching
+    profiles there in supply order; None when no domain can complete it."""
+    codes, values = state.inventory.profiles.label_codes(cast(str, need.spec.same))
+    ranked = state.supply.ranked(need)
+    # (A `Same` need matches only profiles carrying its key: every code here is a domain.)
+    domain = codes[ranked]
+    incoming = np.bincount(domain, supply.columns()[ranked], minlength=len(values))
+    below = np.bincount(
+        domain, supply.victims_below(need.priority, ranked), minlength=len(values)
+    )
+    labels = state.inventory.profiles.labels(cast(str, need.spec.same))
+    home = pick_same_wait_domain(
+        cast("set[str]", {labels[c.profile] for c in state.claims[need.cluster].claims[need.key]}),
+        {values[d]: int(incoming[d]) for d in np.flatnonzero(incoming).tolist()},
+        {values[d]: int(below[d]) for d in np.flatnonzero(below).tolist()},
+        deficit,
+    )
+    return None if home is None else ranked[domain == values.index(home)]
 
 
 def _unmet(state: CycleState, need: Need, deficit: int) -> tuple[Need, int, str]:
@@ -229,35 +326,6 @@ def _unmet(state: CycleState, need: Need, deficit: int) -> tuple[Need, int, str]
     label = profiles[best].short_name if best is not None else describe(need.requirements)
     state.demand[profiles[best].name if best is not None else label] += deficit
     return (need, deficit, label)
-
-
-def _same_domain(
-    need: Need,
-    cc: ClusterClaims,
-    incoming: list[tuple[dict, int]],
-    candidates: list[_Held],
-    deficit: int,
-    labels: list[str | None],
-) -> tuple[list[tuple[dict, int]], list[_Held]]:
-    inc: dict[str | None, int] = defaultdict(int)
-    for pool, p in incoming:
-        inc[labels[p]] += pool[p]
-    per_profile: dict[int, int] = defaultdict(int)
-    for e in candidates:
-        per_profile[e.profile] += e.left
-    vic: dict[str | None, int] = defaultdict(int)
-    for p, n in per_profile.items():
-        vic[labels[p]] += n
-    home = pick_same_wait_domain(
-        cast("set[str]", {labels[c.profile] for c in cc.claims[need.key]}),
-        inc,  # type: ignore[arg-type]
-        vic,  # type: ignore[arg-type]
-        deficit,
-    )
-    return (
-        [(pool, p) for pool, p in incoming if labels[p] == home],
-        [e for e in candidates if labels[e.profile] == home],
-    )
 
 
 def emit_preemptions(

@@ -25,7 +25,7 @@ class SupplyIndex:
     def __init__(self, inventory: Inventory) -> None:
         self.inventory = inventory
         self._match: dict[str, tuple[int, frozenset[int]]] = {}
-        self._rank: dict[str, tuple[int, dict[int, int]]] = {}
+        self._rank: dict[str, tuple[int, dict[int, int], np.ndarray]] = {}
         self._columns = _MatchColumns(inventory.profiles)
         self._names = np.zeros(0, dtype=np.int64)
 
@@ -48,17 +48,24 @@ class SupplyIndex:
     def supply_rank(self, need: Need) -> dict[int, int]:
         """Matching profiles in the order the need prefers them (cheapest effective cost, then
         name), as profile -> rank; dicts keep that order for iteration too."""
+        return self._ranked(need)[1]
+
+    def ranked(self, need: Need) -> np.ndarray:
+        """`supply_rank`'s profiles as an array, best first."""
+        return self._ranked(need)[2]
+
+    def _ranked(self, need: Need) -> tuple[int, dict[int, int], np.ndarray]:
         table = self.inventory.profiles
         cached = self._rank.get(need.signature)
         if cached is not None and cached[0] == len(table):
-            return cached[1]
+            return cached
         # `supply_key` by column: effective cost (the same float arithmetic), then the name.
         pids = np.array(sorted(self.matching(need)), dtype=np.int64)
         cost = table.price[pids] + table.interruption[pids] * need.spec.interruption_penalty
         order = pids[np.lexsort((self._name_order()[pids], cost))]
-        rank = {p: i for i, p in enumerate(order.tolist())}
-        self._rank[need.signature] = (len(table), rank)
-        return rank
+        found = (len(table), {p: i for i, p in enumerate(order.tolist())}, order)
+        self._rank[need.signature] = found
+        return found
 
 
     def _name_order(self) -> np.ndarray:
