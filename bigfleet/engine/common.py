@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from math import inf
 
+import numpy as np
+
 from ..cost import VictimWeights, effective_cost, victim_merit
 from ..models import Action, MachineState, NodeSelectorRequirement, Shortfall
 from ..needs import Need
@@ -159,6 +161,16 @@ def pick_same_wait_domain(
         if have + take >= deficit and (best is None or max(0, deficit - have) < best[0]):
             best = (max(0, deficit - have), d)
     return best[1] if best else None
+
+
+def wait_tallies(
+    values: list[str], claimed: set[int], deficit: int, *columns: np.ndarray
+) -> list[dict[str, int]]:
+    """Per-domain columns as the dicts `pick_same_wait_domain` reads, cut to the domains it
+    can pick (a rack label has thousands): the need's own domains if it has any, else those
+    whose columns together can complete its `deficit`."""
+    keep = sorted(claimed) if claimed else np.flatnonzero(sum(columns) >= deficit).tolist()
+    return [{values[d]: int(column[d]) for d in keep} for column in columns]
 
 
 def pick_spread_domain(

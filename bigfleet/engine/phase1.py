@@ -12,7 +12,12 @@ from ..inventory import CODE
 from ..models import ConfigureAction, MachineState, replaced
 from ..needs import Need
 from .claims import ClusterClaims, excess_by_profile
-from .common import pick_same_domain, pick_same_wait_domain, pick_spread_domain
+from .common import (
+    pick_same_domain,
+    pick_same_wait_domain,
+    pick_spread_domain,
+    wait_tallies,
+)
 from .cycle import CycleState
 from .supply import by_supply
 
@@ -137,15 +142,14 @@ def _reserve_same(
     labels = state.inventory.profiles.labels(same)
     codes, values = state.inventory.profiles.label_codes(same)
     ranked = state.supply.ranked(need)
+    free = np.array([pool[p] for _, p, pool in supply], dtype=np.int64)
     # (A `Same` need matches only profiles carrying its key: every code here is a domain.)
-    per_domain = np.bincount(codes[ranked], on_its_way[ranked], minlength=len(values))
-    coming: dict[str, int] = defaultdict(int)
-    for _, p, pool in supply:
-        coming[cast(str, labels[p])] += pool[p]
-    for d in np.flatnonzero(per_domain).tolist():
-        coming[values[d]] += int(per_domain[d])
-    claimed = {cast(str, labels[c.profile]) for c in cc.claims[need.key]}
-    home = pick_same_wait_domain(claimed, coming, {}, deficit)
+    coming = np.bincount(
+        codes[ranked], on_its_way[ranked], minlength=len(values)
+    ) + np.bincount(codes[[p for _, p, _ in supply]], free, minlength=len(values))
+    claimed = {int(codes[c.profile]) for c in cc.claims[need.key]}
+    (tally,) = wait_tallies(values, claimed, deficit, coming)
+    home = pick_same_wait_domain({values[d] for d in claimed}, tally, {}, deficit)
     if home is None:
         return []
     return _plain([s for s in supply if labels[s[1]] == home], deficit)

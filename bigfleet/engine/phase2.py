@@ -21,6 +21,7 @@ from .common import (
     describe,
     pick_same_wait_domain,
     victim_order,
+    wait_tallies,
 )
 from .cycle import CycleState
 from .phase1 import Assignment
@@ -304,13 +305,9 @@ def _same_home(
     below = np.bincount(
         domain, supply.victims_below(need.priority, ranked), minlength=len(values)
     )
-    labels = state.inventory.profiles.labels(cast(str, need.spec.same))
-    home = pick_same_wait_domain(
-        cast("set[str]", {labels[c.profile] for c in state.claims[need.cluster].claims[need.key]}),
-        {values[d]: int(incoming[d]) for d in np.flatnonzero(incoming).tolist()},
-        {values[d]: int(below[d]) for d in np.flatnonzero(below).tolist()},
-        deficit,
-    )
+    claimed = {int(codes[c.profile]) for c in state.claims[need.cluster].claims[need.key]}
+    coming, preemptible = wait_tallies(values, claimed, deficit, incoming, below)
+    home = pick_same_wait_domain({values[d] for d in claimed}, coming, preemptible, deficit)
     return None if home is None else ranked[domain == values.index(home)]
 
 
