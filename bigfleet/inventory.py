@@ -273,7 +273,11 @@ class Inventory:
         self.version += 1
 
     def move_many(
-        self, rows: Sequence[int], target: MachineState, now: float, cluster: str | None = None
+        self,
+        rows: Sequence[int] | np.ndarray,
+        target: MachineState,
+        now: float,
+        cluster: str | None = None,
     ) -> None:
         """`move` for each of `rows` in order, to one target, with the same outcome (columns,
         counts, the order of every tally) but one numpy pass per column; FAILED targets and any

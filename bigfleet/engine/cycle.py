@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..inventory import Inventory
+from ..models import MachineState
 from ..needs import Need
 from ..policy import Policy
 from .claims import ClusterClaims
@@ -46,6 +47,10 @@ class CycleState:
     # Machines wanted per profile name this cycle (assigned or missing): the demand forecast's
     # input, filled by Phase 1 and Phase 2.
     demand: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # The moves the cycle's actions ask for, in action order: (target state, destination
+    # cluster for CREATING and CONFIGURING, rows). `apply` replays them as they were decided
+    # instead of reading each action back and looking its machine up by id.
+    moves: list[tuple[MachineState, str | None, np.ndarray]] = field(default_factory=list)
     # Which profiles have any machine, per profile id (computed once, on first ask).
     present_profiles: list[bool] | None = None
 

@@ -7,7 +7,7 @@ of machines); rows are picked only for the machines an action names, in one pass
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +56,8 @@ class FastEngine:
         self._rows: dict[str, int] = {}
         self._claims: dict[str, tuple[tuple, ClusterClaims]] = {}
         self._holders: list[tuple[np.ndarray, Need]] = []
+        # The last decision and the moves it asks for, as rows (`CycleState.moves`).
+        self._decided: tuple[Decision, list] | None = None
         # Each cluster's claims at the last cycle (the shard's report reads them).
         self.claims: dict[str, ClusterClaims] = {}
 
@@ -117,13 +119,14 @@ class FastEngine:
             free=[(a.state, a.profile) for a in assignments],
             configured=[(v.cluster, v.profile) for v in victims] + excess_segments(state.claims),
         )
-        self._emit_assignments(picker, assignments, out)
+        self._emit_assignments(state, picker, assignments, out)
         emit_preemptions(state, picker, victims, out)
         taken = np.array(
             [r for rows, _ in self._holders for r in rows.tolist()], dtype=np.int64
         )
         reclaim_excess(state, picker, out, taken, now)
         self._upkeep(out, now)
+        self._decided = (out, state.moves)
         changes = any(a.kind in ("create", "configure", "drain") for a in out.actions)
         self._quiet = None if changes else self._quiet_since(state, out, unmet, now)
         return out
@@ -176,16 +179,18 @@ class FastEngine:
         )
         release_idle(state, np.zeros(0, dtype=np.int64), now, out)
         self._upkeep(out, now)
+        self._decided = (out, state.moves)
         return out
 
     # ---- turning counts into actions --------------------------------------------------------
 
     def _emit_assignments(
-        self, picker: RowPicker, assignments: list[Assignment], out: Decision
+        self, state: CycleState, picker: RowPicker, assignments: list[Assignment], out: Decision
     ) -> None:
         profiles = self.inventory.profiles.profiles
         self._holders = []
         creates: dict[tuple[str, str], list[str]] = {}
+        create_rows: dict[tuple[str, str], list[np.ndarray]] = {}
         create_need: dict[tuple[str, str], Need] = {}
         for a in assignments:
             rows = picker.take_free(a.state, a.profile, a.count)
@@ -193,14 +198,21 @@ class FastEngine:
             provider = profiles[a.profile].provider
             ids = self._names(rows)
             if a.state is S.IDLE:
+                if ids:
+                    state.moves.append((S.CONFIGURING, a.need.cluster, rows))
                 out.actions.extend(a.configures(provider, ids))
             else:
                 key = (provider, a.need.key)
                 creates.setdefault(key, []).extend(ids)
+                create_rows.setdefault(key, []).append(rows)
                 create_need[key] = a.need
         batch = self.policy.create_batch
         for (provider, need_key), ids in creates.items():
             need = create_need[(provider, need_key)]
+            rows = np.concatenate(create_rows[(provider, need_key)])
+            state.moves.extend(
+                (S.CREATING, need.cluster, rows[i : i + batch]) for i in range(0, len(ids), batch)
+            )
             first = CreateAction(
                 provider=provider,
                 machine_ids=ids[:batch],
@@ -252,10 +264,8 @@ class FastEngine:
         return machine_id
 
     def _names(self, rows: np.ndarray) -> list[str]:
-        """`_name` of many rows at once."""
-        ids = self.inventory.ids.ids_of(rows)
-        self._rows.update(zip(ids, rows.tolist(), strict=True))
-        return ids
+        """The ids of many rows an action names (their moves are in the cycle's `moves`)."""
+        return self.inventory.ids.ids_of(rows)
 
     def apply(self, decision: Decision, now: float) -> None:
         """Start every transition the decision asked for, as the shard does."""
@@ -265,16 +275,22 @@ class FastEngine:
         def row(machine_id: str) -> int:
             found = named.get(machine_id)
             return inv.row(machine_id) if found is None else found
+
         for rows, need in self._holders:
             inv.set_holder(
                 rows, need.priority, need.spec.interruption_penalty, need.spec.reclamation_penalty
             )
         self._holders = []
-        for target, cluster, mids in _runs(decision.actions):
-            try:
-                moved = [named[mid] for mid in mids]
-            except KeyError:  # (a decision not all of this engine's naming)
-                moved = [row(mid) for mid in mids]
+        decided, self._decided = self._decided, None
+        runs: list[tuple[MachineState, str | None, Sequence[int] | np.ndarray]]
+        if decided is not None and decided[0] is decision:
+            runs = list(_merged(decided[1]))  # the rows as decided
+        else:  # (a decision this engine did not make: its machines by id)
+            runs = [
+                (target, cluster, [row(mid) for mid in mids])
+                for target, cluster, mids in _runs(decision.actions)
+            ]
+        for target, cluster, moved in runs:
             inv.move_many(moved, target, now, cluster=cluster)
         for mid in decision.timed_out:
             inv.move(row(mid), S.FAILED, now, error="transition timed out")
@@ -303,3 +319,16 @@ def _runs(actions: list) -> list[tuple[MachineState, str | None, list[str]]]:
         else:
             runs.append((target, cluster, list(mids)))
     return runs
+
+
+def _merged(
+    moves: list[tuple[MachineState, str | None, np.ndarray]],
+) -> list[tuple[MachineState, str | None, np.ndarray]]:
+    """Consecutive moves of one target and destination cluster as one run (`_runs`' rule)."""
+    runs: list[tuple[MachineState, str | None, list[np.ndarray]]] = []
+    for target, cluster, rows in moves:
+        if runs and runs[-1][0] is target and runs[-1][1] == cluster:
+            runs[-1][2].append(rows)
+        else:
+            runs.append((target, cluster, [rows]))
+    return [(t, c, np.concatenate(rs) if len(rs) > 1 else rs[0]) for t, c, rs in runs]

@@ -337,6 +337,7 @@ def emit_preemptions(
         ids = state.names(rows)
         if not ids:
             continue
+        state.moves.append((S.DRAINING, None, rows))
         first = v.drain(provider, ids[0])
         out.actions.append(first)
         out.actions.extend(replaced(first, machine_id=mid) for mid in ids[1:])

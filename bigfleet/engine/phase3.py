@@ -68,8 +68,10 @@ def _drain_excess(state: CycleState, picker: RowPicker, out: Decision) -> None:
     profiles = inv.profiles.profiles
     grace = state.policy.excess_grace_seconds
     templates: dict[tuple[int, str], DrainAction] = {}
-    for r, i, mid in zip(rows.tolist(), order.tolist(), state.names(rows), strict=True):
-        pid, cluster = int(inv.profile[r]), clusters[i]
+    state.moves.append((S.DRAINING, None, rows))
+    pids = inv.profile[rows].tolist()
+    for pid, i, mid in zip(pids, order.tolist(), state.names(rows), strict=True):
+        cluster = clusters[i]
         template = templates.get((pid, cluster))
         if template is None:
             template = templates[(pid, cluster)] = DrainAction(
@@ -107,6 +109,7 @@ def release_idle(state: CycleState, taken: np.ndarray, now: float, out: Decision
     idle = idle[~np.isin(idle, taken)]
     age = now - inv.since[idle].astype(np.float64)
     for r in idle[age >= timeout[inv.profile[idle]]].tolist():
+        state.moves.append((S.DELETING, None, np.array([r], dtype=np.int64)))
         out.actions.append(
             DeleteAction(
                 provider=profiles[int(inv.profile[r])].provider,
