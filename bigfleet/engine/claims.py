@@ -77,14 +77,14 @@ def claim_cluster(
     # What no need has kept yet, of the profiles with a claimable machine (no other can be
     # claimed, left over as excess, or pending).
     remaining = {p: list(t) for p, t in held.items() if t[c0] or t[c1] or t[c2]}
+    mine = np.zeros(len(inventory.profiles), dtype=bool)
+    if remaining:
+        mine[list(remaining)] = True
     out = ClusterClaims()
     for need in needs:
-        rank = supply.supply_rank(need)
         # The cluster's profiles this need can use, in its supply order.
-        if len(rank) <= len(remaining):
-            open_pids = [p for p in rank if p in remaining]
-        else:
-            open_pids = sorted(remaining.keys() & rank.keys(), key=rank.__getitem__)
+        ranked = supply.ranked(need)
+        open_pids = ranked[mine[ranked]].tolist()
         if need.spec.same:
             labels = inventory.profiles.labels(need.spec.same)
             open_pids = _home_domain(labels, open_pids, remaining)
