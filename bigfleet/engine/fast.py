@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -127,7 +128,7 @@ class FastEngine:
         reclaim_excess(state, picker, out, taken, now)
         self._upkeep(out, now)
         self._decided = (out, state.moves)
-        changes = any(a.kind in ("create", "configure", "drain") for a in out.actions)
+        changes = bool(out.actions.kinds() & {"create", "configure", "drain"})
         self._quiet = None if changes else self._quiet_since(state, out, unmet, now)
         return out
 
@@ -200,7 +201,8 @@ class FastEngine:
             if a.state is S.IDLE:
                 if ids:
                     state.moves.append((S.CONFIGURING, a.need.cluster, rows))
-                out.actions.extend(a.configures(provider, ids))
+                if ids:
+                    out.actions.stamp(a.configure(provider, ids[0]), "machine_id", ids[1:])
             else:
                 key = (provider, a.need.key)
                 creates.setdefault(key, []).extend(ids)
@@ -304,7 +306,7 @@ _TARGET = {
 }
 
 
-def _runs(actions: list) -> list[tuple[MachineState, str | None, list[str]]]:
+def _runs(actions: Iterable[Any]) -> list[tuple[MachineState, str | None, list[str]]]:
     """The actions' moves as runs of one target and destination cluster, in action order, so
     each run moves as one batch exactly as its moves one by one would."""
     runs: list[tuple[MachineState, str | None, list[str]]] = []

@@ -9,7 +9,7 @@ from typing import cast
 import numpy as np
 
 from ..inventory import CODE
-from ..models import ConfigureAction, MachineState, replaced
+from ..models import ConfigureAction, MachineState
 from ..needs import Need
 from .claims import ClusterClaims, excess_by_profile
 from .common import (
@@ -42,13 +42,6 @@ class Assignment:
             requirements=list(self.need.requirements),
             priority=self.need.priority,
         )
-
-    def configures(self, provider: str, machine_ids: list[str]) -> list[ConfigureAction]:
-        """`configure` for many machines: one validated action, copied per machine."""
-        if not machine_ids:
-            return []
-        first = self.configure(provider, machine_ids[0])
-        return [first] + [replaced(first, machine_id=m) for m in machine_ids[1:]]
 
 
 def assign_free_capacity(state: CycleState) -> list[Assignment]:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..cost import drain_grace_period, shard_pressure, victim_weights
 from ..inventory import CODE
-from ..models import DrainAction, DrainReason, MachineState, replaced
+from ..models import DrainAction, DrainReason, MachineState
 from ..needs import Need
 from .claims import CONFIGURED_SLOT, excess_by_profile
 from .common import (
@@ -339,6 +339,5 @@ def emit_preemptions(
             continue
         state.moves.append((S.DRAINING, None, rows))
         first = v.drain(provider, ids[0])
-        out.actions.append(first)
-        out.actions.extend(replaced(first, machine_id=mid) for mid in ids[1:])
+        out.actions.stamp(first, "machine_id", ids[1:])
         out.preemptions.extend(v.preemption(mid) for mid in ids)

@@ -67,23 +67,33 @@ def _drain_excess(state: CycleState, picker: RowPicker, out: Decision) -> None:
     rows = rows[order]
     profiles = inv.profiles.profiles
     grace = state.policy.excess_grace_seconds
-    templates: dict[tuple[int, str], DrainAction] = {}
     state.moves.append((S.DRAINING, None, rows))
-    pids = inv.profile[rows].tolist()
-    for pid, i, mid in zip(pids, order.tolist(), state.names(rows), strict=True):
-        cluster = clusters[i]
-        template = templates.get((pid, cluster))
-        if template is None:
-            template = templates[(pid, cluster)] = DrainAction(
-                provider=profiles[pid].provider,
+    # One validated drain per (provider, cluster); the machines after it in this order that
+    # share both are stamped from it (`Actions.stamp`).
+    firsts: dict[tuple[str, str], DrainAction] = {}
+    runs: list[tuple[DrainAction, list[str]]] = []
+    last: tuple[str, str] | None = None
+    providers = [profiles[p].provider for p in inv.profile[rows].tolist()]
+    for provider, i, mid in zip(providers, order.tolist(), state.names(rows), strict=True):
+        key = (provider, clusters[i])
+        if key == last:
+            runs[-1][1].append(mid)
+            continue
+        first = firsts.get(key)
+        if first is None:
+            first = firsts[key] = DrainAction(
+                provider=provider,
                 machine_id=mid,
-                cluster=cluster,
+                cluster=key[1],
                 grace_seconds=grace,
                 reason=DrainReason.EXCESS,
             )
-            out.actions.append(template)
         else:
-            out.actions.append(replaced(template, machine_id=mid))
+            first = replaced(first, machine_id=mid)
+        runs.append((first, []))
+        last = key
+    for first, rest in runs:
+        out.actions.stamp(first, "machine_id", rest)
 
 
 def release_idle(state: CycleState, taken: np.ndarray, now: float, out: Decision) -> None:

@@ -7,6 +7,7 @@ for, and take the corrective path of seed §7 when a transition fails.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..models import (
@@ -62,11 +63,11 @@ class Executor:
 
     # ---- starting transitions ---------------------------------------------------------------
 
-    def execute(self, actions: list[Action], now: float) -> None:
+    def execute(self, actions: Iterable[Action], now: float) -> None:
         due, self.retry = [a for t, a in self.retry if t <= now], [
             (t, a) for t, a in self.retry if t > now
         ]
-        for action in due + actions:
+        for action in [*due, *actions]:
             self.start(action, now)
 
     def start(self, action: Action, now: float) -> None:
