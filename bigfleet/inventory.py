@@ -350,6 +350,8 @@ class Inventory:
                 per_profile.setdefault(int(uniq[i]), [0] * n_slots)[new_slot] += int(k[i])
             versions[c_new] = versions.get(c_new, 0) + len(pids)
             return
+        if self._recount_in_place(codes, old_clusters, new_clusters, pids, new_slot):
+            return
         for code, c_old, c_new, pid in zip(
             codes.tolist(), old_clusters.tolist(), new_clusters.tolist(), pids.tolist(),
             strict=True,
@@ -369,6 +371,49 @@ class Inventory:
                 if not any(tally):
                     del per_profile[pid]
                 versions[c_new] = versions.get(c_new, 0) + 1
+
+    def _recount_in_place(
+        self,
+        codes: np.ndarray,
+        old_clusters: np.ndarray,
+        new_clusters: np.ndarray,
+        pids: np.ndarray,
+        new_slot: int | None,
+    ) -> bool:
+        """`_recount_held` for machines that stay with their cluster and all leave one held
+        state for another (a drain: CONFIGURED to DRAINING), one step per (cluster, profile)
+        instead of per row; False (nothing done) for any other batch.
+
+        One by one, a tally is emptied (and re-created last in its cluster's order) only when
+        it held just the one machine moving: its profile moves to the end, here as there."""
+        slot_of = [HELD_SLOT.get(s) for s in STATES]
+        old_slot = slot_of[int(codes[0])] if len(codes) else None
+        if (
+            new_slot is None
+            or old_slot is None
+            or old_slot == new_slot
+            or bool((codes != codes[0]).any())
+            or bool((old_clusters != new_clusters).any())
+            or bool((old_clusters == NONE16).any())
+        ):
+            return False
+        n_profiles = len(self.profiles) + 1
+        keys = old_clusters.astype(np.int64) * n_profiles + pids.astype(np.int64)
+        uniq, first, k = np.unique(keys, return_index=True, return_counts=True)
+        order = np.argsort(first, kind="stable")
+        n_slots = len(HELD_STATES)
+        for key, n in zip(uniq[order].tolist(), k[order].tolist(), strict=True):
+            c, pid = divmod(key, n_profiles)
+            per_profile = self.held[c]
+            tally = per_profile[pid]
+            if sum(tally) == 1:  # (then n == 1: emptied and re-created, one by one)
+                del per_profile[pid]
+                tally = per_profile[pid] = [0] * n_slots
+                tally[old_slot] = 1
+            tally[old_slot] -= n
+            tally[new_slot] += n
+            self.cluster_version[c] = self.cluster_version.get(c, 0) + 2 * n
+        return True
 
     def set_holder(
         self, rows: np.ndarray, priority: int, interruption: float, reclamation: float

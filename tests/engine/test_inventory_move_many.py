@@ -74,3 +74,19 @@ def test_illegal_move_in_a_batch_is_refused_as_one_by_one() -> None:
                 for row in rows:
                     inv.move(row, S.DELETING, 50.0)
     _same(_snapshot(one), _snapshot(batch))
+
+
+def test_draining_whole_tallies_keeps_their_order_as_one_by_one() -> None:
+    """A drain leaves a machine with its cluster: a tally holding only that machine empties
+    and is re-created last (its profile moves to the end of its cluster's order), one with
+    more keeps its place. Both must come out of a batch as they do one by one."""
+    one, batch = _inventory(), _inventory()
+    rows = np.flatnonzero(one.state[: one.rows_used] == list(S).index(S.CONFIGURED)).tolist()
+    sizes = [sum(t) for per in one.held.values() for t in per.values()]
+    assert 1 in sizes and max(sizes) > 1, "the fleet needs lone and shared tallies"
+    before = [list(per) for per in one.held.values()]
+    for row in rows:
+        one.move(row, S.DRAINING, 50.0)
+    batch.move_many(rows, S.DRAINING, 50.0)
+    _same(_snapshot(one), _snapshot(batch))
+    assert [list(per) for per in batch.held.values()] != before  # (some profile moved)
