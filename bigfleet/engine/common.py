@@ -227,12 +227,12 @@ def pick_same_wait_domain(
     return best[1] if best else None
 
 
-def wait_tallies(
+def domain_tallies(
     values: list[str], claimed: set[int], deficit: int, *columns: np.ndarray
 ) -> list[dict[str, int]]:
-    """Per-domain columns as the dicts `pick_same_wait_domain` reads, cut to the domains it
-    can pick (a rack label has thousands): the need's own domains if it has any, else those
-    whose columns together can complete its `deficit`."""
+    """Per-domain columns as the dicts `pick_same_domain` and `pick_same_wait_domain` read,
+    cut to the domains they can pick (a rack label has thousands): the need's own domains if
+    it has any, else those whose columns together can complete its `deficit`."""
     keep = sorted(claimed) if claimed else np.flatnonzero(sum(columns) >= deficit).tolist()
     return [{values[d]: int(column[d]) for d in keep} for column in columns]
 

@@ -17,7 +17,6 @@ from .common import Decision, consolidation_budget, move_domain, supply_key, wor
 from .cycle import CycleState
 from .phase1 import Assignment
 from .phase2 import Victim
-from .supply import by_supply
 
 S = MachineState
 
@@ -96,8 +95,8 @@ def _moves(state: CycleState, need: Need, budget: int, out: list[Assignment]) ->
     profiles = state.inventory.profiles.profiles
     rank = state.supply.supply_rank(need)
     offers = sorted(
-        [(rank[p], 0, p) for p in by_supply(state.idle_left, rank)]
-        + [(rank[p], 1, p) for p in by_supply(state.spec_left, rank)]
+        [(rank[p], 0, p) for p in state.supply.offered(state.idle_left, need)]
+        + [(rank[p], 1, p) for p in state.supply.offered(state.spec_left, need)]
     )
     pools = (state.idle_left, state.spec_left)
 

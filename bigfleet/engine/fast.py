@@ -164,8 +164,8 @@ class FastEngine:
             self._names,
             needs=needs,
             claims=claims,
-            idle_left=free_pool(inv.counts, S.IDLE),
-            spec_left=free_pool(inv.counts, S.SPECULATIVE),
+            idle_left=free_pool(inv.counts, S.IDLE, len(inv.profiles)),
+            spec_left=free_pool(inv.counts, S.SPECULATIVE, len(inv.profiles)),
         )
 
     def _repeat(self, quiet: _Quiet, now: float) -> Decision:

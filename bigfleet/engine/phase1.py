@@ -13,13 +13,12 @@ from ..models import ConfigureAction, MachineState
 from ..needs import Need
 from .claims import ClusterClaims, excess_by_profile
 from .common import (
+    domain_tallies,
     pick_same_domain,
     pick_same_wait_domain,
     pick_spread_domain,
-    wait_tallies,
 )
 from .cycle import CycleState
-from .supply import by_supply
 
 S = MachineState
 
@@ -60,7 +59,7 @@ def assign_free_capacity(state: CycleState) -> list[Assignment]:
     table = state.inventory.profiles
     profiles = table.profiles
     idle, spec, claims = state.idle_left, state.spec_left, state.claims
-    supply_rank, demand = state.supply.supply_rank, state.demand
+    offered, demand = state.supply.offered, state.demand
     out: list[Assignment] = []
     on_its_way: np.ndarray | None = None
     for need in state.needs:
@@ -68,14 +67,13 @@ def assign_free_capacity(state: CycleState) -> list[Assignment]:
         deficit = need.count - cc.claimed[need.key]
         if deficit <= 0 or not (idle or spec):
             continue
-        rank = supply_rank(need)
-        supply = [(S.IDLE, p, idle) for p in by_supply(idle, rank)] + [
-            (S.SPECULATIVE, p, spec) for p in by_supply(spec, rank)
+        supply = [(S.IDLE, p, idle) for p in offered(idle, need)] + [
+            (S.SPECULATIVE, p, spec) for p in offered(spec, need)
         ]
         if not supply:
             continue
         if need.spec.same:
-            picks = _same(need, cc, supply, deficit, table.labels(need.spec.same))
+            picks = _same(state, need, cc, supply, deficit)
             if not picks:
                 if on_its_way is None:
                     on_its_way = _on_its_way(state)
@@ -107,17 +105,28 @@ def _plain(supply: list, deficit: int) -> list:
     return picks
 
 
-def _same(need: Need, cc: ClusterClaims, supply: list, deficit: int, labels: list) -> list:
+def _same(state: CycleState, need: Need, cc: ClusterClaims, supply: list, deficit: int) -> list:
+    same = cast(str, need.spec.same)  # (only `Same` needs)
+    labels = state.inventory.profiles.labels(same)
+    codes, values = state.inventory.profiles.label_codes(same)
     have: dict[str, int] = defaultdict(int)
     for c in cc.claims[need.key]:
-        have[labels[c.profile]] += c.count
-    free: dict[str, int] = defaultdict(int)
-    for _, p, pool in supply:
-        free[labels[p]] += pool[p]
-    home = pick_same_domain(need, have, free, deficit)
+        have[cast(str, labels[c.profile])] += c.count
+    free = _by_domain(codes, len(values), supply)
+    claimed = {int(codes[c.profile]) for c in cc.claims[need.key]}
+    (tally,) = domain_tallies(values, claimed, deficit, free)
+    home = pick_same_domain(need, have, tally, deficit)
     if home is None:
         return []
     return _plain([s for s in supply if labels[s[1]] == home], deficit)
+
+
+def _by_domain(codes: np.ndarray, domains: int, supply: list) -> np.ndarray:
+    """Free machines per domain (by label code) of a `Same` need's supply list; its profiles
+    all carry the need's key, so every code is a domain."""
+    pids = [p for _, p, _ in supply]
+    free = np.array([pool[p] for _, p, pool in supply], dtype=np.int64)
+    return np.bincount(codes[pids], free, minlength=domains).astype(np.int64)
 
 
 def _reserve_same(
@@ -135,13 +144,12 @@ def _reserve_same(
     labels = state.inventory.profiles.labels(same)
     codes, values = state.inventory.profiles.label_codes(same)
     ranked = state.supply.ranked(need)
-    free = np.array([pool[p] for _, p, pool in supply], dtype=np.int64)
     # (A `Same` need matches only profiles carrying its key: every code here is a domain.)
     coming = np.bincount(
         codes[ranked], on_its_way[ranked], minlength=len(values)
-    ) + np.bincount(codes[[p for _, p, _ in supply]], free, minlength=len(values))
+    ) + _by_domain(codes, len(values), supply)
     claimed = {int(codes[c.profile]) for c in cc.claims[need.key]}
-    (tally,) = wait_tallies(values, claimed, deficit, coming)
+    (tally,) = domain_tallies(values, claimed, deficit, coming)
     home = pick_same_wait_domain({values[d] for d in claimed}, tally, {}, deficit)
     if home is None:
         return []

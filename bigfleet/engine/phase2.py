@@ -19,14 +19,14 @@ from .common import (
     Decision,
     Preemption,
     describe,
+    domain_tallies,
     pick_same_wait_domain,
     victim_order,
-    wait_tallies,
 )
 from .cycle import CycleState
 from .phase1 import Assignment
 from .rows import RowPicker
-from .supply import by_supply, free_pool
+from .supply import Pool, free_pool
 
 S = MachineState
 
@@ -190,7 +190,9 @@ class _ShortSupply:
     def __init__(self, state: CycleState) -> None:
         self.state = state
         counts = state.inventory.counts
-        self.waiting = [free_pool(counts, S.DRAINING), excess_by_profile(state.claims)]
+        size = len(state.inventory.profiles)
+        excess = excess_by_profile(state.claims)
+        self.waiting = [free_pool(counts, S.DRAINING, size), Pool(excess, size)]
         self.pools = [state.idle_left, state.spec_left, *self.waiting]
         self._held: _VictimPool | None = None
         self.incoming: np.ndarray | None = None
@@ -267,8 +269,8 @@ def _wait_or_preempt(
         incoming = [(pool, p) for pool in supply.pools for p in pids if pool.get(p, 0) > 0]
     else:
         matching = state.supply.matching(need)
-        rank = state.supply.supply_rank(need)
-        incoming = [(pool, p) for pool in supply.waiting for p in by_supply(pool, rank)]
+        offered = state.supply.offered
+        incoming = [(pool, p) for pool in supply.waiting for p in offered(pool, need)]
     took = 0
     for pool, p in incoming:
         n = min(deficit - took, pool[p])
@@ -306,7 +308,7 @@ def _same_home(
         domain, supply.victims_below(need.priority, ranked), minlength=len(values)
     )
     claimed = {int(codes[c.profile]) for c in state.claims[need.cluster].claims[need.key]}
-    coming, preemptible = wait_tallies(values, claimed, deficit, incoming, below)
+    coming, preemptible = domain_tallies(values, claimed, deficit, incoming, below)
     home = pick_same_wait_domain({values[d] for d in claimed}, coming, preemptible, deficit)
     return None if home is None else ranked[domain == values.index(home)]
 

@@ -68,6 +68,14 @@ class SupplyIndex:
         return found
 
 
+    def offered(self, pool: dict[int, int], need: Need) -> list[int]:
+        """`by_supply(pool, supply_rank(need))`: the need's matching profiles with machines
+        left in `pool`, cheapest first (by column when `pool` is a `Pool`)."""
+        if isinstance(pool, Pool):
+            ranked = self.ranked(need)
+            return ranked[pool.column[ranked] > 0].tolist()
+        return by_supply(pool, self.supply_rank(need))
+
     def _name_order(self) -> np.ndarray:
         """Each profile's position in name order (the tie-break of equal costs)."""
         profiles = self.inventory.profiles.profiles
@@ -119,10 +127,28 @@ def _fits(r: NodeSelectorRequirement) -> Callable[[Profile], bool]:
     return fits
 
 
-def free_pool(counts: np.ndarray, state: MachineState) -> dict[int, int]:
-    """Machines per profile in `state` (profile -> count, profiles with none left out)."""
+class Pool(dict[int, int]):
+    """Machines per profile (profile -> count) that the phases take from, with the same counts
+    as a column over profile ids kept in step by every write (`pool[p] -= n`), so the
+    profiles a need may take from, in its supply order, are one gather (`SupplyIndex.offered`)
+    instead of a dict lookup per matching profile."""
+
+    def __init__(self, counts: dict[int, int], size: int) -> None:
+        super().__init__(counts)
+        self.column = np.zeros(max(size, max(counts, default=-1) + 1), dtype=np.int64)
+        if counts:
+            self.column[list(counts)] = list(counts.values())
+
+    def __setitem__(self, p: int, n: int) -> None:
+        super().__setitem__(p, n)
+        self.column[p] = n
+
+
+def free_pool(counts: np.ndarray, state: MachineState, size: int = 0) -> Pool:
+    """Machines per profile in `state` (profile -> count, profiles with none left out); `size`
+    is how many profiles the column covers at least."""
     row = counts[CODE[state]]
-    return {int(p): int(row[p]) for p in np.flatnonzero(row)}
+    return Pool({int(p): int(row[p]) for p in np.flatnonzero(row)}, size)
 
 
 def by_supply(pool: dict[int, int], rank: dict[int, int]) -> list[int]:
