@@ -46,16 +46,17 @@ def replaced(model: W, **changes: Any) -> W:
     """A copy of a validated `model` with `changes`, not validated again: for the engine's
     hot paths, whose changes are values of the field's own type by construction (a machine
     id, a list of them). What `model_copy` does, without its deep-copy machinery."""
-    (field, value), *rest = changes.items()
-    copy = stamper(model, field)(value)
-    return replaced(copy, **dict(rest)) if rest else copy
+    copy = model
+    for field, value in changes.items():
+        copy = stamper(copy, field)(value)
+    return copy
 
 
 def stamper(model: W, field: str) -> Callable[[Any], W]:
     """Copies of a validated model that differ only in `field`, one per call: how the engine
     stamps one validated action for each machine it names. The copies share one set of the
     fields set (a frozen model never changes it), so a copy costs a dict copy and four slot
-    writes; `replaced` builds that set anew for every copy."""
+    writes."""
     if not model.model_config.get("frozen"):
         raise TypeError(f"{type(model).__name__}: only a frozen model's copies may share state")
     cls, values = type(model), model.__dict__

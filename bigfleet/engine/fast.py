@@ -201,7 +201,6 @@ class FastEngine:
             if a.state is S.IDLE:
                 if ids:
                     state.moves.append((S.CONFIGURING, a.need.cluster, rows))
-                if ids:
                     out.actions.stamp(a.configure(provider, ids[0]), "machine_id", ids[1:])
             else:
                 key = (provider, a.need.key)

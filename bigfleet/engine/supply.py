@@ -67,7 +67,6 @@ class SupplyIndex:
         self._rank[need.signature] = found
         return found
 
-
     def offered(self, pool: dict[int, int], need: Need) -> list[int]:
         """`by_supply(pool, supply_rank(need))`: the need's matching profiles with machines
         left in `pool`, cheapest first (by column when `pool` is a `Pool`)."""
