@@ -128,7 +128,8 @@ def _fits(r: NodeSelectorRequirement) -> Callable[[Profile], bool]:
 
 class Pool(dict[int, int]):
     """Machines per profile (profile -> count) that the phases take from, with the same counts
-    as a column over profile ids kept in step by every write (`pool[p] -= n`), so the
+    as a column over profile ids kept in step by every item write (`pool[p] -= n`, the only
+    way the phases change a pool; `update` or `pop` would leave the column behind), so the
     profiles a need may take from, in its supply order, are one gather (`SupplyIndex.offered`)
     instead of a dict lookup per matching profile."""
 
