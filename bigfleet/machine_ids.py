@@ -7,7 +7,9 @@ stored as (interned prefix, number) and looked up through a numpy hash table.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from itertools import islice
+from typing import overload
 
 import numpy as np
 
@@ -24,6 +26,62 @@ def _parts(machine_id: str) -> tuple[str, str]:
     text = machine_id.rstrip(_DIGITS)
     cut = max(len(text), len(machine_id) - 9)
     return machine_id[:cut], machine_id[cut:]
+
+
+class IdList(Sequence[str]):
+    """Machine ids kept as their two columns (copied when made: later writes to the store do
+    not change them) and formatted when read. A decision names tens of thousands of machines;
+    their id strings are made by whoever reads its actions, not by the engine deciding."""
+
+    __slots__ = ("_formats", "_prefix", "_number")
+
+    def __init__(self, formats: list[str], prefix: np.ndarray, number: np.ndarray) -> None:
+        # `formats` only ever grows, so the indices in `prefix` keep meaning the same format.
+        self._formats, self._prefix, self._number = formats, prefix, number
+
+    def __len__(self) -> int:
+        return len(self._prefix)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> IdList: ...
+    def __getitem__(self, index: int | slice) -> str | IdList:
+        if isinstance(index, slice):
+            return IdList(self._formats, self._prefix[index], self._number[index])
+        return self._formats[int(self._prefix[index])] % int(self._number[index])
+
+    def __iter__(self) -> Iterator[str]:
+        formats = self._formats
+        prefixes, numbers = self._prefix.tolist(), self._number.tolist()
+        return iter([formats[p] % number for p, number in zip(prefixes, numbers, strict=True)])
+
+
+class IdBatches(Sequence[list[str]]):
+    """`ids` cut into lists of `size` (the last may be shorter), each list made when read."""
+
+    __slots__ = ("_ids", "_size")
+
+    def __init__(self, ids: IdList, size: int) -> None:
+        self._ids, self._size = ids, size
+
+    def __len__(self) -> int:
+        return -(-len(self._ids) // self._size)
+
+    @overload
+    def __getitem__(self, index: int) -> list[str]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[list[str]]: ...
+    def __getitem__(self, index: int | slice) -> list[str] | list[list[str]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self))[index]]
+        i = range(len(self))[index] * self._size
+        return list(self._ids[i : i + self._size])
+
+    def __iter__(self) -> Iterator[list[str]]:
+        ids = iter(self._ids)
+        for _ in range(len(self)):
+            yield list(islice(ids, self._size))
 
 
 class MachineIds:
@@ -56,13 +114,22 @@ class MachineIds:
 
     def ids_of(self, rows: np.ndarray) -> list[str]:
         """`id_of` for many rows at once (the columns read once, not per row)."""
+        formats = self._ready_formats()
+        prefixes, numbers = self.prefix[rows].tolist(), self.number[rows].tolist()
+        return [formats[p] % number for p, number in zip(prefixes, numbers, strict=True)]
+
+    def deferred(self, rows: np.ndarray) -> IdList:
+        """`ids_of` as it is now, each id made into a string only when read."""
+        return IdList(self._ready_formats(), self.prefix[rows], self.number[rows])
+
+    def _ready_formats(self) -> list[str]:
+        """Per prefix: its ids as a %-format of the number (extended for new prefixes)."""
         formats = self._formats
         for text, width in self._prefixes[len(formats) :]:
             # (%.0s prints nothing: an id without a number is its prefix alone.)
             tail = f"%0{width}d" if width > 0 else "%d" if width == 0 else "%.0s"
             formats.append(text.replace("%", "%%") + tail)
-        prefixes, numbers = self.prefix[rows].tolist(), self.number[rows].tolist()
-        return [formats[p] % number for p, number in zip(prefixes, numbers, strict=True)]
+        return formats
 
     def _hash(self, keys: np.ndarray) -> np.ndarray:
         return ((keys.astype(np.uint64) * _MULT) >> np.uint64(20)) % np.uint64(len(self._table))

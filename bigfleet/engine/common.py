@@ -46,7 +46,7 @@ class Actions(Sequence[Action]):
 
     def __init__(self, actions: Iterable[Action] = ()) -> None:
         # (first action, the field the rest change, the rest's values of it)
-        self._runs: list[tuple[Action, str, list[Any]]] = []
+        self._runs: list[tuple[Action, str, Sequence[Any]]] = []
         self._len = 0
         self.extend(actions)
 
@@ -58,7 +58,7 @@ class Actions(Sequence[Action]):
         for action in actions:
             self.append(action)
 
-    def stamp(self, first: Action, field: str, values: list[Any]) -> None:
+    def stamp(self, first: Action, field: str, values: Sequence[Any]) -> None:
         """`first`, then a copy of it for each of `values` with `field` set to the value."""
         self._runs.append((first, field, values))
         self._len += 1 + len(values)

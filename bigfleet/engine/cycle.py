@@ -7,7 +7,7 @@ Phase 3 in turn; nothing a phase leaves for a later one is kept on the engine.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,7 +33,7 @@ class CycleState:
     # The id of a row an action names; the engine remembers the row so `apply` need not look
     # it up again.
     name: Callable[[int], str]
-    names: Callable[[np.ndarray], list[str]]
+    names: Callable[[np.ndarray], Sequence[str]]
     # The needs table, in table order, and each cluster's claims on its own machines.
     needs: list[Need] = field(default_factory=list)
     claims: dict[str, ClusterClaims] = field(default_factory=dict)

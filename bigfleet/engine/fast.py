@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..inventory import CODE, NONE16, Inventory
-from ..models import CreateAction, MachineState, VerifyAction, replaced
+from ..machine_ids import IdBatches, IdList
+from ..models import CreateAction, MachineState, VerifyAction
 from ..needs import Need
 from ..policy import Policy
 from .claims import CONFIGURED_SLOT, ClusterClaims, claim_cluster
@@ -190,41 +191,38 @@ class FastEngine:
     ) -> None:
         profiles = self.inventory.profiles.profiles
         self._holders = []
-        creates: dict[tuple[str, str], list[str]] = {}
         create_rows: dict[tuple[str, str], list[np.ndarray]] = {}
         create_need: dict[tuple[str, str], Need] = {}
         for a in assignments:
             rows = picker.take_free(a.state, a.profile, a.count)
             self._holders.append((rows, a.need))
             provider = profiles[a.profile].provider
-            ids = self._names(rows)
             if a.state is S.IDLE:
-                if ids:
+                if len(rows):
+                    ids = self._names(rows)
                     state.moves.append((S.CONFIGURING, a.need.cluster, rows))
                     out.actions.stamp(a.configure(provider, ids[0]), "machine_id", ids[1:])
             else:
                 key = (provider, a.need.key)
-                creates.setdefault(key, []).extend(ids)
                 create_rows.setdefault(key, []).append(rows)
                 create_need[key] = a.need
         batch = self.policy.create_batch
-        for (provider, need_key), ids in creates.items():
+        for (provider, need_key), parts in create_rows.items():
             need = create_need[(provider, need_key)]
-            rows = np.concatenate(create_rows[(provider, need_key)])
+            rows = np.concatenate(parts)
             state.moves.extend(
-                (S.CREATING, need.cluster, rows[i : i + batch]) for i in range(0, len(ids), batch)
+                (S.CREATING, need.cluster, rows[i : i + batch]) for i in range(0, len(rows), batch)
             )
+            ids = self._names(rows)
             first = CreateAction(
                 provider=provider,
-                machine_ids=ids[:batch],
+                machine_ids=list(ids[:batch]),
                 cluster=need.cluster,
                 need=need.key,
                 requirements=list(need.requirements),
                 priority=need.priority,
             )
-            out.actions.append(first)
-            for i in range(batch, len(ids), batch):
-                out.actions.append(replaced(first, machine_ids=ids[i : i + batch]))
+            out.actions.stamp(first, "machine_ids", IdBatches(ids[batch:], batch))
 
     def _upkeep(self, out: Decision, now: float) -> None:
         """Stuck transitions and health verification (seed §9): vectorised column scans.
@@ -264,9 +262,10 @@ class FastEngine:
         self._rows[machine_id] = row
         return machine_id
 
-    def _names(self, rows: np.ndarray) -> list[str]:
-        """The ids of many rows an action names (their moves are in the cycle's `moves`)."""
-        return self.inventory.ids.ids_of(rows)
+    def _names(self, rows: np.ndarray) -> IdList:
+        """The ids of many rows an action names (their moves are in the cycle's `moves`),
+        made into strings only when the actions are read."""
+        return self.inventory.ids.deferred(rows)
 
     def apply(self, decision: Decision, now: float) -> None:
         """Start every transition the decision asked for, as the shard does."""

@@ -60,40 +60,44 @@ def _drain_excess(state: CycleState, picker: RowPicker, out: Decision) -> None:
     if not segments:
         return
     rows = np.concatenate([r for r, _ in segments])
-    clusters = [c for r, c in segments for _ in range(len(r))]
+    # Each row's (provider, cluster) as one integer key, by column.
+    clusters = list(dict.fromkeys(c for _, c in segments))
+    cluster_code = {c: i for i, c in enumerate(clusters)}
+    segment_cluster = np.array([cluster_code[c] for _, c in segments], dtype=np.int64)
+    row_cluster = np.repeat(segment_cluster, [len(r) for r, _ in segments])
+    profiles = inv.profiles.profiles
+    providers = list(dict.fromkeys(p.provider for p in profiles))
+    provider_code = {name: i for i, name in enumerate(providers)}
+    profile_provider = np.array([provider_code[p.provider] for p in profiles], dtype=np.int64)
     price = inv.profiles.price[inv.profile[rows].astype(np.int64)]
     # Most expensive first, lowest reclamation value on ties, then by row.
     order = np.lexsort((rows, inv.holder_reclamation[rows].astype(np.float64), -price))
     rows = rows[order]
-    profiles = inv.profiles.profiles
+    keys = (
+        profile_provider[inv.profile[rows].astype(np.int64)] * len(clusters) + row_cluster[order]
+    )
     grace = state.policy.excess_grace_seconds
     state.moves.append((S.DRAINING, None, rows))
-    # One validated drain per (provider, cluster); the machines after it in this order that
-    # share both are stamped from it (`Actions.stamp`).
-    firsts: dict[tuple[str, str], DrainAction] = {}
-    runs: list[tuple[DrainAction, list[str]]] = []
-    last: tuple[str, str] | None = None
-    providers = [profiles[p].provider for p in inv.profile[rows].tolist()]
-    for provider, i, mid in zip(providers, order.tolist(), state.names(rows), strict=True):
-        key = (provider, clusters[i])
-        if key == last:
-            runs[-1][1].append(mid)
-            continue
+    # One validated drain per (provider, cluster); each run of machines sharing both in this
+    # order is its first drain and the others stamped from it (`Actions.stamp`).
+    ids = state.names(rows)
+    starts = np.flatnonzero(np.diff(keys, prepend=-1)).tolist()
+    firsts: dict[int, DrainAction] = {}
+    for start, end in zip(starts, starts[1:] + [len(rows)], strict=True):
+        key = int(keys[start])
         first = firsts.get(key)
         if first is None:
+            provider, cluster = divmod(key, len(clusters))
             first = firsts[key] = DrainAction(
-                provider=provider,
-                machine_id=mid,
-                cluster=key[1],
+                provider=providers[provider],
+                machine_id=ids[start],
+                cluster=clusters[cluster],
                 grace_seconds=grace,
                 reason=DrainReason.EXCESS,
             )
         else:
-            first = replaced(first, machine_id=mid)
-        runs.append((first, []))
-        last = key
-    for first, rest in runs:
-        out.actions.stamp(first, "machine_id", rest)
+            first = replaced(first, machine_id=ids[start])
+        out.actions.stamp(first, "machine_id", ids[start + 1 : end])
 
 
 def release_idle(state: CycleState, taken: np.ndarray, now: float, out: Decision) -> None:

@@ -217,3 +217,29 @@ def test_many_ids_are_named_at_once_as_one_by_one():
 
     assert table.ids_of(rows) == [names[r] for r in rows.tolist()]
     assert table.ids_of(rows) == [table.id_of(r) for r in rows.tolist()]
+
+
+def test_deferred_ids_read_as_named_when_deferred():
+    """`deferred` (the engine's actions name machines this way) reads exactly as `ids_of` did
+    at the time, by index, slice and batch, even after the store reuses the rows."""
+    import numpy as np
+
+    from bigfleet.machine_ids import IdBatches, MachineIds
+
+    names = ["m-00042", "m-7", "plain", "50%-off-3", "x0", "y-000", "z-0123456789", "m-00043"]
+    table = MachineIds(16)
+    table.add(np.arange(len(names)), names)
+    rows = np.array([7, 0, 2, 3, 1, 4, 5, 6])
+    expected = table.ids_of(rows)
+
+    later = table.deferred(rows)
+    table.add(np.arange(8, 12), ["new-1", "new-2", "new-3", "new-4"])
+    table.prefix[rows], table.number[rows] = 0, 0  # the rows written over after deciding
+
+    assert list(later) == expected
+    assert len(later) == 8
+    assert [later[i] for i in range(8)] == expected and later[-1] == expected[-1]
+    assert list(later[1:6:2]) == expected[1:6:2]
+    assert list(IdBatches(later, 3)) == [expected[0:3], expected[3:6], expected[6:8]]
+    assert len(IdBatches(later, 3)) == 3 and IdBatches(later, 3)[-1] == expected[6:8]
+    assert list(IdBatches(later[8:], 3)) == []
