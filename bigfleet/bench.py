@@ -85,8 +85,10 @@ class _Scenario:
 
 
 def measure(
-    make: Callable[[list], Any], scenario: _Scenario, repeats: int
-) -> dict[str, float]:
+    make: Callable[[list], Any], scenario: _Scenario, repeats: int, phases: bool = False
+) -> dict[str, Any]:
+    """Steady, churn and arrival cycle times and bytes a machine; with `phases` (the fast
+    engine only), also the time of each part of the churn and arrival cycles."""
     machines = fleet(random.Random(scenario.seed), scenario.machines, CLUSTERS)
     gc.collect()
     tracemalloc.start()
@@ -119,6 +121,11 @@ def measure(
         steady.append(_cycle(engine, table, now))
     rng = random.Random(scenario.seed + 1)
     churn, churn_read = [], []
+    clock = engine.clock if phases else None
+    parts: list[dict[str, float]] = []
+    if clock is not None:
+        clock.on = True
+        clock.take()
     for _ in range(repeats):
         now += 10
         for rollup in scenario.churned(rng, table, generation):
@@ -127,17 +134,35 @@ def measure(
         cycle, read = _timed_cycle(engine, table, now)
         churn.append(cycle)
         churn_read.append(read)
+        if clock is not None:
+            parts.append(clock.take())
     now += 10
     for rollup in scenario.arrival(rng, table, generation):
         table.apply(rollup, now)
     arrival, arrival_read = _timed_cycle(engine, table, now)
-    return {
+    result: dict[str, Any] = {
         "steady_ms": round(statistics.median(steady), 3),
         "churn_ms": round(statistics.median(churn), 3),
         "arrival_ms": round(arrival, 3),
         "churn_read_ms": round(statistics.median(churn_read), 3),
         "arrival_read_ms": round(arrival_read, 3),
         "bytes_per_machine": round(_bytes(engine, after - before) / scenario.machines, 1),
+    }
+    if clock is not None:
+        result["phases"] = _phases(parts, clock.take())
+    return result
+
+
+def _phases(churn: list[dict[str, float]], arrival: dict[str, float]) -> dict[str, Any]:
+    """Per part of the cycle, in the order the cycle runs them: the median of the churn
+    cycles' times and the arrival cycle's time, in ms."""
+    names = list(dict.fromkeys([*(n for c in churn for n in c), *arrival]))
+    return {
+        name: {
+            "churn_ms": round(statistics.median(c.get(name, 0.0) for c in churn), 3),
+            "arrival_ms": round(arrival.get(name, 0.0), 3),
+        }
+        for name in names
     }
 
 
@@ -147,7 +172,9 @@ def _bytes(engine: Any, traced: int) -> float:
     return float(traced)
 
 
-def run(sizes: list[int], reference_max: int, seed: int = 7) -> dict[str, Any]:
+def run(
+    sizes: list[int], reference_max: int, seed: int = 7, phases: bool = False
+) -> dict[str, Any]:
     policy = Policy()
     rows = []
     for size in sizes:
@@ -162,7 +189,7 @@ def run(sizes: list[int], reference_max: int, seed: int = 7) -> dict[str, Any]:
             "machines": size,
             "clusters": CLUSTERS,
             "needs": CLUSTERS * NEEDS_PER_CLUSTER,
-            "fast": measure(fast, scenario, repeats=7),
+            "fast": measure(fast, scenario, repeats=7, phases=phases),
             "reference": None,
             "speedup_steady": None,
             "speedup_churn": None,
@@ -201,4 +228,19 @@ def render(result: dict[str, Any]) -> str:
             )
     lines.append("speedup = reference ÷ fast, steady/churn; ms are medians of decide()+apply()")
     lines.append("read ms = reading each action of the churn/arrival decision once (as a shard)")
+    for row in result["rows"]:
+        if row["fast"].get("phases"):
+            lines += ["", *_render_phases(row["machines"], row["fast"]["phases"])]
     return "\n".join(lines)
+
+
+def _render_phases(machines: int, phases: dict[str, Any]) -> list[str]:
+    title = f"part of the cycle at {machines:,} machines"
+    head = f"{title:<42} {'churn ms':>9} {'arrival ms':>11}"
+    lines = [head, "-" * len(head)]
+    for name, t in phases.items():
+        lines.append(f"{name:<42} {t['churn_ms']:>9.2f} {t['arrival_ms']:>11.2f}")
+    churn = sum(t["churn_ms"] for t in phases.values())
+    arrival = sum(t["arrival_ms"] for t in phases.values())
+    lines.append(f"{'sum (churn: of the medians)':<42} {churn:>9.2f} {arrival:>11.2f}")
+    return lines

@@ -22,7 +22,7 @@ def _sizes(text: str) -> list[int]:
 def _bench_engine(args: argparse.Namespace) -> int:
     from .bench import render, run
 
-    result = run(args.sizes, args.reference_max, seed=args.seed)
+    result = run(args.sizes, args.reference_max, seed=args.seed, phases=args.phases)
     print(json.dumps(result) if args.json else render(result))
     return 0
 
@@ -104,6 +104,11 @@ def parser() -> argparse.ArgumentParser:
     )
     engine.add_argument("--seed", type=int, default=7)
     engine.add_argument("--json", action="store_true", help="print one JSON object")
+    engine.add_argument(
+        "--phases",
+        action="store_true",
+        help="also time each part of the fast engine's churn and arrival cycles",
+    )
     engine.set_defaults(run=_bench_engine)
     snap = what.add_parser(
         "snapshot", help="a shard's state at continue-as-new: size, encode/decode time, parts"

@@ -19,11 +19,11 @@ from ..models import CreateAction, MachineState, VerifyAction
 from ..needs import Need
 from ..policy import Policy
 from .claims import CONFIGURED_SLOT, ClusterClaims, claim_cluster
-from .common import Decision, EngineMemory, age_shortfalls
+from .common import Decision, EngineMemory, PhaseClock, age_shortfalls
 from .consolidate import consolidate
 from .cycle import CycleState
 from .phase1 import Assignment, assign_free_capacity
-from .phase2 import emit_preemptions, resolve_inversions
+from .phase2 import Victim, emit_preemptions, resolve_inversions
 from .phase3 import excess_segments, reclaim_excess, release_idle
 from .rows import RowPicker
 from .supply import SupplyIndex, free_pool
@@ -62,6 +62,8 @@ class FastEngine:
         self._decided: tuple[Decision, list] | None = None
         # Each cluster's claims at the last cycle (the shard's report reads them).
         self.claims: dict[str, ClusterClaims] = {}
+        # Time per part of a cycle, for `bigfleet bench engine --phases` (off: costs nothing).
+        self.clock = PhaseClock()
 
     def ready(self, need: Need) -> int:
         """Configured machines the need held at the last cycle."""
@@ -96,42 +98,65 @@ class FastEngine:
         had its count). A cycle whose inputs are exactly those of a previous cycle that changed
         nothing repeats its outcome, until a need becomes stable enough to consolidate.
         """
-        inv, policy = self.inventory, self.policy
         needs = list(needs)
         quiet = self._quiet
         if (
             quiet is not None
-            and quiet.version == inv.version
+            and quiet.version == self.inventory.version
             and len(quiet.needs) == len(needs)
             and all(a is b for a, b in zip(quiet.needs, needs, strict=True))
             and now < quiet.until
         ):
             return self._repeat(quiet, now)
+        clock = self.clock
+        clock.start()
         self.memory.observe_counts(needs, now)
         state = self._begin(needs)
+        clock.lap("claims")
         out = Decision()
         assignments = assign_free_capacity(state)
+        clock.lap("phase 1")
         victims, unmet = resolve_inversions(state, assignments, out)
+        clock.lap("phase 2")
         assignments += consolidate(state, victims, out, now)
-        out.shortfalls = age_shortfalls(self.memory, policy, unmet)
-        self.memory.observe_demand(state.demand, policy)
-
-        picker = RowPicker(
-            inv,
-            free=[(a.state, a.profile) for a in assignments],
-            configured=[(v.cluster, v.profile) for v in victims] + excess_segments(state.claims),
-        )
-        self._emit_assignments(state, picker, assignments, out)
-        emit_preemptions(state, picker, victims, out)
-        taken = np.array(
-            [r for rows, _ in self._holders for r in rows.tolist()], dtype=np.int64
-        )
-        reclaim_excess(state, picker, out, taken, now)
-        self._upkeep(out, now)
+        clock.lap("consolidation")
+        out.shortfalls = age_shortfalls(self.memory, self.policy, unmet)
+        self.memory.observe_demand(state.demand, self.policy)
+        clock.lap("shortfalls and forecast")
+        self._emit(state, assignments, victims, out, now)
         self._decided = (out, state.moves)
         changes = bool(out.actions.kinds() & {"create", "configure", "drain"})
         self._quiet = None if changes else self._quiet_since(state, out, unmet, now)
         return out
+
+    def _emit(
+        self,
+        state: CycleState,
+        assignments: list[Assignment],
+        victims: list[Victim],
+        out: Decision,
+        now: float,
+    ) -> None:
+        """The decided counts as actions: rows picked once for the whole cycle (`RowPicker`),
+        then assignments, preemptions, Phase 3 and upkeep, in that order."""
+        clock = self.clock
+        picker = RowPicker(
+            self.inventory,
+            free=[(a.state, a.profile) for a in assignments],
+            configured=[(v.cluster, v.profile) for v in victims] + excess_segments(state.claims),
+        )
+        clock.lap("row picking")
+        self._emit_assignments(state, picker, assignments, out)
+        clock.lap("assignments' actions")
+        emit_preemptions(state, picker, victims, out)
+        clock.lap("preemptions' actions")
+        taken = np.array(
+            [r for rows, _ in self._holders for r in rows.tolist()], dtype=np.int64
+        )
+        reclaim_excess(state, picker, out, taken, now)
+        clock.lap("phase 3")
+        self._upkeep(out, now)
+        clock.lap("upkeep")
 
     def _quiet_since(self, state: CycleState, out: Decision, unmet: list, now: float) -> _Quiet:
         """This cycle's outcome, to repeat while nothing it read changes."""
@@ -269,6 +294,7 @@ class FastEngine:
 
     def apply(self, decision: Decision, now: float) -> None:
         """Start every transition the decision asked for, as the shard does."""
+        self.clock.start()
         inv = self.inventory
         named, self._rows = self._rows, {}
 
@@ -294,6 +320,7 @@ class FastEngine:
             inv.move_many(moved, target, now, cluster=cluster)
         for mid in decision.timed_out:
             inv.move(row(mid), S.FAILED, now, error="transition timed out")
+        self.clock.lap("apply")
 
 
 _TARGET = {

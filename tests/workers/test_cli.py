@@ -264,7 +264,7 @@ def test_simulate_bad_scenario_exits_2(tmp_path, capsys):
 def test_bench_is_reachable(monkeypatch, capsys):
     import bigfleet.bench
 
-    monkeypatch.setattr(bigfleet.bench, "run", lambda sizes, ref, seed: {"rows": sizes})
+    monkeypatch.setattr(bigfleet.bench, "run", lambda sizes, ref, seed, phases: {"rows": sizes})
     assert main(["bench", "engine", "--sizes", "300", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"rows": [300]}
 
