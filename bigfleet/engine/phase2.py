@@ -72,67 +72,56 @@ class Victim:
         )
 
 
-@dataclass(slots=True)
-class _Held:
-    """A lower-priority need's configured claim on one profile: preemptible supply."""
-
-    sort: tuple
-    need: Need
-    profile: int
-    offset: int
-    left: int
-    used: int = 0
-    rank: int = 0  # position in the whole pool's best-victim-first order
-
-
 class _VictimPool:
-    """Lower-priority configured claims, per profile, each list best victim first."""
+    """Every configured claim as a would-be victim, as columns in best-victim-first order:
+    seed §8's four factors (weights shifted by how saturated the shard is), then the holder's
+    priority and table order, then the profile's name. `left` and `used` change as Phase 2
+    preempts."""
 
-    def __init__(self, entries: list[_Held]) -> None:
-        entries.sort(key=lambda e: e.sort)
-        self.by_profile: dict[int, list[_Held]] = defaultdict(list)
-        for i, e in enumerate(entries):
-            e.rank = i
-            self.by_profile[e.profile].append(e)
-        self.floor = {p: min(e.need.priority for e in es) for p, es in self.by_profile.items()}
+    def __init__(self, state: CycleState) -> None:
+        inv, policy = state.inventory, state.policy
+        counts = inv.counts
+        free = int(counts[CODE[S.IDLE]].sum() + counts[CODE[S.SPECULATIVE]].sum())
+        usable = int(counts.sum() - counts[CODE[S.FAILED]].sum())
+        weights = victim_weights(shard_pressure(free, usable))
+        self.size = len(inv.profiles)
+        index: dict[str, int] = {}
+        self.needs: list[Need] = []
+        holder, profile, offset, count = [], [], [], []
+        for cc in state.claims.values():
+            for taken in cc.claims.values():
+                for c in taken:
+                    if c.slot != CONFIGURED_SLOT:
+                        continue
+                    i = index.get(c.need.key)
+                    if i is None:
+                        i = index[c.need.key] = len(self.needs)
+                        self.needs.append(c.need)
+                    holder.append(i)
+                    profile.append(c.profile)
+                    offset.append(c.offset)
+                    count.append(c.count)
+        keys = [victim_order(weights, h, policy) for h in self.needs]
+        need_rank = np.empty(len(keys), dtype=np.int64)
+        need_rank[sorted(range(len(keys)), key=keys.__getitem__)] = np.arange(len(keys))
+        holders = np.array(holder, dtype=np.int64)
+        profiles = np.array(profile, dtype=np.int64)
+        names = state.supply.name_order()
+        # (A need holds one configured claim per profile: no two entries tie.)
+        order = np.lexsort((names[profiles], need_rank[holders])) if len(holders) else holders
+        self.holder = holders[order]
+        self.profile = profiles[order]
+        self.priority = np.array([n.priority for n in self.needs], dtype=np.int64)[self.holder]
+        self.offset = np.array(offset, dtype=np.int64)[order]
+        self.left = np.array(count, dtype=np.int64)[order]
+        self.used = np.zeros(len(order), dtype=np.int64)
 
-    def candidates(self, priority: int, matching: frozenset[int]) -> list[_Held]:
-        pids = [p for p in self.by_profile if p in matching and self.floor[p] < priority]
-        found = [
-            e for p in pids for e in self.by_profile[p] if e.left > 0 and e.need.priority < priority
-        ]
-        if len(pids) > 1:
-            found.sort(key=_rank)
-        return found
-
-
-def _rank(e: _Held) -> int:
-    return e.rank
-
-
-def _victim_pool(state: CycleState) -> _VictimPool:
-    """Every configured claim as a would-be victim, scored by seed §8's four factors with
-    weights shifted by how saturated the shard is (free = idle + speculative machines)."""
-    inv, policy = state.inventory, state.policy
-    counts = inv.counts
-    free = int(counts[CODE[S.IDLE]].sum() + counts[CODE[S.SPECULATIVE]].sum())
-    usable = int(counts.sum() - counts[CODE[S.FAILED]].sum())
-    weights = victim_weights(shard_pressure(free, usable))
-    profiles = inv.profiles.profiles
-    pool = []
-    keys: dict[str, tuple] = {}
-    for cc in state.claims.values():
-        for taken in cc.claims.values():
-            for c in taken:
-                if c.slot != CONFIGURED_SLOT:
-                    continue
-                h = c.need
-                key = keys.get(h.key)
-                if key is None:
-                    key = keys[h.key] = victim_order(weights, h, policy)
-                sort = (*key, profiles[c.profile].name)
-                pool.append(_Held(sort, h, c.profile, c.offset, c.count))
-    return _VictimPool(pool)
+    def candidates(self, priority: int, pids: np.ndarray) -> np.ndarray:
+        """Entries with machines left, held by needs below `priority`, on one of `pids`'
+        profiles, best victim first."""
+        wanted = np.zeros(self.size, dtype=bool)
+        wanted[pids] = True
+        return np.flatnonzero((self.left > 0) & (self.priority < priority) & wanted[self.profile])
 
 
 def resolve_inversions(
@@ -144,7 +133,7 @@ def resolve_inversions(
     kept for them (`state.reserved`). A need still short first earmarks supply on its way
     (DRAINING machines, then excess CONFIGURED ones; a `Same` need also the free machines
     Phase 1 left in its domain), then preempts CONFIGURED machines claimed by needs of
-    strictly lower priority, best victim first (`_victim_pool`); a preempted need loses those
+    strictly lower priority, best victim first (`_VictimPool`); a preempted need loses those
     machines before its own turn. Records per need key `out.satisfied` (claimed + assigned)
     and `out.earmarked` (kept + waited for + preempted for). Missing machines count in
     `state.demand` under the cheapest matching profile the shard knows.
@@ -202,7 +191,7 @@ class _ShortSupply:
     @property
     def held(self) -> _VictimPool:
         if self._held is None:
-            self._held = _victim_pool(self.state)
+            self._held = _VictimPool(self.state)
         return self._held
 
     def columns(self) -> np.ndarray:
@@ -220,12 +209,8 @@ class _ShortSupply:
                     for i in range(3)
                 )
             else:
-                entries = [e for es in self._held.by_profile.values() for e in es]
-                profile, priority, left = (
-                    np.array([e.profile for e in entries], dtype=np.int64),
-                    np.array([e.need.priority for e in entries], dtype=np.int64),
-                    np.array([e.left for e in entries], dtype=np.int64),
-                )
+                held = self._held
+                profile, priority, left = held.profile, held.priority, held.left
             levels = np.unique(priority)
             self.levels = {q: i for i, q in enumerate(levels.tolist())}
             below = np.zeros((size, len(levels) + 1), dtype=np.int64)
@@ -244,11 +229,13 @@ class _ShortSupply:
         if self.incoming is not None:
             self.incoming[p] -= n
 
-    def preempt(self, e: _Held, n: int) -> None:
-        e.used += n
-        e.left -= n
+    def preempt(self, i: int, n: int) -> None:
+        """`n` machines of the victim pool's entry `i` preempted."""
+        held = self.held
+        held.used[i] += n
+        held.left[i] -= n
         if self.incoming is not None:
-            self.below[e.profile, self.levels[e.need.priority] + 1 :] -= n
+            self.below[held.profile[i], self.levels[int(held.priority[i])] + 1 :] -= n
 
 
 def _wait_or_preempt(
@@ -265,10 +252,10 @@ def _wait_or_preempt(
         home = _same_home(state, need, supply, deficit)
         if home is None:
             return 0, 0
-        pids, matching = home.tolist(), frozenset(home.tolist())
-        incoming = [(pool, p) for pool in supply.pools for p in pids if pool.get(p, 0) > 0]
+        pids = home
+        incoming = [(pool, p) for pool in supply.pools for p in home.tolist() if pool.get(p, 0) > 0]
     else:
-        matching = state.supply.matching(need)
+        pids = state.supply.ranked(need)
         offered = state.supply.offered
         incoming = [(pool, p) for pool in supply.waiting for p in offered(pool, need)]
     took = 0
@@ -280,15 +267,20 @@ def _wait_or_preempt(
             break
     deficit -= took
     hit = 0
-    candidates = supply.held.candidates(need.priority, matching) if deficit > 0 else []
-    if not need.spec.same or sum(e.left for e in candidates) >= deficit:
-        for e in candidates:
-            n = min(deficit - hit, e.left)
+    if deficit <= 0:
+        return took, hit
+    held = supply.held
+    found = held.candidates(need.priority, pids)
+    if not need.spec.same or int(held.left[found].sum()) >= deficit:
+        for i in found.tolist():
+            n = min(deficit - hit, int(held.left[i]))
             if n <= 0:
                 break
-            victims.append(Victim(e.need, need, e.profile, e.offset + e.used, n))
-            supply.preempt(e, n)
-            lost[e.need.key] += n
+            victim = held.needs[int(held.holder[i])]
+            offset = int(held.offset[i] + held.used[i])
+            victims.append(Victim(victim, need, int(held.profile[i]), offset, n))
+            supply.preempt(i, n)
+            lost[victim.key] += n
             hit += n
     return took, hit
 

@@ -62,7 +62,7 @@ class SupplyIndex:
         # `supply_key` by column: effective cost (the same float arithmetic), then the name.
         pids = np.array(sorted(self.matching(need)), dtype=np.int64)
         cost = table.price[pids] + table.interruption[pids] * need.spec.interruption_penalty
-        order = pids[np.lexsort((self._name_order()[pids], cost))]
+        order = pids[np.lexsort((self.name_order()[pids], cost))]
         found = (len(table), {p: i for i, p in enumerate(order.tolist())}, order)
         self._rank[need.signature] = found
         return found
@@ -75,7 +75,7 @@ class SupplyIndex:
             return ranked[pool.column[ranked] > 0].tolist()
         return by_supply(pool, self.supply_rank(need))
 
-    def _name_order(self) -> np.ndarray:
+    def name_order(self) -> np.ndarray:
         """Each profile's position in name order (the tie-break of equal costs)."""
         profiles = self.inventory.profiles.profiles
         if len(self._names) != len(profiles):
