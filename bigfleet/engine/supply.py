@@ -24,48 +24,53 @@ class SupplyIndex:
 
     def __init__(self, inventory: Inventory) -> None:
         self.inventory = inventory
-        self._match: dict[str, tuple[int, frozenset[int]]] = {}
-        self._rank: dict[str, tuple[int, dict[int, int], np.ndarray]] = {}
+        self._match: dict[str, tuple[int, frozenset[int], np.ndarray]] = {}
+        self._rank: dict[str, tuple[int, np.ndarray]] = {}
+        self._rank_of: dict[str, tuple[int, dict[int, int]]] = {}
         self._columns = _MatchColumns(inventory.profiles)
         self._names = np.zeros(0, dtype=np.int64)
 
     def matching(self, need: Need) -> frozenset[int]:
         """Profiles whose machines satisfy the need's requirements and resources (and carry
         its `same` key, for a `Same` need)."""
+        return self._matched(need)[1]
+
+    def _matched(self, need: Need) -> tuple[int, frozenset[int], np.ndarray]:
+        """`matching` as a set and as an ascending array."""
         table = self.inventory.profiles
         cached = self._match.get(need.signature)
         if cached is not None and cached[0] == len(table):
-            return cached[1]
+            return cached
         pids = self._columns.matching(need.requirements, need.spec.resources)
         if need.spec.same:  # (`need_matches`: a `Same` need also needs its key's label)
             labels = table.labels(need.spec.same)
-            found = frozenset(p for p in pids.tolist() if labels[p] is not None)
-        else:
-            found = frozenset(pids.tolist())
-        self._match[need.signature] = (len(table), found)
+            pids = pids[[labels[p] is not None for p in pids.tolist()]]
+        found = (len(table), frozenset(pids.tolist()), pids)
+        self._match[need.signature] = found
         return found
 
     def supply_rank(self, need: Need) -> dict[int, int]:
         """Matching profiles in the order the need prefers them (cheapest effective cost, then
         name), as profile -> rank; dicts keep that order for iteration too."""
-        return self._ranked(need)[1]
+        size = len(self.inventory.profiles)
+        cached = self._rank_of.get(need.signature)
+        if cached is None or cached[0] != size:
+            order = self.ranked(need).tolist()
+            cached = self._rank_of[need.signature] = (size, {p: i for i, p in enumerate(order)})
+        return cached[1]
 
     def ranked(self, need: Need) -> np.ndarray:
         """`supply_rank`'s profiles as an array, best first."""
-        return self._ranked(need)[2]
-
-    def _ranked(self, need: Need) -> tuple[int, dict[int, int], np.ndarray]:
         table = self.inventory.profiles
         cached = self._rank.get(need.signature)
         if cached is not None and cached[0] == len(table):
-            return cached
+            return cached[1]
         # `supply_key` by column: effective cost (the same float arithmetic), then the name.
-        pids = np.array(sorted(self.matching(need)), dtype=np.int64)
+        pids = self._matched(need)[2]
         cost = table.price[pids] + table.interruption[pids] * need.spec.interruption_penalty
         order = pids[np.lexsort((self.name_order()[pids], cost))]
-        found = (len(table), {p: i for i, p in enumerate(order.tolist())}, order)
-        self._rank[need.signature] = found
-        return found
+        self._rank[need.signature] = (len(table), order)
+        return order
 
     def offered(self, pool: dict[int, int], need: Need) -> list[int]:
         """`by_supply(pool, supply_rank(need))`: the need's matching profiles with machines
