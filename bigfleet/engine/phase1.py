@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -67,11 +68,14 @@ def assign_free_capacity(state: CycleState) -> list[Assignment]:
         deficit = need.count - cc.claimed[need.key]
         if deficit <= 0 or not (idle or spec):
             continue
-        supply = [(S.IDLE, p, idle) for p in offered(idle, need)] + [
-            (S.SPECULATIVE, p, spec) for p in offered(spec, need)
-        ]
-        if not supply:
-            continue
+        if not (need.spec.same or need.spec.spread):
+            picks = _first_free(need, deficit, ((S.IDLE, idle), (S.SPECULATIVE, spec)), offered)
+        else:
+            supply = [(S.IDLE, p, idle) for p in offered(idle, need)] + [
+                (S.SPECULATIVE, p, spec) for p in offered(spec, need)
+            ]
+            if not supply:
+                continue
         if need.spec.same:
             picks = _same(state, need, cc, supply, deficit)
             if not picks:
@@ -84,13 +88,31 @@ def assign_free_capacity(state: CycleState) -> list[Assignment]:
                 continue
         elif need.spec.spread:
             picks = _spread(state, need, cc, supply, deficit)
-        else:
-            picks = _plain(supply, deficit)
         for free_state, p, pool, n in picks:
             pool[p] -= n
             demand[profiles[p].name] += n
             out.append(Assignment(need, free_state, p, n))
     return out
+
+
+def _first_free(
+    need: Need,
+    deficit: int,
+    pools: tuple[tuple[S, dict[int, int]], ...],
+    offered: Callable[[dict[int, int], Need], list[int]],
+) -> list:
+    """`_plain` over each pool's offer in turn (idle, then speculative), reading a pool's
+    offer only when the pools before it fell short."""
+    picks = []
+    for free_state, pool in pools:
+        for p in offered(pool, need):
+            n = min(deficit, pool[p])
+            if n > 0:
+                picks.append((free_state, p, pool, n))
+                deficit -= n
+            if deficit == 0:
+                return picks
+    return picks
 
 
 def _plain(supply: list, deficit: int) -> list:
