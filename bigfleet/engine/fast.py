@@ -7,7 +7,7 @@ of machines); rows are picked only for the machines an action names, in one pass
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +15,7 @@ import numpy as np
 
 from ..inventory import CODE, NONE16, Inventory
 from ..machine_ids import IdBatches, IdList
-from ..models import CreateAction, MachineState, VerifyAction
+from ..models import ConfigureAction, CreateAction, MachineState, VerifyAction, stamper
 from ..needs import Need
 from ..policy import Policy
 from .claims import CONFIGURED_SLOT, ClusterClaims, claim_cluster
@@ -218,6 +218,8 @@ class FastEngine:
         self._holders = []
         create_rows: dict[tuple[str, str], list[np.ndarray]] = {}
         create_need: dict[tuple[str, str], Need] = {}
+        # One validated configure per (need, provider): the others differ only in the machine.
+        configures: dict[tuple[str, str], Callable[[str], ConfigureAction]] = {}
         for a in assignments:
             rows = picker.take_free(a.state, a.profile, a.count)
             self._holders.append((rows, a.need))
@@ -226,7 +228,13 @@ class FastEngine:
                 if len(rows):
                     ids = self._names(rows)
                     state.moves.append((S.CONFIGURING, a.need.cluster, rows))
-                    out.actions.stamp(a.configure(provider, ids[0]), "machine_id", ids[1:])
+                    configure = configures.get((a.need.key, provider))
+                    if configure is None:
+                        first = a.configure(provider, ids[0])
+                        configures[(a.need.key, provider)] = stamper(first, "machine_id")
+                    else:
+                        first = configure(ids[0])
+                    out.actions.stamp(first, "machine_id", ids[1:])
             else:
                 key = (provider, a.need.key)
                 create_rows.setdefault(key, []).append(rows)
@@ -239,7 +247,7 @@ class FastEngine:
                 (S.CREATING, need.cluster, rows[i : i + batch]) for i in range(0, len(rows), batch)
             )
             ids = self._names(rows)
-            first = CreateAction(
+            create = CreateAction(
                 provider=provider,
                 machine_ids=list(ids[:batch]),
                 cluster=need.cluster,
@@ -247,7 +255,7 @@ class FastEngine:
                 requirements=list(need.requirements),
                 priority=need.priority,
             )
-            out.actions.stamp(first, "machine_ids", IdBatches(ids[batch:], batch))
+            out.actions.stamp(create, "machine_ids", IdBatches(ids[batch:], batch))
 
     def _upkeep(self, out: Decision, now: float) -> None:
         """Stuck transitions and health verification (seed §9): vectorised column scans.
