@@ -39,7 +39,7 @@ case "${1:-}" in
     if [ $# -eq 0 ]; then
       # Every full run shows the decision core's numbers in its log: numbers, not a gate.
       echo "== benchmarks (numbers, not a gate): the engine and the snapshot at 50 000 machines"
-      bigfleet bench engine --sizes 50000 --reference-max 0 || true
+      bigfleet bench engine --sizes 50000 --reference-max 0 --phases || true
       bigfleet bench snapshot --sizes 50000 || true
     fi
     ;;
