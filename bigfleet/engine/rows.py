@@ -13,10 +13,11 @@ from ..models import MachineState
 S = MachineState
 
 
-def _group(rows: np.ndarray, keys: np.ndarray) -> dict[int, np.ndarray]:
+def _group(rows: np.ndarray, keys: np.ndarray, within: np.ndarray) -> dict[int, np.ndarray]:
+    """`rows` (ascending) grouped by `keys`, each group ordered by `within`, then by row."""
     if not len(rows):
         return {}
-    order = np.argsort(keys, kind="stable")
+    order = np.lexsort((rows, within, keys))
     rows, keys = rows[order], keys[order]
     cuts = np.flatnonzero(np.diff(keys)) + 1
     return {
@@ -57,12 +58,9 @@ class RowPicker:
         rows = np.flatnonzero(free)
         rows = rows[want[inv.profile[rows]]]
         keys = state[rows].astype(np.int64) * 65536 + inv.profile[rows]
-        groups = _group(rows, keys)
-        idle = CODE[S.IDLE] * 65536
-        for key, chunk in groups.items():
-            if key // 65536 * 65536 == idle:
-                groups[key] = chunk[np.argsort(inv.holder_reclamation[chunk], kind="stable")]
-        return groups
+        # Idle machines by lowest reclamation value, speculative slots by row alone.
+        value = np.where(state[rows] == CODE[S.IDLE], inv.holder_reclamation[rows], 0)
+        return _group(rows, keys, value)
 
     def _scan_configured(self, wanted: set[tuple[str, int]]) -> dict[int, np.ndarray]:
         inv = self.inv
@@ -78,10 +76,7 @@ class RowPicker:
         rows, clusters = rows[clusters < len(want)], clusters[clusters < len(want)]
         rows = rows[want[clusters, inv.profile[rows]]]
         composite = inv.cluster[rows].astype(np.int64) * 65536 + inv.profile[rows]
-        groups = _group(rows, composite)
-        for key, chunk in groups.items():
-            groups[key] = chunk[np.argsort(-inv.holder_reclamation[chunk], kind="stable")]
-        return groups
+        return _group(rows, composite, -inv.holder_reclamation[rows])
 
     def take_free(self, state: MachineState, profile: int, count: int) -> np.ndarray:
         key = CODE[state] * 65536 + profile
