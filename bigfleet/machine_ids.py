@@ -114,9 +114,7 @@ class MachineIds:
 
     def ids_of(self, rows: np.ndarray) -> list[str]:
         """`id_of` for many rows at once (the columns read once, not per row)."""
-        formats = self._ready_formats()
-        prefixes, numbers = self.prefix[rows].tolist(), self.number[rows].tolist()
-        return [formats[p] % number for p, number in zip(prefixes, numbers, strict=True)]
+        return list(self.deferred(rows))
 
     def deferred(self, rows: np.ndarray) -> IdList:
         """`ids_of` as it is now, each id made into a string only when read."""

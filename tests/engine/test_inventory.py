@@ -203,7 +203,7 @@ def test_many_ids_are_found_at_once_as_one_by_one():
 
 
 def test_many_ids_are_named_at_once_as_one_by_one():
-    """`ids_of` (the engine names its actions' machines in bulk) gives back each id exactly as
+    """`ids_of` (many ids at once, as the engine's actions read them) gives back each id exactly as
     it was added: zero-padded numbers, unpadded ones, ids without a number, a `%` in a
     prefix."""
     import numpy as np
