@@ -225,6 +225,11 @@ class BootstrapAnswer(Model):
     refused: str | None = None
 
 
+# Machines one configure workflow carries at most (ShardConfig.configure_batch): their ids
+# stay within one search attribute value (activities/starter.py, MACHINE_IDS_BYTES).
+MAX_CONFIGURE_BATCH = 32
+
+
 class ShardConfig(Model):
     shard: int
     shards: int = 1
@@ -241,6 +246,10 @@ class ShardConfig(Model):
     # Transition workflows of the shard running at once, at most (workflows/outbox.py); the
     # rest wait in the pipeline until results come back.
     max_in_flight: int = Field(default=1000, ge=1)
+    # Machines one configure workflow carries at most: configures of one need on one provider
+    # in a cycle are merged, each machine still with its own bootstrap and provider call (a
+    # Temporal server's work grows with workflows; 1 = a workflow per machine, as before).
+    configure_batch: int = Field(default=MAX_CONFIGURE_BATCH, ge=1, le=MAX_CONFIGURE_BATCH)
     # Machine records of transition results folded in at most, a cycle (~50 µs each: 70 000
     # creates coming back at once would hold one workflow task for seconds); the rest wait.
     fold_per_cycle: int = Field(default=10_000, ge=1)

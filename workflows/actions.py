@@ -122,3 +122,38 @@ class TransitionInputs:
                         )
                     )
         return follow
+
+
+def batched(starts: list[TransitionInput], limit: int) -> list[TransitionInput]:
+    """`starts` with the configures of one need on one provider merged, up to `limit`
+    machines a workflow (`ShardConfig.configure_batch`), where the first of them stood; every
+    other start as it was, in its place. Each machine keeps its own bootstrap and provider
+    call (workflows/transition.py `_configure_each`), but a Temporal server's work grows with
+    workflows, not machines: one configure costs it about seven times a trivial workflow
+    (docs/temporal.md). A merged configure carries the newest fencing token of those it
+    merges, so no machine's call is fenced off by a token older than one it was sent."""
+    out: list[TransitionInput] = []
+    open_: dict[tuple, TransitionInput] = {}
+    for s in starts:
+        if s.transition is not T.CONFIGURE:
+            out.append(s)
+            continue
+        key = (
+            s.provider,
+            s.capacity_type,
+            s.cluster,
+            s.need,
+            s.priority,
+            s.timeout_seconds,
+            s.poll_seconds,
+            tuple((r.key, r.operator, tuple(r.values)) for r in s.requirements),
+        )
+        into = open_.get(key)
+        if into is None or len(into.machine_ids) + len(s.machine_ids) > limit:
+            open_[key] = into = s.model_copy(update={"machine_ids": list(s.machine_ids)})
+            out.append(into)
+            continue
+        into.machine_ids += s.machine_ids
+        if s.token.seq > into.token.seq:
+            into.token = s.token
+    return out

@@ -41,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.policy import Policy
     from bigfleet.shard import Shard
     from bigfleet.snapshot import restore_shard, shard_state
-    from workflows.actions import TransitionInputs
+    from workflows.actions import TransitionInputs, batched
     from workflows.audit_handlers import AuditHandlers
     from workflows.guard import Guard, TakesSignals, accepts
     from workflows.instruction_steps import InstructionSteps
@@ -324,12 +324,15 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
         # Suspects stay suspect: a verify that failed is asked for again next cycle.
         verify = partial(self.providers.verify, decision, now)
         await self._survive("verifying silent machines", verify)
-        starts = self.pipeline + [self.inputs.of_action(a) for a in decision.actions]
+        made = [self.inputs.of_action(a) for a in decision.actions]
+        starts = self.pipeline + [s for s in made if s is not None]
         self.pipeline = []  # (instructions may queue more while the starts go out)
+        if workflow.patched("batched-configure"):  # (runs begun before start one per machine)
+            starts = batched(starts, self.cfg.configure_batch)
         # Runs begun before bounded cycles replay as they ran (every start in one task).
         bounded = workflow.patched("bounded-cycle")
         left = await self.outbox.send(
-            [s for s in starts if s is not None],
+            starts,
             self.shard.operator_updates(decision, NOTICE_ITEMS if bounded else None),
             bounded,
         )

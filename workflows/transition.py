@@ -3,6 +3,7 @@ durable timers until it settles or times out, and take the corrective path when 
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -85,8 +86,13 @@ class MachineTransitionWorkflow(TakesSignals):
 
     async def _run(self, t: TransitionInput) -> TransitionResult:
         result = TransitionResult(transition=t.transition, machines=[])
-        watch, untouched = t.machine_ids, []
-        if t.transition is T.CONFIGURE:
+        watch, untouched = t.machine_ids, list[Machine]()
+        if t.transition is T.CONFIGURE and len(t.machine_ids) > 1:
+            watch, untouched = await self._configure_each(t.machine_ids, result)
+            if not watch:
+                result.machines = untouched
+                return await self._finish(result)
+        elif t.transition is T.CONFIGURE:
             answer = await self._bootstrap(t.machine_ids[0])
             if answer.refused:
                 result.refused = answer.refused
@@ -132,6 +138,34 @@ class MachineTransitionWorkflow(TakesSignals):
             machines = [m for m in machines if m.id not in done] + fixed
         result.machines = machines + untouched
         return await self._finish(result)
+
+    async def _configure_each(
+        self, machine_ids: list[str], result: TransitionResult
+    ) -> tuple[list[str], list[Machine]]:
+        """A batched configure (one need's machines on one provider): a bootstrap for each
+        machine (an operator's blob names its machine), then one configure call each, all at
+        once. Returns the machines to watch and, as read back, those left as they were: the
+        operator refused them (`result.refused`) or their call failed for good (the shard
+        plans them again; the others go on)."""
+        answers = await asyncio.gather(*(self._bootstrap(mid) for mid in machine_ids))
+        asked = {}
+        for mid, answer in zip(machine_ids, answers, strict=True):
+            if answer.refused:
+                result.refused = result.refused or answer.refused
+            else:
+                asked[mid] = self._call(T.CONFIGURE, [mid], answer=answer)
+        done = await asyncio.gather(*asked.values(), return_exceptions=True)
+        watch = []
+        for mid, outcome in zip(asked, done, strict=True):
+            if isinstance(outcome, ActivityError):
+                workflow.logger.warning("configure of %s failed: %s", mid, outcome.cause)
+            elif isinstance(outcome, BaseException):  # (cancelled: the workflow ends)
+                raise outcome
+            else:
+                watch.append(mid)
+        watching = set(watch)
+        left = [mid for mid in machine_ids if mid not in watching]
+        return watch, (await self._read(left) if left else [])
 
     def _out_of_capacity(self, err: ActivityError) -> bool:
         """A create the provider refused with QuotaExhausted: the transition ends (its

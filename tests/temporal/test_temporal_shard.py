@@ -134,6 +134,20 @@ async def closed(client: Client, query: str, count: int) -> list[WorkflowExecuti
     )
 
 
+async def closed_for(client: Client, query: str, machines: int) -> list[WorkflowExecution]:
+    """Wait until the completed workflows matching `query` carry `machines` machines in all
+    (a shard merges a cycle's configures of a need into one workflow)."""
+    return await eventually(
+        lambda: listed(client, query),
+        lambda wfs: (
+            sum(len(wf.typed_search_attributes.get(MACHINE_IDS) or []) for wf in wfs) == machines
+            and all(wf.status is WorkflowExecutionStatus.COMPLETED for wf in wfs)
+        ),
+        timeout=30,
+        what=f"completed workflows for {machines} machines, {query!r}",
+    )
+
+
 async def transition_input(client: Client, wf: WorkflowExecution) -> TransitionInput:
     history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
     started = history.events[0].workflow_execution_started_event_attributes
@@ -168,7 +182,7 @@ async def test_preemption_walkthrough(dev_env: WorkflowEnvironment):
         )
         # The workers keep running until every transition workflow has seen its end.
         drains = await closed(client, 'BigFleetTransition = "drain"', 8)
-        configures = await closed(
+        configures = await closed_for(
             client, 'BigFleetTransition = "configure" AND BigFleetCluster = "b"', 8
         )
         # The shard folds finished transitions in at its next cycle.
@@ -196,14 +210,19 @@ async def test_preemption_walkthrough(dev_env: WorkflowEnvironment):
         drained[m.id] = wf.close_time
     assert sorted(drained) == sorted(machines)
 
-    # Then each idle machine is configured for cluster b, after its drain finished.
+    # Then each idle machine is configured for cluster b, after its drain finished: the
+    # machines that came back idle in one cycle in one workflow (`configure_batch`).
+    configured = []
     for wf in configures:
         inp = await transition_input(client, wf)
-        (mid,) = inp.machine_ids
         assert inp.priority == 1_000_000
-        assert wf.start_time >= drained[mid] - _SLACK
+        assert wf.start_time >= max(drained[mid] for mid in inp.machine_ids) - _SLACK
         result = await transition_result(client, wf)
-        assert [(m.id, m.state, m.cluster) for m in result.machines] == [(mid, S.CONFIGURED, "b")]
+        assert sorted((m.id, m.state, m.cluster) for m in result.machines) == [
+            (mid, S.CONFIGURED, "b") for mid in sorted(inp.machine_ids)
+        ]
+        configured += inp.machine_ids
+    assert sorted(configured) == sorted(machines)
 
     assert provider.started[T.DRAIN] == 8
     assert provider.started[T.CONFIGURE] == 16
@@ -345,7 +364,7 @@ async def test_continue_as_new_keeps_needs_inventory_and_transitions(
             timeout=30,
             what="configure folded in",
         )
-        configures = await closed(client, 'BigFleetTransition = "configure"', 2)
+        configures = await closed_for(client, 'BigFleetTransition = "configure"', 2)
         run_after = (await shard(client).describe()).run_id
         view = await cluster(client, "a")
         machines = provider_machines(sim)
@@ -363,6 +382,8 @@ async def test_continue_as_new_keeps_needs_inventory_and_transitions(
     # The in-flight configures were neither lost nor started again by a later run.
     assert provider.started[T.CONFIGURE] == 2
     assert {wf.typed_search_attributes.get(RESULT_STATE) for wf in configures} == {"CONFIGURED"}
+    # The two machines of the one create, configured for its need in one workflow.
+    assert len(configures) == 1
     async for event in shard(client).fetch_history_events(page_size=1):
         started = event.workflow_execution_started_event_attributes
         [inp] = await client.data_converter.decode(list(started.input.payloads), [ShardInput])
@@ -637,7 +658,8 @@ async def test_a_decision_over_the_cycle_budget_starts_over_the_next_cycles(
     pipeline (`queued_starts`) and start in the next cycles — none lost, none twice."""
     client = dev_env.client
     async with fleet_workers(client, fleet(12, configure_latency=1)) as sim:
-        await ensure_shards(client, sim.fleet, max_starts_per_cycle=3, **FAST)
+        # (A workflow per configure: merged, the 12 would be one start.)
+        await ensure_shards(client, sim.fleet, max_starts_per_cycle=3, configure_batch=1, **FAST)
         await shard(client).signal("rollup", rollup("a", 1, 12, 500_000, 1.0))
         await eventually(
             lambda: status(client),
@@ -666,7 +688,7 @@ async def test_at_most_max_in_flight_transitions_run_at_once(dev_env: WorkflowEn
     wait in the pipeline and start as results come back — all of them, once each."""
     client = dev_env.client
     async with fleet_workers(client, fleet(12, configure_latency=4)) as sim:
-        await ensure_shards(client, sim.fleet, max_in_flight=3, **FAST)
+        await ensure_shards(client, sim.fleet, max_in_flight=3, configure_batch=1, **FAST)
         await shard(client).signal("rollup", rollup("a", 1, 12, 500_000, 1.0))
         seen = await eventually(
             lambda: status(client),

@@ -211,6 +211,48 @@ async def test_batched_create_returns_a_result_per_machine(dev_env: WorkflowEnvi
     assert sim.providers["dc"].started[T.CREATE] == 10
 
 
+def spy_configures(sim: SimulatedFleet) -> list[tuple[str, bytes]]:
+    """Record every configure call the provider receives: the machine and its blob."""
+    p = sim.providers["dc"]
+    seen: list[tuple[str, bytes]] = []
+    configure = p.configure
+
+    def recording(machine_id, blob, cluster, token, *, key=""):
+        seen.append((machine_id, blob.user_data))
+        return configure(machine_id, blob, cluster, token, key=key)
+
+    p.configure = recording
+    return seen
+
+
+async def test_a_batched_configure_bootstraps_and_configures_each_machine(
+    dev_env: WorkflowEnvironment,
+):
+    """One configure workflow for several machines of a need (the shard merges a cycle's,
+    `ShardConfig.configure_batch`): each machine gets its own blob from the operator (it names
+    its machine) and its own provider call. A machine whose call fails for good (here one never
+    created) comes back as it is, at once; the others are watched until configured."""
+    client = dev_env.client
+    async with fleet_workers(client, fleet(configure_latency=2), ROLES) as sim:
+        ids = machine_ids(sim, 4)
+        ready, never = ids[:3], ids[3]
+        sim.providers["dc"].create(ready, token())
+        sim.clocks["dc"].now += 1000  # created: idle
+        seen = spy_configures(sim)
+        t = transition(T.CONFIGURE, ids, cluster="a", need="a#0", poll_seconds=0.5)
+        result = await asyncio.wait_for((await start(client, t)).result(), 30)
+        asked = [r.machine_id for r in sim.operators["a"].requests]
+    assert sorted((m.id, m.state, m.cluster) for m in result.machines) == sorted(
+        [(mid, S.CONFIGURED, "a") for mid in ready] + [(never, S.SPECULATIVE, None)]
+    )
+    assert sorted(asked) == ids  # a bootstrap for each machine
+    assert sorted(mid for mid, _ in seen) == ids  # a provider call for each
+    for mid, blob in seen:  # each with its own machine's blob
+        assert [other for other in ids if other.encode() in blob] == [mid], blob
+    assert sim.providers["dc"].started[T.CONFIGURE] == 3
+    assert result.refused is None and result.corrective == []
+
+
 async def test_a_create_refused_for_want_of_capacity_ends_and_returns_its_machines(
     dev_env: WorkflowEnvironment,
 ):
