@@ -225,9 +225,9 @@ class BootstrapAnswer(Model):
     refused: str | None = None
 
 
-# Machines one configure workflow carries at most (ShardConfig.configure_batch): their ids
-# stay within one search attribute value (activities/starter.py, MACHINE_IDS_BYTES).
-MAX_CONFIGURE_BATCH = 32
+# Machines one configure or drain workflow carries at most (ShardConfig.configure_batch,
+# drain_batch): their ids stay within one search attribute value (activities/starter.py).
+MAX_TRANSITION_BATCH = 32
 
 
 class ShardConfig(Model):
@@ -249,7 +249,10 @@ class ShardConfig(Model):
     # Machines one configure workflow carries at most: configures of one need on one provider
     # in a cycle are merged, each machine still with its own bootstrap and provider call (a
     # Temporal server's work grows with workflows; 1 = a workflow per machine, as before).
-    configure_batch: int = Field(default=MAX_CONFIGURE_BATCH, ge=1, le=MAX_CONFIGURE_BATCH)
+    configure_batch: int = Field(default=MAX_TRANSITION_BATCH, ge=1, le=MAX_TRANSITION_BATCH)
+    # The same for drains of one cluster with one grace and reason. `escalate_drain` (and
+    # `bigfleet drain escalate <machine>`) escalates a drain workflow: every machine of it.
+    drain_batch: int = Field(default=MAX_TRANSITION_BATCH, ge=1, le=MAX_TRANSITION_BATCH)
     # Machine records of transition results folded in at most, a cycle (~50 µs each: 70 000
     # creates coming back at once would hold one workflow task for seconds); the rest wait.
     fold_per_cycle: int = Field(default=10_000, ge=1)

@@ -125,4 +125,7 @@ async def run_escalate(args: argparse.Namespace) -> int:
             raise rpc_error(err, wf.id) from None
         what = "forced (grace 0 s)" if args.grace == 0 else f"grace {args.grace:g} s"
         print(f"escalated {wf.id}: {what} (a longer grace than the current one changes nothing)")
+        batch = wf.search_attributes.get("BigFleetMachineIds") or []
+        if len(batch) > 1:  # (a shard merges drains of a cluster: ShardConfig.drain_batch)
+            print(f"  the workflow drains {len(batch)} machines; each of them is escalated")
     return 0

@@ -124,26 +124,32 @@ class TransitionInputs:
         return follow
 
 
-def batched(starts: list[TransitionInput], limit: int) -> list[TransitionInput]:
-    """`starts` with the configures of one need on one provider merged, up to `limit`
-    machines a workflow (`ShardConfig.configure_batch`), where the first of them stood; every
-    other start as it was, in its place. Each machine keeps its own bootstrap and provider
-    call (workflows/transition.py `_configure_each`), but a Temporal server's work grows with
-    workflows, not machines: one configure costs it about seven times a trivial workflow
-    (docs/temporal.md). A merged configure carries the newest fencing token of those it
-    merges, so no machine's call is fenced off by a token older than one it was sent."""
+def batched(starts: list[TransitionInput], limits: dict[Transition, int]) -> list[TransitionInput]:
+    """`starts` with the configures (or drains) that agree on everything but their machines
+    merged, up to `limits[transition]` machines a workflow (`ShardConfig.configure_batch`,
+    `drain_batch`), where the first of them stood; every other start as it was, in its place.
+    Each machine keeps its own provider call (and a configure its own bootstrap:
+    workflows/transition.py `_each`), but a Temporal server's work grows with workflows, not
+    machines: one configure costs it about seven times a trivial workflow (docs/temporal.md).
+    A merged start carries the newest fencing token of those it merges, so no machine's call
+    is fenced off by a token older than one it was sent."""
     out: list[TransitionInput] = []
     open_: dict[tuple, TransitionInput] = {}
     for s in starts:
-        if s.transition is not T.CONFIGURE:
+        limit = limits.get(s.transition, 1)
+        if limit <= 1:
             out.append(s)
             continue
         key = (
+            s.transition,
             s.provider,
             s.capacity_type,
             s.cluster,
             s.need,
             s.priority,
+            s.grace_seconds,
+            s.force,
+            s.reason,
             s.timeout_seconds,
             s.poll_seconds,
             tuple((r.key, r.operator, tuple(r.values)) for r in s.requirements),

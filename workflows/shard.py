@@ -327,8 +327,12 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
         made = [self.inputs.of_action(a) for a in decision.actions]
         starts = self.pipeline + [s for s in made if s is not None]
         self.pipeline = []  # (instructions may queue more while the starts go out)
-        if workflow.patched("batched-configure"):  # (runs begun before start one per machine)
-            starts = batched(starts, self.cfg.configure_batch)
+        if workflow.patched("batched-transitions"):  # (runs begun before start one per machine)
+            limits = {
+                Transition.CONFIGURE: self.cfg.configure_batch,
+                Transition.DRAIN: self.cfg.drain_batch,
+            }
+            starts = batched(starts, limits)
         # Runs begun before bounded cycles replay as they ran (every start in one task).
         bounded = workflow.patched("bounded-cycle")
         left = await self.outbox.send(

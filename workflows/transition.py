@@ -87,8 +87,13 @@ class MachineTransitionWorkflow(TakesSignals):
     async def _run(self, t: TransitionInput) -> TransitionResult:
         result = TransitionResult(transition=t.transition, machines=[])
         watch, untouched = t.machine_ids, list[Machine]()
-        if t.transition is T.CONFIGURE and len(t.machine_ids) > 1:
-            watch, untouched = await self._configure_each(t.machine_ids, result)
+        if t.transition in (T.CONFIGURE, T.DRAIN) and len(t.machine_ids) > 1:
+            if t.transition is T.CONFIGURE:
+                watch, untouched = await self._configure_each(t.machine_ids, result)
+            else:
+                watch, untouched = await self._each(
+                    T.DRAIN, t.machine_ids, grace=t.grace_seconds, force=t.force
+                )
             if not watch:
                 result.machines = untouched
                 return await self._finish(result)
@@ -143,22 +148,47 @@ class MachineTransitionWorkflow(TakesSignals):
         self, machine_ids: list[str], result: TransitionResult
     ) -> tuple[list[str], list[Machine]]:
         """A batched configure (one need's machines on one provider): a bootstrap for each
-        machine (an operator's blob names its machine), then one configure call each, all at
-        once. Returns the machines to watch and, as read back, those left as they were: the
-        operator refused them (`result.refused`) or their call failed for good (the shard
-        plans them again; the others go on)."""
+        machine (an operator's blob names its machine), then `_each` with its blob. Machines
+        the operator refused (`result.refused`) are left as they were."""
         answers = await asyncio.gather(*(self._bootstrap(mid) for mid in machine_ids))
-        asked = {}
+        blobs = {}
         for mid, answer in zip(machine_ids, answers, strict=True):
             if answer.refused:
                 result.refused = result.refused or answer.refused
             else:
-                asked[mid] = self._call(T.CONFIGURE, [mid], answer=answer)
-        done = await asyncio.gather(*asked.values(), return_exceptions=True)
+                blobs[mid] = answer
+        return await self._each(T.CONFIGURE, machine_ids, blobs=blobs)
+
+    async def _each(
+        self,
+        transition: Transition,
+        machine_ids: list[str],
+        blobs: dict[str, BootstrapAnswer] | None = None,
+        grace: float = 0.0,
+        force: bool = False,
+    ) -> tuple[list[str], list[Machine]]:
+        """A batched configure or drain: one provider call per machine (the provider's API and
+        its rate limit are per machine), all at once. Returns the machines to watch and, as
+        read back, those left as they were: a configure without a blob, or a call that failed
+        for good (the shard plans them again; the others go on)."""
+        asked = [mid for mid in machine_ids if blobs is None or mid in blobs]
+        done = await asyncio.gather(
+            *(
+                self._call(
+                    transition,
+                    [mid],
+                    answer=blobs[mid] if blobs is not None else None,
+                    grace=grace,
+                    force=force,
+                )
+                for mid in asked
+            ),
+            return_exceptions=True,
+        )
         watch = []
         for mid, outcome in zip(asked, done, strict=True):
             if isinstance(outcome, ActivityError):
-                workflow.logger.warning("configure of %s failed: %s", mid, outcome.cause)
+                workflow.logger.warning("%s of %s failed: %s", transition.value, mid, outcome.cause)
             elif isinstance(outcome, BaseException):  # (cancelled: the workflow ends)
                 raise outcome
             else:
@@ -262,7 +292,10 @@ class MachineTransitionWorkflow(TakesSignals):
                     f"**drain** escalated: grace now {grace:g} s"
                     + (" (forced)" if grace == 0 else f", was {self.t.grace_seconds:g} s")
                 )
-                await self._call(T.DRAIN, machine_ids, grace=grace, force=grace == 0)
+                if len(machine_ids) == 1:
+                    await self._call(T.DRAIN, machine_ids, grace=grace, force=grace == 0)
+                else:  # (a batched drain: every machine of it, one call each)
+                    await self._each(T.DRAIN, machine_ids, grace=grace, force=grace == 0)
             machines = await self._read(machine_ids)
             settled = [m for m in machines if m.state in (target, S.FAILED)]
             if len(settled) == len(machines):

@@ -181,7 +181,7 @@ async def test_preemption_walkthrough(dev_env: WorkflowEnvironment):
             what="every machine configured for cluster b",
         )
         # The workers keep running until every transition workflow has seen its end.
-        drains = await closed(client, 'BigFleetTransition = "drain"', 8)
+        drains = await closed_for(client, 'BigFleetTransition = "drain"', 8)
         configures = await closed_for(
             client, 'BigFleetTransition = "configure" AND BigFleetCluster = "b"', 8
         )
@@ -194,7 +194,8 @@ async def test_preemption_walkthrough(dev_env: WorkflowEnvironment):
         provider = sim.providers["dc"]
 
     assert len(machines) == 8
-    # The drains: one workflow per machine of cluster a, 30 s of grace (gap 500000), preempt.
+    # The drains of cluster a's machines (merged into workflows of up to `drain_batch`),
+    # 30 s of grace (gap 500000), preempt.
     assert {wf.typed_search_attributes.get(CLUSTER) for wf in drains} == {"a"}
     drained: dict[str, datetime] = {}
     for wf in drains:
@@ -202,12 +203,13 @@ async def test_preemption_walkthrough(dev_env: WorkflowEnvironment):
         assert (inp.grace_seconds, inp.reason, inp.force) == (30.0, "preempt", False), inp
         assert inp.cluster == "a"
         result = await transition_result(client, wf)
-        (m,) = result.machines
-        assert (m.state, m.cluster) == (S.IDLE, None), result
+        assert sorted((m.id, m.state, m.cluster) for m in result.machines) == [
+            (mid, S.IDLE, None) for mid in sorted(inp.machine_ids)
+        ], result
         assert result.corrective == []
         assert wf.start_time >= a_served - _SLACK
         assert wf.close_time is not None
-        drained[m.id] = wf.close_time
+        drained.update(dict.fromkeys(inp.machine_ids, wf.close_time))
     assert sorted(drained) == sorted(machines)
 
     # Then each idle machine is configured for cluster b, after its drain finished: the
@@ -759,7 +761,8 @@ async def test_a_large_cycle_goes_out_in_bounded_workflow_tasks(dev_env: Workflo
     the decision."""
     client = dev_env.client
     async with fleet_workers(client, fleet(1000, configure_latency=0.5, drain_latency=60)) as sim:
-        await ensure_shards(client, sim.fleet, **FAST)
+        # (A workflow per machine: merged, the 1 000 drains would be 32 starts.)
+        await ensure_shards(client, sim.fleet, configure_batch=1, drain_batch=1, **FAST)
         await shard(client).signal("rollup", rollup("a", 1, 1000, 500_000, 1.0))
         await eventually(
             lambda: status(client),

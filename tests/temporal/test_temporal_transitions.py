@@ -164,6 +164,32 @@ async def test_escalate_drain_shortens_the_grace(skipping_env: WorkflowEnvironme
     assert await elapsed(handle) < 600
 
 
+async def test_a_batched_drain_drains_and_escalates_every_machine(
+    skipping_env: WorkflowEnvironment,
+):
+    """One drain workflow for several machines of a cluster (`ShardConfig.drain_batch`): a
+    drain call for each, and `escalate_drain` escalates each machine of it."""
+    client = skipping_env.client
+    async with fleet_workers(client, fleet(drain_latency=3000), ROLES) as sim:
+        ids = machine_ids(sim, 3)
+        configure_directly(sim, ids)
+        seen = spy_drains(sim)
+        handle = await start(
+            client,
+            transition(T.DRAIN, ids, cluster="a", grace_seconds=HOUR, poll_seconds=30),
+        )
+        await eventually(lambda: len(seen) == 3, bool, what="a drain call for each machine")
+        await handle.signal("escalate_drain", 5.0)
+        result = await handle.result()
+
+    assert sorted((m.id, m.state, m.cluster) for m in result.machines) == [
+        (mid, S.IDLE, None) for mid in ids
+    ]
+    calls = sorted((c["machine"], c["grace"]) for c in seen)
+    assert calls == sorted([(mid, HOUR) for mid in ids] + [(mid, 5.0) for mid in ids]), seen
+    assert await elapsed(handle) < 600
+
+
 async def test_worker_killed_mid_transition_resumes_without_a_second_call(
     dev_env: WorkflowEnvironment,
 ):
