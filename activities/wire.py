@@ -17,6 +17,7 @@ from bigfleet.coordinator import MAX_SHARE, MembershipThresholds
 from bigfleet.decommission import DecommissionRequest as DecommissionRequest
 from bigfleet.models import FencingToken, Machine, NodeSelectorRequirement, Transition
 from bigfleet.snapshot import INLINE_BYTES
+from bigfleet.transitions import MAX_TRANSITION_BATCH
 
 SHARD_TASK_QUEUE = "bigfleet-shards"
 # A shard's workflow task timeout (Temporal's default is 10 s, its most 120 s). A worker that
@@ -223,11 +224,6 @@ class BootstrapAnswer(Model):
     user_data: bytes = b""
     ttl_seconds: int = 0
     refused: str | None = None
-
-
-# Machines one configure or drain workflow carries at most (ShardConfig.configure_batch,
-# drain_batch): their ids stay within one search attribute value (activities/starter.py).
-MAX_TRANSITION_BATCH = 32
 
 
 class ShardConfig(Model):

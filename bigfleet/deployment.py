@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .models import Name, from_wire
 from .simulation.scenario import PolicyOverrides
+from .transitions import MAX_TRANSITION_BATCH
 from .yamlfile import load_model
 
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -135,6 +136,10 @@ class Deployment(Spec):
     name: Name
     shards: Annotated[int, Field(ge=1, le=64)] = 1
     cycle_seconds: Seconds = 10.0
+    # Machines one configure (of a need) or drain (of a cluster, one grace and reason) workflow
+    # carries; `escalate_drain` escalates a whole drain workflow, so 1 keeps a drain per machine.
+    configure_batch: Annotated[int, Field(ge=1, le=MAX_TRANSITION_BATCH)] = MAX_TRANSITION_BATCH
+    drain_batch: Annotated[int, Field(ge=1, le=MAX_TRANSITION_BATCH)] = MAX_TRANSITION_BATCH
     policy: PolicyOverrides = Field(default_factory=lambda: PolicyOverrides())
     providers: Annotated[list[ProviderEndpoint], Field(min_length=1)]
     operators: Operators = Field(default_factory=Operators)

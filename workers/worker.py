@@ -110,8 +110,11 @@ Fleet = SimulatedFleet | RemoteFleet
 
 
 def shard_config(fleet: Scenario | Deployment, shard: int, **overrides: object) -> ShardConfig:
-    if isinstance(fleet, Deployment) and fleet.shadow_shard(shard):
-        overrides = {"shadow": True, **overrides}
+    if isinstance(fleet, Deployment):
+        batches = {"configure_batch": fleet.configure_batch, "drain_batch": fleet.drain_batch}
+        overrides = {**batches, **overrides}
+        if fleet.shadow_shard(shard):
+            overrides = {"shadow": True, **overrides}
     return ShardConfig(
         shard=shard,
         shards=fleet.shards,

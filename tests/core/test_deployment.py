@@ -55,6 +55,8 @@ def test_without_operators_no_cluster_has_an_endpoint(tmp_path):
         ({"gateway": {"tokens": [{"cluster": "a"}]}}, "gateway.tokens.0"),
         ({"gateway": {"tokens": [{"cluster": "a", "sha256": "abc"}]}}, "gateway.tokens.0.sha256"),
         ({"surprise": 1}, "surprise"),
+        ({"drain_batch": 0}, "drain_batch"),
+        ({"configure_batch": 33}, "configure_batch"),
         ({"providers": [{"name": "dc", "endpoint": "h:1", "tls": {"cert": "c.pem"}}]},
          "providers.0.tls"),
     ],
@@ -63,6 +65,18 @@ def test_a_bad_field_is_named(tmp_path, change, field):
     with pytest.raises(DeploymentError) as err:
         load(write(tmp_path, {**MINIMAL, **change}))
     assert f"  {field}" in str(err.value)
+
+
+def test_transition_batches_reach_every_shard(tmp_path):
+    """`drain_batch: 1` (a drain workflow per machine, escalated alone) and the configure
+    batch travel into each shard's config; left out, both are the largest batch."""
+    from workers.worker import shard_config
+
+    dep = load(write(tmp_path, {**MINIMAL, "shards": 2, "drain_batch": 1}))
+    configs = [shard_config(dep, shard) for shard in range(2)]
+    assert [(c.configure_batch, c.drain_batch) for c in configs] == [(32, 1), (32, 1)]
+    default = shard_config(load(write(tmp_path, MINIMAL)), 0)
+    assert (default.configure_batch, default.drain_batch) == (32, 32)
 
 
 def test_files_are_relative_to_the_config_and_must_exist(tmp_path):
