@@ -9,12 +9,12 @@ from .models import CapacityType, MachineState
 
 S = MachineState
 
-# How often a configure is retried with a fresh bootstrap blob before the machine goes back to
-# idle for a different use.
 # Machines one configure or drain workflow carries at most (a shard merges a cycle's
 # configures of a need, and drains of a cluster with one grace and reason: workflows/actions.py
 # `batched`); their ids stay within one Temporal search attribute value (activities/starter.py).
 MAX_TRANSITION_BATCH = 32
+# How often a configure is retried with a fresh bootstrap blob before the machine goes back to
+# idle for a different use.
 CONFIGURE_RETRIES = 1
 
 

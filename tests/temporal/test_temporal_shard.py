@@ -211,6 +211,7 @@ async def test_preemption_walkthrough(dev_env: WorkflowEnvironment):
         assert wf.close_time is not None
         drained.update(dict.fromkeys(inp.machine_ids, wf.close_time))
     assert sorted(drained) == sorted(machines)
+    assert len(drains) == 1  # the 8 preempted in one cycle, with one grace: one workflow
 
     # Then each idle machine is configured for cluster b, after its drain finished: the
     # machines that came back idle in one cycle in one workflow (`configure_batch`).
