@@ -101,6 +101,8 @@ async def run_history(args: argparse.Namespace) -> int:
 
 @blocking
 async def run_escalate(args: argparse.Namespace) -> int:
+    from activities.wire import MACHINE_IDS
+
     client = await connect(args)
     query = machine_query(
         args.machine, 'BigFleetTransition = "drain"', 'ExecutionStatus = "Running"'
@@ -125,7 +127,7 @@ async def run_escalate(args: argparse.Namespace) -> int:
             raise rpc_error(err, wf.id) from None
         what = "forced (grace 0 s)" if args.grace == 0 else f"grace {args.grace:g} s"
         print(f"escalated {wf.id}: {what} (a longer grace than the current one changes nothing)")
-        batch = wf.search_attributes.get("BigFleetMachineIds") or []
+        batch = wf.typed_search_attributes.get(MACHINE_IDS) or []
         if len(batch) > 1:  # (a shard merges drains of a cluster: ShardConfig.drain_batch)
             print(f"  the workflow drains {len(batch)} machines; each of them is escalated")
     return 0
