@@ -70,23 +70,23 @@ def assign_free_capacity(state: CycleState) -> list[Assignment]:
             continue
         if not (need.spec.same or need.spec.spread):
             picks = _first_free(need, deficit, ((S.IDLE, idle), (S.SPECULATIVE, spec)), offered)
-        else:
-            supply = [(S.IDLE, p, idle) for p in offered(idle, need)] + [
-                (S.SPECULATIVE, p, spec) for p in offered(spec, need)
-            ]
-            if not supply:
+        elif need.spec.same:
+            free = _free_by_domain(state, need)
+            if not free.any():
                 continue
-        if need.spec.same:
-            picks = _same(state, need, cc, supply, deficit)
+            picks = _same(state, need, cc, free, deficit)
             if not picks:
                 if on_its_way is None:
                     on_its_way = _on_its_way(state)
-                kept = _reserve_same(state, need, cc, supply, deficit, on_its_way)
+                kept = _reserve_same(state, need, cc, free, deficit, on_its_way)
                 for _, p, pool, n in kept:
                     pool[p] -= n
                 state.reserved[need.key] = sum(n for *_, n in kept)
                 continue
-        elif need.spec.spread:
+        else:
+            supply = _offer(state, need)
+            if not supply:
+                continue
             picks = _spread(state, need, cc, supply, deficit)
         for free_state, p, pool, n in picks:
             pool[p] -= n
@@ -127,55 +127,80 @@ def _plain(supply: list, deficit: int) -> list:
     return picks
 
 
-def _same(state: CycleState, need: Need, cc: ClusterClaims, supply: list, deficit: int) -> list:
+def _same(state: CycleState, need: Need, cc: ClusterClaims, free: np.ndarray, deficit: int) -> list:
+    """A `Same` need's picks: all of its deficit in one domain (`free`: its free machines per
+    domain, by label code), or none."""
     same = cast(str, need.spec.same)  # (only `Same` needs)
     labels = state.inventory.profiles.labels(same)
     codes, values = state.inventory.profiles.label_codes(same)
     have: dict[str, int] = defaultdict(int)
     for c in cc.claims[need.key]:
         have[cast(str, labels[c.profile])] += c.count
-    free = _by_domain(codes, len(values), supply)
     claimed = {int(codes[c.profile]) for c in cc.claims[need.key]}
     (tally,) = domain_tallies(values, claimed, deficit, free)
     home = pick_same_domain(need, have, tally, deficit)
     if home is None:
         return []
-    return _plain([s for s in supply if labels[s[1]] == home], deficit)
+    return _plain(_offer(state, need, codes == values.index(home)), deficit)
 
 
-def _by_domain(codes: np.ndarray, domains: int, supply: list) -> np.ndarray:
-    """Free machines per domain (by label code) of a `Same` need's supply list; its profiles
-    all carry the need's key, so every code is a domain."""
-    pids = [p for _, p, _ in supply]
-    free = np.array([pool[p] for _, p, pool in supply], dtype=np.int64)
-    return np.bincount(codes[pids], free, minlength=domains).astype(np.int64)
+def _offer(state: CycleState, need: Need, keep: np.ndarray | None = None) -> list:
+    """The need's free supply as (state, profile, pool): idle machines, then speculative ones,
+    each in its supply order; with `keep`, only the profiles it marks (a domain)."""
+    ranked = state.supply.ranked(need)
+    if keep is not None:
+        ranked = ranked[keep[ranked]]
+    out: list = []
+    for free_state, pool in ((S.IDLE, state.idle_left), (S.SPECULATIVE, state.spec_left)):
+        out += [(free_state, p, pool) for p in ranked[_column(pool)[ranked] > 0].tolist()]
+    return out
+
+
+def _column(pool: dict[int, int]) -> np.ndarray:
+    """A free pool as a column over profile ids (`Pool` keeps one; a plain dict is read)."""
+    column = getattr(pool, "column", None)
+    if column is None:
+        column = np.zeros(max(pool, default=-1) + 1, dtype=np.int64)
+        column[list(pool)] = list(pool.values())
+    return column
+
+
+def _free_by_domain(state: CycleState, need: Need) -> np.ndarray:
+    """Free machines (idle and speculative) per domain of a `Same` need, by label code; its
+    profiles all carry the need's key, so every code is a domain."""
+    codes, values = state.inventory.profiles.label_codes(cast(str, need.spec.same))
+    ranked = state.supply.ranked(need)
+    free = np.zeros(len(ranked), dtype=np.int64)
+    for pool in (state.idle_left, state.spec_left):
+        column = _column(pool)
+        inside = ranked < len(column)
+        free[inside] += column[ranked[inside]]
+    return np.bincount(codes[ranked], free, minlength=len(values)).astype(np.int64)
 
 
 def _reserve_same(
     state: CycleState,
     need: Need,
     cc: ClusterClaims,
-    supply: list,
+    free: np.ndarray,
     deficit: int,
     on_its_way: np.ndarray,
 ) -> list:
     """A `Same` need that cannot be placed yet keeps the free machines of the domain it waits
     on (draining and excess machines will complete it), away from lower priorities.
-    `on_its_way` is, per profile id, its draining machines plus its excess configured ones."""
+    `on_its_way` is, per profile id, its draining machines plus its excess configured ones;
+    `free` its free machines per domain."""
     same = cast(str, need.spec.same)  # (only `Same` needs)
-    labels = state.inventory.profiles.labels(same)
     codes, values = state.inventory.profiles.label_codes(same)
     ranked = state.supply.ranked(need)
     # (A `Same` need matches only profiles carrying its key: every code here is a domain.)
-    coming = np.bincount(
-        codes[ranked], on_its_way[ranked], minlength=len(values)
-    ) + _by_domain(codes, len(values), supply)
+    coming = np.bincount(codes[ranked], on_its_way[ranked], minlength=len(values)) + free
     claimed = {int(codes[c.profile]) for c in cc.claims[need.key]}
     (tally,) = domain_tallies(values, claimed, deficit, coming)
     home = pick_same_wait_domain({values[d] for d in claimed}, tally, {}, deficit)
     if home is None:
         return []
-    return _plain([s for s in supply if labels[s[1]] == home], deficit)
+    return _plain(_offer(state, need, codes == values.index(home)), deficit)
 
 
 def _on_its_way(state: CycleState) -> np.ndarray:
