@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import cast
 
 import numpy as np
 
@@ -19,8 +18,6 @@ from .supply import SupplyIndex
 
 CLAIM_SLOTS = tuple(HELD_SLOT[s] for s in CLAIM_ORDER)
 CONFIGURED_SLOT = HELD_SLOT[CLAIM_ORDER[0]]
-# A need that can use at most this many profiles walks them in Python; a wider one masks them.
-NARROW = 8
 
 
 @dataclass(slots=True)
@@ -66,44 +63,38 @@ class ClusterClaims:
 
 
 def claim_cluster(
-    inventory: Inventory, cluster: str, needs: list[Need], supply: SupplyIndex
+    inventory: Inventory,
+    cluster: str,
+    needs: list[Need],
+    supply: SupplyIndex,
 ) -> ClusterClaims:
     """Claims (docs/engine.md, The cycle 1): each need, in table order, keeps machines its own
     cluster already has, CONFIGURED then CONFIGURING then CREATING, in its supply order; a
-    `Same` need only in the domain where it has the most. What no need keeps is excess.
-
-    A need wider than `NARROW` profiles walks only those its state's mask still marks (a
-    profile leaves it with its last machine); `remaining` copies tallies on first use."""
+    `Same` need only in the domain where it has the most. What no need keeps is excess."""
     cidx = inventory.clusters.get(cluster)
     held = inventory.held.get(cidx, {}) if cidx is not None else {}
-    open_by_slot = _open_profiles(held)
-    masks = [_mask(len(inventory.profiles), pids) for pids in open_by_slot]
-    live = [len(pids) for pids in open_by_slot]
-    remaining: dict[int, list[int]] = {}
+    c0, c1, c2 = CLAIM_SLOTS
+    # What no need has kept yet, of the profiles with a claimable machine (no other can be
+    # claimed, left over as excess, or pending).
+    remaining = {p: list(t) for p, t in held.items() if t[c0] or t[c1] or t[c2]}
+    mine = np.zeros(len(inventory.profiles), dtype=bool)
+    if remaining:
+        mine[list(remaining)] = True
     out = ClusterClaims()
-    on_configured: list[tuple[Need, list[Claim], int]] = []
     for need in needs:
         # The cluster's profiles this need can use, in its supply order.
         ranked = supply.ranked(need)
+        open_pids = ranked[mine[ranked]].tolist()
         if need.spec.same:
-            ranked = _home_domain(inventory, need, ranked, masks, held, remaining)
+            labels = inventory.profiles.labels(need.spec.same)
+            open_pids = _home_domain(labels, open_pids, remaining)
         want = need.count
         taken: list[Claim] = []
-        configured = 0
-        for i, slot in enumerate(CLAIM_SLOTS):
+        tallies = [(p, remaining[p]) for p in open_pids]
+        for slot in CLAIM_SLOTS:
             if want == 0:
                 break
-            if not live[i]:
-                continue
-            mask = masks[i]  # (a handful of profiles are cheaper to walk than to mask)
-            walk = ranked.tolist() if len(ranked) <= NARROW else ranked[mask[ranked]].tolist()
-            for p in walk:
-                t = remaining.get(p)
-                if t is None:
-                    h = held.get(p)
-                    if h is None:
-                        continue
-                    t = remaining[p] = h[:]
+            for p, t in tallies:
                 left = t[slot]
                 if left <= 0:
                     continue
@@ -111,103 +102,40 @@ def claim_cluster(
                 taken.append(Claim(need, p, slot, n, held[p][slot] - left))
                 t[slot] = left - n
                 want -= n
-                if n == left:
-                    mask[p] = False
-                    live[i] -= 1
                 if want == 0:
                     break
-            if i == 0:
-                configured = len(taken)
         out.claims[need.key] = taken
         out.claimed[need.key] = need.count - want
-        if want == 0 < need.count:
-            on_configured.append((need, taken, configured))
-    _leftovers(out, held, remaining, open_by_slot)
-    _settle(out, on_configured, supply)
+    for p, t in remaining.items():
+        if t[c0] > 0:
+            out.excess[p] = (held[p][c0] - t[c0], t[c0])
+        if t[c1] > 0 or t[c2] > 0:
+            out.pending.add(p)
+    out.settled = {
+        n.key: [c for c in out.claims[n.key] if c.slot == CONFIGURED_SLOT]
+        for n in needs
+        if 0 < n.count == out.claimed[n.key]
+        and (not out.pending or out.pending.isdisjoint(supply.matching(n)))
+    }
     return out
 
 
-def _settle(
-    out: ClusterClaims, whole: list[tuple[Need, list[Claim], int]], supply: SupplyIndex
-) -> None:
-    """`settled`: of the needs holding their whole count (each with its claims and how many
-    of them, first in the list, are on CONFIGURED machines), those with no unclaimed machine
-    of theirs coming up."""
-    out.settled = {
-        n.key: taken[:configured]
-        for n, taken, configured in whole
-        if not out.pending or out.pending.isdisjoint(supply.matching(n))
-    }
-
-
-def _open_profiles(held: dict[int, list[int]]) -> tuple[list[int], list[int], list[int]]:
-    """The cluster's profiles with a machine in each claimed state, in `held` order."""
-    c0, c1, c2 = CLAIM_SLOTS
-    configured: list[int] = []
-    configuring: list[int] = []
-    creating: list[int] = []
-    for p, t in held.items():
-        if t[c0]:
-            configured.append(p)
-        if t[c1]:
-            configuring.append(p)
-        if t[c2]:
-            creating.append(p)
-    return configured, configuring, creating
-
-
-def _mask(size: int, pids: list[int]) -> np.ndarray:
-    mask = np.zeros(size, dtype=bool)
-    if pids:
-        mask[pids] = True
-    return mask
-
-
-def _leftovers(
-    out: ClusterClaims,
-    held: dict[int, list[int]],
-    remaining: dict[int, list[int]],
-    open_by_slot: tuple[list[int], list[int], list[int]],
-) -> None:
-    """What no need kept: configured machines are excess (from the first one left), profiles
-    with machines still coming up are pending."""
-    c0, c1, c2 = CLAIM_SLOTS
-    configured, configuring, creating = open_by_slot
-    for p in configured:
-        t = remaining.get(p)
-        if t is None:
-            out.excess[p] = (0, held[p][c0])
-        elif t[c0] > 0:
-            out.excess[p] = (held[p][c0] - t[c0], t[c0])
-    for slot, pids in ((c1, configuring), (c2, creating)):
-        for p in pids:
-            if remaining.get(p, held[p])[slot] > 0:
-                out.pending.add(p)
-
-
 def _home_domain(
-    inventory: Inventory,
-    need: Need,
-    ranked: np.ndarray,
-    masks: list[np.ndarray],
-    held: dict[int, list[int]],
-    remaining: dict[int, list[int]],
-) -> np.ndarray:
+    labels: list[str | None], open_pids: list[int], remaining: dict[int, list[int]]
+) -> list[int]:
     """A `Same` need keeps machines only in the domain where its cluster has the most
     claimable ones (ties by name); a machine without the label counts under None, as in the
     reference engine."""
     c0, c1, c2 = CLAIM_SLOTS
-    labels = inventory.profiles.labels(cast(str, need.spec.same))  # (only `Same` needs)
-    open_pids = ranked[masks[0][ranked] | masks[1][ranked] | masks[2][ranked]].tolist()
     per_domain: dict[str | None, int] = defaultdict(int)
     for p in open_pids:
-        t = remaining.get(p, held[p])
+        t = remaining[p]
         per_domain[labels[p]] += t[c0] + t[c1] + t[c2]
     per_domain = {d: n for d, n in per_domain.items() if n}
     if not per_domain:
-        return ranked
+        return open_pids
     home = max(sorted(per_domain), key=lambda d: per_domain[d])  # type: ignore[type-var]
-    return np.array([p for p in open_pids if labels[p] == home], dtype=ranked.dtype)
+    return [p for p in open_pids if labels[p] == home]
 
 
 def excess_by_profile(claims: dict[str, ClusterClaims]) -> dict[int, int]:
