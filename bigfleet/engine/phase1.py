@@ -150,18 +150,21 @@ def _offer(state: CycleState, need: Need, keep: np.ndarray | None = None) -> lis
     ranked = state.supply.ranked(need)
     if keep is not None:
         ranked = ranked[keep[ranked]]
+    size = len(state.inventory.profiles)
     out: list = []
     for free_state, pool in ((S.IDLE, state.idle_left), (S.SPECULATIVE, state.spec_left)):
-        out += [(free_state, p, pool) for p in ranked[_column(pool)[ranked] > 0].tolist()]
+        out += [(free_state, p, pool) for p in ranked[_column(pool, size)[ranked] > 0].tolist()]
     return out
 
 
-def _column(pool: dict[int, int]) -> np.ndarray:
-    """A free pool as a column over profile ids (`Pool` keeps one; a plain dict is read)."""
+def _column(pool: dict[int, int], size: int) -> np.ndarray:
+    """A free pool as a column over at least `size` profile ids (a `Pool` keeps one; any
+    other dict is read into one)."""
     column = getattr(pool, "column", None)
-    if column is None:
-        column = np.zeros(max(pool, default=-1) + 1, dtype=np.int64)
-        column[list(pool)] = list(pool.values())
+    if column is None or len(column) < size:
+        column = np.zeros(max(size, max(pool, default=-1) + 1), dtype=np.int64)
+        if pool:
+            column[list(pool)] = list(pool.values())
     return column
 
 
@@ -170,11 +173,8 @@ def _free_by_domain(state: CycleState, need: Need) -> np.ndarray:
     profiles all carry the need's key, so every code is a domain."""
     codes, values = state.inventory.profiles.label_codes(cast(str, need.spec.same))
     ranked = state.supply.ranked(need)
-    free = np.zeros(len(ranked), dtype=np.int64)
-    for pool in (state.idle_left, state.spec_left):
-        column = _column(pool)
-        inside = ranked < len(column)
-        free[inside] += column[ranked[inside]]
+    size = len(state.inventory.profiles)
+    free = _column(state.idle_left, size)[ranked] + _column(state.spec_left, size)[ranked]
     return np.bincount(codes[ranked], free, minlength=len(values)).astype(np.int64)
 
 
