@@ -200,7 +200,9 @@ class _ShortSupply:
             size = len(self.state.inventory.profiles)
             incoming = np.zeros(size, dtype=np.int64)
             for pool in self.pools:
-                if pool:  # (one key per profile in a pool: no repeated index)
+                if isinstance(pool, Pool) and len(pool.column) >= size:
+                    incoming += pool.column[:size]
+                elif pool:  # (one key per profile in a pool: no repeated index)
                     incoming[list(pool)] += list(pool.values())
             if self._held is None:  # nothing preempted yet: the claims as they are
                 parts = [cc.configured() for cc in self.state.claims.values()]
@@ -213,9 +215,11 @@ class _ShortSupply:
                 profile, priority, left = held.profile, held.priority, held.left
             levels = np.unique(priority)
             self.levels = {q: i for i, q in enumerate(levels.tolist())}
-            below = np.zeros((size, len(levels) + 1), dtype=np.int64)
-            np.add.at(below, (profile, np.searchsorted(levels, priority) + 1), left)
-            self.below = np.cumsum(below, axis=1)
+            # Victims per (profile, level above theirs), summed by one bincount of the flat index.
+            width = len(levels) + 1
+            flat = profile * width + np.searchsorted(levels, priority) + 1
+            below = np.bincount(flat, left, minlength=size * width).astype(np.int64)
+            self.below = np.cumsum(below.reshape(size, width), axis=1)
             self.incoming = incoming
         return self.incoming
 
