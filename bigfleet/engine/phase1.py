@@ -20,6 +20,7 @@ from .common import (
     pick_spread_domain,
 )
 from .cycle import CycleState
+from .supply import pool_column
 
 S = MachineState
 
@@ -153,19 +154,8 @@ def _offer(state: CycleState, need: Need, keep: np.ndarray | None = None) -> lis
     size = len(state.inventory.profiles)
     out: list = []
     for free_state, pool in ((S.IDLE, state.idle_left), (S.SPECULATIVE, state.spec_left)):
-        out += [(free_state, p, pool) for p in ranked[_column(pool, size)[ranked] > 0].tolist()]
+        out += [(free_state, p, pool) for p in ranked[pool_column(pool, size)[ranked] > 0].tolist()]
     return out
-
-
-def _column(pool: dict[int, int], size: int) -> np.ndarray:
-    """A free pool as a column over at least `size` profile ids (a `Pool` keeps one; any
-    other dict is read into one)."""
-    column = getattr(pool, "column", None)
-    if column is None or len(column) < size:
-        column = np.zeros(max(size, max(pool, default=-1) + 1), dtype=np.int64)
-        if pool:
-            column[list(pool)] = list(pool.values())
-    return column
 
 
 def _free_by_domain(state: CycleState, need: Need) -> np.ndarray:
@@ -174,7 +164,7 @@ def _free_by_domain(state: CycleState, need: Need) -> np.ndarray:
     codes, values = state.inventory.profiles.label_codes(cast(str, need.spec.same))
     ranked = state.supply.ranked(need)
     size = len(state.inventory.profiles)
-    free = _column(state.idle_left, size)[ranked] + _column(state.spec_left, size)[ranked]
+    free = pool_column(state.idle_left, size)[ranked] + pool_column(state.spec_left, size)[ranked]
     return np.bincount(codes[ranked], free, minlength=len(values)).astype(np.int64)
 
 

@@ -26,7 +26,7 @@ from .common import (
 from .cycle import CycleState
 from .phase1 import Assignment
 from .rows import RowPicker
-from .supply import Pool, free_pool
+from .supply import Pool, free_pool, pool_column
 
 S = MachineState
 
@@ -200,10 +200,7 @@ class _ShortSupply:
             size = len(self.state.inventory.profiles)
             incoming = np.zeros(size, dtype=np.int64)
             for pool in self.pools:
-                if isinstance(pool, Pool) and len(pool.column) >= size:
-                    incoming += pool.column[:size]
-                elif pool:  # (one key per profile in a pool: no repeated index)
-                    incoming[list(pool)] += list(pool.values())
+                incoming += pool_column(pool, size)[:size]
             if self._held is None:  # nothing preempted yet: the claims as they are
                 parts = [cc.configured() for cc in self.state.claims.values()]
                 profile, priority, left = (

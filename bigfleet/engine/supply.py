@@ -156,6 +156,17 @@ def free_pool(counts: np.ndarray, state: MachineState, size: int = 0) -> Pool:
     return Pool({int(p): int(row[p]) for p in np.flatnonzero(row)}, size)
 
 
+def pool_column(pool: dict[int, int], size: int) -> np.ndarray:
+    """A free pool as a column over at least `size` profile ids (a `Pool` keeps one; any
+    other dict is read into one)."""
+    column = getattr(pool, "column", None)
+    if column is None or len(column) < size:
+        column = np.zeros(max(size, max(pool, default=-1) + 1), dtype=np.int64)
+        if pool:
+            column[list(pool)] = list(pool.values())
+    return column
+
+
 def by_supply(pool: dict[int, int], rank: dict[int, int]) -> list[int]:
     """Matching profiles (those `rank`ed) with supply left in `pool`, cheapest first."""
     if len(pool) < len(rank):
