@@ -47,6 +47,8 @@ class ClusterClaims:
     # Needs that hold their whole count with no unclaimed machine for them coming up, each with
     # its claims on CONFIGURED machines: what consolidation may move (unless preempted).
     settled: dict[str, list[Claim]] = field(default_factory=dict)
+    # Reused by the cluster's next claims while its claimable profiles stay the same.
+    opened: OpenProfiles | None = None
     _configured: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def configured(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -62,39 +64,67 @@ class ClusterClaims:
         return self._configured
 
 
+class OpenProfiles:
+    """Which of a cluster's profiles each need signature can claim from, in its supply order.
+
+    It depends only on which profiles the cluster has a claimable machine of (and the
+    profile table), not on how many: a cluster re-claimed because counts moved, the common
+    case, reuses the lists it made last time instead of filtering every need's ranked
+    profiles again."""
+
+    __slots__ = ("by_signature", "key", "_mine")
+
+    def __init__(self, key: tuple) -> None:
+        self.key = key
+        self.by_signature: dict[str, list[int]] = {}
+        self._mine: np.ndarray | None = None
+
+    def of(self, need: Need, supply: SupplyIndex) -> list[int]:
+        found = self.by_signature.get(need.signature)
+        if found is None:
+            n_profiles, pids = self.key
+            if self._mine is None:
+                self._mine = np.zeros(n_profiles, dtype=bool)
+                self._mine[list(pids)] = True
+            ranked = supply.ranked(need)
+            found = self.by_signature[need.signature] = ranked[self._mine[ranked]].tolist()
+        return found
+
+
 def claim_cluster(
     inventory: Inventory,
     cluster: str,
     needs: list[Need],
     supply: SupplyIndex,
+    opened: OpenProfiles | None = None,
 ) -> ClusterClaims:
     """Claims (docs/engine.md, The cycle 1): each need, in table order, keeps machines its own
     cluster already has, CONFIGURED then CONFIGURING then CREATING, in its supply order; a
-    `Same` need only in the domain where it has the most. What no need keeps is excess."""
+    `Same` need only in the domain where it has the most. What no need keeps is excess.
+    `opened` is the cluster's `OpenProfiles` from its last claims, reused if still valid."""
     cidx = inventory.clusters.get(cluster)
     held = inventory.held.get(cidx, {}) if cidx is not None else {}
     c0, c1, c2 = CLAIM_SLOTS
     # What no need has kept yet, of the profiles with a claimable machine (no other can be
     # claimed, left over as excess, or pending).
     remaining = {p: list(t) for p, t in held.items() if t[c0] or t[c1] or t[c2]}
-    mine = np.zeros(len(inventory.profiles), dtype=bool)
-    if remaining:
-        mine[list(remaining)] = True
-    out = ClusterClaims()
+    key = (len(inventory.profiles), tuple(remaining))
+    if opened is None or opened.key != key:
+        opened = OpenProfiles(key)
+    out = ClusterClaims(opened=opened)
     for need in needs:
         # The cluster's profiles this need can use, in its supply order.
-        ranked = supply.ranked(need)
-        open_pids = ranked[mine[ranked]].tolist()
+        open_pids = opened.of(need, supply)
         if need.spec.same:
             labels = inventory.profiles.labels(need.spec.same)
             open_pids = _home_domain(labels, open_pids, remaining)
         want = need.count
         taken: list[Claim] = []
-        tallies = [(p, remaining[p]) for p in open_pids]
         for slot in CLAIM_SLOTS:
             if want == 0:
                 break
-            for p, t in tallies:
+            for p in open_pids:
+                t = remaining[p]
                 left = t[slot]
                 if left <= 0:
                     continue

@@ -78,7 +78,8 @@ class FastEngine:
         cached = self._claims.get(cluster)
         if cached is not None and cached[0] == key:
             return cached[1]
-        result = claim_cluster(self.inventory, cluster, needs, self.supply)
+        opened = cached[1].opened if cached is not None else None
+        result = claim_cluster(self.inventory, cluster, needs, self.supply, opened)
         self._claims[cluster] = (key, result)
         return result
 
