@@ -13,16 +13,24 @@ from ..models import MachineState
 S = MachineState
 
 
-def _group(rows: np.ndarray, keys: np.ndarray, within: np.ndarray) -> dict[int, np.ndarray]:
-    """`rows` (ascending) grouped by `keys`, each group ordered by `within`, then by row."""
+def _numbered(count: int) -> type:
+    """The smallest unsigned dtype for group numbers 1..count (16 bits sort by radix)."""
+    return np.uint16 if count < 0xFFFF else np.uint32
+
+
+def _split(rows: np.ndarray, groups: np.ndarray, keys: list[int]) -> dict[int, np.ndarray]:
+    """`rows` by group number (1-based into `keys`), keeping their order within each group:
+    one stable sort of the small group numbers (a radix sort for 16-bit numbers), not a
+    sort of every row by a composite key."""
     if not len(rows):
         return {}
-    order = np.lexsort((rows, within, keys))
-    rows, keys = rows[order], keys[order]
-    cuts = np.flatnonzero(np.diff(keys)) + 1
+    order = np.argsort(groups, kind="stable")
+    rows, groups = rows[order], groups[order]
+    cuts = np.flatnonzero(np.diff(groups)) + 1
+    starts = [0, *cuts.tolist()]
     return {
-        int(chunk_keys[0]): chunk
-        for chunk, chunk_keys in zip(np.split(rows, cuts), np.split(keys, cuts), strict=True)
+        keys[int(groups[s]) - 1]: chunk
+        for s, chunk in zip(starts, np.split(rows, cuts), strict=True)
     }
 
 
@@ -50,33 +58,42 @@ class RowPicker:
         if not wanted:
             return {}
         n = inv.rows_used
-        # Wanted profiles as a lookup column (a gather per row, not isin's sort of them all).
-        want = np.zeros(len(inv.profiles) + 1, dtype=bool)
-        want[[p for _, p in wanted]] = True
+        # Each wanted (state, profile) numbered from 1 in a lookup table per state (0: not
+        # wanted): a gather per free row, not isin's sort of them all.
+        keys = sorted(CODE[s] * 65536 + p for s, p in wanted)
+        number: np.ndarray = np.zeros((2, len(inv.profiles) + 1), dtype=_numbered(len(keys)))
+        for i, key in enumerate(keys, start=1):
+            number[int(key // 65536 == CODE[S.IDLE]), key % 65536] = i
         state = inv.state[:n]
-        free = (state == CODE[S.IDLE]) | (state == CODE[S.SPECULATIVE])
-        rows = np.flatnonzero(free)
-        rows = rows[want[inv.profile[rows]]]
-        keys = state[rows].astype(np.int64) * 65536 + inv.profile[rows]
-        # Idle machines by lowest reclamation value, speculative slots by row alone.
-        value = np.where(state[rows] == CODE[S.IDLE], inv.holder_reclamation[rows], 0)
-        return _group(rows, keys, value)
+        idle = np.flatnonzero(state == CODE[S.IDLE])
+        spec = np.flatnonzero(state == CODE[S.SPECULATIVE])
+        idle = idle[number[1][inv.profile[idle]] > 0]
+        spec = spec[number[0][inv.profile[spec]] > 0]
+        # Idle machines by lowest reclamation value then row, speculative slots by row.
+        idle = idle[np.argsort(inv.holder_reclamation[idle], kind="stable")]
+        groups = np.concatenate([number[1][inv.profile[idle]], number[0][inv.profile[spec]]])
+        return _split(np.concatenate([idle, spec]), groups, keys)
 
     def _scan_configured(self, wanted: set[tuple[str, int]]) -> dict[int, np.ndarray]:
         inv = self.inv
         if not wanted:
             return {}
         n = inv.rows_used
-        # Wanted (cluster, profile) pairs as a lookup table (a gather per configured row).
-        cidx = [(cast(int, inv.clusters.get(c)), p) for c, p in wanted]
-        want = np.zeros((max(c for c, _ in cidx) + 1, len(inv.profiles) + 1), dtype=bool)
-        want[tuple(np.array(cidx, dtype=np.int64).T)] = True
+        # Wanted (cluster, profile) pairs numbered from 1 in a lookup table (a gather per
+        # configured row).
+        pairs = sorted((cast(int, inv.clusters.get(c)), p) for c, p in wanted)
+        shape = (pairs[-1][0] + 1, len(inv.profiles) + 1)
+        number: np.ndarray = np.zeros(shape, dtype=_numbered(len(pairs)))
+        at = np.array(pairs, dtype=np.int64)
+        number[at[:, 0], at[:, 1]] = np.arange(1, len(pairs) + 1)
         rows = np.flatnonzero(inv.state[:n] == CODE[S.CONFIGURED])
-        clusters = inv.cluster[rows].astype(np.int64)
-        rows, clusters = rows[clusters < len(want)], clusters[clusters < len(want)]
-        rows = rows[want[clusters, inv.profile[rows]]]
-        composite = inv.cluster[rows].astype(np.int64) * 65536 + inv.profile[rows]
-        return _group(rows, composite, -inv.holder_reclamation[rows])
+        clusters = inv.cluster[rows]
+        rows, clusters = rows[clusters < len(number)], clusters[clusters < len(number)]
+        groups = number[clusters, inv.profile[rows]]
+        rows, groups = rows[groups > 0], groups[groups > 0]
+        # Highest reclamation value first, then row.
+        order = np.argsort(-inv.holder_reclamation[rows], kind="stable")
+        return _split(rows[order], groups[order], [c * 65536 + p for c, p in pairs])
 
     def take_free(self, state: MachineState, profile: int, count: int) -> np.ndarray:
         key = CODE[state] * 65536 + profile
