@@ -7,6 +7,7 @@ cached per distinct requirement set.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -86,7 +87,8 @@ class ProfileTable:
         self.interruption = np.zeros(0, dtype=np.float64)
         self._match_cache: dict[str, tuple[int, np.ndarray]] = {}
         self._labels: dict[str, list[str | None]] = {}
-        self._codes: dict[str, tuple[np.ndarray, list[str]]] = {}
+        self._codes: dict[tuple[str, ...], tuple[np.ndarray, list[str]]] = {}
+        self._providers: list[str] = []
 
     def __len__(self) -> int:
         return len(self.profiles)
@@ -113,7 +115,18 @@ class ProfileTable:
         """`labels(key)` as a column of small integers (-1 where a profile has none) and the
         values they stand for, first seen first: what a per-domain tally sums over with
         `numpy.bincount` instead of a Python loop per profile."""
-        column = self.labels(key)
+        return self._coded(("label", key), self.labels(key))
+
+    def provider_codes(self) -> tuple[np.ndarray, list[str]]:
+        """Each profile's provider as a small integer, and the providers they stand for."""
+        column = self._providers
+        if len(column) < len(self.profiles):
+            column.extend(p.provider for p in self.profiles[len(column) :])
+        return self._coded(("provider",), column)
+
+    def _coded(
+        self, key: tuple[str, ...], column: Sequence[str | None]
+    ) -> tuple[np.ndarray, list[str]]:
         codes, values = self._codes.get(key, (np.zeros(0, dtype=np.int64), []))
         if len(codes) < len(column):
             index = {v: i for i, v in enumerate(values)}

@@ -65,10 +65,7 @@ def _drain_excess(state: CycleState, picker: RowPicker, out: Decision) -> None:
     cluster_code = {c: i for i, c in enumerate(clusters)}
     segment_cluster = np.array([cluster_code[c] for _, c in segments], dtype=np.int64)
     row_cluster = np.repeat(segment_cluster, [len(r) for r, _ in segments])
-    profiles = inv.profiles.profiles
-    providers = list(dict.fromkeys(p.provider for p in profiles))
-    provider_code = {name: i for i, name in enumerate(providers)}
-    profile_provider = np.array([provider_code[p.provider] for p in profiles], dtype=np.int64)
+    profile_provider, providers = inv.profiles.provider_codes()
     price = inv.profiles.price[inv.profile[rows].astype(np.int64)]
     # Most expensive first, lowest reclamation value on ties, then by row.
     order = np.lexsort((rows, inv.holder_reclamation[rows].astype(np.float64), -price))
@@ -111,18 +108,22 @@ def release_idle(state: CycleState, taken: np.ndarray, now: float, out: Decision
     idle = np.flatnonzero(inv.state[:n] == CODE[S.IDLE])
     if not len(idle):
         return
+    spoken_for = np.zeros(n, dtype=bool)
+    spoken_for[taken] = True
+    idle = idle[~spoken_for[idle]]
+    # Each idle machine's timeout, asked once per profile that has one.
+    present, at = np.unique(inv.profile[idle], return_inverse=True)
     timeout = np.array(
         [
             policy.idle_timeout_seconds[p.capacity_type]
             if p.capacity_type in DELETABLE and not memory.wants_soon(p, policy)
             else np.inf
-            for p in profiles
+            for p in (profiles[i] for i in present.tolist())
         ],
         dtype=np.float64,
     )
-    idle = idle[~np.isin(idle, taken)]
     age = now - inv.since[idle].astype(np.float64)
-    for r in idle[age >= timeout[inv.profile[idle]]].tolist():
+    for r in idle[age >= timeout[at]].tolist():
         state.moves.append((S.DELETING, None, np.array([r], dtype=np.int64)))
         out.actions.append(
             DeleteAction(

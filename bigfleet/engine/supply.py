@@ -153,7 +153,8 @@ def free_pool(counts: np.ndarray, state: MachineState, size: int = 0) -> Pool:
     """Machines per profile in `state` (profile -> count, profiles with none left out); `size`
     is how many profiles the column covers at least."""
     row = counts[CODE[state]]
-    return Pool({int(p): int(row[p]) for p in np.flatnonzero(row)}, size)
+    some = np.flatnonzero(row)
+    return Pool(dict(zip(some.tolist(), row[some].tolist(), strict=True)), size)
 
 
 def pool_column(pool: dict[int, int], size: int) -> np.ndarray:
