@@ -6,6 +6,7 @@ of machines); rows are picked only for the machines an action names, in one pass
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -269,11 +270,18 @@ class FastEngine:
         n = inv.rows_used
         state = inv.state[:n]
         profiles = inv.profiles.profiles
-        age = now - inv.since[:n].astype(np.float64)
+        since = inv.since[:n]
         limits = np.full(256, np.inf)
+        # Per state, a `since` (whole seconds) below which a row may be overdue: a superset
+        # by a second's margin, read as uint32 like the column; the exact test runs on it.
+        before = np.zeros(256, dtype=np.uint32)
         for s, limit in policy.transition_timeout_seconds.items():
             limits[CODE[s]] = limit
-        for r in np.flatnonzero(age > limits[state]).tolist():
+            if math.isfinite(limit):  # (the policy allows no timeout: infinity)
+                before[CODE[s]] = min(max(math.floor(now - limit) + 2, 0), 0xFFFFFFFF)
+        maybe = np.flatnonzero(since < before[state])
+        age = now - since[maybe].astype(np.float64)
+        for r in maybe[age > limits[state[maybe]]].tolist():
             out.timed_out.append(self._name(r))
         sick = np.flatnonzero(
             (inv.missed[:n] >= policy.health_missed_reports) & (state == CODE[S.CONFIGURED])

@@ -215,11 +215,12 @@ def _spread(state: CycleState, need: Need, cc: ClusterClaims, supply: list, defi
     current: dict[str, int] = defaultdict(int)
     for c in cc.claims[need.key]:
         current[labels[c.profile] or ""] += c.count
-    eligible = {
-        cast(str, labels[p])
-        for p in state.supply.matching(need)
-        if p < len(live) and live[p] > 0 and labels[p]
-    }
+    # The domains of matching profiles with a live machine, by column.
+    codes, values = state.inventory.profiles.label_codes(rule.key)
+    pids = state.supply.ranked(need)
+    pids = pids[pids < len(live)]
+    found = np.unique(codes[pids[live[pids] > 0]]).tolist()
+    eligible = {values[d] for d in found if d >= 0 and values[d]}
     pools: dict[str, list[list]] = defaultdict(list)
     for state, p, pool in supply:
         d = labels[p]
@@ -227,12 +228,17 @@ def _spread(state: CycleState, need: Need, cc: ClusterClaims, supply: list, defi
             pools[d].append([state, p, pool, pool[p]])
     taken: dict[tuple, int] = defaultdict(int)
     free = {k: sum(e[3] for e in v) for k, v in pools.items()}
+    first = dict.fromkeys(pools, 0)  # each domain's first entry with a machine left
     for _ in range(deficit):
         d = pick_spread_domain(current, free, eligible, rule.max_skew)
         if d is None:
             break
         free[d] -= 1
-        entry = next(e for e in pools[d] if e[3] > 0)
+        entries, i = pools[d], first[d]
+        while entries[i][3] <= 0:
+            i += 1
+        first[d] = i
+        entry = entries[i]
         entry[3] -= 1
         taken[(entry[0], entry[1])] += 1
         current[d] += 1
