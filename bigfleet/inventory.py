@@ -48,6 +48,17 @@ _COLUMNS: dict[str, tuple[type, int]] = {
 }
 
 
+def _distinct(codes: np.ndarray) -> list[int]:
+    """The distinct state codes (uint8) in `codes`, ascending: one bincount, not a sort."""
+    return np.flatnonzero(np.bincount(codes, minlength=1)).tolist()
+
+
+def _repeats(rows: np.ndarray) -> bool:
+    """Whether any row appears twice."""
+    ordered = np.sort(rows)
+    return bool((ordered[1:] == ordered[:-1]).any())
+
+
 class Interner:
     """Names to small integers, both ways."""
 
@@ -284,11 +295,11 @@ class Inventory:
         batch `move` would refuse go one by one, so errors and their partial effects match."""
         idx = np.asarray(rows, dtype=np.int64)
         codes = self.state[idx]
-        old = np.unique(codes).tolist()
+        old = _distinct(codes)
         if (
             target is MachineState.FAILED
             or any(c >= len(STATES) or (STATES[c], target) not in LEGAL for c in old)
-            or len(np.unique(idx)) != len(idx)
+            or _repeats(idx)
             or (
                 target is MachineState.CONFIGURING
                 and cluster is None
@@ -335,7 +346,7 @@ class Inventory:
         slot_of = [HELD_SLOT.get(s) for s in STATES]
         n_slots = len(HELD_STATES)
         held, versions = self.held, self.cluster_version
-        leaving = [c for c in np.unique(codes).tolist() if slot_of[c] is not None]
+        leaving = [c for c in _distinct(codes) if slot_of[c] is not None]
         if new_slot is not None and len(set(new_clusters.tolist())) == 1 and not (
             leaving and bool((old_clusters[np.isin(codes, leaving)] != NONE16).any())
         ):
