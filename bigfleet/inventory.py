@@ -427,9 +427,14 @@ class Inventory:
         return True
 
     def set_holder(
-        self, rows: np.ndarray, priority: int, interruption: float, reclamation: float
+        self,
+        rows: np.ndarray,
+        priority: int | np.ndarray,
+        interruption: float | np.ndarray,
+        reclamation: float | np.ndarray,
     ) -> None:
-        """Record which need a machine serves: its priority and penalties (victim scoring)."""
+        """Record which need a machine serves: its priority and penalties (victim scoring);
+        one value for all `rows`, or a column of one per row."""
         self.holder_priority[rows] = priority
         self.holder_interruption[rows] = interruption
         self.holder_reclamation[rows] = reclamation

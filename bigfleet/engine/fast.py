@@ -152,9 +152,7 @@ class FastEngine:
         clock.lap("assignments' actions")
         emit_preemptions(state, picker, victims, out)
         clock.lap("preemptions' actions")
-        taken = np.array(
-            [r for rows, _ in self._holders for r in rows.tolist()], dtype=np.int64
-        )
+        taken = _rows_of(self._holders)
         reclaim_excess(state, picker, out, taken, now)
         clock.lap("phase 3")
         self._upkeep(out, now)
@@ -319,9 +317,14 @@ class FastEngine:
             found = named.get(machine_id)
             return inv.row(machine_id) if found is None else found
 
-        for rows, need in self._holders:
+        if self._holders:  # (one write per column: the holders' rows never overlap)
+            sizes = [len(rows) for rows, _ in self._holders]
+            needs = [need for _, need in self._holders]
             inv.set_holder(
-                rows, need.priority, need.spec.interruption_penalty, need.spec.reclamation_penalty
+                _rows_of(self._holders),
+                np.repeat([n.priority for n in needs], sizes),
+                np.repeat([n.spec.interruption_penalty for n in needs], sizes),
+                np.repeat([n.spec.reclamation_penalty for n in needs], sizes),
             )
         self._holders = []
         decided, self._decided = self._decided, None
@@ -338,6 +341,13 @@ class FastEngine:
         for mid in decision.timed_out:
             inv.move(row(mid), S.FAILED, now, error="transition timed out")
         self.clock.lap("apply")
+
+
+def _rows_of(holders: list[tuple[np.ndarray, Need]]) -> np.ndarray:
+    """Every row the cycle's assignments took, in order."""
+    if not holders:
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate([rows for rows, _ in holders]).astype(np.int64, copy=False)
 
 
 _TARGET = {
