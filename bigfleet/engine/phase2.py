@@ -148,18 +148,21 @@ def resolve_inversions(
     lost: dict[str, int] = defaultdict(int)
     victims: list[Victim] = []
     unmet = []
+    claims, reserved, satisfied = state.claims, state.reserved, out.satisfied
     for need in state.needs:
-        have = state.claims[need.cluster].claimed[need.key] - lost[need.key]
-        kept = state.reserved.get(need.key, 0)
-        deficit = need.count - have - assigned[need.key] - kept
-        out.satisfied[need.key] = have + assigned[need.key]
+        key = need.key
+        have = claims[need.cluster].claimed[key] - lost.get(key, 0)
+        kept = reserved.get(key, 0)
+        given = assigned.get(key, 0)
+        deficit = need.count - have - given - kept
+        satisfied[key] = have + given
         if kept:
-            out.earmarked[need.key] = kept
+            out.earmarked[key] = kept
         if deficit <= 0:
             continue
         took, hit = _wait_or_preempt(state, need, supply, deficit, victims, lost)
         deficit -= took + hit
-        out.earmarked[need.key] = kept + took + hit
+        out.earmarked[key] = kept + took + hit
         if deficit > 0:
             unmet.append(_unmet(state, need, deficit))
     return victims, unmet
