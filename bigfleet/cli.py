@@ -20,6 +20,16 @@ def _sizes(text: str) -> list[int]:
 
 
 def _bench_engine(args: argparse.Namespace) -> int:
+    if args.against is not None:
+        from . import bench_against
+
+        try:
+            found = bench_against.run(args.against, args.sizes, seed=args.seed)
+        except ValueError as e:
+            print(f"bigfleet bench engine: {e}", file=sys.stderr)
+            return 2
+        print(json.dumps(found) if args.json else bench_against.render(found))
+        return 0
     from .bench import render, run
 
     result = run(args.sizes, args.reference_max, seed=args.seed, phases=args.phases)
@@ -108,6 +118,12 @@ def parser() -> argparse.ArgumentParser:
         "--phases",
         action="store_true",
         help="also time each part of the fast engine's churn and arrival cycles",
+    )
+    engine.add_argument(
+        "--against",
+        metavar="REV",
+        help="instead: churn cycles of this checkout's engine beside git revision REV's, in one "
+        "process, alternating (CPU time per cycle; immune to a slow hour)",
     )
     engine.set_defaults(run=_bench_engine)
     snap = what.add_parser(
