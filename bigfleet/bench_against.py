@@ -13,9 +13,11 @@ imported under another name; its own bench scenario (`bigfleet.bench._Scenario`)
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import io
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -59,6 +61,7 @@ def load(commit: str) -> ModuleType:
         check=True,
     ).stdout
     where = Path(tempfile.mkdtemp(prefix="bigfleet-against-"))
+    atexit.register(shutil.rmtree, where, ignore_errors=True)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         if hasattr(tarfile, "data_filter"):  # (Python 3.11.4 and later)
             tar.extractall(where, filter="data")

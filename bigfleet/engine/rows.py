@@ -60,7 +60,7 @@ class RowPicker:
         n = inv.rows_used
         # Each wanted (state, profile) numbered from 1 in a lookup table per state (0: not
         # wanted): a gather per free row, not isin's sort of them all.
-        keys = sorted(CODE[s] * 65536 + p for s, p in wanted)
+        keys = sorted(CODE[s] * 65536 + p for s, p in wanted if s in (S.IDLE, S.SPECULATIVE))
         number: np.ndarray = np.zeros((2, len(inv.profiles) + 1), dtype=_numbered(len(keys)))
         for i, key in enumerate(keys, start=1):
             number[int(key // 65536 == CODE[S.IDLE]), key % 65536] = i
