@@ -57,7 +57,7 @@ class FastEngine:
         self.supply = SupplyIndex(inventory)
         self._quiet: _Quiet | None = None
         self._rows: dict[str, int] = {}
-        self._claims: dict[str, tuple[tuple, ClusterClaims]] = {}
+        self._claims: dict[str, tuple[tuple[tuple[Need, ...], int], ClusterClaims]] = {}
         self._holders: list[tuple[np.ndarray, Need]] = []
         # The last decision and the moves it asks for, as rows (`CycleState.moves`).
         self._decided: tuple[Decision, list] | None = None
@@ -75,10 +75,18 @@ class FastEngine:
     def _cluster_claims(self, cluster: str, needs: list[Need]) -> ClusterClaims:
         cidx = self.inventory.clusters.get(cluster)
         version = self.inventory.cluster_version.get(cidx, 0) if cidx is not None else 0
-        key = (tuple((n.signature, n.count, n.arrival, n.index) for n in needs), version)
         cached = self._claims.get(cluster)
-        if cached is not None and cached[0] == key:
+        if (
+            cached is not None
+            and cached[0][1] == version
+            and len(cached[0][0]) == len(needs)
+            and all(a is b for a, b in zip(cached[0][0], needs))
+        ):
+            # The very needs of last time (the table keeps a cluster's Need objects until its
+            # roll-up changes them) and the same machines: the same claims. A roll-up that
+            # re-made equal needs is only claimed again.
             return cached[1]
+        key = (tuple(needs), version)
         opened = cached[1].opened if cached is not None else None
         result = claim_cluster(self.inventory, cluster, needs, self.supply, opened)
         self._claims[cluster] = (key, result)
