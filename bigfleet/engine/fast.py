@@ -80,7 +80,7 @@ class FastEngine:
             cached is not None
             and cached[0][1] == version
             and len(cached[0][0]) == len(needs)
-            and all(a is b for a, b in zip(cached[0][0], needs))
+            and all(a is b for a, b in zip(cached[0][0], needs, strict=True))
         ):
             # The very needs of last time (the table keeps a cluster's Need objects until its
             # roll-up changes them) and the same machines: the same claims. A roll-up that
