@@ -19,12 +19,24 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number: {text!r}")
+    return value
+
+
 def _bench_engine(args: argparse.Namespace) -> int:
     if args.against is not None:
         from . import bench_against
 
         try:
-            found = bench_against.run(args.against, args.sizes, seed=args.seed)
+            found = bench_against.run(
+                args.against, args.sizes, seed=args.seed, cycles=args.cycles
+            )
         except ValueError as e:
             print(f"bigfleet bench engine: {e}", file=sys.stderr)
             return 2
@@ -124,6 +136,12 @@ def parser() -> argparse.ArgumentParser:
         metavar="REV",
         help="instead: churn cycles of this checkout's engine beside git revision REV's, in one "
         "process, alternating (CPU time per cycle; immune to a slow hour)",
+    )
+    engine.add_argument(
+        "--cycles",
+        type=_positive,
+        default=9,
+        help="with --against: churn cycles of each (more: a surer verdict on a noisy machine)",
     )
     engine.set_defaults(run=_bench_engine)
     snap = what.add_parser(

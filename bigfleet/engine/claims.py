@@ -44,9 +44,8 @@ class ClusterClaims:
     # Profiles with configuring or creating machines no need claims: a consolidation's
     # replacement still coming up.
     pending: set[int] = field(default_factory=set)
-    # Needs that hold their whole count with no unclaimed machine for them coming up, each with
-    # its claims on CONFIGURED machines: what consolidation may move (unless preempted).
-    settled: dict[str, list[Claim]] = field(default_factory=dict)
+    # `settled_of`'s answers so far, per need key.
+    _settled: dict[str, list[Claim] | None] = field(default_factory=dict)
     # Reused by the cluster's next claims while its claimable profiles stay the same.
     opened: OpenProfiles | None = None
     _configured: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -62,6 +61,22 @@ class ClusterClaims:
                 np.array([c.count for c in taken], dtype=np.int64),
             )
         return self._configured
+
+    def settled_of(self, need: Need, supply: SupplyIndex) -> list[Claim] | None:
+        """The need's claims on CONFIGURED machines if it is settled — it holds its whole
+        count and its cluster has no unclaimed machine it could use still coming up — else
+        None: what consolidation may move (unless preempted). Worked out when first asked:
+        consolidation asks only about needs whose count has been stable long enough."""
+        key = need.key
+        if key in self._settled:
+            return self._settled[key]
+        found = None
+        if 0 < need.count == self.claimed.get(key, -1) and (
+            not self.pending or self.pending.isdisjoint(supply.matching(need))
+        ):
+            found = [c for c in self.claims[key] if c.slot == CONFIGURED_SLOT]
+        self._settled[key] = found
+        return found
 
 
 class OpenProfiles:
@@ -141,12 +156,6 @@ def claim_cluster(
             out.excess[p] = (held[p][c0] - t[c0], t[c0])
         if t[c1] > 0 or t[c2] > 0:
             out.pending.add(p)
-    out.settled = {
-        n.key: [c for c in out.claims[n.key] if c.slot == CONFIGURED_SLOT]
-        for n in needs
-        if 0 < n.count == out.claimed[n.key]
-        and (not out.pending or out.pending.isdisjoint(supply.matching(n)))
-    }
     return out
 
 

@@ -8,11 +8,14 @@ machine is left over: excess, drained by Phase 3.
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from ..inventory import CODE
 from ..models import MachineState
 from ..needs import Need
+from .claims import Claim
 from .common import Decision, consolidation_budget, move_domain, supply_key, worth_moving
 from .cycle import CycleState
 from .phase1 import Assignment
@@ -43,13 +46,13 @@ def consolidate(
     if budget == 0 or not free:
         return []
     lost = {v.victim.key for v in victims}
-    memory, policy = state.memory, state.policy
+    memory, policy, claims, supply = state.memory, state.policy, state.claims, state.supply
     settled = [
         n
         for n in state.needs
-        if n.key in state.claims[n.cluster].settled
-        and n.key not in lost
+        if n.key not in lost
         and memory.stable(n, policy, now)
+        and claims[n.cluster].settled_of(n, supply) is not None
     ]
     moves: list[Assignment] = []
     for need in _worth_a_look(state, settled, free):
@@ -73,7 +76,7 @@ def _worth_a_look(state: CycleState, needs: list[Need], free: list[int]) -> list
     table = state.inventory.profiles
     policy = state.policy
     penalty = np.array([n.spec.interruption_penalty for n in needs], dtype=np.float64)
-    configured = [state.claims[n.cluster].settled[n.key] for n in needs]
+    configured = [_settled(state, n) for n in needs]
     owner = np.array([i for i, cs in enumerate(configured) for _ in cs], dtype=np.int64)
     held = np.array([c.profile for cs in configured for c in cs], dtype=np.int64)
     dearest = np.full(len(needs), -np.inf)
@@ -103,7 +106,7 @@ def _moves(state: CycleState, need: Need, budget: int, out: list[Assignment]) ->
     def cost(p: int) -> float:
         return supply_key(need, profiles[p])[0]
 
-    configured = state.claims[need.cluster].settled[need.key]
+    configured = _settled(state, need)
     held = sorted(configured, key=lambda c: (-cost(c.profile), profiles[c.profile].name))
     for claim in held:
         home = move_domain(need, profiles[claim.profile])
@@ -130,3 +133,8 @@ def _moves(state: CycleState, need: Need, budget: int, out: list[Assignment]) ->
             out.append(Assignment(need, S.IDLE if kind == 0 else S.SPECULATIVE, p, n))
     return budget
 
+
+
+def _settled(state: CycleState, need: Need) -> list[Claim]:
+    """A settled need's claims on CONFIGURED machines (only settled needs are asked about)."""
+    return cast(list[Claim], state.claims[need.cluster].settled_of(need, state.supply))
