@@ -1,6 +1,7 @@
 """`bigfleet bench engine --against REV`: another revision's engine beside this checkout's, in
 one process, on the same roll-ups."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -40,3 +41,22 @@ def test_an_unknown_revision_is_named_in_the_error():
     _head()
     with pytest.raises(ValueError, match="no-such-revision"):
         bench_against.run("no-such-revision", [2000])
+
+
+def test_cycles_sets_how_many_churn_cycles_each_engine_runs(capsys):
+    _head()
+    from bigfleet.cli import main
+
+    assert main(["bench", "engine", "--against", "HEAD", "--sizes", "2000", "--cycles", "4",
+                 "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert row["cycles"] == 4 and len(row["this"]["cycles_cpu_ms"]) == 4
+
+
+@pytest.mark.parametrize("bad", ["0", "-3", "many"])
+def test_cycles_must_be_a_positive_number(capsys, bad):
+    from bigfleet.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["bench", "engine", "--against", "HEAD", "--cycles", bad])
+    assert f"--cycles: expected a positive whole number: {bad!r}" in capsys.readouterr().err
