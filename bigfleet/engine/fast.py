@@ -289,9 +289,9 @@ class FastEngine:
         age = now - since[maybe].astype(np.float64)
         for r in maybe[age > limits[state[maybe]]].tolist():
             out.timed_out.append(self._name(r))
-        sick = np.flatnonzero(
-            (inv.missed[:n] >= policy.health_missed_reports) & (state == CODE[S.CONFIGURED])
-        )
+        # (Few rows miss reports: their states are read after.)
+        sick = np.flatnonzero(inv.missed[:n] >= policy.health_missed_reports)
+        sick = sick[state[sick] == CODE[S.CONFIGURED]]
         for r in sick.tolist():
             c = int(inv.cluster[r])
             out.actions.append(

@@ -40,7 +40,7 @@ def reclaim_excess(
     Returns nothing: reclaimed machines reach IDLE when their drain completes.
     """
     _drain_excess(state, picker, out)
-    release_idle(state, taken, now, out)
+    release_idle(state, taken, now, out, picker.idle_rows())
 
 
 def excess_segments(claims: dict[str, ClusterClaims]) -> list[tuple[str, int]]:
@@ -97,15 +97,22 @@ def _drain_excess(state: CycleState, picker: RowPicker, out: Decision) -> None:
         out.actions.stamp(first, "machine_id", ids[start + 1 : end])
 
 
-def release_idle(state: CycleState, taken: np.ndarray, now: float, out: Decision) -> None:
+def release_idle(
+    state: CycleState,
+    taken: np.ndarray,
+    now: float,
+    out: Decision,
+    idle: np.ndarray | None = None,
+) -> None:
     """Idle → Speculative (seed §8, "Idle → Speculative happens lazily, per-provider"): an
     IDLE cloud machine (a capacity type in `DELETABLE`) not `taken` this cycle is deleted once
     idle for its capacity type's timeout, unless the demand forecast wants its profile soon.
-    Bare metal is never released."""
+    Bare metal is never released. `idle`: every IDLE row, if the cycle has them already."""
     inv, policy, memory = state.inventory, state.policy, state.memory
     n = inv.rows_used
     profiles = inv.profiles.profiles
-    idle = np.flatnonzero(inv.state[:n] == CODE[S.IDLE])
+    if idle is None:
+        idle = np.flatnonzero(inv.state[:n] == CODE[S.IDLE])
     if not len(idle):
         return
     spoken_for = np.zeros(n, dtype=bool)

@@ -49,6 +49,7 @@ class RowPicker:
         configured: Iterable[tuple[str, int]],
     ) -> None:
         self.inv = inventory
+        self._idle: np.ndarray | None = None
         self._free = self._scan_free(set(free))
         self._free_used: dict[tuple[MachineState, int], int] = {}
         self._configured = self._scan_configured(set(configured))
@@ -65,7 +66,7 @@ class RowPicker:
         for i, key in enumerate(keys, start=1):
             number[int(key // 65536 == CODE[S.IDLE]), key % 65536] = i
         state = inv.state[:n]
-        idle = np.flatnonzero(state == CODE[S.IDLE])
+        self._idle = idle = np.flatnonzero(state == CODE[S.IDLE])
         spec = np.flatnonzero(state == CODE[S.SPECULATIVE])
         idle = idle[number[1][inv.profile[idle]] > 0]
         spec = spec[number[0][inv.profile[spec]] > 0]
@@ -94,6 +95,13 @@ class RowPicker:
         # Highest reclamation value first, then row.
         order = np.argsort(-inv.holder_reclamation[rows], kind="stable")
         return _split(rows[order], groups[order], [c * 65536 + p for c, p in pairs])
+
+    def idle_rows(self) -> np.ndarray:
+        """Every IDLE row, ascending: the free scan's, when it ran (the inventory does not
+        change while a cycle decides)."""
+        if self._idle is None:
+            self._idle = np.flatnonzero(self.inv.state[: self.inv.rows_used] == CODE[S.IDLE])
+        return self._idle
 
     def take_free(self, state: MachineState, profile: int, count: int) -> np.ndarray:
         key = CODE[state] * 65536 + profile
