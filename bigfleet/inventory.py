@@ -289,13 +289,26 @@ class Inventory:
         target: MachineState,
         now: float,
         cluster: str | None = None,
+        cluster_codes: np.ndarray | None = None,
     ) -> None:
         """`move` for each of `rows` in order, to one target, with the same outcome (columns,
         counts, the order of every tally) but one numpy pass per column; FAILED targets and any
-        batch `move` would refuse go one by one, so errors and their partial effects match."""
+        batch `move` would refuse go one by one, so errors and their partial effects match.
+        `cluster_codes` instead of `cluster`: each row's own destination, as codes of
+        `clusters.intern` (the runs of one cycle's configures or creates, one call)."""
         idx = np.asarray(rows, dtype=np.int64)
         codes = self.state[idx]
         old = _distinct(codes)
+        if cluster_codes is not None:
+            cluster_codes = np.asarray(cluster_codes)
+            if len(cluster_codes) != len(idx) or (
+                len(idx)
+                and not 0 <= int(cluster_codes.min()) <= int(cluster_codes.max()) < len(
+                    self.clusters.names
+                )
+            ):
+                raise ValueError("move_many: cluster_codes: one known cluster's code per row")
+            cluster_codes = cluster_codes.astype(np.uint16)
         if (
             target is MachineState.FAILED
             or any(c >= len(STATES) or (STATES[c], target) not in LEGAL for c in old)
@@ -303,18 +316,21 @@ class Inventory:
             or (
                 target is MachineState.CONFIGURING
                 and cluster is None
+                and cluster_codes is None
                 and bool((self.cluster[idx] == NONE16).any())
             )
         ):
-            for row in idx.tolist():
-                self.move(row, target, now, cluster=cluster)
+            names = self.clusters.names
+            for i, row in enumerate(idx.tolist()):
+                to = cluster if cluster_codes is None else names[int(cluster_codes[i])]
+                self.move(row, target, now, cluster=to)
             return
         old_clusters = self.cluster[idx].copy()
         if self.last_error:
             for row in set(self.last_error).intersection(idx.tolist()):
                 del self.last_error[row]
         self.failed_from[idx[codes != CODE[MachineState.FAILED]]] = GONE
-        self._place(idx, target, now, cluster)
+        self._place(idx, target, now, cluster, cluster_codes)
         pids = self.profile[idx]
         np.subtract.at(self.counts, (codes.astype(np.int64), pids.astype(np.int64)), 1)
         np.add.at(self.counts[CODE[target]], pids.astype(np.int64), 1)
@@ -322,13 +338,20 @@ class Inventory:
         self.version += len(idx)
 
     def _place(
-        self, rows: int | np.ndarray, target: MachineState, now: float, cluster: str | None
+        self,
+        rows: int | np.ndarray,
+        target: MachineState,
+        now: float,
+        cluster: str | None,
+        codes: np.ndarray | None = None,
     ) -> None:
         """A move's new state, time and cluster (SPECULATIVE and IDLE unbind) for one row or
-        an array of them."""
+        an array of them (`codes`: each row's cluster)."""
         if target in (MachineState.SPECULATIVE, MachineState.IDLE):
             self.cluster[rows] = NONE16
             self.missed[rows] = 0
+        elif codes is not None:
+            self.cluster[rows] = codes
         elif cluster is not None:
             self.cluster[rows] = self.clusters.intern(cluster)
         self.state[rows] = CODE[target]
@@ -347,19 +370,20 @@ class Inventory:
         n_slots = len(HELD_STATES)
         held, versions = self.held, self.cluster_version
         leaving = [c for c in _distinct(codes) if slot_of[c] is not None]
-        if new_slot is not None and len(set(new_clusters.tolist())) == 1 and not (
+        if new_slot is not None and not (
             leaving and bool((old_clusters[np.isin(codes, leaving)] != NONE16).any())
         ):
-            # Only additions, to one cluster: tallies grow (none empties), profiles first seen
+            # Only additions: tallies grow (none empties), each cluster's profiles first seen
             # in row order, as one by one.
-            c_new = int(new_clusters[0])
-            if c_new == NONE16:
-                return
-            uniq, first, k = np.unique(pids, return_index=True, return_counts=True)
-            per_profile = held.setdefault(c_new, {})
-            for i in np.argsort(first, kind="stable").tolist():
-                per_profile.setdefault(int(uniq[i]), [0] * n_slots)[new_slot] += int(k[i])
-            versions[c_new] = versions.get(c_new, 0) + len(pids)
+            bound = new_clusters != NONE16
+            n_profiles = len(self.profiles) + 1
+            keys = new_clusters[bound].astype(np.int64) * n_profiles + pids[bound]
+            uniq, first, k = np.unique(keys, return_index=True, return_counts=True)
+            order = np.argsort(first, kind="stable").tolist()
+            for key, n in zip(uniq[order].tolist(), k[order].tolist(), strict=True):
+                c, pid = divmod(key, n_profiles)
+                held.setdefault(c, {}).setdefault(pid, [0] * n_slots)[new_slot] += n
+                versions[c] = versions.get(c, 0) + n
             return
         if self._recount_in_place(codes, old_clusters, new_clusters, pids, new_slot):
             return

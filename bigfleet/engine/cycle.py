@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -59,3 +60,29 @@ class CycleState:
         if self.present_profiles is None:
             self.present_profiles = (self.inventory.counts.sum(axis=0) > 0).tolist()
         return self.present_profiles
+
+
+def merged_moves(
+    inv: Inventory, moves: list[tuple[MachineState, str | None, np.ndarray]]
+) -> list[tuple[MachineState, str | None, np.ndarray, np.ndarray | None]]:
+    """`CycleState.moves` as `apply` moves them: consecutive moves of one target as one run,
+    to one destination cluster (or keeping theirs: None) or to several, each row's then given
+    as a cluster code (`move_many`'s `cluster_codes`). A cycle's configures and creates are a
+    few `move_many` calls, not one per cluster and need."""
+    runs: list[tuple[MachineState, list[str | None], list[np.ndarray]]] = []
+    for target, cluster, rows in moves:
+        if runs and runs[-1][0] is target and (cluster is None) == (runs[-1][1][0] is None):
+            runs[-1][1].append(cluster)
+            runs[-1][2].append(rows)
+        else:
+            runs.append((target, [cluster], [rows]))
+    out: list[tuple[MachineState, str | None, np.ndarray, np.ndarray | None]] = []
+    for target, clusters, parts in runs:
+        rows = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        if len(set(clusters)) == 1:
+            out.append((target, clusters[0], rows, None))
+        else:
+            each = [inv.clusters.intern(cast(str, c)) for c in clusters]
+            codes = np.repeat(np.array(each, dtype=np.uint16), [len(p) for p in parts])
+            out.append((target, None, rows, codes))
+    return out

@@ -22,7 +22,7 @@ from ..policy import Policy
 from .claims import CONFIGURED_SLOT, ClusterClaims, claim_cluster
 from .common import Decision, EngineMemory, PhaseClock, age_shortfalls
 from .consolidate import consolidate
-from .cycle import CycleState
+from .cycle import CycleState, merged_moves
 from .phase1 import Assignment, assign_free_capacity
 from .phase2 import Victim, emit_preemptions, resolve_inversions
 from .phase3 import excess_segments, reclaim_excess, release_idle
@@ -336,16 +336,16 @@ class FastEngine:
             )
         self._holders = []
         decided, self._decided = self._decided, None
-        runs: list[tuple[MachineState, str | None, Sequence[int] | np.ndarray]]
+        runs: Sequence[tuple[MachineState, str | None, Sequence[int] | np.ndarray, Any]]
         if decided is not None and decided[0] is decision:
-            runs = list(_merged(decided[1]))  # the rows as decided
+            runs = merged_moves(inv, decided[1])  # the rows as decided
         else:  # (a decision this engine did not make: its machines by id)
             runs = [
-                (target, cluster, [row(mid) for mid in mids])
+                (target, cluster, [row(mid) for mid in mids], None)
                 for target, cluster, mids in _runs(decision.actions)
             ]
-        for target, cluster, moved in runs:
-            inv.move_many(moved, target, now, cluster=cluster)
+        for target, cluster, moved, codes in runs:
+            inv.move_many(moved, target, now, cluster=cluster, cluster_codes=codes)
         for mid in decision.timed_out:
             inv.move(row(mid), S.FAILED, now, error="transition timed out")
         self.clock.lap("apply")
@@ -381,16 +381,3 @@ def _runs(actions: Iterable[Any]) -> list[tuple[MachineState, str | None, list[s
         else:
             runs.append((target, cluster, list(mids)))
     return runs
-
-
-def _merged(
-    moves: list[tuple[MachineState, str | None, np.ndarray]],
-) -> list[tuple[MachineState, str | None, np.ndarray]]:
-    """Consecutive moves of one target and destination cluster as one run (`_runs`' rule)."""
-    runs: list[tuple[MachineState, str | None, list[np.ndarray]]] = []
-    for target, cluster, rows in moves:
-        if runs and runs[-1][0] is target and runs[-1][1] == cluster:
-            runs[-1][2].append(rows)
-        else:
-            runs.append((target, cluster, [rows]))
-    return [(t, c, np.concatenate(rs) if len(rs) > 1 else rs[0]) for t, c, rs in runs]

@@ -90,3 +90,33 @@ def test_draining_whole_tallies_keeps_their_order_as_one_by_one() -> None:
     batch.move_many(rows, S.DRAINING, 50.0)
     _same(_snapshot(one), _snapshot(batch))
     assert [list(per) for per in batch.held.values()] != before  # (some profile moved)
+
+
+@pytest.mark.parametrize(
+    ("source", "target"), [(S.IDLE, S.CONFIGURING), (S.SPECULATIVE, S.CREATING)]
+)
+def test_rows_to_several_clusters_in_one_batch_equal_one_by_one(source: S, target: S) -> None:
+    """The engine moves a cycle's configures (or creates) to many clusters in one call, each
+    row with its cluster's code: tallies are created in each cluster in row order, as one by
+    one, including a cluster the inventory has not seen before."""
+    one, batch = _inventory(), _inventory()
+    rows = np.flatnonzero(one.state[: one.rows_used] == list(S).index(source))[:50].tolist()
+    assert len(rows) == 50, f"the synthetic fleet has too few {source} machines"
+    names = ["c003", "c001", "new-cluster", "c003", "c000"]
+    per_row = [names[(i * 7 // 5) % len(names)] for i in range(len(rows))]
+    for row, name in zip(rows, per_row, strict=True):
+        one.move(row, target, 50.0, cluster=name)
+    codes = np.array([batch.clusters.intern(name) for name in per_row])
+    batch.move_many(rows, target, 50.0, cluster_codes=codes)
+    _same(_snapshot(one), _snapshot(batch))
+    assert one.clusters.names == batch.clusters.names
+
+
+def test_cluster_codes_must_name_known_clusters_one_per_row() -> None:
+    inv = _inventory()
+    before = _snapshot(inv)
+    rows = np.flatnonzero(inv.state[: inv.rows_used] == list(S).index(S.IDLE))[:3].tolist()
+    for codes in ([0, 1], [0, 1, len(inv.clusters.names)], [0, -1, 1]):
+        with pytest.raises(ValueError, match="cluster_codes"):
+            inv.move_many(rows, S.CONFIGURING, 50.0, cluster_codes=np.array(codes))
+    _same(before, _snapshot(inv))
