@@ -34,9 +34,7 @@ def _bench_engine(args: argparse.Namespace) -> int:
         from . import bench_against
 
         try:
-            found = bench_against.run(
-                args.against, args.sizes, seed=args.seed, cycles=args.cycles
-            )
+            found = bench_against.run(args.against, args.sizes, seed=args.seed, cycles=args.cycles)
         except ValueError as e:
             print(f"bigfleet bench engine: {e}", file=sys.stderr)
             return 2

@@ -134,7 +134,6 @@ def _moves(state: CycleState, need: Need, budget: int, out: list[Assignment]) ->
     return budget
 
 
-
 def _settled(state: CycleState, need: Need) -> list[Claim]:
     """A settled need's claims on CONFIGURED machines (only settled needs are asked about)."""
     return cast(list[Claim], state.claims[need.cluster].settled_of(need, state.supply))
