@@ -1,8 +1,9 @@
 """The shard's columnar inventory (seed §9, DESIGN §6): one numpy row per machine.
 
 Per-machine Python objects cost about a kilobyte; a row here costs under 48 bytes. Counts per
-(state, profile) and per (cluster, profile, state) are kept up to date on every move, so a cycle
-asks "how many" without touching machines and scans columns only when it must pick rows.
+(state, profile) and per (cluster, profile, state) (`held.HeldTallies`) are kept up to date on
+every move, so a cycle asks "how many" without touching machines and scans columns only when it
+must pick rows.
 """
 
 from __future__ import annotations
@@ -12,24 +13,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import labels as L
+from .held import HELD_SLOT, NONE16, STATES, HeldTallies, distinct
 from .machine_ids import MachineIds
 from .models import HostRef, Machine, MachineState
 from .profiles import Profile, ProfileTable
 from .states import LEGAL, check_transition, has_host
 
-STATES: tuple[MachineState, ...] = tuple(MachineState)
 CODE: dict[MachineState, int] = {s: i for i, s in enumerate(STATES)}
 GONE = 255
-NONE16 = 0xFFFF
-# The states whose machines a cluster holds or is about to hold, in the order `held` counts them.
-HELD_STATES = (
-    MachineState.CONFIGURED,
-    MachineState.CONFIGURING,
-    MachineState.CREATING,
-    MachineState.DRAINING,
-    MachineState.FAILED,
-)
-HELD_SLOT = {s: i for i, s in enumerate(HELD_STATES)}
 
 _COLUMNS: dict[str, tuple[type, int]] = {
     "state": (np.uint8, GONE),
@@ -46,11 +37,6 @@ _COLUMNS: dict[str, tuple[type, int]] = {
     "missed": (np.uint8, 0),
     "failed_from": (np.uint8, GONE),
 }
-
-
-def _distinct(codes: np.ndarray) -> list[int]:
-    """The distinct state codes (uint8) in `codes`, ascending: one bincount, not a sort."""
-    return np.flatnonzero(np.bincount(codes, minlength=1)).tolist()
 
 
 def _repeats(rows: np.ndarray) -> bool:
@@ -114,8 +100,10 @@ class Inventory:
         self.rows_used = 0
         self._free: list[int] = []
         self.counts = np.zeros((len(STATES), 0), dtype=np.int64)
-        self.held: dict[int, dict[int, list[int]]] = {}
-        self.cluster_version: dict[int, int] = {}
+        # What each cluster holds, per profile (`HeldTallies`), and a count of its changes.
+        self.tallies = HeldTallies()
+        self.held = self.tallies.held
+        self.cluster_version = self.tallies.versions
         self.version = 0
         self.last_error: dict[int, str] = {}
 
@@ -298,7 +286,7 @@ class Inventory:
         `clusters.intern` (the runs of one cycle's configures or creates, one call)."""
         idx = np.asarray(rows, dtype=np.int64)
         codes = self.state[idx]
-        old = _distinct(codes)
+        old = distinct(codes)
         if cluster_codes is not None:
             cluster_codes = np.asarray(cluster_codes)
             if len(cluster_codes) != len(idx) or (
@@ -334,7 +322,9 @@ class Inventory:
         pids = self.profile[idx]
         np.subtract.at(self.counts, (codes.astype(np.int64), pids.astype(np.int64)), 1)
         np.add.at(self.counts[CODE[target]], pids.astype(np.int64), 1)
-        self._recount_held(codes, old_clusters, self.cluster[idx], pids, HELD_SLOT.get(target))
+        self.tallies.move(
+            codes, old_clusters, self.cluster[idx], pids, HELD_SLOT.get(target), len(self.profiles)
+        )
         self.version += len(idx)
 
     def _place(
@@ -356,99 +346,6 @@ class Inventory:
             self.cluster[rows] = self.clusters.intern(cluster)
         self.state[rows] = CODE[target]
         self.since[rows] = int(now)
-
-    def _recount_held(
-        self,
-        codes: np.ndarray,
-        old_clusters: np.ndarray,
-        new_clusters: np.ndarray,
-        pids: np.ndarray,
-        new_slot: int | None,
-    ) -> None:
-        """The `held` half of `_count(row, -1)` then `_count(row, +1)` for moved rows, in order."""
-        slot_of = [HELD_SLOT.get(s) for s in STATES]
-        n_slots = len(HELD_STATES)
-        held, versions = self.held, self.cluster_version
-        leaving = [c for c in _distinct(codes) if slot_of[c] is not None]
-        if new_slot is not None and not (
-            leaving and bool((old_clusters[np.isin(codes, leaving)] != NONE16).any())
-        ):
-            # Only additions: tallies grow (none empties), each cluster's profiles first seen
-            # in row order, as one by one.
-            bound = new_clusters != NONE16
-            n_profiles = len(self.profiles) + 1
-            keys = new_clusters[bound].astype(np.int64) * n_profiles + pids[bound]
-            uniq, first, k = np.unique(keys, return_index=True, return_counts=True)
-            order = np.argsort(first, kind="stable").tolist()
-            for key, n in zip(uniq[order].tolist(), k[order].tolist(), strict=True):
-                c, pid = divmod(key, n_profiles)
-                held.setdefault(c, {}).setdefault(pid, [0] * n_slots)[new_slot] += n
-                versions[c] = versions.get(c, 0) + n
-            return
-        if self._recount_in_place(codes, old_clusters, new_clusters, pids, new_slot):
-            return
-        for code, c_old, c_new, pid in zip(
-            codes.tolist(), old_clusters.tolist(), new_clusters.tolist(), pids.tolist(),
-            strict=True,
-        ):
-            slot = slot_of[code]
-            if c_old != NONE16 and slot is not None:
-                per_profile = held.setdefault(c_old, {})
-                tally = per_profile.setdefault(pid, [0] * n_slots)
-                tally[slot] -= 1
-                if not any(tally):
-                    del per_profile[pid]
-                versions[c_old] = versions.get(c_old, 0) + 1
-            if c_new != NONE16 and new_slot is not None:
-                per_profile = held.setdefault(c_new, {})
-                tally = per_profile.setdefault(pid, [0] * n_slots)
-                tally[new_slot] += 1
-                if not any(tally):
-                    del per_profile[pid]
-                versions[c_new] = versions.get(c_new, 0) + 1
-
-    def _recount_in_place(
-        self,
-        codes: np.ndarray,
-        old_clusters: np.ndarray,
-        new_clusters: np.ndarray,
-        pids: np.ndarray,
-        new_slot: int | None,
-    ) -> bool:
-        """`_recount_held` for machines that stay with their cluster and all leave one held
-        state for another (a drain: CONFIGURED to DRAINING), one step per (cluster, profile)
-        instead of per row; False (nothing done) for any other batch.
-
-        One by one, a tally is emptied (and re-created last in its cluster's order) only when
-        it held just the one machine moving: its profile moves to the end, here as there."""
-        slot_of = [HELD_SLOT.get(s) for s in STATES]
-        old_slot = slot_of[int(codes[0])] if len(codes) else None
-        if (
-            new_slot is None
-            or old_slot is None
-            or old_slot == new_slot
-            or bool((codes != codes[0]).any())
-            or bool((old_clusters != new_clusters).any())
-            or bool((old_clusters == NONE16).any())
-        ):
-            return False
-        n_profiles = len(self.profiles) + 1
-        keys = old_clusters.astype(np.int64) * n_profiles + pids.astype(np.int64)
-        uniq, first, k = np.unique(keys, return_index=True, return_counts=True)
-        order = np.argsort(first, kind="stable")
-        n_slots = len(HELD_STATES)
-        for key, n in zip(uniq[order].tolist(), k[order].tolist(), strict=True):
-            c, pid = divmod(key, n_profiles)
-            per_profile = self.held[c]
-            tally = per_profile[pid]
-            if sum(tally) == 1:  # (then n == 1: emptied and re-created, one by one)
-                del per_profile[pid]
-                tally = per_profile[pid] = [0] * n_slots
-                tally[old_slot] = 1
-            tally[old_slot] -= n
-            tally[new_slot] += n
-            self.cluster_version[c] = self.cluster_version.get(c, 0) + 2 * n
-        return True
 
     def set_holder(
         self,
@@ -477,30 +374,13 @@ class Inventory:
         held = (clusters != NONE16) & (slots >= 0)
         if not held.any():
             return
-        n_slots, n_profiles = len(HELD_STATES), int(pids.max()) + 1
-        keys = (clusters[held] * n_profiles + pids[held]) * n_slots + slots[held]
-        uniq, counts = np.unique(keys, return_counts=True)
-        for key, k in zip(uniq.tolist(), counts.tolist(), strict=True):
-            rest, slot = divmod(key, n_slots)
-            c, pid = divmod(rest, n_profiles)
-            tally = self.held.setdefault(c, {}).setdefault(pid, [0] * n_slots)
-            tally[slot] += k
-            self.cluster_version[c] = self.cluster_version.get(c, 0) + k
+        self.tallies.add(clusters[held], pids[held], slots[held])
 
     def _count(self, row: int, delta: int) -> None:
         code = int(self.state[row])
         pid = int(self.profile[row])
         self.counts[code, pid] += delta
-        c = int(self.cluster[row])
-        slot = HELD_SLOT.get(STATES[code])
-        if c == NONE16 or slot is None:
-            return
-        per_profile = self.held.setdefault(c, {})
-        tally = per_profile.setdefault(pid, [0] * len(HELD_STATES))
-        tally[slot] += delta
-        if not any(tally):
-            del per_profile[pid]
-        self.cluster_version[c] = self.cluster_version.get(c, 0) + 1
+        self.tallies.count(int(self.cluster[row]), pid, HELD_SLOT.get(STATES[code]), delta)
 
     # ---- accounting -------------------------------------------------------------------------
 

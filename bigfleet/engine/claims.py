@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..inventory import HELD_SLOT, Inventory
+from ..held import HELD_SLOT
+from ..inventory import Inventory
 from ..needs import Need
 from .common import CLAIM_ORDER
 from .supply import SupplyIndex

@@ -4,7 +4,8 @@ from collections import Counter
 
 import pytest
 
-from bigfleet.inventory import HELD_STATES, Inventory, MachineNotFound
+from bigfleet.held import HELD_STATES
+from bigfleet.inventory import Inventory, MachineNotFound
 from bigfleet.models import CapacityType
 from tests.fleet import DC, S, bare_metal, ids, many, on_demand, spot
 
