@@ -6,9 +6,10 @@ workflows, coordinator instructions as fenced updates. Every cycle (a durable ti
 pure `decide()` and starts the transition workflows it asks for.
 """
 
-# About 400 lines: the shard's signals, queries and decision loop (seed §8's cycle) in one
+# About 450 lines: the shard's signals, queries and decision loop (seed §8's cycle) in one
 # place; what they use is in helper objects (actions, provider_sync, snapshot_store, guard,
-# instruction_steps).
+# instruction_steps) and mixins (instructions, audit_handlers, shard_results: what transitions
+# report back).
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
         shard_workflow_id,
     )
     from bigfleet.engine import Decision
-    from bigfleet.inputs import SIGNAL_BYTES, Rejected, clip
+    from bigfleet.inputs import SIGNAL_BYTES, Rejected
     from bigfleet.models import (
         MachineState,
         Transition,
@@ -49,20 +50,18 @@ with workflow.unsafe.imports_passed_through():
     from workflows.outbox import NOTICE_ITEMS, Outbox
     from workflows.provider_sync import ProviderSync
     from workflows.shadow import ShadowSync
+    from workflows.shard_results import TransitionResults
     from workflows.snapshot_store import SnapshotStore
 
 S = MachineState
 T = Transition
-MAX_CREATE_BATCH = 64  # machines a transition (a batched create) may report
-PENDING_RESULTS = 50_000  # transition results waiting for the next cycle
 EARLY_ROLLUP_BYTES = 500_000  # roll-ups waiting while the state is read back or written
 ROLLUP_BATCH = 500  # roll-ups in one `rollups` signal, at most
 ROLLUPS_BYTES = 1_900_000  # a `rollups` signal's payload (Temporal refuses one over 2 MB)
-HISTORY_BYTES_REGARDLESS = 30_000_000  # continue as new past this even with results waiting
 
 
 @workflow.defn(name="Shard")
-class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
+class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, TakesSignals):
     @workflow.init
     def __init__(self, inp: ShardInput) -> None:
         self.cfg = inp.config
@@ -159,27 +158,6 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
         reason = self.shard.receive(raw, workflow.now().timestamp())
         if reason:
             raise Rejected(reason)
-
-    @accepts(TransitionResult)
-    def transition_done(self, result: TransitionResult) -> None:
-        """What a transition workflow ended with (its machines as records, or as a page);
-        machines this shard does not own are ignored when it is folded in."""
-        page = result.page
-        count = len(result.machines) + (len(page.rows) if page else 0)
-        if count > MAX_CREATE_BATCH:
-            raise Rejected(
-                f"transition_done: machines: {count} records, a transition has "
-                f"at most {MAX_CREATE_BATCH}"
-            )
-        if len(self.results) >= PENDING_RESULTS:
-            raise Rejected(f"transition_done: {PENDING_RESULTS} results already wait")
-        # A page is read when the result is folded in (bounded a cycle), not here: dozens of
-        # results arrive in one activation, and it must yield within the SDK's 2 s.
-        ids = [m.id for m in result.machines] + result.unavailable
-        if page is not None:
-            ids += [row[0] for row in page.rows if row and isinstance(row[0], str)]
-        self.results.append(result)
-        self.outbox.landed(result.transition.value, ids)
 
     @accepts(dict[str, str], optional=True)
     def revived(self, proof: dict[str, str] | None) -> None:
@@ -473,39 +451,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
             except Exception as err:  # gone (merged away): the sender asks the coordinator
                 workflow.logger.warning("roll-up of %s not passed to %s: %s", cluster, target, err)
 
-    # ---- machines coming and going ----------------------------------------------------------
-
-    def _fold_results(self, now: float) -> None:
-        """Fold in what transitions ended with: whole results, until `fold_per_cycle` machine
-        records are in (~50 µs each: 70 000 creates coming back at once would hold one
-        workflow task for seconds, past the SDK's deadlock detector); the rest wait for the
-        next cycle, in the order they came."""
-        results, self.results = self.results, []
-        limit = self.cfg.fold_per_cycle
-        if self._backlog(results) > limit and workflow.patched("bounded-fold"):
-            taken = 0
-            for i, result in enumerate(results):
-                taken += self._backlog([result])
-                if taken >= limit:
-                    results, self.results = results[: i + 1], results[i + 1 :] + self.results
-                    break
-        self.pipeline += self.inputs.fold([r for r in map(self._read_page, results) if r], now)
-
-    def _read_page(self, result: TransitionResult) -> TransitionResult | None:
-        """A result with its page read into machines; None (rejected) if it makes none."""
-        page = result.page
-        if page is None:
-            return result
-        try:
-            machines = page.machines()
-        except Exception as err:  # rows or shapes that do not make machines
-            self.guard.reject("transition_done", f"transition_done: page: {clip(str(err), 300)}")
-            return None
-        return result.model_copy(update={"machines": result.machines + machines, "page": None})
-
-    @staticmethod
-    def _backlog(results: list[TransitionResult]) -> int:
-        return sum(len(r.machines) + (len(r.page.rows) if r.page else 0) for r in results)
+    # ---- continuing as new ------------------------------------------------------------------
 
     def _replay_budget_spent(self, machine_cycles: int) -> bool:
         """The run's cycles have decided over `replay_machine_cycles` machines: replaying it
@@ -513,11 +459,3 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TakesSignals):
         return machine_cycles > self.cfg.replay_machine_cycles and workflow.patched(
             "replay-budget"
         )
-
-    def _may_continue_as_new(self) -> bool:
-        """Not while more results wait than a cycle folds (the next run would get them all in
-        its input, and fold them in one task), unless the history nears Temporal's limit."""
-        waiting = self._backlog(self.results)
-        if waiting <= self.cfg.fold_per_cycle or not workflow.patched("bounded-fold"):
-            return True
-        return workflow.info().get_current_history_size() > HISTORY_BYTES_REGARDLESS
