@@ -3,8 +3,8 @@
 For every cluster, per profile, how many of its machines are CONFIGURED, CONFIGURING,
 CREATING, DRAINING and FAILED (`HELD_STATES`, in that slot order), kept current on every
 move. A cluster's profiles are kept in the order moving machines one by one leaves them (a
-profile enters when its first machine does and leaves with its last, re-entering last): the
-engine's claims and excess read them in that order, as the reference engine does.
+profile enters when its first machine does and leaves with its last, re-entering last), and a
+batch of moves leaves the same order: the engine reads a cluster's excess in that order.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ HISTORY_BYTES_REGARDLESS = 30_000_000  # continue as new past this even with res
 
 
 class TransitionResults:
+    """The shard workflow's results waiting to be folded in (`results`), and what it needs of
+    the rest of the shard to fold them."""
+
     results: list[TransitionResult]
     pipeline: list[TransitionInput]
     outbox: Outbox
