@@ -34,15 +34,45 @@ def distinct(codes: np.ndarray) -> list[int]:
     return np.flatnonzero(np.bincount(codes, minlength=1)).tolist()
 
 
+# A cluster's log of changed profiles is cut back to nothing past this many entries (a reader
+# that last looked before the cut is told it no longer knows: it works the cluster out afresh).
+TOUCHED_LIMIT = 4096
+
+
 class HeldTallies:
     """`held`: cluster code -> profile id -> machines per slot; `versions`: cluster code -> a
-    count of its tallies' changes (a cluster whose count is unchanged holds what it held)."""
+    count of its tallies' changes (a cluster whose count is unchanged holds what it held);
+    `touched`: which of a cluster's profiles changed since a reader last looked."""
 
-    __slots__ = ("held", "versions")
+    __slots__ = ("held", "versions", "_log", "_base")
 
     def __init__(self) -> None:
         self.held: dict[int, dict[int, list[int]]] = {}
         self.versions: dict[int, int] = {}
+        # Per cluster: the profiles whose tallies changed, in order, and how many entries
+        # were cut from the front (positions are counted from the cluster's first change).
+        self._log: dict[int, list[int]] = {}
+        self._base: dict[int, int] = {}
+
+    def touched(self, cluster: int, since: int | None) -> tuple[set[int] | None, int]:
+        """The profiles whose tallies in `cluster` changed after position `since` (one this
+        returned before), or None if that is no longer known (or `since` is None); and the
+        position now."""
+        base = self._base.get(cluster, 0)
+        log = self._log.get(cluster, [])
+        end = base + len(log)
+        if since is None or since < base or since > end:
+            return None, end
+        return set(log[since - base :]), end
+
+    def _touch(self, cluster: int, pid: int) -> None:
+        log = self._log.get(cluster)
+        if log is None:
+            log = self._log[cluster] = []
+        log.append(pid)
+        if len(log) > TOUCHED_LIMIT:
+            self._base[cluster] = self._base.get(cluster, 0) + len(log)
+            log.clear()
 
     def count(self, cluster: int, pid: int, slot: int | None, delta: int) -> None:
         """One machine of profile `pid` in `slot` comes into (+1) or leaves (-1) `cluster`."""
@@ -54,6 +84,7 @@ class HeldTallies:
         if not any(tally):
             del per_profile[pid]
         self.versions[cluster] = self.versions.get(cluster, 0) + 1
+        self._touch(cluster, pid)
 
     def add(self, clusters: np.ndarray, pids: np.ndarray, slots: np.ndarray) -> None:
         """Machines counted in at once (a restored snapshot of 500 K rows), each given by its
@@ -68,6 +99,7 @@ class HeldTallies:
             c, pid = divmod(rest, n_profiles)
             self.held.setdefault(c, {}).setdefault(pid, [0] * _SLOTS)[slot] += k
             self.versions[c] = self.versions.get(c, 0) + k
+            self._touch(c, pid)
 
     def move(
         self,
@@ -98,6 +130,7 @@ class HeldTallies:
                 c, pid = divmod(key, width)
                 held.setdefault(c, {}).setdefault(pid, [0] * _SLOTS)[new_slot] += n
                 versions[c] = versions.get(c, 0) + n
+                self._touch(c, pid)
             return
         if self._move_in_place(codes, old_clusters, new_clusters, pids, new_slot, width):
             return
@@ -150,4 +183,5 @@ class HeldTallies:
             tally[old_slot] -= n
             tally[new_slot] += n
             self.versions[c] = self.versions.get(c, 0) + 2 * n
+            self._touch(c, pid)
         return True

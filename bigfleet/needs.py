@@ -90,10 +90,10 @@ class NeedsTable:
                 entry.health_generation += 1
             return True
         previous: Mapping[str, int] = {}
+        before: list[Need] = []
         if entry is not None:
             previous = {n.signature: n.arrival for n in entry.needs}
-            for need in entry.needs:
-                self._sorted.remove(need)
+            before = entry.needs
         fresh: list[Need] = []
         for index, spec in enumerate(rollup.needs):
             ident = _identity(spec)
@@ -101,8 +101,19 @@ class NeedsTable:
             if arrival is None:
                 self._arrivals += 1
                 arrival = self._arrivals
-            fresh.append(Need(rollup.cluster, index, arrival, spec, ident))
-        self._sorted.update(fresh)
+            old = before[index] if index < len(before) else None
+            if old is not None and old.arrival == arrival and old.spec == spec:
+                # The very need of last time: kept, so what the engine worked out from it
+                # (claims cached per need) still holds.
+                fresh.append(old)
+            else:
+                fresh.append(Need(rollup.cluster, index, arrival, spec, ident))
+        kept = {id(n) for n in fresh}
+        for need in before:
+            if id(need) not in kept:
+                self._sorted.remove(need)
+        had = {id(n) for n in before}
+        self._sorted.update(n for n in fresh if id(n) not in had)
         health_gen = entry.health_generation if entry else 0
         if rollup.health is not None:
             health_gen += 1

@@ -15,10 +15,12 @@ from ..held import HELD_SLOT
 from ..inventory import Inventory
 from ..needs import Need
 from .common import CLAIM_ORDER
-from .supply import SupplyIndex
+from .supply import Components, SupplyIndex
 
 CLAIM_SLOTS = tuple(HELD_SLOT[s] for s in CLAIM_ORDER)
 CONFIGURED_SLOT = HELD_SLOT[CLAIM_ORDER[0]]
+# (A tally's first three slots are the claimable ones: claims copy just those.)
+assert CLAIM_SLOTS == (0, 1, 2)
 
 
 @dataclass(slots=True)
@@ -47,8 +49,10 @@ class ClusterClaims:
     pending: set[int] = field(default_factory=set)
     # `settled_of`'s answers so far, per need key.
     _settled: dict[str, list[Claim] | None] = field(default_factory=dict)
-    # Reused by the cluster's next claims while its claimable profiles stay the same.
-    opened: OpenProfiles | None = None
+    # How the cluster's needs split into groups, and each group's claims (the cluster's next
+    # claims keep those of groups whose needs and profiles are unchanged).
+    components: Components | None = None
+    parts: dict[int, _Part] = field(default_factory=dict)
     _configured: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def configured(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -107,27 +111,126 @@ class OpenProfiles:
         return found
 
 
+@dataclass(slots=True)
+class _Part:
+    """The claims of one group of a cluster's needs (`Components`): its needs, the cluster's
+    profiles of the group with a claimable machine (ascending), and what claiming gave."""
+
+    needs: list[Need]
+    pids: list[int]
+    claims: dict[str, list[Claim]]
+    claimed: dict[str, int]
+    excess: dict[int, tuple[int, int]]
+    pending: set[int]
+    opened: OpenProfiles
+
+
 def claim_cluster(
     inventory: Inventory,
     cluster: str,
     needs: list[Need],
     supply: SupplyIndex,
-    opened: OpenProfiles | None = None,
+    previous: ClusterClaims | None = None,
+    touched: set[int] | None = None,
 ) -> ClusterClaims:
     """Claims (docs/engine.md, The cycle 1): each need, in table order, keeps machines its own
     cluster already has, CONFIGURED then CONFIGURING then CREATING, in its supply order; a
     `Same` need only in the domain where it has the most. What no need keeps is excess.
-    `opened` is the cluster's `OpenProfiles` from its last claims, reused if still valid."""
+
+    Needs that can use no common profile claim independently, so the work is done per group
+    (`SupplyIndex.components`): given the cluster's `previous` claims and the profiles whose
+    tallies changed since (`touched`), only groups whose needs or profiles changed are
+    claimed again; the others keep their claims."""
     cidx = inventory.clusters.get(cluster)
     held = inventory.held.get(cidx, {}) if cidx is not None else {}
+    groups = supply.components(needs)
+    grouped: dict[int, list[Need]] = {g: [] for g in range(-1, groups.count)}
+    for need in needs:
+        grouped[groups.of_signature[need.signature]].append(need)
+    before = previous.parts if previous is not None else {}
+    if previous is None or touched is None or previous.components is not groups:
+        kept = {}
+        pids_of = _claimable_by_group(held, groups)
+    else:
+        kept = dict(before)
+        pids_of = _changed_groups(held, groups, grouped, before, touched)
+    # A group's open profiles are reused whenever its claimable profiles are the same.
+    opened = {part.opened.key: part.opened for part in before.values()}
+    n_profiles = len(inventory.profiles)
+    for g, pids in pids_of.items():
+        reuse = opened.get((n_profiles, frozenset(pids)))
+        kept[g] = _claim_part(inventory, held, grouped[g], pids, supply, reuse)
+    out = ClusterClaims(components=groups, parts=kept)
+    for need in needs:
+        part = kept[groups.of_signature[need.signature]]
+        out.claims[need.key] = part.claims[need.key]
+        out.claimed[need.key] = part.claimed[need.key]
+    for part in kept.values():
+        out.excess.update(part.excess)
+        out.pending.update(part.pending)
+    return out
+
+
+def same_needs(a: list[Need], b: list[Need]) -> bool:
+    """The very same need objects, in the same order."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+def _claimable_by_group(held: dict[int, list[int]], groups: Components) -> dict[int, list[int]]:
+    """The cluster's profiles with a claimable machine, per group (-1: profiles no need can
+    use), every group listed."""
+    out: dict[int, list[int]] = {g: [] for g in range(-1, groups.count)}
+    of_pid = groups.of_pid
+    for p, t in held.items():
+        if t[0] or t[1] or t[2]:
+            out[of_pid[p]].append(p)
+    for pids in out.values():
+        pids.sort()
+    return out
+
+
+def _claimable(tally: list[int] | None) -> bool:
+    return tally is not None and bool(tally[0] or tally[1] or tally[2])
+
+
+def _changed_groups(
+    held: dict[int, list[int]],
+    groups: Components,
+    grouped: dict[int, list[Need]],
+    before: dict[int, _Part],
+    touched: set[int],
+) -> dict[int, list[int]]:
+    """The groups to claim again — those whose needs changed or whose profiles' tallies did
+    (`touched`) — each with its claimable profiles now."""
+    moved: dict[int, set[int]] = {}
+    of_pid = groups.of_pid
+    for p in touched:
+        moved.setdefault(of_pid[p], set()).add(p)
+    out = {}
+    for g, needs in grouped.items():
+        part = before[g]
+        if g in moved or not same_needs(part.needs, needs):
+            candidates = moved.get(g, set()).union(part.pids)
+            out[g] = sorted(p for p in candidates if _claimable(held.get(p)))
+    return out
+
+
+def _claim_part(
+    inventory: Inventory,
+    held: dict[int, list[int]],
+    needs: list[Need],
+    pids: list[int],
+    supply: SupplyIndex,
+    opened: OpenProfiles | None,
+) -> _Part:
+    """One group's claims: its needs (in table order) over its profiles `pids`."""
     c0, c1, c2 = CLAIM_SLOTS
-    # What no need has kept yet, of the profiles with a claimable machine (no other can be
-    # claimed, left over as excess, or pending).
-    remaining = {p: list(t) for p, t in held.items() if t[c0] or t[c1] or t[c2]}
-    key = (len(inventory.profiles), tuple(remaining))
+    # What no need has kept yet.
+    remaining = {p: held[p][:3] for p in pids}
+    key = (len(inventory.profiles), frozenset(pids))
     if opened is None or opened.key != key:
         opened = OpenProfiles(key)
-    out = ClusterClaims(opened=opened)
+    part = _Part(needs, pids, {}, {}, {}, set(), opened)
     for need in needs:
         # The cluster's profiles this need can use, in its supply order.
         open_pids = opened.of(need, supply)
@@ -150,14 +253,14 @@ def claim_cluster(
                 want -= n
                 if want == 0:
                     break
-        out.claims[need.key] = taken
-        out.claimed[need.key] = need.count - want
+        part.claims[need.key] = taken
+        part.claimed[need.key] = need.count - want
     for p, t in remaining.items():
         if t[c0] > 0:
-            out.excess[p] = (held[p][c0] - t[c0], t[c0])
+            part.excess[p] = (held[p][c0] - t[c0], t[c0])
         if t[c1] > 0 or t[c2] > 0:
-            out.pending.add(p)
-    return out
+            part.pending.add(p)
+    return part
 
 
 def _home_domain(

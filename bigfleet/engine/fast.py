@@ -19,7 +19,7 @@ from ..machine_ids import IdBatches, IdList
 from ..models import ConfigureAction, CreateAction, MachineState, VerifyAction, stamper
 from ..needs import Need
 from ..policy import Policy
-from .claims import CONFIGURED_SLOT, ClusterClaims, claim_cluster
+from .claims import CONFIGURED_SLOT, ClusterClaims, claim_cluster, same_needs
 from .common import Decision, EngineMemory, PhaseClock, age_shortfalls
 from .consolidate import consolidate
 from .cycle import CycleState, merged_moves
@@ -46,6 +46,17 @@ class _Quiet:
     until: float
 
 
+@dataclass
+class _Claimed:
+    """A cluster's claims and what they were worked out from: its needs, its tallies' version
+    and its position in the tallies' log of changed profiles (`HeldTallies.touched`)."""
+
+    needs: list[Need]
+    version: int
+    position: int
+    claims: ClusterClaims
+
+
 class FastEngine:
     """The decision engine of seed §8 over an `Inventory`: `decide` a cycle, then `apply` it."""
 
@@ -57,7 +68,7 @@ class FastEngine:
         self.supply = SupplyIndex(inventory)
         self._quiet: _Quiet | None = None
         self._rows: dict[str, int] = {}
-        self._claims: dict[str, tuple[tuple[tuple[Need, ...], int], ClusterClaims]] = {}
+        self._claims: dict[str, _Claimed] = {}
         self._holders: list[tuple[np.ndarray, Need]] = []
         # The last decision and the moves it asks for, as rows (`CycleState.moves`).
         self._decided: tuple[Decision, list] | None = None
@@ -73,23 +84,23 @@ class FastEngine:
         return sum(c.count for c in taken if c.slot == CONFIGURED_SLOT)
 
     def _cluster_claims(self, cluster: str, needs: list[Need]) -> ClusterClaims:
-        cidx = self.inventory.clusters.get(cluster)
-        version = self.inventory.cluster_version.get(cidx, 0) if cidx is not None else 0
+        inv = self.inventory
+        cidx = inv.clusters.get(cluster)
+        version = inv.cluster_version.get(cidx, 0) if cidx is not None else 0
         cached = self._claims.get(cluster)
-        if (
-            cached is not None
-            and cached[0][1] == version
-            and len(cached[0][0]) == len(needs)
-            and all(a is b for a, b in zip(cached[0][0], needs, strict=True))
-        ):
-            # The very needs of last time (the table keeps a cluster's Need objects until its
-            # roll-up changes them) and the same machines: the same claims. A roll-up that
-            # re-made equal needs is only claimed again.
-            return cached[1]
-        key = (tuple(needs), version)
-        opened = cached[1].opened if cached is not None else None
-        result = claim_cluster(self.inventory, cluster, needs, self.supply, opened)
-        self._claims[cluster] = (key, result)
+        if cached is not None and cached.version == version and same_needs(cached.needs, needs):
+            # The very needs of last time (the table keeps a need's object until its roll-up
+            # changes it) and the same machines: the same claims.
+            return cached.claims
+        since = cached.position if cached is not None else None
+        touched: set[int] | None
+        if cidx is None:
+            touched, position = (set() if cached is not None else None), 0
+        else:
+            touched, position = inv.tallies.touched(cidx, since)
+        previous = cached.claims if cached is not None else None
+        result = claim_cluster(inv, cluster, needs, self.supply, previous, touched)
+        self._claims[cluster] = _Claimed(needs, version, position, result)
         return result
 
     def decide(self, needs: Iterable[Need], now: float) -> Decision:

@@ -6,7 +6,8 @@ three phases depend on this module and never on the engine that runs them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -17,6 +18,20 @@ from ..needs import Need
 from ..profiles import Profile, ProfileTable
 from ..requirements import requirement_matches
 
+# Components kept for at most this many distinct sets of signatures (one per cluster, usually).
+COMPONENTS_KEPT = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Components:
+    """A set of needs split into groups no two of which can use a common profile: group `g`'s
+    needs claim only profiles `of_pid == g` (-1: a profile none of the needs can use), so
+    each group's claims depend on its own needs and those profiles' tallies alone."""
+
+    of_signature: dict[str, int]
+    of_pid: list[int]
+    count: int
+
 
 class SupplyIndex:
     """A need's matching profiles and its preference order over them (docs/engine.md, Terms),
@@ -24,7 +39,8 @@ class SupplyIndex:
 
     def __init__(self, inventory: Inventory) -> None:
         self.inventory = inventory
-        self._match: dict[str, tuple[int, frozenset[int], np.ndarray]] = {}
+        self._components: dict[tuple[int, frozenset[str]], Components] = {}
+        self._match: dict[str, tuple[int, frozenset[int], np.ndarray, np.ndarray]] = {}
         self._rank: dict[str, tuple[int, np.ndarray]] = {}
         self._rank_of: dict[str, tuple[int, dict[int, int]]] = {}
         self._columns = _MatchColumns(inventory.profiles)
@@ -35,8 +51,8 @@ class SupplyIndex:
         its `same` key, for a `Same` need)."""
         return self._matched(need)[1]
 
-    def _matched(self, need: Need) -> tuple[int, frozenset[int], np.ndarray]:
-        """`matching` as a set and as an ascending array."""
+    def _matched(self, need: Need) -> tuple[int, frozenset[int], np.ndarray, np.ndarray]:
+        """`matching` as a set, as an ascending array and as a mask over profile ids."""
         table = self.inventory.profiles
         cached = self._match.get(need.signature)
         if cached is not None and cached[0] == len(table):
@@ -45,9 +61,51 @@ class SupplyIndex:
         if need.spec.same:  # (`need_matches`: a `Same` need also needs its key's label)
             labels = table.labels(need.spec.same)
             pids = pids[[labels[p] is not None for p in pids.tolist()]]
-        found = (len(table), frozenset(pids.tolist()), pids)
+        mask = np.zeros(len(table), dtype=bool)
+        mask[pids] = True
+        found = (len(table), frozenset(pids.tolist()), pids, mask)
         self._match[need.signature] = found
         return found
+
+    def components(self, needs: Sequence[Need]) -> Components:
+        """The needs' `Components` (the same object while the needs' signatures and the
+        profile table stay the same)."""
+        key = (len(self.inventory.profiles), frozenset(n.signature for n in needs))
+        found = self._components.get(key)
+        if found is None:
+            if len(self._components) >= COMPONENTS_KEPT:
+                self._components.clear()
+            found = self._components[key] = self._split(needs, key[0])
+        return found
+
+    def _split(self, needs: Sequence[Need], n_profiles: int) -> Components:
+        # (Integer and boolean numpy only: a matrix product would wake BLAS threads that
+        # spin on this machine's cores and slow the rest of the cycle.)
+        one = {n.signature: n for n in needs}
+        signatures = sorted(one)
+        if not signatures:
+            return Components({}, [-1] * n_profiles, 0)
+        # One row of bits per signature, padded to whole 64-bit words.
+        uses = np.zeros((len(signatures), -(-n_profiles // 64) * 64), dtype=bool)
+        for i, signature in enumerate(signatures):
+            uses[i, :n_profiles] = self._matched(one[signature])[3]
+        packed = np.packbits(uses, axis=1).view(np.uint64)
+        # Signatures sharing a profile are linked; a group is all a signature reaches.
+        reach = np.asarray((packed[:, None, :] & packed[None, :, :]).any(axis=2))
+        while True:
+            wider = np.asarray((reach[:, :, None] & reach[None, :, :]).any(axis=1))
+            if (wider == reach).all():
+                break
+            reach = wider
+        # Each signature's group: its first reachable signature's, numbered in order.
+        first = reach.argmax(axis=1)
+        group = (np.cumsum(first == np.arange(len(signatures))) - 1)[first]
+        # A profile's users are all of one group: the largest of their groups is it.
+        small = np.int8 if len(signatures) < 127 else np.int32
+        label = (group + 1).astype(small)[:, None]
+        of_pid = (uses[:, :n_profiles].view(np.int8) * label).max(axis=0, initial=0) - 1
+        of_signature = dict(zip(signatures, group.tolist(), strict=True))
+        return Components(of_signature, of_pid.tolist(), int(group.max(initial=-1)) + 1)
 
     def supply_rank(self, need: Need) -> dict[int, int]:
         """Matching profiles in the order the need prefers them (cheapest effective cost, then
