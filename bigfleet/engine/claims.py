@@ -7,6 +7,7 @@ machines change, so a steady shard recomputes nothing here.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,17 +56,15 @@ class ClusterClaims:
     parts: dict[int, _Part] = field(default_factory=dict)
     _configured: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
-    def configured(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The claims on CONFIGURED machines as columns: profile, holder's priority, count
-        (computed once: a cluster's claims are cached until its roll-up or machines change)."""
+    def configured(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The claims on CONFIGURED machines as columns — profile, holder's priority, count —
+        in pieces (one per group of needs, each computed once: a group's claims are kept
+        until its needs or machines change)."""
+        if self.parts:
+            return [part.configured() for part in self.parts.values()]
         if self._configured is None:
-            taken = [c for cs in self.claims.values() for c in cs if c.slot == CONFIGURED_SLOT]
-            self._configured = (
-                np.array([c.profile for c in taken], dtype=np.int64),
-                np.array([c.need.priority for c in taken], dtype=np.int64),
-                np.array([c.count for c in taken], dtype=np.int64),
-            )
-        return self._configured
+            self._configured = _configured_columns(self.claims.values())
+        return [self._configured]
 
     def settled_of(self, need: Need, supply: SupplyIndex) -> list[Claim] | None:
         """The need's claims on CONFIGURED machines if it is settled — it holds its whole
@@ -123,6 +122,24 @@ class _Part:
     excess: dict[int, tuple[int, int]]
     pending: set[int]
     opened: OpenProfiles
+    _configured: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def configured(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The group's claims on CONFIGURED machines as columns (`ClusterClaims.configured`)."""
+        if self._configured is None:
+            self._configured = _configured_columns(self.claims.values())
+        return self._configured
+
+
+def _configured_columns(
+    claims: Iterable[list[Claim]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    taken = [c for cs in claims for c in cs if c.slot == CONFIGURED_SLOT]
+    return (
+        np.array([c.profile for c in taken], dtype=np.int64),
+        np.array([c.need.priority for c in taken], dtype=np.int64),
+        np.array([c.count for c in taken], dtype=np.int64),
+    )
 
 
 def claim_cluster(
@@ -209,9 +226,12 @@ def _changed_groups(
     out = {}
     for g, needs in grouped.items():
         part = before[g]
-        if g in moved or not same_needs(part.needs, needs):
-            candidates = moved.get(g, set()).union(part.pids)
-            out[g] = sorted(p for p in candidates if _claimable(held.get(p)))
+        changed = moved.get(g)
+        if changed:
+            came = {p for p in changed if _claimable(held.get(p))}
+            out[g] = sorted(set(part.pids).difference(changed).union(came))
+        elif not same_needs(part.needs, needs):
+            out[g] = part.pids
     return out
 
 

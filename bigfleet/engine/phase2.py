@@ -205,7 +205,7 @@ class _ShortSupply:
             for pool in self.pools:
                 incoming += pool_column(pool, size)[:size]
             if self._held is None:  # nothing preempted yet: the claims as they are
-                parts = [cc.configured() for cc in self.state.claims.values()]
+                parts = [part for cc in self.state.claims.values() for part in cc.configured()]
                 profile, priority, left = (
                     np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64)
                     for i in range(3)
