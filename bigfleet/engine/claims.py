@@ -160,7 +160,7 @@ def claim_cluster(
     claimed again; the others keep their claims."""
     cidx = inventory.clusters.get(cluster)
     held = inventory.held.get(cidx, {}) if cidx is not None else {}
-    groups = supply.components(needs)
+    groups = supply.components(needs, previous.components if previous is not None else None)
     grouped: dict[int, list[Need]] = {g: [] for g in range(-1, groups.count)}
     for need in needs:
         grouped[groups.of_signature[need.signature]].append(need)

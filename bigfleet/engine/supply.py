@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -31,6 +32,18 @@ class Components:
     of_signature: dict[str, int]
     of_pid: list[int]
     count: int
+    # Per group, the profiles its needs can use (a row per group).
+    masks: np.ndarray
+
+
+def _components(of_signature: dict[str, int], masks: np.ndarray) -> Components:
+    """Components from each signature's group and each group's profiles (a profile is in at
+    most one group's row)."""
+    count, n_profiles = masks.shape
+    small = np.int8 if count < 127 else np.int32
+    label = (np.arange(count) + 1).astype(small)[:, None]
+    of_pid = np.multiply(masks.view(np.int8), label).max(axis=0, initial=0) - 1
+    return Components(of_signature, of_pid.tolist(), count, masks)
 
 
 class SupplyIndex:
@@ -67,15 +80,24 @@ class SupplyIndex:
         self._match[need.signature] = found
         return found
 
-    def components(self, needs: Sequence[Need]) -> Components:
+    def components(self, needs: Sequence[Need], previous: Components | None = None) -> Components:
         """The needs' `Components` (the same object while the needs' signatures and the
-        profile table stay the same)."""
+        profile table stay the same); grown from `previous` (the same cluster's last ones)
+        when the needs only add signatures to it, as when a cluster asks for new needs."""
         key = (len(self.inventory.profiles), frozenset(n.signature for n in needs))
         found = self._components.get(key)
         if found is None:
             if len(self._components) >= COMPONENTS_KEPT:
                 self._components.clear()
-            found = self._components[key] = self._split(needs, key[0])
+            if (
+                previous is not None
+                and len(previous.of_pid) == key[0]
+                and previous.of_signature.keys() <= key[1]
+            ):
+                found = self._grow(previous, needs)
+            else:
+                found = self._split(needs, key[0])
+            self._components[key] = found
         return found
 
     def _split(self, needs: Sequence[Need], n_profiles: int) -> Components:
@@ -84,7 +106,7 @@ class SupplyIndex:
         one = {n.signature: n for n in needs}
         signatures = sorted(one)
         if not signatures:
-            return Components({}, [-1] * n_profiles, 0)
+            return _components({}, np.zeros((0, n_profiles), dtype=bool))
         # One row of bits per signature, padded to whole 64-bit words.
         uses = np.zeros((len(signatures), -(-n_profiles // 64) * 64), dtype=bool)
         for i, signature in enumerate(signatures):
@@ -100,12 +122,38 @@ class SupplyIndex:
         # Each signature's group: its first reachable signature's, numbered in order.
         first = reach.argmax(axis=1)
         group = (np.cumsum(first == np.arange(len(signatures))) - 1)[first]
-        # A profile's users are all of one group: the largest of their groups is it.
-        small = np.int8 if len(signatures) < 127 else np.int32
-        label = (group + 1).astype(small)[:, None]
-        of_pid = (uses[:, :n_profiles].view(np.int8) * label).max(axis=0, initial=0) - 1
-        of_signature = dict(zip(signatures, group.tolist(), strict=True))
-        return Components(of_signature, of_pid.tolist(), int(group.max(initial=-1)) + 1)
+        masks = np.array(
+            [uses[group == g, :n_profiles].any(axis=0) for g in range(int(group.max()) + 1)]
+        )
+        return _components(dict(zip(signatures, group.tolist(), strict=True)), masks)
+
+    def _grow(self, previous: Components, needs: Sequence[Need]) -> Components:
+        """`previous` with the needs' new signatures added: each joins (and joins together)
+        the groups whose profiles it shares, or makes a group of its own."""
+        one = {n.signature: n for n in needs if n.signature not in previous.of_signature}
+        masks: list[np.ndarray | None] = list(previous.masks)
+        of_signature = dict(previous.of_signature)
+        for signature in sorted(one):
+            mask = self._matched(one[signature])[3]
+            hit = [g for g, m in enumerate(masks) if m is not None and bool((m & mask).any())]
+            if not hit:
+                of_signature[signature] = len(masks)
+                masks.append(mask)
+                continue
+            merged = mask.copy()
+            for g in hit:
+                merged |= cast(np.ndarray, masks[g])
+                masks[g] = None
+            masks[hit[0]] = merged
+            gone = set(hit)
+            of_signature = {s: hit[0] if g in gone else g for s, g in of_signature.items()}
+            of_signature[signature] = hit[0]
+        live = [g for g, m in enumerate(masks) if m is not None]
+        number = {g: i for i, g in enumerate(live)}
+        return _components(
+            {s: number[g] for s, g in of_signature.items()},
+            np.array([masks[g] for g in live]).reshape(len(live), len(previous.of_pid)),
+        )
 
     def supply_rank(self, need: Need) -> dict[int, int]:
         """Matching profiles in the order the need prefers them (cheapest effective cost, then
@@ -182,9 +230,7 @@ def _fits(r: NodeSelectorRequirement) -> Callable[[Profile], bool]:
 
     def fits(p: Profile) -> bool:
         labels = p.label_map
-        return (r.key not in labels and r.key not in MACHINE_KEYS) or requirement_matches(
-            r, labels
-        )
+        return (r.key not in labels and r.key not in MACHINE_KEYS) or requirement_matches(r, labels)
 
     return fits
 

@@ -136,9 +136,7 @@ def test_touched_forgets_past_its_limit(monkeypatch: pytest.MonkeyPatch) -> None
 def _instance(name: str, priority: int = 0, count: int = 1) -> CapacityNeed:
     return CapacityNeed(
         requirements=[
-            NodeSelectorRequirement(
-                key=L.INSTANCE_TYPE, operator=Operator.IN, values=[name]
-            )
+            NodeSelectorRequirement(key=L.INSTANCE_TYPE, operator=Operator.IN, values=[name])
         ],
         priority=priority,
         count=count,
@@ -170,3 +168,80 @@ def test_needs_sharing_no_profile_are_separate_groups() -> None:
     linked = engine.supply.components(table.needs_of("c000"))
     assert linked.count == 1
     assert set(linked.of_pid) == {0}
+
+
+def _partition(groups, needs) -> tuple[set, list[int]]:
+    """Components as a partition of the needs' signatures, and each profile's group given by
+    the smallest signature in it (so labels do not matter)."""
+    members: dict[int, list[str]] = {}
+    for signature, g in groups.of_signature.items():
+        members.setdefault(g, []).append(signature)
+    name = {g: min(sigs) for g, sigs in members.items()}
+    return (
+        {frozenset(sigs) for sigs in members.values()},
+        [name[g] if g >= 0 else "" for g in groups.of_pid],
+    )
+
+
+def test_groups_interleaved_in_signature_order() -> None:
+    # Signatures sort as cpu-64, m6i.xlarge, then the zone need, which shares cpu-64's
+    # machines in ams-1: the first and last signatures are one group, the middle another.
+    inv = Inventory(capacity=500)
+    inv.add(fleet(random.Random(5), 500, 2), 0)
+    engine = FastEngine(inv, Policy())
+    zone = CapacityNeed(
+        requirements=[NodeSelectorRequirement(key=L.ZONE, operator=Operator.IN, values=["ams-1"])],
+        priority=0,
+        count=1,
+    )
+    table = NeedsTable()
+    specs = [_instance("cpu-64"), _instance("m6i.xlarge"), zone]
+    table.apply(ClusterCapacityNeeds(cluster="c000", generation=1, needs=specs), 0)
+    needs = table.needs_of("c000")
+    assert sorted(n.signature for n in needs) == [n.signature for n in needs]
+    groups = engine.supply.components(needs)
+    assert _partition(groups, needs) == _linked(engine, needs)
+    assert groups.count == 2
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_components_grown_by_new_needs_equal_components_split_afresh(seed: int) -> None:
+    rng = random.Random(seed)
+    inv = Inventory(capacity=2000)
+    inv.add(fleet(rng, 2000, 3), 0)
+    engine = FastEngine(inv, Policy())
+    table = NeedsTable()
+    specs = [need(rng, 5) for _ in range(rng.randint(1, 6))]
+    table.apply(ClusterCapacityNeeds(cluster="c000", generation=1, needs=specs), 0)
+    first = engine.supply.components(table.needs_of("c000"))
+    # Broad needs now and then: they link groups together.
+    more = [
+        need(rng, 5) if rng.random() < 0.7 else CapacityNeed(priority=1, count=1) for _ in range(4)
+    ]
+    table.apply(ClusterCapacityNeeds(cluster="c000", generation=2, needs=specs + more), 10)
+    needs = table.needs_of("c000")
+    grown = engine.supply.components(needs, first)
+    split = engine.supply._split(needs, len(inv.profiles))
+    assert grown is not split
+    assert _partition(grown, needs) == _partition(split, needs) == _linked(engine, needs)
+    assert grown.count == split.count == len(_partition(split, needs)[0])
+
+
+def _linked(engine: FastEngine, needs: list) -> tuple[set, list[str]]:
+    """`_partition` worked out plainly: signatures are linked when their matching profiles
+    meet, and a group is everything linked to anything in it."""
+    uses = {n.signature: engine.supply.matching(n) for n in needs}
+    groups: list[tuple[set[str], set[int]]] = []
+    for signature, pids in uses.items():
+        joined = [g for g in groups if g[1] & pids]
+        merged = ({signature}, set(pids))
+        for g in joined:
+            merged[0].update(g[0])
+            merged[1].update(g[1])
+            groups.remove(g)
+        groups.append(merged)
+    of_pid = [""] * len(engine.inventory.profiles)
+    for sigs, pids in groups:
+        for p in pids:
+            of_pid[p] = min(sigs)
+    return {frozenset(sigs) for sigs, _ in groups}, of_pid
