@@ -19,9 +19,6 @@ from ..needs import Need
 from ..profiles import Profile, ProfileTable
 from ..requirements import requirement_matches
 
-# Components kept for at most this many distinct sets of signatures (one per cluster, usually).
-COMPONENTS_KEPT = 4096
-
 
 @dataclass(frozen=True, slots=True)
 class Components:
@@ -34,16 +31,20 @@ class Components:
     count: int
     # Per group, the profiles its needs can use (a row per group).
     masks: np.ndarray
+    # What they were worked out for: the profile table's size and the needs' signatures.
+    key: tuple[int, frozenset[str]]
 
 
-def _components(of_signature: dict[str, int], masks: np.ndarray) -> Components:
+def _components(
+    of_signature: dict[str, int], masks: np.ndarray, key: tuple[int, frozenset[str]]
+) -> Components:
     """Components from each signature's group and each group's profiles (a profile is in at
     most one group's row)."""
     count, n_profiles = masks.shape
     small = np.int8 if count < 127 else np.int32
     label = (np.arange(count) + 1).astype(small)[:, None]
     of_pid = np.multiply(masks.view(np.int8), label).max(axis=0, initial=0) - 1
-    return Components(of_signature, of_pid.tolist(), count, masks)
+    return Components(of_signature, of_pid.tolist(), count, masks, key)
 
 
 class SupplyIndex:
@@ -52,7 +53,6 @@ class SupplyIndex:
 
     def __init__(self, inventory: Inventory) -> None:
         self.inventory = inventory
-        self._components: dict[tuple[int, frozenset[str]], Components] = {}
         self._match: dict[str, tuple[int, frozenset[int], np.ndarray, np.ndarray]] = {}
         self._rank: dict[str, tuple[int, np.ndarray]] = {}
         self._rank_of: dict[str, tuple[int, dict[int, int]]] = {}
@@ -81,32 +81,29 @@ class SupplyIndex:
         return found
 
     def components(self, needs: Sequence[Need], previous: Components | None = None) -> Components:
-        """The needs' `Components` (the same object while the needs' signatures and the
-        profile table stay the same); grown from `previous` (the same cluster's last ones)
-        when the needs only add signatures to it, as when a cluster asks for new needs."""
+        """The needs' `Components`: `previous` (the same cluster's last ones) itself while the
+        needs' signatures and the profile table are the same, grown from it when the needs
+        only add signatures (a cluster asking for new needs), else split afresh. Kept by the
+        caller, one per cluster, not here: nothing grows with the signatures ever seen."""
         key = (len(self.inventory.profiles), frozenset(n.signature for n in needs))
-        found = self._components.get(key)
-        if found is None:
-            if len(self._components) >= COMPONENTS_KEPT:
-                self._components.clear()
-            if (
-                previous is not None
-                and len(previous.of_pid) == key[0]
-                and previous.of_signature.keys() <= key[1]
-            ):
-                found = self._grow(previous, needs)
-            else:
-                found = self._split(needs, key[0])
-            self._components[key] = found
-        return found
+        if previous is not None and previous.key == key:
+            return previous
+        if (
+            previous is not None
+            and previous.key[0] == key[0]
+            and previous.of_signature.keys() <= key[1]
+        ):
+            return self._grow(previous, needs, key)
+        return self._split(needs, key)
 
-    def _split(self, needs: Sequence[Need], n_profiles: int) -> Components:
+    def _split(self, needs: Sequence[Need], key: tuple[int, frozenset[str]]) -> Components:
         # (Integer and boolean numpy only: a matrix product would wake BLAS threads that
         # spin on this machine's cores and slow the rest of the cycle.)
+        n_profiles = key[0]
         one = {n.signature: n for n in needs}
         signatures = sorted(one)
         if not signatures:
-            return _components({}, np.zeros((0, n_profiles), dtype=bool))
+            return _components({}, np.zeros((0, n_profiles), dtype=bool), key)
         # One row of bits per signature, padded to whole 64-bit words.
         uses = np.zeros((len(signatures), -(-n_profiles // 64) * 64), dtype=bool)
         for i, signature in enumerate(signatures):
@@ -125,9 +122,11 @@ class SupplyIndex:
         masks = np.array(
             [uses[group == g, :n_profiles].any(axis=0) for g in range(int(group.max()) + 1)]
         )
-        return _components(dict(zip(signatures, group.tolist(), strict=True)), masks)
+        return _components(dict(zip(signatures, group.tolist(), strict=True)), masks, key)
 
-    def _grow(self, previous: Components, needs: Sequence[Need]) -> Components:
+    def _grow(
+        self, previous: Components, needs: Sequence[Need], key: tuple[int, frozenset[str]]
+    ) -> Components:
         """`previous` with the needs' new signatures added: each joins (and joins together)
         the groups whose profiles it shares, or makes a group of its own."""
         one = {n.signature: n for n in needs if n.signature not in previous.of_signature}
@@ -153,6 +152,7 @@ class SupplyIndex:
         return _components(
             {s: number[g] for s, g in of_signature.items()},
             np.array([masks[g] for g in live]).reshape(len(live), len(previous.of_pid)),
+            key,
         )
 
     def supply_rank(self, need: Need) -> dict[int, int]:

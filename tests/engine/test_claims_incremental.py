@@ -221,7 +221,7 @@ def test_components_grown_by_new_needs_equal_components_split_afresh(seed: int) 
     table.apply(ClusterCapacityNeeds(cluster="c000", generation=2, needs=specs + more), 10)
     needs = table.needs_of("c000")
     grown = engine.supply.components(needs, first)
-    split = engine.supply._split(needs, len(inv.profiles))
+    split = engine.supply.components(needs)
     assert grown is not split
     assert _partition(grown, needs) == _partition(split, needs) == _linked(engine, needs)
     assert grown.count == split.count == len(_partition(split, needs)[0])
