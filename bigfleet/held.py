@@ -9,6 +9,8 @@ batch of moves leaves the same order: the engine reads a cluster's excess in tha
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 
 from .models import MachineState
@@ -36,7 +38,8 @@ def distinct(codes: np.ndarray) -> list[int]:
 
 # A cluster's log of changed profiles is cut back to nothing past this many entries (a reader
 # that last looked before the cut is told it no longer knows: it works the cluster out afresh).
-TOUCHED_LIMIT = 4096
+# A reader looks every cycle, in which a cluster logs tens of entries; 4 bytes an entry.
+TOUCHED_LIMIT = 1024
 
 
 class HeldTallies:
@@ -51,7 +54,7 @@ class HeldTallies:
         self.versions: dict[int, int] = {}
         # Per cluster: the profiles whose tallies changed, in order, and how many entries
         # were cut from the front (positions are counted from the cluster's first change).
-        self._log: dict[int, list[int]] = {}
+        self._log: dict[int, array[int]] = {}
         self._base: dict[int, int] = {}
 
     def touched(self, cluster: int, since: int | None) -> tuple[set[int] | None, int]:
@@ -59,20 +62,20 @@ class HeldTallies:
         returned before), or None if that is no longer known (or `since` is None); and the
         position now."""
         base = self._base.get(cluster, 0)
-        log = self._log.get(cluster, [])
-        end = base + len(log)
+        log = self._log.get(cluster)
+        end = base + (len(log) if log is not None else 0)
         if since is None or since < base or since > end:
             return None, end
-        return set(log[since - base :]), end
+        return (set(log[since - base :]) if log is not None else set()), end
 
     def _touch(self, cluster: int, pid: int) -> None:
         log = self._log.get(cluster)
         if log is None:
-            log = self._log[cluster] = []
+            log = self._log[cluster] = array("I")
         log.append(pid)
         if len(log) > TOUCHED_LIMIT:
             self._base[cluster] = self._base.get(cluster, 0) + len(log)
-            log.clear()
+            del log[:]
 
     def count(self, cluster: int, pid: int, slot: int | None, delta: int) -> None:
         """One machine of profile `pid` in `slot` comes into (+1) or leaves (-1) `cluster`."""
