@@ -165,12 +165,19 @@ def claim_cluster(
     for need in needs:
         grouped[groups.of_signature[need.signature]].append(need)
     before = previous.parts if previous is not None else {}
-    if previous is None or touched is None or previous.components is not groups:
-        kept = {}
-        pids_of = _claimable_by_group(held, groups)
-    else:
+    if previous is None or touched is None:
+        kept, pids_of = {}, _claimable_by_group(held, groups)
+    elif previous.components is groups:
         kept = dict(before)
-        pids_of = _changed_groups(held, groups, grouped, before, touched)
+        pids_of = _changed_groups(held, groups, grouped, kept, touched)
+    elif groups.grown_from is previous.components:
+        # New needs joined some groups: the others are the groups they were.
+        kept = {g: before[old] for g, old in groups.renamed.items()}
+        renamed = set(groups.renamed.values())
+        loose = {p for old, part in before.items() if old not in renamed for p in part.pids}
+        pids_of = _changed_groups(held, groups, grouped, kept, touched, loose)
+    else:
+        kept, pids_of = {}, _claimable_by_group(held, groups)
     # A group's open profiles are reused whenever its claimable profiles are the same.
     opened = {part.opened.key: part.opened for part in before.values()}
     n_profiles = len(inventory.profiles)
@@ -216,18 +223,23 @@ def _changed_groups(
     grouped: dict[int, list[Need]],
     before: dict[int, _Part],
     touched: set[int],
+    loose: set[int] | None = None,
 ) -> dict[int, list[int]]:
-    """The groups to claim again — those whose needs changed or whose profiles' tallies did
-    (`touched`) — each with its claimable profiles now."""
+    """The groups to claim again — those without a part `before`, those whose needs changed
+    or whose profiles' tallies did (`touched`) — each with its claimable profiles now. A
+    group without a part finds its profiles among `touched` and `loose` (the profiles of the
+    previous groups no part in `before` comes from)."""
     moved: dict[int, set[int]] = {}
     of_pid = groups.of_pid
-    for p in touched:
+    for p in touched.union(loose) if loose else touched:
         moved.setdefault(of_pid[p], set()).add(p)
     out = {}
     for g, needs in grouped.items():
-        part = before[g]
+        part = before.get(g)
         changed = moved.get(g)
-        if changed:
+        if part is None:
+            out[g] = sorted(p for p in changed or () if _claimable(held.get(p)))
+        elif changed:
             came = {p for p in changed if _claimable(held.get(p))}
             out[g] = sorted(set(part.pids).difference(changed).union(came))
         elif not same_needs(part.needs, needs):

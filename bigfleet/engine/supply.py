@@ -7,7 +7,7 @@ three phases depend on this module and never on the engine that runs them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import cast
 
 import numpy as np
@@ -33,6 +33,10 @@ class Components:
     masks: np.ndarray
     # What they were worked out for: the profile table's size and the needs' signatures.
     key: tuple[int, frozenset[str]]
+    # Grown from (`SupplyIndex.components`): those components, and which of these groups are
+    # exactly one of theirs (same signatures, same profiles): group -> its group there.
+    grown_from: Components | None = None
+    renamed: dict[int, int] = field(default_factory=dict)
 
 
 def _components(
@@ -132,6 +136,7 @@ class SupplyIndex:
         one = {n.signature: n for n in needs if n.signature not in previous.of_signature}
         masks: list[np.ndarray | None] = list(previous.masks)
         of_signature = dict(previous.of_signature)
+        joined: set[int] = set()  # previous groups a new signature joined
         for signature in sorted(one):
             mask = self._matched(one[signature])[3]
             hit = [g for g, m in enumerate(masks) if m is not None and bool((m & mask).any())]
@@ -139,6 +144,7 @@ class SupplyIndex:
                 of_signature[signature] = len(masks)
                 masks.append(mask)
                 continue
+            joined.update(hit)
             merged = mask.copy()
             for g in hit:
                 merged |= cast(np.ndarray, masks[g])
@@ -149,11 +155,13 @@ class SupplyIndex:
             of_signature[signature] = hit[0]
         live = [g for g, m in enumerate(masks) if m is not None]
         number = {g: i for i, g in enumerate(live)}
-        return _components(
+        grown = _components(
             {s: number[g] for s, g in of_signature.items()},
             np.array([masks[g] for g in live]).reshape(len(live), len(previous.of_pid)),
             key,
         )
+        renamed = {number[g]: g for g in range(previous.count) if g not in joined}
+        return replace(grown, grown_from=previous, renamed=renamed)
 
     def supply_rank(self, need: Need) -> dict[int, int]:
         """Matching profiles in the order the need prefers them (cheapest effective cost, then
