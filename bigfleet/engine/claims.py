@@ -170,8 +170,9 @@ def claim_cluster(
     elif previous.components is groups:
         kept = dict(before)
         pids_of = _changed_groups(held, groups, grouped, kept, touched)
-    elif groups.grown_from is previous.components:
-        # New needs joined some groups: the others are the groups they were.
+    elif groups.renamed is not None:
+        # Grown from the previous groups (just now: `renamed` says how): new needs joined
+        # some groups, the others are the groups they were.
         kept = {g: before[old] for g, old in groups.renamed.items()}
         renamed = set(groups.renamed.values())
         loose = {p for old, part in before.items() if old not in renamed for p in part.pids}

@@ -7,7 +7,7 @@ three phases depend on this module and never on the engine that runs them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import cast
 
 import numpy as np
@@ -33,10 +33,11 @@ class Components:
     masks: np.ndarray
     # What they were worked out for: the profile table's size and the needs' signatures.
     key: tuple[int, frozenset[str]]
-    # Grown from (`SupplyIndex.components`): those components, and which of these groups are
-    # exactly one of theirs (same signatures, same profiles): group -> its group there.
-    grown_from: Components | None = None
-    renamed: dict[int, int] = field(default_factory=dict)
+    # When grown from the `previous` components passed to `SupplyIndex.components` (and only
+    # then): which of these groups are exactly one of those (same signatures, same profiles),
+    # group -> its group there. (No reference to them: a cluster's components would chain
+    # back through every arrival.)
+    renamed: dict[int, int] | None = None
 
 
 def _components(
@@ -161,7 +162,7 @@ class SupplyIndex:
             key,
         )
         renamed = {number[g]: g for g in range(previous.count) if g not in joined}
-        return replace(grown, grown_from=previous, renamed=renamed)
+        return replace(grown, renamed=renamed)
 
     def supply_rank(self, need: Need) -> dict[int, int]:
         """Matching profiles in the order the need prefers them (cheapest effective cost, then
