@@ -114,8 +114,10 @@ class SupplyIndex:
         for i, signature in enumerate(signatures):
             uses[i, :n_profiles] = self._matched(one[signature])[3]
         packed = np.packbits(uses, axis=1).view(np.uint64)
-        # Signatures sharing a profile are linked; a group is all a signature reaches.
+        # Signatures sharing a profile are linked; a group is all a signature reaches (itself
+        # at least: a signature no profile matches is a group of its own, as when grown).
         reach = np.asarray((packed[:, None, :] & packed[None, :, :]).any(axis=2))
+        np.fill_diagonal(reach, True)
         while True:
             wider = np.asarray((reach[:, :, None] & reach[None, :, :]).any(axis=1))
             if (wider == reach).all():

@@ -204,6 +204,26 @@ def test_groups_interleaved_in_signature_order() -> None:
     assert groups.count == 2
 
 
+def test_a_need_no_profile_matches_is_a_group_of_its_own() -> None:
+    # A rack-wide `Same` need for a cloud instance type: no cloud machine carries a rack.
+    inv = Inventory(capacity=500)
+    inv.add(fleet(random.Random(5), 500, 2), 0)
+    engine = FastEngine(inv, Policy())
+    nowhere = _instance("m6i.xlarge").model_copy(update={"same": L.RACK})
+    table = NeedsTable()
+    specs = [_instance("cpu-64"), nowhere]
+    table.apply(ClusterCapacityNeeds(cluster="c000", generation=1, needs=specs), 0)
+    needs = table.needs_of("c000")
+    assert not engine.supply.matching(needs[1])
+    split = engine.supply.components(needs)
+    assert split.count == 2 and _partition(split, needs) == _linked(engine, needs)
+    table.apply(ClusterCapacityNeeds(cluster="c000", generation=2, needs=specs[:1]), 10)
+    first = engine.supply.components(table.needs_of("c000"))
+    grown = engine.supply.components(needs, first)
+    assert grown.renamed is not None
+    assert _partition(grown, needs) == _partition(split, needs)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_components_grown_by_new_needs_equal_components_split_afresh(seed: int) -> None:
     rng = random.Random(seed)
