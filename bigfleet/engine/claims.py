@@ -7,7 +7,6 @@ machines change, so a steady shard recomputes nothing here.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,17 +53,12 @@ class ClusterClaims:
     # claims keep those of groups whose needs and profiles are unchanged).
     components: Components | None = None
     parts: dict[int, _Part] = field(default_factory=dict)
-    _configured: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def configured(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """The claims on CONFIGURED machines as columns — profile, holder's priority, count —
         in pieces (one per group of needs, each computed once: a group's claims are kept
         until its needs or machines change)."""
-        if self.parts:
-            return [part.configured() for part in self.parts.values()]
-        if self._configured is None:
-            self._configured = _configured_columns(self.claims.values())
-        return [self._configured]
+        return [part.configured() for part in self.parts.values()]
 
     def settled_of(self, need: Need, supply: SupplyIndex) -> list[Claim] | None:
         """The need's claims on CONFIGURED machines if it is settled — it holds its whole
@@ -127,19 +121,13 @@ class _Part:
     def configured(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The group's claims on CONFIGURED machines as columns (`ClusterClaims.configured`)."""
         if self._configured is None:
-            self._configured = _configured_columns(self.claims.values())
+            taken = [c for cs in self.claims.values() for c in cs if c.slot == CONFIGURED_SLOT]
+            self._configured = (
+                np.array([c.profile for c in taken], dtype=np.int64),
+                np.array([c.need.priority for c in taken], dtype=np.int64),
+                np.array([c.count for c in taken], dtype=np.int64),
+            )
         return self._configured
-
-
-def _configured_columns(
-    claims: Iterable[list[Claim]],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    taken = [c for cs in claims for c in cs if c.slot == CONFIGURED_SLOT]
-    return (
-        np.array([c.profile for c in taken], dtype=np.int64),
-        np.array([c.need.priority for c in taken], dtype=np.int64),
-        np.array([c.count for c in taken], dtype=np.int64),
-    )
 
 
 def claim_cluster(
@@ -165,19 +153,17 @@ def claim_cluster(
     for need in needs:
         grouped[groups.of_signature[need.signature]].append(need)
     before = previous.parts if previous is not None else {}
-    if previous is None or touched is None:
-        kept, pids_of = {}, _claimable_by_group(held, groups)
-    elif previous.components is groups:
+    if touched is not None and previous is not None and previous.components is groups:
         kept = dict(before)
         pids_of = _changed_groups(held, groups, grouped, kept, touched)
-    elif groups.renamed is not None:
+    elif touched is not None and groups.renamed is not None:
         # Grown from the previous groups (just now: `renamed` says how): new needs joined
         # some groups, the others are the groups they were.
         kept = {g: before[old] for g, old in groups.renamed.items()}
         renamed = set(groups.renamed.values())
         loose = {p for old, part in before.items() if old not in renamed for p in part.pids}
         pids_of = _changed_groups(held, groups, grouped, kept, touched, loose)
-    else:
+    else:  # (no previous claims, or what changed since is not known, or groups split afresh)
         kept, pids_of = {}, _claimable_by_group(held, groups)
     # A group's open profiles are reused whenever its claimable profiles are the same.
     opened = {part.opened.key: part.opened for part in before.values()}
