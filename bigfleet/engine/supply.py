@@ -29,8 +29,9 @@ class Components:
     of_signature: dict[str, int]
     of_pid: list[int]
     count: int
-    # Per group, the profiles its needs can use (a row per group).
-    masks: np.ndarray
+    # Per group, the profiles its needs can use, as bits of a Python integer (bit p: profile
+    # p): overlaps are one `&` each, without numpy's fixed cost per call.
+    masks: list[int]
     # What they were worked out for: the profile table's size and the needs' signatures.
     key: tuple[int, frozenset[str]]
     # When grown from the `previous` components passed to `SupplyIndex.components` (and only
@@ -41,14 +42,16 @@ class Components:
 
 
 def _components(
-    of_signature: dict[str, int], masks: np.ndarray, key: tuple[int, frozenset[str]]
+    of_signature: dict[str, int], masks: list[int], key: tuple[int, frozenset[str]]
 ) -> Components:
     """Components from each signature's group and each group's profiles (a profile is in at
-    most one group's row)."""
-    count, n_profiles = masks.shape
-    small = np.int8 if count < 127 else np.int32
-    label = (np.arange(count) + 1).astype(small)[:, None]
-    of_pid = np.multiply(masks.view(np.int8), label).max(axis=0, initial=0) - 1
+    most one group's mask)."""
+    n_profiles, count = key[0], len(masks)
+    width = -(-n_profiles // 8)
+    raw = np.frombuffer(b"".join(m.to_bytes(width, "little") for m in masks), dtype=np.uint8)
+    bits = np.unpackbits(raw, bitorder="little").reshape(count, width * 8)[:, :n_profiles]
+    label = (np.arange(count) + 1).astype(np.int8 if count < 127 else np.int32)[:, None]
+    of_pid = np.multiply(bits.view(np.int8), label).max(axis=0, initial=0) - 1
     return Components(of_signature, of_pid.tolist(), count, masks, key)
 
 
@@ -58,7 +61,7 @@ class SupplyIndex:
 
     def __init__(self, inventory: Inventory) -> None:
         self.inventory = inventory
-        self._match: dict[str, tuple[int, frozenset[int], np.ndarray, np.ndarray]] = {}
+        self._match: dict[str, tuple[int, frozenset[int], np.ndarray, int]] = {}
         self._rank: dict[str, tuple[int, np.ndarray]] = {}
         self._rank_of: dict[str, tuple[int, dict[int, int]]] = {}
         self._columns = _MatchColumns(inventory.profiles)
@@ -69,8 +72,9 @@ class SupplyIndex:
         its `same` key, for a `Same` need)."""
         return self._matched(need)[1]
 
-    def _matched(self, need: Need) -> tuple[int, frozenset[int], np.ndarray, np.ndarray]:
-        """`matching` as a set, as an ascending array and as a mask over profile ids."""
+    def _matched(self, need: Need) -> tuple[int, frozenset[int], np.ndarray, int]:
+        """`matching` as a set, as an ascending array and as bits of an integer (bit p:
+        profile p)."""
         table = self.inventory.profiles
         cached = self._match.get(need.signature)
         if cached is not None and cached[0] == len(table):
@@ -79,16 +83,17 @@ class SupplyIndex:
         if need.spec.same:  # (`need_matches`: a `Same` need also needs its key's label)
             labels = table.labels(need.spec.same)
             pids = pids[[labels[p] is not None for p in pids.tolist()]]
-        mask = np.zeros(len(table), dtype=bool)
+        mask = np.zeros(-(-len(table) // 8) * 8, dtype=bool)
         mask[pids] = True
-        found = (len(table), frozenset(pids.tolist()), pids, mask)
+        bits = int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
+        found = (len(table), frozenset(pids.tolist()), pids, bits)
         self._match[need.signature] = found
         return found
 
     def components(self, needs: Sequence[Need], previous: Components | None = None) -> Components:
         """The needs' `Components`: `previous` (the same cluster's last ones) itself while the
         needs' signatures and the profile table are the same, grown from it when the needs
-        only add signatures (a cluster asking for new needs), else split afresh. Kept by the
+        only add signatures (a cluster asking for new needs), else grown from nothing. Kept by the
         caller, one per cluster, not here: nothing grows with the signatures ever seen."""
         key = (len(self.inventory.profiles), frozenset(n.signature for n in needs))
         if previous is not None and previous.key == key:
@@ -99,70 +104,46 @@ class SupplyIndex:
             and previous.of_signature.keys() <= key[1]
         ):
             return self._grow(previous, needs, key)
-        return self._split(needs, key)
-
-    def _split(self, needs: Sequence[Need], key: tuple[int, frozenset[str]]) -> Components:
-        # (Integer and boolean numpy only: a matrix product would wake BLAS threads that
-        # spin on this machine's cores and slow the rest of the cycle.)
-        n_profiles = key[0]
-        one = {n.signature: n for n in needs}
-        signatures = sorted(one)
-        if not signatures:
-            return _components({}, np.zeros((0, n_profiles), dtype=bool), key)
-        # One row of bits per signature, padded to whole 64-bit words.
-        uses = np.zeros((len(signatures), -(-n_profiles // 64) * 64), dtype=bool)
-        for i, signature in enumerate(signatures):
-            uses[i, :n_profiles] = self._matched(one[signature])[3]
-        packed = np.packbits(uses, axis=1).view(np.uint64)
-        # Signatures sharing a profile are linked; a group is all a signature reaches (itself
-        # at least: a signature no profile matches is a group of its own, as when grown).
-        reach = np.asarray((packed[:, None, :] & packed[None, :, :]).any(axis=2))
-        np.fill_diagonal(reach, True)
-        while True:
-            wider = np.asarray((reach[:, :, None] & reach[None, :, :]).any(axis=1))
-            if (wider == reach).all():
-                break
-            reach = wider
-        # Each signature's group: its first reachable signature's, numbered in order.
-        first = reach.argmax(axis=1)
-        group = (np.cumsum(first == np.arange(len(signatures))) - 1)[first]
-        masks = np.array(
-            [uses[group == g, :n_profiles].any(axis=0) for g in range(int(group.max()) + 1)]
-        )
-        return _components(dict(zip(signatures, group.tolist(), strict=True)), masks, key)
+        return self._grow(None, needs, key)
 
     def _grow(
-        self, previous: Components, needs: Sequence[Need], key: tuple[int, frozenset[str]]
+        self, previous: Components | None, needs: Sequence[Need], key: tuple[int, frozenset[str]]
     ) -> Components:
-        """`previous` with the needs' new signatures added: each joins (and joins together)
-        the groups whose profiles it shares, or makes a group of its own."""
-        one = {n.signature: n for n in needs if n.signature not in previous.of_signature}
-        masks: list[np.ndarray | None] = list(previous.masks)
-        of_signature = dict(previous.of_signature)
+        """`previous` (None: no group yet) with the needs' new signatures added, in signature
+        order: each joins (and joins together) the groups whose profiles it shares, or makes
+        a group of its own (a signature no profile matches too). Groups end numbered by their
+        first signature, whichever way they were built."""
+        known = previous.of_signature if previous is not None else {}
+        one = {n.signature: n for n in needs if n.signature not in known}
+        masks: list[int | None] = list(previous.masks) if previous is not None else []
+        of_signature = dict(known)
         joined: set[int] = set()  # previous groups a new signature joined
         for signature in sorted(one):
-            mask = self._matched(one[signature])[3]
-            hit = [g for g, m in enumerate(masks) if m is not None and bool((m & mask).any())]
+            bits = self._matched(one[signature])[3]
+            hit = [g for g, m in enumerate(masks) if m is not None and m & bits]
             if not hit:
                 of_signature[signature] = len(masks)
-                masks.append(mask)
+                masks.append(bits)
                 continue
             joined.update(hit)
-            merged = mask.copy()
-            for g in hit:
-                merged |= cast(np.ndarray, masks[g])
+            for g in hit[1:]:
+                bits |= cast(int, masks[g])
                 masks[g] = None
-            masks[hit[0]] = merged
-            gone = set(hit)
-            of_signature = {s: hit[0] if g in gone else g for s, g in of_signature.items()}
+            masks[hit[0]] = bits | cast(int, masks[hit[0]])
+            if len(hit) > 1:
+                gone = set(hit[1:])
+                of_signature = {s: hit[0] if g in gone else g for s, g in of_signature.items()}
             of_signature[signature] = hit[0]
-        live = [g for g, m in enumerate(masks) if m is not None]
-        number = {g: i for i, g in enumerate(live)}
+        number: dict[int, int] = {}
+        for signature in sorted(of_signature):
+            number.setdefault(of_signature[signature], len(number))
         grown = _components(
             {s: number[g] for s, g in of_signature.items()},
-            np.array([masks[g] for g in live]).reshape(len(live), len(previous.of_pid)),
+            [cast(int, masks[g]) for g in number],
             key,
         )
+        if previous is None:
+            return grown
         renamed = {number[g]: g for g in range(previous.count) if g not in joined}
         return replace(grown, renamed=renamed)
 
