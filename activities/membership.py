@@ -11,9 +11,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.wire import (
     ELSEWHERE_MAX,
     SHARD_TASK_QUEUE,
-    SHARD_TASK_TIMEOUT,
     ShardConfig,
     ShardInput,
+    shard_task_timeout,
     shard_workflow_id,
 )
 from bigfleet.decommission import Matching
@@ -44,7 +44,7 @@ class MembershipActivities:
             ShardInput(config=cfg.model_copy(update={"shard": new}), joining=True),
             id=shard_workflow_id(new),
             task_queue=SHARD_TASK_QUEUE,
-            task_timeout=SHARD_TASK_TIMEOUT,
+            task_timeout=shard_task_timeout(cfg),
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary=f"BigFleet shard {new} (split from shard {donor})",
         )

@@ -28,10 +28,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.wire import (
     SHARD_TASK_QUEUE,
-    SHARD_TASK_TIMEOUT,
     Instruction,
     ShardCall,
     ShardInput,
+    shard_task_timeout,
     shard_workflow_id,
 )
 from bigfleet.inputs import clip
@@ -235,7 +235,7 @@ async def _restart(client: Client, shard: int, dead: DeadRun) -> None:
         start.model_copy(update={"restarted": snapshot}),
         id=dead.wid,
         task_queue=SHARD_TASK_QUEUE,
-        task_timeout=SHARD_TASK_TIMEOUT,
+        task_timeout=shard_task_timeout(start.config),
         # Two revivals at once start one run; the second joins it.
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         static_summary=f"BigFleet shard {shard} of {start.config.shards} (restarted)",

@@ -20,10 +20,12 @@ from bigfleet.snapshot import INLINE_BYTES
 from bigfleet.transitions import MAX_TRANSITION_BATCH
 
 SHARD_TASK_QUEUE = "bigfleet-shards"
-# A shard's workflow task timeout (Temporal's default is 10 s, its most 120 s). A worker that
-# lost the shard from its cache replays the run's history in one task: at 100 000 machines a run
-# holds seconds of decisions, and a replay cut off at 10 s is retried from the start, forever.
+# A shard's workflow task timeout by default (`ShardConfig.task_timeout_seconds`; Temporal's
+# default is 10 s, its most 120 s). A worker that lost the shard from its cache replays the
+# run's history in one task: at 100 000 machines a run holds seconds of decisions, and a replay
+# cut off at 10 s is retried from the start, forever.
 SHARD_TASK_TIMEOUT = timedelta(seconds=60)
+MAX_TASK_TIMEOUT_SECONDS = 120.0
 LIST_PAGE = 1000  # machines per provider_list page (~70–90 KB as a MachinePage)
 TRANSITION_TASK_QUEUE = "bigfleet-transitions"
 
@@ -35,6 +37,12 @@ def provider_task_queue(provider: str) -> str:
 
 def shard_workflow_id(shard: int) -> str:
     return f"shard-{shard}"
+
+
+def shard_task_timeout(config: ShardConfig) -> timedelta:
+    """The task timeout a shard workflow is started with (a continue-as-new or a reset keeps
+    its run's)."""
+    return timedelta(seconds=config.task_timeout_seconds)
 
 
 def transition_workflow_id(machine_id: str, transition: Transition, token: FencingToken) -> str:
@@ -246,6 +254,12 @@ class ShardConfig(Model):
     # in a cycle are merged, each machine still with its own bootstrap and provider call (a
     # Temporal server's work grows with workflows; 1 = a workflow per machine, as before).
     configure_batch: int = Field(default=MAX_TRANSITION_BATCH, ge=1, le=MAX_TRANSITION_BATCH)
+    # The shard workflow's task timeout (`shard_start_options`): long enough to replay a run
+    # (docs/temporal.md, "Bounded workflow tasks"); a worker killed mid-task leaves the shard
+    # waiting this long.
+    task_timeout_seconds: float = Field(
+        default=SHARD_TASK_TIMEOUT.total_seconds(), ge=1, le=MAX_TASK_TIMEOUT_SECONDS
+    )
     # The same for drains of one cluster with one grace and reason. `escalate_drain` (and
     # `bigfleet drain escalate <machine>`) escalates a drain workflow: every machine of it.
     drain_batch: int = Field(default=MAX_TRANSITION_BATCH, ge=1, le=MAX_TRANSITION_BATCH)

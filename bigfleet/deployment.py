@@ -140,6 +140,10 @@ class Deployment(Spec):
     # carries; `escalate_drain` escalates a whole drain workflow, so 1 keeps a drain per machine.
     configure_batch: Annotated[int, Field(ge=1, le=MAX_TRANSITION_BATCH)] = MAX_TRANSITION_BATCH
     drain_batch: Annotated[int, Field(ge=1, le=MAX_TRANSITION_BATCH)] = MAX_TRANSITION_BATCH
+    # A shard workflow's task timeout: long enough to replay a run of the fleet's largest
+    # shard; a worker killed mid-task leaves its shards waiting this long (Temporal caps it
+    # at 120 s).
+    shard_task_timeout_seconds: Annotated[float, Field(ge=1, le=120)] = 60.0
     policy: PolicyOverrides = Field(default_factory=lambda: PolicyOverrides())
     providers: Annotated[list[ProviderEndpoint], Field(min_length=1)]
     operators: Operators = Field(default_factory=Operators)

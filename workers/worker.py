@@ -31,12 +31,12 @@ from activities.snapshots import SnapshotActivities
 from activities.starter import StarterActivities
 from activities.wire import (
     SHARD_TASK_QUEUE,
-    SHARD_TASK_TIMEOUT,
     TRANSITION_TASK_QUEUE,
     CoordinatorInput,
     ShardConfig,
     ShardInput,
     provider_task_queue,
+    shard_task_timeout,
     shard_workflow_id,
 )
 from bigfleet.deployment import Deployment
@@ -111,7 +111,11 @@ Fleet = SimulatedFleet | RemoteFleet
 
 def shard_config(fleet: Scenario | Deployment, shard: int, **overrides: object) -> ShardConfig:
     if isinstance(fleet, Deployment):
-        batches = {"configure_batch": fleet.configure_batch, "drain_batch": fleet.drain_batch}
+        batches = {
+            "configure_batch": fleet.configure_batch,
+            "drain_batch": fleet.drain_batch,
+            "task_timeout_seconds": fleet.shard_task_timeout_seconds,
+        }
         overrides = {**batches, **overrides}
         if fleet.shadow_shard(shard):
             overrides = {"shadow": True, **overrides}
@@ -271,13 +275,14 @@ async def ensure_shards(
         else WorkflowIDReusePolicy.REJECT_DUPLICATE
     )
     for shard in range(fleet.shards):
+        config = shard_config(fleet, shard, **overrides)
         try:
             await client.start_workflow(
                 ShardWorkflow.run,
-                ShardInput(config=shard_config(fleet, shard, **overrides)),
+                ShardInput(config=config),
                 id=shard_workflow_id(shard),
                 task_queue=SHARD_TASK_QUEUE,
-                task_timeout=SHARD_TASK_TIMEOUT,
+                task_timeout=shard_task_timeout(config),
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 id_reuse_policy=reuse,
                 static_summary=f"BigFleet shard {shard} of {fleet.shards}",

@@ -57,6 +57,7 @@ def test_without_operators_no_cluster_has_an_endpoint(tmp_path):
         ({"surprise": 1}, "surprise"),
         ({"drain_batch": 0}, "drain_batch"),
         ({"configure_batch": 33}, "configure_batch"),
+        ({"shard_task_timeout_seconds": 600}, "shard_task_timeout_seconds"),
         ({"providers": [{"name": "dc", "endpoint": "h:1", "tls": {"cert": "c.pem"}}]},
          "providers.0.tls"),
     ],
@@ -67,16 +68,23 @@ def test_a_bad_field_is_named(tmp_path, change, field):
     assert f"  {field}" in str(err.value)
 
 
-def test_transition_batches_reach_every_shard(tmp_path):
-    """`drain_batch: 1` (a drain workflow per machine, escalated alone) and the configure
-    batch travel into each shard's config; left out, both are the largest batch."""
+def test_transition_batches_and_task_timeout_reach_every_shard(tmp_path):
+    """`drain_batch: 1` (a drain workflow per machine, escalated alone), the configure batch
+    and the shard task timeout travel into each shard's config; left out, both batches are
+    the largest and the timeout is a minute."""
     from workers.worker import shard_config
 
-    dep = load(write(tmp_path, {**MINIMAL, "shards": 2, "drain_batch": 1}))
+    changed = {"shards": 2, "drain_batch": 1, "shard_task_timeout_seconds": 15}
+    dep = load(write(tmp_path, {**MINIMAL, **changed}))
     configs = [shard_config(dep, shard) for shard in range(2)]
-    assert [(c.configure_batch, c.drain_batch) for c in configs] == [(32, 1), (32, 1)]
+    got = [(c.configure_batch, c.drain_batch, c.task_timeout_seconds) for c in configs]
+    assert got == [(32, 1, 15), (32, 1, 15)]
     default = shard_config(load(write(tmp_path, MINIMAL)), 0)
-    assert (default.configure_batch, default.drain_batch) == (32, 32)
+    assert (default.configure_batch, default.drain_batch, default.task_timeout_seconds) == (
+        32,
+        32,
+        60,
+    )
 
 
 def test_files_are_relative_to_the_config_and_must_exist(tmp_path):

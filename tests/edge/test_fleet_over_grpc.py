@@ -79,6 +79,8 @@ class Edge:
         deployment = {
             "name": "edge",
             "cycle_seconds": 1,
+            # The worker is killed mid-task twice: a small fleet's shard needs no minute.
+            "shard_task_timeout_seconds": 10,
             "policy": {"excess_grace_seconds": 2, "max_silence_seconds": 3600},
             "providers": [
                 {"name": "dc", "endpoint": f"127.0.0.1:{self.provider_port}"},
@@ -214,6 +216,10 @@ async def test_a_fleet_over_grpc_survives_its_worker_and_its_provider_restarting
         sent = await edge.until("the gateway accepts a's roll-up", lambda: (
             r := edge.send("a", 3)).returncode == 0 and r)  # fmt: skip
         assert "shard 0" in sent.stdout, sent.stdout
+        # The shard runs with the deployment's task timeout (the Temporal UI shows it).
+        shard = await dev_env.client.get_workflow_handle("shard-0").describe()
+        timeout = shard.raw_description.execution_config.default_workflow_task_timeout
+        assert timeout.ToTimedelta().total_seconds() == 10
 
         # Mid-configure: the worker dies with the configure calls made or in flight.
         await edge.until("a machine configuring", lambda: [

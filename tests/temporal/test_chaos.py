@@ -126,11 +126,13 @@ async def test_a_fleet_converges_after_its_worker_and_server_are_killed(tmp_path
         server.start()
         client = await retrying("connecting", lambda: connect(address, "default"), 60)
         await retrying("the server answering", client.count_workflows, 60)
-        # Shards and coordinator as the tests run them (quick reports and reconciles), before
-        # the workers start theirs (which then find them running).
+        # Shards and coordinator as the tests run them (quick reports and reconciles; a task
+        # the killed worker held times out after 10 s, not the default 60: a small fleet
+        # replays in well under a second), before the workers start theirs (which then find
+        # them running).
         await ensure_shards(
             client, fleet, plan_seconds=2, transition_poll_seconds=1.0, report_seconds=1.0,
-            reconcile_seconds=5.0,
+            reconcile_seconds=5.0, task_timeout_seconds=10,
         )
         providers.start()
         shards.start()

@@ -34,7 +34,9 @@ async def test_a_wedged_shard_is_revived_without_the_input_that_broke_it(
     raw_fleet = gpu_fleet(1, {"r1": 4}, ["web"])
     shard = client.get_workflow_handle("shard-0")
     async with fleet_workers(client, raw_fleet):
-        await start(client, raw_fleet, max_cycles_per_run=3)
+        # (A failing task is reported once; its later attempts each wait out the task
+        # timeout: with the default minute, wedging twice alone took two minutes here.)
+        await start(client, raw_fleet, max_cycles_per_run=3, task_timeout_seconds=10)
         await shard.signal("rollup", {"cluster": "web", "generation": 1, "needs": [NEED]})
         before = await eventually(
             lambda: shard.query("status"),

@@ -762,8 +762,9 @@ async def test_a_large_cycle_goes_out_in_bounded_workflow_tasks(dev_env: Workflo
     the decision."""
     client = dev_env.client
     async with fleet_workers(client, fleet(1000, configure_latency=0.5, drain_latency=60)) as sim:
-        # (A workflow per machine: merged, the 1 000 drains would be 32 starts.)
-        await ensure_shards(client, sim.fleet, configure_batch=1, drain_batch=1, **FAST)
+        # (A drain workflow per machine: merged, the 1 000 drains would be 32 starts. The
+        # configures before them are merged, as by default: 32 machines a workflow.)
+        await ensure_shards(client, sim.fleet, drain_batch=1, **FAST)
         await shard(client).signal("rollup", rollup("a", 1, 1000, 500_000, 1.0))
         await eventually(
             lambda: status(client),
