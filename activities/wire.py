@@ -254,7 +254,7 @@ class ShardConfig(Model):
     # in a cycle are merged, each machine still with its own bootstrap and provider call (a
     # Temporal server's work grows with workflows; 1 = a workflow per machine, as before).
     configure_batch: int = Field(default=MAX_TRANSITION_BATCH, ge=1, le=MAX_TRANSITION_BATCH)
-    # The shard workflow's task timeout (`shard_start_options`): long enough to replay a run
+    # The shard workflow's task timeout (`shard_task_timeout`): long enough to replay a run
     # (docs/temporal.md, "Bounded workflow tasks"); a worker killed mid-task leaves the shard
     # waiting this long.
     task_timeout_seconds: float = Field(
