@@ -15,6 +15,7 @@ from temporalio.common import SearchAttributeKey
 
 from bigfleet.coordinator import MAX_SHARE, MembershipThresholds
 from bigfleet.decommission import DecommissionRequest as DecommissionRequest
+from bigfleet.deployment import MAX_TASK_TIMEOUT_SECONDS, SHARD_TASK_TIMEOUT_SECONDS
 from bigfleet.models import FencingToken, Machine, NodeSelectorRequirement, Transition
 from bigfleet.snapshot import INLINE_BYTES
 from bigfleet.transitions import MAX_TRANSITION_BATCH
@@ -24,8 +25,7 @@ SHARD_TASK_QUEUE = "bigfleet-shards"
 # default is 10 s, its most 120 s). A worker that lost the shard from its cache replays the
 # run's history in one task: at 100 000 machines a run holds seconds of decisions, and a replay
 # cut off at 10 s is retried from the start, forever.
-SHARD_TASK_TIMEOUT = timedelta(seconds=60)
-MAX_TASK_TIMEOUT_SECONDS = 120.0
+SHARD_TASK_TIMEOUT = timedelta(seconds=SHARD_TASK_TIMEOUT_SECONDS)
 LIST_PAGE = 1000  # machines per provider_list page (~70–90 KB as a MachinePage)
 TRANSITION_TASK_QUEUE = "bigfleet-transitions"
 
@@ -258,7 +258,7 @@ class ShardConfig(Model):
     # (docs/temporal.md, "Bounded workflow tasks"); a worker killed mid-task leaves the shard
     # waiting this long.
     task_timeout_seconds: float = Field(
-        default=SHARD_TASK_TIMEOUT.total_seconds(), ge=1, le=MAX_TASK_TIMEOUT_SECONDS
+        default=SHARD_TASK_TIMEOUT_SECONDS, ge=1, le=MAX_TASK_TIMEOUT_SECONDS
     )
     # The same for drains of one cluster with one grace and reason. `escalate_drain` (and
     # `bigfleet drain escalate <machine>`) escalates a drain workflow: every machine of it.

@@ -24,6 +24,11 @@ from .simulation.scenario import PolicyOverrides
 from .transitions import MAX_TRANSITION_BATCH
 from .yamlfile import load_model
 
+# A shard workflow's task timeout by default, and the most Temporal allows: long enough to
+# replay a run of the fleet's largest shard (docs/temporal.md, "Bounded workflow tasks").
+SHARD_TASK_TIMEOUT_SECONDS = 60.0
+MAX_TASK_TIMEOUT_SECONDS = 120.0
+
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 # host:port, [v6]:port, or unix:/path: what grpc's channel and server addresses take.
 Endpoint = Annotated[str, Field(pattern=r"^(unix:.+|\[[0-9a-fA-F:.]+\]:\d{1,5}|[^\s:/]+:\d{1,5})$")]
@@ -140,10 +145,11 @@ class Deployment(Spec):
     # carries; `escalate_drain` escalates a whole drain workflow, so 1 keeps a drain per machine.
     configure_batch: Annotated[int, Field(ge=1, le=MAX_TRANSITION_BATCH)] = MAX_TRANSITION_BATCH
     drain_batch: Annotated[int, Field(ge=1, le=MAX_TRANSITION_BATCH)] = MAX_TRANSITION_BATCH
-    # A shard workflow's task timeout: long enough to replay a run of the fleet's largest
-    # shard; a worker killed mid-task leaves its shards waiting this long (Temporal caps it
-    # at 120 s).
-    shard_task_timeout_seconds: Annotated[float, Field(ge=1, le=120)] = 60.0
+    # A shard workflow's task timeout; a worker killed mid-task leaves its shards waiting
+    # this long.
+    shard_task_timeout_seconds: Annotated[float, Field(ge=1, le=MAX_TASK_TIMEOUT_SECONDS)] = (
+        SHARD_TASK_TIMEOUT_SECONDS
+    )
     policy: PolicyOverrides = Field(default_factory=lambda: PolicyOverrides())
     providers: Annotated[list[ProviderEndpoint], Field(min_length=1)]
     operators: Operators = Field(default_factory=Operators)

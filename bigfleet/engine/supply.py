@@ -93,8 +93,9 @@ class SupplyIndex:
     def components(self, needs: Sequence[Need], previous: Components | None = None) -> Components:
         """The needs' `Components`: `previous` (the same cluster's last ones) itself while the
         needs' signatures and the profile table are the same, grown from it when the needs
-        only add signatures (a cluster asking for new needs), else grown from nothing. Kept by the
-        caller, one per cluster, not here: nothing grows with the signatures ever seen."""
+        only add signatures (a cluster asking for new needs), else grown from nothing. Kept
+        by the caller, one per cluster, not here: nothing grows with the signatures ever
+        seen."""
         key = (len(self.inventory.profiles), frozenset(n.signature for n in needs))
         if previous is not None and previous.key == key:
             return previous
