@@ -7,6 +7,7 @@ machines change, so a steady shard recomputes nothing here.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,12 +54,6 @@ class ClusterClaims:
     # claims keep those of groups whose needs and profiles are unchanged).
     components: Components | None = None
     parts: dict[int, _Part] = field(default_factory=dict)
-
-    def configured(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """The claims on CONFIGURED machines as columns — profile, holder's priority, count —
-        in pieces (one per group of needs, each computed once: a group's claims are kept
-        until its needs or machines change)."""
-        return [part.configured() for part in self.parts.values()]
 
     def settled_of(self, need: Need, supply: SupplyIndex) -> list[Claim] | None:
         """The need's claims on CONFIGURED machines if it is settled — it holds its whole
@@ -116,18 +111,35 @@ class _Part:
     excess: dict[int, tuple[int, int]]
     pending: set[int]
     opened: OpenProfiles
-    _configured: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    # Its claims on CONFIGURED machines as the rows of `configured_columns`, once asked.
+    configured: np.ndarray | None = None
 
-    def configured(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The group's claims on CONFIGURED machines as columns (`ClusterClaims.configured`)."""
-        if self._configured is None:
-            taken = [c for cs in self.claims.values() for c in cs if c.slot == CONFIGURED_SLOT]
-            self._configured = (
-                np.array([c.profile for c in taken], dtype=np.int64),
-                np.array([c.need.priority for c in taken], dtype=np.int64),
-                np.array([c.count for c in taken], dtype=np.int64),
-            )
-        return self._configured
+
+def configured_columns(claims: Iterable[ClusterClaims]) -> np.ndarray:
+    """Every claim on CONFIGURED machines as three rows: profile, holder's priority, count.
+
+    Kept per group of needs (a group's claims are kept until its needs or machines change),
+    so a cycle makes only the new groups' pieces, all in one conversion, and joins them."""
+    parts = [part for cc in claims for part in cc.parts.values()]
+    fresh = [part for part in parts if part.configured is None]
+    if fresh:
+        taken = [
+            [c for cs in part.claims.values() for c in cs if c.slot == CONFIGURED_SLOT]
+            for part in fresh
+        ]
+        flat = [c for cs in taken for c in cs]
+        made = np.array(
+            [[c.profile for c in flat], [c.need.priority for c in flat], [c.count for c in flat]],
+            dtype=np.int64,
+        ).reshape(3, len(flat))
+        at = 0
+        for part, cs in zip(fresh, taken, strict=True):
+            # (A copy: a view would keep the whole cycle's array alive with the part.)
+            part.configured = made[:, at : at + len(cs)].copy()
+            at += len(cs)
+    if not parts:
+        return np.zeros((3, 0), dtype=np.int64)
+    return np.concatenate([part.configured for part in parts], axis=1)  # type: ignore[misc]
 
 
 def claim_cluster(
@@ -155,28 +167,31 @@ def claim_cluster(
     before = previous.parts if previous is not None else {}
     if touched is not None and previous is not None and previous.components is groups:
         kept = dict(before)
-        pids_of = _changed_groups(held, groups, grouped, kept, touched)
+        pids_of, unmoved = _changed_groups(held, groups, grouped, kept, touched)
     elif touched is not None and groups.renamed is not None:
         # Grown from the previous groups (just now: `renamed` says how): new needs joined
         # some groups, the others are the groups they were.
         kept = {g: before[old] for g, old in groups.renamed.items()}
         renamed = set(groups.renamed.values())
         loose = {p for old, part in before.items() if old not in renamed for p in part.pids}
-        pids_of = _changed_groups(held, groups, grouped, kept, touched, loose)
+        pids_of, unmoved = _changed_groups(held, groups, grouped, kept, touched, loose)
     else:  # (no previous claims, or what changed since is not known, or groups split afresh)
-        kept, pids_of = {}, _claimable_by_group(held, groups)
+        kept, pids_of, unmoved = {}, _claimable_by_group(held, groups), set()
     # A group's open profiles are reused whenever its claimable profiles are the same.
     opened = {part.opened.key: part.opened for part in before.values()}
     n_profiles = len(inventory.profiles)
     for g, pids in pids_of.items():
+        # A group re-claimed only because its needs changed (its profiles' tallies did not)
+        # keeps the claims of its needs before the first changed one.
+        same = kept.get(g) if g in unmoved else None
         reuse = opened.get((n_profiles, frozenset(pids)))
-        kept[g] = _claim_part(inventory, held, grouped[g], pids, supply, reuse)
+        kept[g] = _claim_part(inventory, held, grouped[g], pids, supply, reuse, same)
     out = ClusterClaims(components=groups, parts=kept)
-    for need in needs:
-        part = kept[groups.of_signature[need.signature]]
-        out.claims[need.key] = part.claims[need.key]
-        out.claimed[need.key] = part.claimed[need.key]
+    # (Every need is in exactly one group, whose part has its claims: merged a part at a
+    # time, in group order, not need by need.)
     for part in kept.values():
+        out.claims.update(part.claims)
+        out.claimed.update(part.claimed)
         out.excess.update(part.excess)
         out.pending.update(part.pending)
     return out
@@ -211,16 +226,17 @@ def _changed_groups(
     before: dict[int, _Part],
     touched: set[int],
     loose: set[int] | None = None,
-) -> dict[int, list[int]]:
+) -> tuple[dict[int, list[int]], set[int]]:
     """The groups to claim again — those without a part `before`, those whose needs changed
-    or whose profiles' tallies did (`touched`) — each with its claimable profiles now. A
-    group without a part finds its profiles among `touched` and `loose` (the profiles of the
-    previous groups no part in `before` comes from)."""
+    or whose profiles' tallies did (`touched`) — each with its claimable profiles now, and
+    which of them only their needs changed. A group without a part finds its profiles among
+    `touched` and `loose` (the profiles of the previous groups no part in `before` comes
+    from)."""
     moved: dict[int, set[int]] = {}
     of_pid = groups.of_pid
     for p in touched.union(loose) if loose else touched:
         moved.setdefault(of_pid[p], set()).add(p)
-    out = {}
+    out, unmoved = {}, set()
     for g, needs in grouped.items():
         part = before.get(g)
         changed = moved.get(g)
@@ -231,7 +247,8 @@ def _changed_groups(
             out[g] = sorted(set(part.pids).difference(changed).union(came))
         elif not same_needs(part.needs, needs):
             out[g] = part.pids
-    return out
+            unmoved.add(g)
+    return out, unmoved
 
 
 def _claim_part(
@@ -241,8 +258,11 @@ def _claim_part(
     pids: list[int],
     supply: SupplyIndex,
     opened: OpenProfiles | None,
+    same: _Part | None = None,
 ) -> _Part:
-    """One group's claims: its needs (in table order) over its profiles `pids`."""
+    """One group's claims: its needs (in table order) over its profiles `pids`. `same` is
+    the group's previous part when its profiles' tallies have not changed since: the needs
+    before the first that differs from its needs claim what they claimed then."""
     c0, c1, c2 = CLAIM_SLOTS
     # What no need has kept yet.
     remaining = {p: held[p][:3] for p in pids}
@@ -250,28 +270,22 @@ def _claim_part(
     if opened is None or opened.key != key:
         opened = OpenProfiles(key)
     part = _Part(needs, pids, {}, {}, {}, set(), opened)
-    for need in needs:
+    start = 0
+    if same is not None and same.opened.key == key:
+        while start < min(len(needs), len(same.needs)) and needs[start] is same.needs[start]:
+            k = needs[start].key
+            part.claims[k] = taken = same.claims[k]
+            part.claimed[k] = same.claimed[k]
+            for c in taken:
+                remaining[c.profile][c.slot] -= c.count
+            start += 1
+    for need in needs[start:]:
         # The cluster's profiles this need can use, in its supply order.
         open_pids = opened.of(need, supply)
         if need.spec.same:
             labels = inventory.profiles.labels(need.spec.same)
             open_pids = _home_domain(labels, open_pids, remaining)
-        want = need.count
-        taken: list[Claim] = []
-        for slot in CLAIM_SLOTS:
-            if want == 0:
-                break
-            for p in open_pids:
-                t = remaining[p]
-                left = t[slot]
-                if left <= 0:
-                    continue
-                n = want if want < left else left
-                taken.append(Claim(need, p, slot, n, held[p][slot] - left))
-                t[slot] = left - n
-                want -= n
-                if want == 0:
-                    break
+        taken, want = _walk(need, open_pids, remaining, held)
         part.claims[need.key] = taken
         part.claimed[need.key] = need.count - want
     for p, t in remaining.items():
@@ -280,6 +294,30 @@ def _claim_part(
         if t[c1] > 0 or t[c2] > 0:
             part.pending.add(p)
     return part
+
+
+def _walk(
+    need: Need, open_pids: list[int], remaining: dict[int, list[int]], held: dict[int, list[int]]
+) -> tuple[list[Claim], int]:
+    """One need's claims over `open_pids` (its supply order), CONFIGURED then CONFIGURING
+    then CREATING, taken from `remaining`; returns them and how many it still wants."""
+    want = need.count
+    taken: list[Claim] = []
+    for slot in CLAIM_SLOTS:
+        if want == 0:
+            break
+        for p in open_pids:
+            t = remaining[p]
+            left = t[slot]
+            if left <= 0:
+                continue
+            n = want if want < left else left
+            taken.append(Claim(need, p, slot, n, held[p][slot] - left))
+            t[slot] = left - n
+            want -= n
+            if want == 0:
+                break
+    return taken, want
 
 
 def _home_domain(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from heapq import heapify, heappop, heapreplace
+from itertools import islice
 from typing import cast
 
 import numpy as np
@@ -229,11 +231,7 @@ def _spread(state: CycleState, need: Need, cc: ClusterClaims, supply: list, defi
     taken: dict[tuple, int] = defaultdict(int)
     free = {k: sum(e[3] for e in v) for k, v in pools.items()}
     first = dict.fromkeys(pools, 0)  # each domain's first entry with a machine left
-    for _ in range(deficit):
-        d = pick_spread_domain(current, free, eligible, rule.max_skew)
-        if d is None:
-            break
-        free[d] -= 1
+    for d in islice(_spread_domains(current, free, eligible, rule.max_skew), deficit):
         entries, i = pools[d], first[d]
         while entries[i][3] <= 0:
             i += 1
@@ -241,9 +239,41 @@ def _spread(state: CycleState, need: Need, cc: ClusterClaims, supply: list, defi
         entry = entries[i]
         entry[3] -= 1
         taken[(entry[0], entry[1])] += 1
-        current[d] += 1
     return [
         (state, p, pool, taken[(state, p)])
         for state, p, pool in supply
         if taken.get((state, p), 0) > 0
     ]
+
+
+def _spread_domains(
+    current: dict[str, int], free: dict[str, int], eligible: set[str], max_skew: int
+) -> Iterator[str]:
+    """`pick_spread_domain`'s picks one machine at a time, each counted in `current` and
+    taken from `free` before it is given: the least-filled domain with supply (ties by
+    name) while it stays within `max_skew` of the least-filled eligible one. Kept in a heap
+    of the open domains, not found by sorting them for every machine; the floor is the
+    lower of the open domains' least and the closed eligible ones' (which never move)."""
+    open_domains = sorted(d for d, n in free.items() if n > 0)
+    if not eligible.issuperset(open_domains):
+        # (Never so from `_spread`, whose open domains all have a live machine; exact anyway.)
+        while (d := pick_spread_domain(current, free, eligible, max_skew)) is not None:
+            free[d] -= 1
+            current[d] += 1
+            yield d
+        return
+    closed = min((current.get(d, 0) for d in eligible if free.get(d, 0) <= 0), default=None)
+    heap = [(current.get(d, 0), d) for d in open_domains]
+    heapify(heap)
+    while heap:
+        n, d = heap[0]
+        if n + 1 - (n if closed is None else min(n, closed)) > max_skew:
+            return
+        free[d] -= 1
+        current[d] = n + 1
+        if free[d] > 0:
+            heapreplace(heap, (n + 1, d))
+        else:
+            heappop(heap)
+            closed = n + 1 if closed is None else min(closed, n + 1)
+        yield d

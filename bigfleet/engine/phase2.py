@@ -14,7 +14,7 @@ from ..cost import drain_grace_period, shard_pressure, victim_weights
 from ..inventory import CODE
 from ..models import DrainAction, DrainReason, MachineState
 from ..needs import Need
-from .claims import CONFIGURED_SLOT, excess_by_profile
+from .claims import CONFIGURED_SLOT, configured_columns, excess_by_profile
 from .common import (
     Decision,
     Preemption,
@@ -205,11 +205,7 @@ class _ShortSupply:
             for pool in self.pools:
                 incoming += pool_column(pool, size)[:size]
             if self._held is None:  # nothing preempted yet: the claims as they are
-                parts = [part for cc in self.state.claims.values() for part in cc.configured()]
-                profile, priority, left = (
-                    np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64)
-                    for i in range(3)
-                )
+                profile, priority, left = configured_columns(self.state.claims.values())
             else:
                 held = self._held
                 profile, priority, left = held.profile, held.priority, held.left

@@ -34,6 +34,12 @@ def _split(rows: np.ndarray, groups: np.ndarray, keys: list[int]) -> dict[int, n
     }
 
 
+def _wanted(rows: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows with a group number (0: not wanted), and their numbers."""
+    some = np.flatnonzero(groups)
+    return rows[some], groups[some]
+
+
 class RowPicker:
     """Rows for (state, profile) free-capacity picks and (cluster, profile) configured segments.
 
@@ -68,30 +74,31 @@ class RowPicker:
         state = inv.state[:n]
         self._idle = idle = np.flatnonzero(state == CODE[S.IDLE])
         spec = np.flatnonzero(state == CODE[S.SPECULATIVE])
-        idle = idle[number[1][inv.profile[idle]] > 0]
-        spec = spec[number[0][inv.profile[spec]] > 0]
+        idle, idle_groups = _wanted(idle, number[1][inv.profile[idle]])
+        spec, spec_groups = _wanted(spec, number[0][inv.profile[spec]])
         # Idle machines by lowest reclamation value then row, speculative slots by row.
-        idle = idle[np.argsort(inv.holder_reclamation[idle], kind="stable")]
-        groups = np.concatenate([number[1][inv.profile[idle]], number[0][inv.profile[spec]]])
-        return _split(np.concatenate([idle, spec]), groups, keys)
+        order = np.argsort(inv.holder_reclamation[idle], kind="stable")
+        groups = np.concatenate([idle_groups[order], spec_groups])
+        return _split(np.concatenate([idle[order], spec]), groups, keys)
 
     def _scan_configured(self, wanted: set[tuple[str, int]]) -> dict[int, np.ndarray]:
         inv = self.inv
         if not wanted:
             return {}
         n = inv.rows_used
-        # Wanted (cluster, profile) pairs numbered from 1 in a lookup table (a gather per
-        # configured row).
+        # Wanted (cluster, profile) pairs numbered from 1 in a flat lookup table (a gather per
+        # configured row; a flat index costs a third of a 2-D one). Its last line, past the
+        # highest wanted cluster, is all zeros: rows of the clusters above it land there.
         pairs = sorted((cast(int, inv.clusters.get(c)), p) for c, p in wanted)
-        shape = (pairs[-1][0] + 1, len(inv.profiles) + 1)
-        number: np.ndarray = np.zeros(shape, dtype=_numbered(len(pairs)))
+        width, top = len(inv.profiles) + 1, pairs[-1][0] + 1
+        number: np.ndarray = np.zeros((top + 1) * width, dtype=_numbered(len(pairs)))
         at = np.array(pairs, dtype=np.int64)
-        number[at[:, 0], at[:, 1]] = np.arange(1, len(pairs) + 1)
+        number[at[:, 0] * width + at[:, 1]] = np.arange(1, len(pairs) + 1)
         rows = np.flatnonzero(inv.state[:n] == CODE[S.CONFIGURED])
-        clusters = inv.cluster[rows]
-        rows, clusters = rows[clusters < len(number)], clusters[clusters < len(number)]
-        groups = number[clusters, inv.profile[rows]]
-        rows, groups = rows[groups > 0], groups[groups > 0]
+        key = np.minimum(inv.cluster[rows], top).astype(np.int64)
+        key *= width
+        key += inv.profile[rows]
+        rows, groups = _wanted(rows, number[key])
         # Highest reclamation value first, then row.
         order = np.argsort(-inv.holder_reclamation[rows], kind="stable")
         return _split(rows[order], groups[order], [c * 65536 + p for c, p in pairs])

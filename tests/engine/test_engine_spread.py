@@ -2,11 +2,16 @@
 fills the least-filled zone one machine at a time and stops rather than put a zone more than
 `max_skew` above the least-filled zone it could use; what it cannot place is a shortfall."""
 
-from collections import Counter
+from collections import Counter, defaultdict
+from itertools import islice
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bigfleet import labels as L
+from bigfleet.engine.common import pick_spread_domain
+from bigfleet.engine.phase1 import _spread_domains
 from tests.fleet import ENGINES, S, created, many, need, on_demand, rollup, shortfall_of, table
 
 
@@ -65,3 +70,30 @@ def test_a_zone_with_machines_but_no_free_ones_still_holds_the_others_back(make_
     assert created_per_zone(decision, fleet) == {"z1": 1, "z2": 1}
     assert shortfall_of(decision, "a").count == 2
     assert decision.satisfied["other#0"] == 1
+
+
+@given(
+    current=st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 6), max_size=6),
+    free=st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 5), max_size=6),
+    eligible=st.sets(st.sampled_from("abcdef")),
+    max_skew=st.integers(1, 3),
+    deficit=st.integers(0, 30),
+)
+def test_the_fast_spread_picks_the_domains_one_machine_at_a_time_would(
+    current, free, eligible, max_skew, deficit
+):
+    """The fast engine's heap of open domains gives `pick_spread_domain`'s picks, machine by
+    machine, whether or not every domain with supply is eligible."""
+    slow_current, slow_free = defaultdict(int, current), dict(free)
+    slow = []
+    while len(slow) < deficit:
+        d = pick_spread_domain(slow_current, slow_free, eligible, max_skew)
+        if d is None:
+            break
+        slow_free[d] -= 1
+        slow_current[d] += 1
+        slow.append(d)
+    fast_current, fast_free = defaultdict(int, current), dict(free)
+    fast = list(islice(_spread_domains(fast_current, fast_free, eligible, max_skew), deficit))
+    assert fast == slow
+    assert (fast_current, fast_free) == (slow_current, slow_free)
