@@ -175,21 +175,26 @@ class _ShortSupply:
 
     A `Same` need weighs every domain before it takes anything, so the same supply is also
     kept as columns over profile ids (`incoming`, and `below`: victims per profile under
-    each priority level), built on the first short `Same` need and kept in step with every
-    take: weighing the domains is then a few numpy passes, not a loop over each matching
-    profile and each candidate victim."""
+    each priority level), each built on first use and kept in step with every take: weighing
+    the domains is then a few numpy passes, not a loop over each matching profile and each
+    candidate victim. `below` is built from every configured claim in the shard, so a need
+    first checks whether its domains could be completed at all (`may_complete`)."""
 
     def __init__(self, state: CycleState) -> None:
         self.state = state
         counts = state.inventory.counts
-        size = len(state.inventory.profiles)
-        excess = excess_by_profile(state.claims)
-        self.waiting = [free_pool(counts, S.DRAINING, size), Pool(excess, size)]
+        self.size = size = len(state.inventory.profiles)
+        excess = Pool(excess_by_profile(state.claims), size)
+        # Configured machines some need claims, per profile (what is not excess).
+        self.claimed = -excess.column[:size]
+        configured = counts[CODE[S.CONFIGURED]][:size]
+        self.claimed[: len(configured)] += configured
+        self.waiting = [free_pool(counts, S.DRAINING, size), excess]
         self.pools = [state.idle_left, state.spec_left, *self.waiting]
         self._held: _VictimPool | None = None
         self.incoming: np.ndarray | None = None
         self.levels: dict[int, int] = {}
-        self.below = np.zeros((0, 1), dtype=np.int64)
+        self.below: np.ndarray | None = None
 
     @property
     def held(self) -> _VictimPool:
@@ -198,31 +203,58 @@ class _ShortSupply:
         return self._held
 
     def columns(self) -> np.ndarray:
-        """`incoming` (building it, and `below`, on first use)."""
+        """`incoming` (building it on first use)."""
         if self.incoming is None:
-            size = len(self.state.inventory.profiles)
-            incoming = np.zeros(size, dtype=np.int64)
+            self.incoming = np.zeros(self.size, dtype=np.int64)
             for pool in self.pools:
-                incoming += pool_column(pool, size)[:size]
-            if self._held is None:  # nothing preempted yet: the claims as they are
-                profile, priority, left = configured_columns(self.state.claims.values())
-            else:
-                held = self._held
-                profile, priority, left = held.profile, held.priority, held.left
-            levels = np.unique(priority)
-            self.levels = {q: i for i, q in enumerate(levels.tolist())}
-            # Victims per (profile, level above theirs), summed by one bincount of the flat index.
-            width = len(levels) + 1
-            flat = profile * width + np.searchsorted(levels, priority) + 1
-            below = np.bincount(flat, left, minlength=size * width).astype(np.int64)
-            self.below = np.cumsum(below.reshape(size, width), axis=1)
-            self.incoming = incoming
+                self.incoming += pool_column(pool, self.size)[: self.size]
         return self.incoming
 
     def victims_below(self, priority: int, pids: np.ndarray) -> np.ndarray:
         """Preemptible machines per profile of `pids` held by needs of lower priority."""
-        self.columns()
+        if self.below is None:
+            if self._held is None:  # nothing preempted yet: the claims as they are
+                profile, priority_of, left = configured_columns(self.state.claims.values())
+            else:
+                held = self._held
+                profile, priority_of, left = held.profile, held.priority, held.left
+            levels = np.unique(priority_of)
+            self.levels = {q: i for i, q in enumerate(levels.tolist())}
+            # Victims per (profile, level above theirs), summed by one bincount of the flat index.
+            width = len(levels) + 1
+            flat = profile * width + np.searchsorted(levels, priority_of) + 1
+            below = np.bincount(flat, left, minlength=self.size * width).astype(np.int64)
+            self.below = np.cumsum(below.reshape(self.size, width), axis=1)
         return self.below[pids, bisect_left(list(self.levels), priority)]
+
+    def may_complete(
+        self,
+        need: Need,
+        ranked: np.ndarray,
+        domain: np.ndarray,
+        incoming: np.ndarray,
+        claimed: set[int],
+        deficit: int,
+    ) -> bool:
+        """Whether a domain might complete the need (its own domains if it has any, else any:
+        `pick_same_wait_domain`), by an upper bound of what it could preempt there: the
+        configured machines some need claims, less its cluster's own claims of its priority
+        or above (never its victims). False: none can, and `victims_below` need not be built
+        for it."""
+        own = sorted(claimed) if claimed else slice(None)
+
+        def could(most: np.ndarray) -> bool:
+            return bool((incoming[own] + most[own] >= deficit).any())
+
+        n = len(incoming)
+        if not could(np.bincount(domain, self.claimed[ranked], minlength=n)):
+            return False
+        mine = np.zeros(self.size, dtype=np.int64)
+        for taken in self.state.claims[need.cluster].claims.values():
+            for c in taken:
+                if c.slot == CONFIGURED_SLOT and c.need.priority >= need.priority:
+                    mine[c.profile] += c.count
+        return could(np.bincount(domain, (self.claimed - mine)[ranked], minlength=n))
 
     def take(self, pool: dict[int, int], p: int, n: int) -> None:
         pool[p] -= n
@@ -234,7 +266,7 @@ class _ShortSupply:
         held = self.held
         held.used[i] += n
         held.left[i] -= n
-        if self.incoming is not None:
+        if self.below is not None:
             self.below[held.profile[i], self.levels[int(held.priority[i])] + 1 :] -= n
 
 
@@ -296,10 +328,10 @@ def _same_home(
     # (A `Same` need matches only profiles carrying its key: every code here is a domain.)
     domain = codes[ranked]
     incoming = np.bincount(domain, supply.columns()[ranked], minlength=len(values))
-    below = np.bincount(
-        domain, supply.victims_below(need.priority, ranked), minlength=len(values)
-    )
     claimed = {int(codes[c.profile]) for c in state.claims[need.cluster].claims[need.key]}
+    if not supply.may_complete(need, ranked, domain, incoming, claimed, deficit):
+        return None
+    below = np.bincount(domain, supply.victims_below(need.priority, ranked), minlength=len(values))
     coming, preemptible = domain_tallies(values, claimed, deficit, incoming, below)
     home = pick_same_wait_domain({values[d] for d in claimed}, coming, preemptible, deficit)
     return None if home is None else ranked[domain == values.index(home)]
