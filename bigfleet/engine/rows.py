@@ -18,26 +18,40 @@ def _numbered(count: int) -> type:
     return np.uint16 if count < 0xFFFF else np.uint32
 
 
-def _split(rows: np.ndarray, groups: np.ndarray, keys: list[int]) -> dict[int, np.ndarray]:
-    """`rows` by group number (1-based into `keys`), keeping their order within each group:
-    one stable sort of the small group numbers (a radix sort for 16-bit numbers), not a
-    sort of every row by a composite key."""
-    if not len(rows):
-        return {}
-    order = np.argsort(groups, kind="stable")
-    rows, groups = rows[order], groups[order]
-    cuts = np.flatnonzero(np.diff(groups)) + 1
-    starts = [0, *cuts.tolist()]
-    return {
-        keys[int(groups[s]) - 1]: chunk
-        for s, chunk in zip(starts, np.split(rows, cuts), strict=True)
-    }
+class _Grouped:
+    """Rows by group, each group's rows contiguous and in their order: a group is a span of
+    one sorted array, sliced when asked (a cycle asks for few of the hundreds of groups a
+    scan finds; making an array of each cost more than the scan)."""
+
+    __slots__ = ("rows", "spans")
+
+    def __init__(self, rows: np.ndarray, groups: np.ndarray, keys: list[int]) -> None:
+        """`rows` by group number (1-based into `keys`), keeping their order within each
+        group: one stable sort of the small group numbers (a radix sort for 16-bit numbers),
+        not a sort of every row by a composite key."""
+        order = np.argsort(groups, kind="stable")
+        self.rows, groups = rows[order], groups[order]
+        self.spans: dict[int, tuple[int, int]] = {}
+        if len(rows):
+            cuts = np.flatnonzero(np.diff(groups)) + 1
+            starts, ends = [0, *cuts.tolist()], [*cuts.tolist(), len(rows)]
+            firsts = groups[starts].tolist()
+            for g, start, end in zip(firsts, starts, ends, strict=True):
+                self.spans[keys[g - 1]] = (start, end)
+
+    def take(self, key: int, offset: int, count: int) -> np.ndarray:
+        """Up to `count` rows of group `key` from its `offset`-th on (none if it has none)."""
+        start, end = self.spans.get(key, (0, 0))
+        return self.rows[start + offset : min(start + offset + count, end)]
 
 
 def _wanted(rows: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The rows with a group number (0: not wanted), and their numbers."""
     some = np.flatnonzero(groups)
     return rows[some], groups[some]
+
+
+_NONE = _Grouped(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint16), [])
 
 
 class RowPicker:
@@ -60,10 +74,10 @@ class RowPicker:
         self._free_used: dict[tuple[MachineState, int], int] = {}
         self._configured = self._scan_configured(set(configured))
 
-    def _scan_free(self, wanted: set[tuple[MachineState, int]]) -> dict[int, np.ndarray]:
+    def _scan_free(self, wanted: set[tuple[MachineState, int]]) -> _Grouped:
         inv = self.inv
         if not wanted:
-            return {}
+            return _NONE
         n = inv.rows_used
         # Each wanted (state, profile) numbered from 1 in a lookup table per state (0: not
         # wanted): a gather per free row, not isin's sort of them all.
@@ -79,12 +93,12 @@ class RowPicker:
         # Idle machines by lowest reclamation value then row, speculative slots by row.
         order = np.argsort(inv.holder_reclamation[idle], kind="stable")
         groups = np.concatenate([idle_groups[order], spec_groups])
-        return _split(np.concatenate([idle[order], spec]), groups, keys)
+        return _Grouped(np.concatenate([idle[order], spec]), groups, keys)
 
-    def _scan_configured(self, wanted: set[tuple[str, int]]) -> dict[int, np.ndarray]:
+    def _scan_configured(self, wanted: set[tuple[str, int]]) -> _Grouped:
         inv = self.inv
         if not wanted:
-            return {}
+            return _NONE
         n = inv.rows_used
         # Wanted (cluster, profile) pairs numbered from 1 in a flat lookup table (a gather per
         # configured row; a flat index costs a third of a 2-D one). Its last line, past the
@@ -101,7 +115,7 @@ class RowPicker:
         rows, groups = _wanted(rows, number[key])
         # Highest reclamation value first, then row.
         order = np.argsort(-inv.holder_reclamation[rows], kind="stable")
-        return _split(rows[order], groups[order], [c * 65536 + p for c, p in pairs])
+        return _Grouped(rows[order], groups[order], [c * 65536 + p for c, p in pairs])
 
     def idle_rows(self) -> np.ndarray:
         """Every IDLE row, ascending: the free scan's, when it ran (the inventory does not
@@ -114,8 +128,8 @@ class RowPicker:
         key = CODE[state] * 65536 + profile
         start = self._free_used.get((state, profile), 0)
         self._free_used[(state, profile)] = start + count
-        return self._free.get(key, np.zeros(0, dtype=np.int64))[start : start + count]
+        return self._free.take(key, start, count)
 
     def configured(self, cluster: str, profile: int, offset: int, count: int) -> np.ndarray:
         key = cast(int, self.inv.clusters.get(cluster)) * 65536 + profile
-        return self._configured.get(key, np.zeros(0, dtype=np.int64))[offset : offset + count]
+        return self._configured.take(key, offset, count)
