@@ -42,16 +42,6 @@ def from_wire(model: type[W], raw: Any) -> W:
     return model.model_validate_json(text)
 
 
-def replaced(model: W, **changes: Any) -> W:
-    """A copy of a validated `model` with `changes`, not validated again: for the engine's
-    hot paths, whose changes are values of the field's own type by construction (a machine
-    id, a list of them). What `model_copy` does, without its deep-copy machinery."""
-    copy = model
-    for field, value in changes.items():
-        copy = stamper(copy, field)(value)
-    return copy
-
-
 def stamper(model: W, field: str) -> Callable[[Any], W]:
     """Copies of a validated model that differ only in `field`, one per call: how the engine
     stamps one validated action for each machine it names. The copies share one set of the

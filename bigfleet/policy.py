@@ -4,11 +4,24 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from .models import CapacityType, MachineState
 
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=True)]
+
+IDLE_TIMEOUT_SECONDS = {
+    CapacityType.ON_DEMAND: 300.0,
+    CapacityType.SPOT: 120.0,
+    CapacityType.RESERVED: float("inf"),
+    CapacityType.BARE_METAL: float("inf"),
+}
+TRANSITION_TIMEOUT_SECONDS = {
+    MachineState.CREATING: 900.0,
+    MachineState.CONFIGURING: 600.0,
+    MachineState.DRAINING: 4 * 3600.0,
+    MachineState.DELETING: 900.0,
+}
 
 
 class Policy(BaseModel):
@@ -23,22 +36,14 @@ class Policy(BaseModel):
     default_drain_seconds: Seconds = 60.0
     # How long an idle machine of each capacity type is held before going back to speculative.
     # Bare metal is never deleted; reserved capacity is paid for whether held or not.
+    # A map that names some types keeps the defaults of the others (`_every_key`).
     idle_timeout_seconds: dict[CapacityType, Seconds] = Field(
-        default_factory=lambda: {
-            CapacityType.ON_DEMAND: 300.0,
-            CapacityType.SPOT: 120.0,
-            CapacityType.RESERVED: float("inf"),
-            CapacityType.BARE_METAL: float("inf"),
-        }
+        default_factory=lambda: dict(IDLE_TIMEOUT_SECONDS)
     )
     # A transition older than this is stuck: the machine is marked FAILED (seed §5, §9).
+    # (Likewise: naming one state leaves the others' timeouts in force.)
     transition_timeout_seconds: dict[MachineState, Seconds] = Field(
-        default_factory=lambda: {
-            MachineState.CREATING: 900.0,
-            MachineState.CONFIGURING: 600.0,
-            MachineState.DRAINING: 4 * 3600.0,
-            MachineState.DELETING: 900.0,
-        }
+        default_factory=lambda: dict(TRANSITION_TIMEOUT_SECONDS)
     )
     # Demand forecast: per-cycle decay of the per-profile average, and the level that holds idle.
     forecast_decay: Annotated[float, Field(gt=0, lt=1)] = 0.9
@@ -61,3 +66,16 @@ class Policy(BaseModel):
     # ...and only for a need whose count has not changed for this long (Karpenter's
     # consolidateAfter): demand in flux would undo the move before it paid.
     consolidation_stable_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 300.0
+
+    @field_validator("idle_timeout_seconds", "transition_timeout_seconds", mode="after")
+    @classmethod
+    def _every_key(cls, value: dict, info: ValidationInfo) -> dict:
+        """A map that names only some capacity types (or states) overrides just those: the
+        others keep their defaults (an idle spot machine under `{on-demand: 600}` would
+        otherwise have no timeout to read, and a state left out no stuck-transition check)."""
+        defaults = (
+            IDLE_TIMEOUT_SECONDS
+            if info.field_name == "idle_timeout_seconds"
+            else TRANSITION_TIMEOUT_SECONDS
+        )
+        return {**defaults, **value}

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import is_
 
 import numpy as np
 
@@ -198,8 +199,8 @@ def claim_cluster(
 
 
 def same_needs(a: list[Need], b: list[Need]) -> bool:
-    """The very same need objects, in the same order."""
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+    """The very same need objects, in the same order (compared in C: `map` of `is_`)."""
+    return len(a) == len(b) and all(map(is_, a, b))
 
 
 def _claimable_by_group(held: dict[int, list[int]], groups: Components) -> dict[int, list[int]]:

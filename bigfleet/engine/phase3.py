@@ -4,6 +4,8 @@ idle, most expensive first; idle cloud machines nobody is about to want go back 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ..cost import DELETABLE
@@ -14,7 +16,7 @@ from ..models import (
     DrainAction,
     DrainReason,
     MachineState,
-    replaced,
+    stamper,
 )
 from .claims import ClusterClaims
 from .common import Decision
@@ -79,21 +81,22 @@ def _drain_excess(state: CycleState, picker: RowPicker, out: Decision) -> None:
     # order is its first drain and the others stamped from it (`Actions.stamp`).
     ids = state.names(rows)
     starts = np.flatnonzero(np.diff(keys, prepend=-1)).tolist()
-    firsts: dict[int, DrainAction] = {}
+    firsts: dict[int, Callable[[str], DrainAction]] = {}
     for start, end in zip(starts, starts[1:] + [len(rows)], strict=True):
         key = int(keys[start])
-        first = firsts.get(key)
-        if first is None:
+        again = firsts.get(key)
+        if again is None:
             provider, cluster = divmod(key, len(clusters))
-            first = firsts[key] = DrainAction(
+            first = DrainAction(
                 provider=providers[provider],
                 machine_id=ids[start],
                 cluster=clusters[cluster],
                 grace_seconds=grace,
                 reason=DrainReason.EXCESS,
             )
+            firsts[key] = stamper(first, "machine_id")
         else:
-            first = replaced(first, machine_id=ids[start])
+            first = again(ids[start])
         out.actions.stamp(first, "machine_id", ids[start + 1 : end])
 
 
@@ -118,7 +121,13 @@ def release_idle(
     spoken_for = np.zeros(n, dtype=bool)
     spoken_for[taken] = True
     idle = idle[~spoken_for[idle]]
-    # Each idle machine's timeout, asked once per profile that has one.
+    # Only machines idle for the shortest timeout of any deletable type can be due: each of
+    # those machines' timeouts, asked once per profile that has one.
+    age = now - inv.since[idle].astype(np.float64)
+    due = age >= min(policy.idle_timeout_seconds[c] for c in DELETABLE)
+    idle, age = idle[due], age[due]
+    if not len(idle):
+        return
     present, at = np.unique(inv.profile[idle], return_inverse=True)
     timeout = np.array(
         [
@@ -129,7 +138,6 @@ def release_idle(
         ],
         dtype=np.float64,
     )
-    age = now - inv.since[idle].astype(np.float64)
     for r in idle[age >= timeout[at]].tolist():
         state.moves.append((S.DELETING, None, np.array([r], dtype=np.int64)))
         out.actions.append(

@@ -4,7 +4,7 @@ appended one by one: the shard, the simulator and the tests see no difference.""
 import pytest
 
 from bigfleet.engine.common import Actions, Decision
-from bigfleet.models import ConfigureAction, DeleteAction, DeleteReason, replaced
+from bigfleet.models import ConfigureAction, DeleteAction, DeleteReason, stamper
 
 
 def configure(machine_id: str) -> ConfigureAction:
@@ -38,7 +38,7 @@ def test_a_stamped_copy_is_as_frozen_as_its_first() -> None:
     second = stamped[1]
     with pytest.raises(ValueError):
         second.machine_id = "m-3"  # type: ignore[misc]
-    assert replaced(second, cluster="b").cluster == "b" and second.cluster == "a"
+    assert stamper(second, "cluster")("b").cluster == "b" and second.cluster == "a"
 
 
 def test_a_decision_given_a_list_keeps_it_as_actions() -> None:

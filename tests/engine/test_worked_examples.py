@@ -3,9 +3,10 @@
 import pytest
 
 from bigfleet.cost import drain_grace_period, effective_cost
-from bigfleet.models import DeleteReason, DrainReason
+from bigfleet.models import CapacityType, DeleteReason, DrainReason
 from bigfleet.policy import Policy
 from tests.fleet import (
+    AWS,
     ENGINES,
     S,
     bare_metal,
@@ -13,6 +14,7 @@ from tests.fleet import (
     created,
     drained,
     ids,
+    machine,
     many,
     need,
     of_kind,
@@ -381,3 +383,26 @@ def test_configuring_too_long_is_timed_out(make_shard):
     assert decision.timed_out == [stuck.id]
     assert shard.state(stuck.id) is S.FAILED
     assert shard.state("gpu-0001") is S.CONFIGURING
+
+
+@ENGINES
+def test_a_policy_naming_some_idle_timeouts_keeps_the_others(make_shard):
+    """`idle_timeout_seconds: {on-demand: 60}` (the example fleets name spot and on-demand
+    only) changes on-demand's timeout; an idle spot machine keeps spot's default (120 s) and
+    a reserved one its default (never) — none is left without a timeout to read."""
+    policy = Policy.model_validate({"idle_timeout_seconds": {"on-demand": 60}})
+    assert policy.idle_timeout_seconds == {
+        **Policy().idle_timeout_seconds,
+        CapacityType.ON_DEMAND: 60.0,
+    }
+    reserved = machine("rs-0000", CapacityType.RESERVED, S.IDLE, provider=AWS, price=3.0)
+    shard = make_shard([on_demand(0, S.IDLE), spot(0, S.IDLE), reserved], policy)
+
+    assert ids_deleted(shard.cycle(table(), 60)) == ["od-0000"]
+    assert ids_deleted(shard.cycle(table(), 119)) == []
+    assert ids_deleted(shard.cycle(table(), 120)) == ["spot-0000"]
+    assert ids_deleted(shard.cycle(table(), 10**7)) == []
+
+
+def ids_deleted(decision) -> list[str]:
+    return [a.machine_id for a in of_kind(decision, "delete")]
