@@ -47,13 +47,14 @@ class Actions(Sequence[Action]):
     one would."""
 
     def __init__(self, actions: Iterable[Action] = ()) -> None:
-        # (first action, the field the rest change, the rest's values of it)
-        self._runs: list[tuple[Action, str, Sequence[Any]]] = []
+        # (first action, the field the rest change, the rest's values of it, whether the
+        # first is itself an action or only the template of the rest)
+        self._runs: list[tuple[Action, str, Sequence[Any], bool]] = []
         self._len = 0
         self.extend(actions)
 
     def append(self, action: Action) -> None:
-        self._runs.append((action, "", []))
+        self._runs.append((action, "", [], True))
         self._len += 1
 
     def extend(self, actions: Iterable[Action]) -> None:
@@ -62,19 +63,27 @@ class Actions(Sequence[Action]):
 
     def stamp(self, first: Action, field: str, values: Sequence[Any]) -> None:
         """`first`, then a copy of it for each of `values` with `field` set to the value."""
-        self._runs.append((first, field, values))
+        self._runs.append((first, field, values, True))
         self._len += 1 + len(values)
+
+    def stamp_all(self, template: Action, field: str, values: Sequence[Any]) -> None:
+        """A copy of `template` for each of `values` with `field` set to the value (the
+        template itself is not one of the actions)."""
+        if values:
+            self._runs.append((template, field, values, False))
+            self._len += len(values)
 
     def kinds(self) -> set[str]:
         """The kinds of action present (without making any)."""
-        return {first.kind for first, _, _ in self._runs}
+        return {first.kind for first, *_ in self._runs}
 
     def __len__(self) -> int:
         return self._len
 
     def __iter__(self) -> Iterator[Action]:
-        for first, name, values in self._runs:
-            yield first
+        for first, name, values, itself in self._runs:
+            if itself:
+                yield first
             if values:
                 yield from map(stamper(first, name), values)
 

@@ -266,15 +266,19 @@ class FastEngine:
                 (S.CREATING, need.cluster, rows[i : i + batch]) for i in range(0, len(rows), batch)
             )
             ids = self._names(rows)
+            if not ids:
+                continue
+            # Validated once with the first id; every batch's create is a copy of it with its
+            # own ids, made when read (`stamp_all`): no id is made a string here.
             create = CreateAction(
                 provider=provider,
-                machine_ids=list(ids[:batch]),
+                machine_ids=[ids[0]],
                 cluster=need.cluster,
                 need=need.key,
                 requirements=list(need.requirements),
                 priority=need.priority,
             )
-            out.actions.stamp(create, "machine_ids", IdBatches(ids[batch:], batch))
+            out.actions.stamp_all(create, "machine_ids", IdBatches(ids, batch))
 
     def _upkeep(self, out: Decision, now: float) -> None:
         """Stuck transitions and health verification (seed §9): vectorised column scans.

@@ -4,7 +4,7 @@ appended one by one: the shard, the simulator and the tests see no difference.""
 import pytest
 
 from bigfleet.engine.common import Actions, Decision
-from bigfleet.models import ConfigureAction, DeleteAction, DeleteReason, stamper
+from bigfleet.models import ConfigureAction, CreateAction, DeleteAction, DeleteReason, stamper
 
 
 def configure(machine_id: str) -> ConfigureAction:
@@ -45,3 +45,23 @@ def test_a_decision_given_a_list_keeps_it_as_actions() -> None:
     decision = Decision(actions=[configure("m-1")])  # type: ignore[arg-type]
     assert isinstance(decision.actions, Actions)
     assert decision.actions == [configure("m-1")] and decision.count("configure") == 1
+
+
+def test_a_template_run_reads_as_its_copies_alone() -> None:
+    """`stamp_all`: a create validated once is the template of every batch's create; the
+    template itself is not an action, and a run of no values adds nothing."""
+
+    def create(ids: list[str]) -> CreateAction:
+        return CreateAction(
+            provider="aws", machine_ids=ids, cluster="a", need="a|n", requirements=[], priority=7
+        )
+
+    stamped = Actions()
+    stamped.stamp_all(create(["m-1"]), "machine_ids", [["m-1", "m-2"], ["m-3"]])
+    stamped.stamp_all(configure("m-9"), "machine_id", [])
+    assert list(stamped) == [create(["m-1", "m-2"]), create(["m-3"])]
+    assert len(stamped) == 2 and stamped.kinds() == {"create"}
+    assert [a.model_dump() for a in stamped] == [
+        create(["m-1", "m-2"]).model_dump(),
+        create(["m-3"]).model_dump(),
+    ]
