@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from heapq import heapify, heappop, heapreplace
@@ -223,22 +223,24 @@ def _spread(state: CycleState, need: Need, cc: ClusterClaims, supply: list, defi
     pids = pids[pids < len(live)]
     found = np.unique(codes[pids[live[pids] > 0]]).tolist()
     eligible = {values[d] for d in found if d >= 0 and values[d]}
-    pools: dict[str, list[list]] = defaultdict(list)
+    pools: dict[str, list[tuple]] = defaultdict(list)
     for state, p, pool in supply:
         d = labels[p]
         if d:
-            pools[d].append([state, p, pool, pool[p]])
-    taken: dict[tuple, int] = defaultdict(int)
-    free = {k: sum(e[3] for e in v) for k, v in pools.items()}
-    first = dict.fromkeys(pools, 0)  # each domain's first entry with a machine left
-    for d in islice(_spread_domains(current, free, eligible, rule.max_skew), deficit):
-        entries, i = pools[d], first[d]
-        while entries[i][3] <= 0:
-            i += 1
-        first[d] = i
-        entry = entries[i]
-        entry[3] -= 1
-        taken[(entry[0], entry[1])] += 1
+            pools[d].append((state, p, pool[p]))
+    free = {k: sum(e[2] for e in v) for k, v in pools.items()}
+    # How many machines each domain gets, one machine at a time; within a domain they come
+    # from its entries in supply order, whichever order the domains were picked in.
+    per_domain = Counter(islice(_spread_domains(current, free, eligible, rule.max_skew), deficit))
+    taken: dict[tuple, int] = {}
+    for d, wanted in per_domain.items():
+        for state, p, have in pools[d]:
+            n = min(wanted, have)
+            if n > 0:
+                taken[(state, p)] = n
+                wanted -= n
+            if wanted == 0:
+                break
     return [
         (state, p, pool, taken[(state, p)])
         for state, p, pool in supply
