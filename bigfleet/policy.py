@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from math import inf
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from .models import CapacityType, MachineState
 
@@ -36,12 +37,12 @@ class Policy(BaseModel):
     default_drain_seconds: Seconds = 60.0
     # How long an idle machine of each capacity type is held before going back to speculative.
     # Bare metal is never deleted; reserved capacity is paid for whether held or not.
-    # A map that names some types keeps the defaults of the others (`_every_key`).
+    # A map that names some types keeps the defaults of the others (`idle_timeout`).
     idle_timeout_seconds: dict[CapacityType, Seconds] = Field(
         default_factory=lambda: dict(IDLE_TIMEOUT_SECONDS)
     )
     # A transition older than this is stuck: the machine is marked FAILED (seed §5, §9).
-    # (Likewise: naming one state leaves the others' timeouts in force.)
+    # (Likewise: naming one state leaves the others' in force, `transition_timeouts`.)
     transition_timeout_seconds: dict[MachineState, Seconds] = Field(
         default_factory=lambda: dict(TRANSITION_TIMEOUT_SECONDS)
     )
@@ -67,15 +68,13 @@ class Policy(BaseModel):
     # consolidateAfter): demand in flux would undo the move before it paid.
     consolidation_stable_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 300.0
 
-    @field_validator("idle_timeout_seconds", "transition_timeout_seconds", mode="after")
-    @classmethod
-    def _every_key(cls, value: dict, info: ValidationInfo) -> dict:
-        """A map that names only some capacity types (or states) overrides just those: the
-        others keep their defaults (an idle spot machine under `{on-demand: 600}` would
-        otherwise have no timeout to read, and a state left out no stuck-transition check)."""
-        defaults = (
-            IDLE_TIMEOUT_SECONDS
-            if info.field_name == "idle_timeout_seconds"
-            else TRANSITION_TIMEOUT_SECONDS
-        )
-        return {**defaults, **value}
+    def idle_timeout(self, capacity_type: CapacityType) -> float:
+        """How long an idle machine of this capacity type is held: a type the policy's map
+        leaves out keeps its default (`{on-demand: 600}` changes on-demand alone)."""
+        found = self.idle_timeout_seconds.get(capacity_type)
+        return IDLE_TIMEOUT_SECONDS.get(capacity_type, inf) if found is None else found
+
+    def transition_timeouts(self) -> dict[MachineState, float]:
+        """Each transitional state's timeout: the policy's map over the defaults (a state it
+        leaves out keeps its default; `.inf` turns one off)."""
+        return {**TRANSITION_TIMEOUT_SECONDS, **self.transition_timeout_seconds}

@@ -447,7 +447,7 @@ class ReferenceEngine(ReferenceFleet):
         policy = self.policy
         for m in self.machines:
             if m.state is S.IDLE and m.ordinal not in taken:
-                timeout = policy.idle_timeout_seconds[m.profile.capacity_type]
+                timeout = policy.idle_timeout(m.profile.capacity_type)
                 if (
                     m.profile.capacity_type in DELETABLE
                     and now - m.since >= timeout
@@ -460,7 +460,7 @@ class ReferenceEngine(ReferenceFleet):
                             reason=DeleteReason.IDLE_TIMEOUT,
                         )
                     )
-            limit = policy.transition_timeout_seconds.get(m.state)
+            limit = policy.transition_timeouts().get(m.state)
             if limit is not None and now - m.since > limit:
                 out.timed_out.append(m.id)
             if m.state is S.CONFIGURED and m.missed >= policy.health_missed_reports:

@@ -71,7 +71,7 @@ class TransitionInputs:
         """A transition of machines this shard owns, with the next fencing token."""
         inv = self.shard.inventory
         profile = inv.profile_of(inv.row(machine_ids[0]))
-        timeout = self.shard.policy.transition_timeout_seconds.get(
+        timeout = self.shard.policy.transition_timeouts().get(
             {T.CREATE: S.CREATING, T.CONFIGURE: S.CONFIGURING, T.DRAIN: S.DRAINING}.get(
                 transition, S.DELETING
             ),

@@ -296,7 +296,7 @@ class FastEngine:
         # Per state, a `since` (whole seconds) below which a row may be overdue: a superset
         # by a second's margin, read as uint32 like the column; the exact test runs on it.
         before = np.zeros(256, dtype=np.uint32)
-        for s, limit in policy.transition_timeout_seconds.items():
+        for s, limit in policy.transition_timeouts().items():
             limits[CODE[s]] = limit
             if math.isfinite(limit):  # (the policy allows no timeout: infinity)
                 before[CODE[s]] = min(max(math.floor(now - limit) + 2, 0), 0xFFFFFFFF)

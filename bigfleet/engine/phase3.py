@@ -124,14 +124,14 @@ def release_idle(
     # Only machines idle for the shortest timeout of any deletable type can be due: each of
     # those machines' timeouts, asked once per profile that has one.
     age = now - inv.since[idle].astype(np.float64)
-    due = age >= min(policy.idle_timeout_seconds[c] for c in DELETABLE)
+    due = age >= min(policy.idle_timeout(c) for c in DELETABLE)
     idle, age = idle[due], age[due]
     if not len(idle):
         return
     present, at = np.unique(inv.profile[idle], return_inverse=True)
     timeout = np.array(
         [
-            policy.idle_timeout_seconds[p.capacity_type]
+            policy.idle_timeout(p.capacity_type)
             if p.capacity_type in DELETABLE and not memory.wants_soon(p, policy)
             else np.inf
             for p in (profiles[i] for i in present.tolist())

@@ -391,7 +391,7 @@ def test_a_policy_naming_some_idle_timeouts_keeps_the_others(make_shard):
     only) changes on-demand's timeout; an idle spot machine keeps spot's default (120 s) and
     a reserved one its default (never) — none is left without a timeout to read."""
     policy = Policy.model_validate({"idle_timeout_seconds": {"on-demand": 60}})
-    assert policy.idle_timeout_seconds == {
+    assert {t: policy.idle_timeout(t) for t in CapacityType} == {
         **Policy().idle_timeout_seconds,
         CapacityType.ON_DEMAND: 60.0,
     }
@@ -402,6 +402,9 @@ def test_a_policy_naming_some_idle_timeouts_keeps_the_others(make_shard):
     assert ids_deleted(shard.cycle(table(), 119)) == []
     assert ids_deleted(shard.cycle(table(), 120)) == ["spot-0000"]
     assert ids_deleted(shard.cycle(table(), 10**7)) == []
+    # Likewise a transition timeout: naming one state keeps the others'.
+    drains = Policy.model_validate({"transition_timeout_seconds": {"DRAINING": 60}})
+    assert drains.transition_timeouts() == {**Policy().transition_timeout_seconds, S.DRAINING: 60}
 
 
 def ids_deleted(decision) -> list[str]:
