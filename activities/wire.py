@@ -235,6 +235,11 @@ class BootstrapAnswer(Model):
 
 
 class ShardConfig(Model):
+    # A policy may say "never" (`.inf`: an idle or transition timeout); JSON has no infinity,
+    # and pydantic writes one as null by default, which the shard's `Policy` then refuses
+    # (every shard would fail its first workflow task). Written as `Infinity`, read back.
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
+
     shard: int
     shards: int = 1
     providers: list[str]

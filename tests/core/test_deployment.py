@@ -123,3 +123,20 @@ def test_a_process_needs_only_the_files_of_the_sections_it_uses(tmp_path):
         load(path)  # `bigfleet config check`: every file
     dep = load(path, uses=("providers", "operators"))  # a worker has no use for the tokens
     assert dep.gateway.tokens[0].file == str(tmp_path / "tokens" / "a")
+
+
+async def test_a_policy_that_says_never_crosses_to_the_shard_intact():
+    """`idle_timeout_seconds: {reserved: .inf}` reaches the shard workflow as infinity through
+    Temporal's data converter (JSON has none: it used to arrive as null, and the shard's
+    `Policy` refused it, failing every shard's first workflow task)."""
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    from activities.wire import ShardConfig
+    from bigfleet.policy import Policy
+
+    policy = {"idle_timeout_seconds": {"reserved": float("inf")}}
+    cfg = ShardConfig(shard=0, providers=["p"], policy=policy)
+    payloads = await pydantic_data_converter.encode([cfg])
+    (back,) = await pydantic_data_converter.decode(payloads, [ShardConfig])
+    assert back.policy == policy
+    assert Policy(**back.policy).idle_timeout_seconds == {"reserved": float("inf")}
