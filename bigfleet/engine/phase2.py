@@ -202,7 +202,7 @@ class _ShortSupply:
             self._held = _VictimPool(self.state)
         return self._held
 
-    def columns(self) -> np.ndarray:
+    def incoming_column(self) -> np.ndarray:
         """`incoming` (building it on first use)."""
         if self.incoming is None:
             self.incoming = np.zeros(self.size, dtype=np.int64)
@@ -327,7 +327,7 @@ def _same_home(
     ranked = state.supply.ranked(need)
     # (A `Same` need matches only profiles carrying its key: every code here is a domain.)
     domain = codes[ranked]
-    incoming = np.bincount(domain, supply.columns()[ranked], minlength=len(values))
+    incoming = np.bincount(domain, supply.incoming_column()[ranked], minlength=len(values))
     claimed = {int(codes[c.profile]) for c in state.claims[need.cluster].claims[need.key]}
     if not supply.may_complete(need, ranked, domain, incoming, claimed, deficit):
         return None

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from temporalio.contrib.pydantic import pydantic_data_converter
 
+from activities.wire import ShardConfig
 from bigfleet.deployment import (
     Deployment,
     DeploymentError,
@@ -14,6 +16,7 @@ from bigfleet.deployment import (
     load_yaml,
     token_matches,
 )
+from bigfleet.policy import Policy
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "deployment.yaml"
 
@@ -129,11 +132,6 @@ async def test_a_policy_that_says_never_crosses_to_the_shard_intact():
     """`idle_timeout_seconds: {reserved: .inf}` reaches the shard workflow as infinity through
     Temporal's data converter (JSON has none: it used to arrive as null, and the shard's
     `Policy` refused it, failing every shard's first workflow task)."""
-    from temporalio.contrib.pydantic import pydantic_data_converter
-
-    from activities.wire import ShardConfig
-    from bigfleet.policy import Policy
-
     policy = {"idle_timeout_seconds": {"reserved": float("inf")}}
     cfg = ShardConfig(shard=0, providers=["p"], policy=policy)
     payloads = await pydantic_data_converter.encode([cfg])
