@@ -265,8 +265,16 @@ def _claim_part(
     the group's previous part when its profiles' tallies have not changed since: the needs
     before the first that differs from its needs claim what they claimed then."""
     c0, c1, c2 = CLAIM_SLOTS
-    # What no need has kept yet.
-    remaining = {p: held[p][:3] for p in pids}
+    # What no need has kept yet, per claimable state: profile -> machines left (only > 0).
+    live: tuple[dict[int, int], ...] = ({}, {}, {})
+    for p in pids:
+        t = held[p]
+        if t[c0]:
+            live[c0][p] = t[c0]
+        if t[c1]:
+            live[c1][p] = t[c1]
+        if t[c2]:
+            live[c2][p] = t[c2]
     key = (len(inventory.profiles), frozenset(pids))
     if opened is None or opened.key != key:
         opened = OpenProfiles(key)
@@ -278,60 +286,71 @@ def _claim_part(
             part.claims[k] = taken = same.claims[k]
             part.claimed[k] = same.claimed[k]
             for c in taken:
-                remaining[c.profile][c.slot] -= c.count
+                _take(live[c.slot], c.profile, c.count)
             start += 1
     for need in needs[start:]:
         # The cluster's profiles this need can use, in its supply order.
         open_pids = opened.of(need, supply)
         if need.spec.same:
             labels = inventory.profiles.labels(need.spec.same)
-            open_pids = _home_domain(labels, open_pids, remaining)
-        taken, want = _walk(need, open_pids, remaining, held)
+            open_pids = _home_domain(labels, open_pids, live)
+        taken, want = _walk(need, open_pids, live, held)
         part.claims[need.key] = taken
         part.claimed[need.key] = need.count - want
-    for p, t in remaining.items():
-        if t[c0] > 0:
-            part.excess[p] = (held[p][c0] - t[c0], t[c0])
-        if t[c1] > 0 or t[c2] > 0:
-            part.pending.add(p)
+    for p, left in live[c0].items():
+        part.excess[p] = (held[p][c0] - left, left)
+    part.pending.update(live[c1], live[c2])
     return part
 
 
+def _take(live: dict[int, int], p: int, n: int) -> None:
+    left = live[p] - n
+    if left:
+        live[p] = left
+    else:
+        del live[p]
+
+
 def _walk(
-    need: Need, open_pids: list[int], remaining: dict[int, list[int]], held: dict[int, list[int]]
+    need: Need, open_pids: list[int], live: tuple[dict[int, int], ...], held: dict[int, list[int]]
 ) -> tuple[list[Claim], int]:
     """One need's claims over `open_pids` (its supply order), CONFIGURED then CONFIGURING
-    then CREATING, taken from `remaining`; returns them and how many it still wants."""
+    then CREATING, taken from `live` (what is left per state: only profiles with some);
+    returns them and how many it still wants."""
     want = need.count
     taken: list[Claim] = []
     for slot in CLAIM_SLOTS:
+        left_of = live[slot]
         if want == 0:
             break
-        for p in open_pids:
-            t = remaining[p]
-            left = t[slot]
-            if left <= 0:
-                continue
-            n = want if want < left else left
-            taken.append(Claim(need, p, slot, n, held[p][slot] - left))
-            t[slot] = left - n
-            want -= n
+        if not left_of:
+            continue
+        # (Profiles with nothing left skipped in C: most of a need's profiles, in a big group.)
+        for p in filter(left_of.__contains__, open_pids):
+            left = left_of[p]
+            if want < left:
+                taken.append(Claim(need, p, slot, want, held[p][slot] - left))
+                left_of[p] = left - want
+                want = 0
+                break
+            taken.append(Claim(need, p, slot, left, held[p][slot] - left))
+            del left_of[p]
+            want -= left
             if want == 0:
                 break
     return taken, want
 
 
 def _home_domain(
-    labels: list[str | None], open_pids: list[int], remaining: dict[int, list[int]]
+    labels: list[str | None], open_pids: list[int], live: tuple[dict[int, int], ...]
 ) -> list[int]:
     """A `Same` need keeps machines only in the domain where its cluster has the most
     claimable ones (ties by name); a machine without the label counts under None, as in the
     reference engine."""
-    c0, c1, c2 = CLAIM_SLOTS
+    l0, l1, l2 = (live[s] for s in CLAIM_SLOTS)
     per_domain: dict[str | None, int] = defaultdict(int)
     for p in open_pids:
-        t = remaining[p]
-        per_domain[labels[p]] += t[c0] + t[c1] + t[c2]
+        per_domain[labels[p]] += l0.get(p, 0) + l1.get(p, 0) + l2.get(p, 0)
     per_domain = {d: n for d, n in per_domain.items() if n}
     if not per_domain:
         return open_pids
