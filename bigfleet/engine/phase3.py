@@ -4,8 +4,6 @@ idle, most expensive first; idle cloud machines nobody is about to want go back 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from ..cost import DELETABLE
@@ -16,7 +14,6 @@ from ..models import (
     DrainAction,
     DrainReason,
     MachineState,
-    stamper,
 )
 from .claims import ClusterClaims
 from .common import Decision
@@ -78,26 +75,23 @@ def _drain_excess(state: CycleState, picker: RowPicker, out: Decision) -> None:
     grace = state.policy.excess_grace_seconds
     state.moves.append((S.DRAINING, None, rows))
     # One validated drain per (provider, cluster); each run of machines sharing both in this
-    # order is its first drain and the others stamped from it (`Actions.stamp`).
+    # order is copies of it, made when read (`Actions.stamp_all`).
     ids = state.names(rows)
     starts = np.flatnonzero(np.diff(keys, prepend=-1)).tolist()
-    firsts: dict[int, Callable[[str], DrainAction]] = {}
+    templates: dict[int, DrainAction] = {}
     for start, end in zip(starts, starts[1:] + [len(rows)], strict=True):
         key = int(keys[start])
-        again = firsts.get(key)
-        if again is None:
+        template = templates.get(key)
+        if template is None:
             provider, cluster = divmod(key, len(clusters))
-            first = DrainAction(
+            template = templates[key] = DrainAction(
                 provider=providers[provider],
                 machine_id=ids[start],
                 cluster=clusters[cluster],
                 grace_seconds=grace,
                 reason=DrainReason.EXCESS,
             )
-            firsts[key] = stamper(first, "machine_id")
-        else:
-            first = again(ids[start])
-        out.actions.stamp(first, "machine_id", ids[start + 1 : end])
+        out.actions.stamp_all(template, "machine_id", ids[start:end])
 
 
 def release_idle(
