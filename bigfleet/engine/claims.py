@@ -112,6 +112,8 @@ class _Part:
     excess: dict[int, tuple[int, int]]
     pending: set[int]
     opened: OpenProfiles
+    # Its profiles' claimable machines per state before any claim (as `_walk` reads them).
+    start_live: tuple[dict[int, int], ...]
     # Its claims on CONFIGURED machines as the rows of `configured_columns`, once asked.
     configured: np.ndarray | None = None
 
@@ -265,22 +267,29 @@ def _claim_part(
     the group's previous part when its profiles' tallies have not changed since: the needs
     before the first that differs from its needs claim what they claimed then."""
     c0, c1, c2 = CLAIM_SLOTS
-    # What no need has kept yet, per claimable state: profile -> machines left (only > 0).
-    live: tuple[dict[int, int], ...] = ({}, {}, {})
-    for p in pids:
-        t = held[p]
-        if t[c0]:
-            live[c0][p] = t[c0]
-        if t[c1]:
-            live[c1][p] = t[c1]
-        if t[c2]:
-            live[c2][p] = t[c2]
     key = (len(inventory.profiles), frozenset(pids))
     if opened is None or opened.key != key:
         opened = OpenProfiles(key)
-    part = _Part(needs, pids, {}, {}, {}, set(), opened)
+    if same is not None and same.opened.key != key:
+        same = None
+    # What no need has kept yet, per claimable state: profile -> machines left (only > 0);
+    # read from the tallies, or `same`'s (its profiles' tallies have not changed since).
+    if same is not None:
+        start_live = same.start_live
+    else:
+        start_live = ({}, {}, {})
+        for p in pids:
+            t = held[p]
+            if t[c0]:
+                start_live[c0][p] = t[c0]
+            if t[c1]:
+                start_live[c1][p] = t[c1]
+            if t[c2]:
+                start_live[c2][p] = t[c2]
+    live = (start_live[0].copy(), start_live[1].copy(), start_live[2].copy())
+    part = _Part(needs, pids, {}, {}, {}, set(), opened, start_live)
     start = 0
-    if same is not None and same.opened.key == key:
+    if same is not None:
         while start < min(len(needs), len(same.needs)) and needs[start] is same.needs[start]:
             k = needs[start].key
             part.claims[k] = taken = same.claims[k]
