@@ -9,6 +9,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.wire import (
+    COORDINATOR_ID,
     ELSEWHERE_MAX,
     SHARD_TASK_QUEUE,
     ShardConfig,
@@ -92,6 +93,23 @@ class MembershipActivities:
 
 
 ID_PAGE = 20_000  # machine ids a query asks or answers (~1 MB)
+
+
+async def in_sagas(client: Client, machine_ids: list[str]) -> set[str]:
+    """Which of `machine_ids` a transfer saga has in hand (the coordinator's answer; none if
+    this namespace runs no coordinator). A coordinator that cannot answer fails the caller:
+    adopting a machine a saga is about to deliver would make it two shards'."""
+    if not machine_ids:
+        return set()
+    try:
+        found = await client.get_workflow_handle(COORDINATOR_ID).query(
+            "saga_machines", machine_ids, result_type=list[str]
+        )
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return set()
+        raise
+    return set(found)
 
 
 async def owned_elsewhere(client: Client, shard: int, machine_ids: list[str]) -> list[str]:

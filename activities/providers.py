@@ -19,7 +19,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from activities.membership import ID_PAGE, owned_elsewhere
+from activities.membership import ID_PAGE, in_sagas, owned_elsewhere
 from activities.metrics import PROVIDER_CALL_SECONDS, PROVIDER_CALLS
 from activities.wire import (
     CAPACITY_GONE,
@@ -182,7 +182,8 @@ class ProviderActivities:
         provider's listing is compared here with the shard's own speculative machines, read
         from it by queries, so neither the listing nor the shard's ids enter its history —
         only what changed: its speculative machines no longer listed (quota shrank), and listed
-        ones that are its by the assignment rule (`r.shares`) which no shard holds (new)."""
+        ones that are its by the assignment rule (`r.shares`) which no shard holds and no
+        transfer saga carries (new)."""
         if self.client is None:
             raise ApplicationError("provider_capacity needs a Temporal client", non_retryable=True)
         p = self._provider(r.provider, r.now)
@@ -215,7 +216,10 @@ class ProviderActivities:
             unknown = [mid for mid in chunk if states.get(mid) == "GONE"]
             if unknown:
                 elsewhere = set(await owned_elsewhere(self.client, r.shard, unknown))
-                fresh += [listed[mid] for mid in unknown if mid not in elsewhere]
+                nobodys = [mid for mid in unknown if mid not in elsewhere]
+                # (A saga's machine is nobody's between its release and its adopt.)
+                moving = await in_sagas(self.client, nobodys)
+                fresh += [listed[mid] for mid in nobodys if mid not in moving]
         return CapacityDiff(gone=gone[:CAPACITY_GONE], fresh=fresh[:LIST_PAGE])
 
     @activity.defn(name="provider_list")

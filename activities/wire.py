@@ -39,6 +39,9 @@ def shard_workflow_id(shard: int) -> str:
     return f"shard-{shard}"
 
 
+COORDINATOR_ID = "coordinator"  # the coordinator's workflow id (one per namespace)
+
+
 def shard_task_timeout(config: ShardConfig) -> timedelta:
     """The task timeout a shard workflow is started with (a continue-as-new or a reset keeps
     its run's)."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -209,6 +209,17 @@ class CoordinatorWorkflow(TakesSignals):
     @repair.validator
     def _repair_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
         check_repair(self.guard.arg(raw, AuditReport, "repair"), self.members.running)
+
+    @workflow.query
+    def saga_machines(self, machine_ids: list[str]) -> list[str]:
+        """Which of `machine_ids` a transfer saga has in hand: running, or finished before
+        its receiver reported since. Between a saga's release and its adopt a machine is no
+        shard's, and a shard must not take it by the assignment rule meanwhile (the saga's
+        receiver would then hold it too: `provider_capacity` asks here)."""
+        if not isinstance(machine_ids, list):
+            raise ApplicationError("saga_machines: machine_ids: expected a list of ids")
+        moving = {mid for saga in self.sagas.values() for mid in saga["machine_ids"]}
+        return [mid for mid in machine_ids if isinstance(mid, str) and mid in moving]
 
     @workflow.query
     def status(self) -> dict[str, Any]:

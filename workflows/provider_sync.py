@@ -217,8 +217,9 @@ class ProviderSync:
         """Capacity that came or went since the shard started (seed §16): speculative machines
         its providers no longer list are given up (quota shrank); new ones that are this
         shard's by the assignment rule — or a merged-away shard's it inherited — are adopted
-        once no shard owns them at two looks in a row (a machine between a saga's release and
-        adopt is nobody's for a moment). The comparison runs in `provider_capacity`, which
+        once no shard owns them at two looks in a row and no transfer saga carries them (a
+        machine between a saga's release and adopt is nobody's, for as long as the adopt is
+        late). The comparison runs in `provider_capacity`, which
         reads the listing and asks this shard by queries: only the changes enter the history
         (a listing of 20 000 slots here was 12 MB of history per reconcile). `inherited`: the
         shards merged into this one, whose share it takes."""

@@ -14,6 +14,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.wire import (
+        COORDINATOR_ID,
         SHARD_TASK_QUEUE,
         Instruction,
         SagaInput,
@@ -23,7 +24,8 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.models import Machine
     from workflows.guard import NoSignals
 
-COORDINATOR_ID = "coordinator"
+__all__ = ["COORDINATOR_ID", "STEP", "UNDO", "TransferSagaWorkflow"]
+
 STEP: dict[str, Any] = dict(
     task_queue=SHARD_TASK_QUEUE,
     start_to_close_timeout=timedelta(seconds=30),

@@ -64,6 +64,8 @@ SEQS = [1, 2, 3, 4]  # drain, release, adopt, one compensation: as the coordinat
 
 REFUSE, FLAKY, LOST = "refuse", "flaky", "lost reply"
 LOST_ACROSS_RUNS, NEWER_TERM = "lost reply across a run", "newer term"
+SLOW = "slow"  # carried out late, as after a worker's restart (tests/temporal/test_saga_race.py)
+SLOW_SECONDS = 12.0
 Faults = dict[tuple[str, int], str]  # (update, shard) -> fault; "machine_states" for the wait
 
 
@@ -99,6 +101,8 @@ class FaultyShardClient(ShardClientActivities):
     @activity.defn(name="shard_update")
     async def update(self, call: ShardCall) -> Any:
         fault = self._fault(call)
+        if fault == SLOW:
+            await asyncio.sleep(SLOW_SECONDS)
         if fault == NEWER_TERM:
             for s in SHARDS:
                 await self.client.get_workflow_handle(shard_workflow_id(s)).execute_update(
