@@ -280,11 +280,11 @@ def _claim_part(
         start_live = ({}, {}, {})
         for p in pids:
             t = held[p]
-            if t[c0]:
+            if t[c0] > 0:
                 start_live[c0][p] = t[c0]
-            if t[c1]:
+            if t[c1] > 0:
                 start_live[c1][p] = t[c1]
-            if t[c2]:
+            if t[c2] > 0:
                 start_live[c2][p] = t[c2]
     live = (start_live[0].copy(), start_live[1].copy(), start_live[2].copy())
     part = _Part(needs, pids, {}, {}, {}, set(), opened, start_live)
