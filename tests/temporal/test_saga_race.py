@@ -19,7 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from bigfleet.models import ListFilter
 from tests.conftest import eventually, fleet_workers
-from tests.temporal.test_saga_failures import SLOW, FaultyShardClient, owners
+from tests.temporal.test_saga_failures import DONOR, RECEIVER, SLOW, FaultyShardClient, owners
 from tests.temporal.test_temporal_coordinator import (
     ask,
     machines_of,
@@ -29,14 +29,12 @@ from tests.temporal.test_temporal_coordinator import (
 )
 from workers.worker import build_workers, run_workers
 
-DONOR, RECEIVER = 0, 1  # the rack is shard 0's by the assignment rule; the cluster shard 1's
-
 
 async def test_a_slot_in_a_late_saga_is_not_adopted_back_by_its_rule_owner(
     dev_env: WorkflowEnvironment,
 ):
     client: Client = dev_env.client
-    raw = two_shard_fleet()
+    raw = two_shard_fleet()  # its rack is shard 0's (DONOR) by the rule, its cluster shard 1's
     cluster = raw["clusters"][0]["name"]
     made: list[FaultyShardClient] = []
 
