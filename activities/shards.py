@@ -37,6 +37,10 @@ from activities.wire import (
 from bigfleet.inputs import clip
 from bigfleet.models import Machine
 
+# Refusals that a later try may not meet: the shard is reading or writing its state, or could
+# not yet check a new coordinator term.
+RETRIED = ("ShardRestoring", "TermUnchecked")
+
 
 class ShardClientActivities:
     def __init__(self, client: Client) -> None:
@@ -53,8 +57,8 @@ class ShardClientActivities:
             )
         except WorkflowUpdateFailedError as err:
             cause = err.cause
-            if isinstance(cause, ApplicationError) and cause.type == "ShardRestoring":
-                raise ApplicationError(str(cause), type="ShardRestoring") from err  # retried
+            if isinstance(cause, ApplicationError) and cause.type in RETRIED:
+                raise ApplicationError(str(cause), type=cause.type) from err  # retried
             # Refused by the shard (stale, too large, wrong state): no retry helps.
             raise ApplicationError(
                 f"shard {call.shard} refused {call.update}: {err.cause}",

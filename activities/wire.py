@@ -446,3 +446,11 @@ class CoordinatorInput(Model):
     missing_after_seconds: float = 30.0
     max_rounds_per_run: int = 500
     state: dict[str, Any] | None = None
+
+
+class CoordinatorTerm(Model):
+    """What the `coordinator_term` activity saw: whether a coordinator runs, and its term (0
+    while its first workflow task has not run yet)."""
+
+    running: bool
+    term: int = 0

@@ -29,6 +29,7 @@ from activities.providers import ProviderActivities, VirtualClock
 from activities.shards import ShardClientActivities
 from activities.snapshots import SnapshotActivities
 from activities.starter import StarterActivities
+from activities.terms import TermActivities
 from activities.wire import (
     SHARD_TASK_QUEUE,
     TRANSITION_TASK_QUEUE,
@@ -393,6 +394,7 @@ def shard_workers(
                 steps.machine_states,
                 shard_clients.clusters,
                 shard_clients.revive_shard,
+                TermActivities(client).coordinator_term,
             ],
             workflow_runner=RUNNER,
             **WORKER_TUNING,

@@ -7,7 +7,7 @@ the shard workflow after `InstructionHandlers`, whose fencing these handlers use
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from temporalio import workflow
@@ -29,6 +29,7 @@ class AuditHandlers:
     pipeline: list[TransitionInput]
     _not_restoring: Callable[[], None]
     _fence: Callable[..., bool]
+    _new_term: Callable[..., Awaitable[bool]]
     steps: InstructionSteps
     _ins: Callable[..., Instruction]
 
@@ -52,11 +53,13 @@ class AuditHandlers:
 
     @workflow.update
     @guarded
-    def disown(self, raw: RawValue = NO_ARGUMENT) -> list[str]:
+    async def disown(self, raw: RawValue = NO_ARGUMENT) -> list[str]:
         """Give machines up without handing them anywhere (an audit's repair: another shard
         keeps them, or no provider lists them). Their queued transitions are dropped; one
         still running reports a machine this shard no longer has, which it ignores."""
         ins = self._ins(raw, Instruction, "disown")
+        if await self._new_term(ins):
+            self._disown_ok(raw)  # (checked again: the shard went on while it asked)
         if self.steps.fencing.accept(ins):
             return ins.machine_ids
         shard = self.shard
@@ -84,11 +87,13 @@ class AuditHandlers:
 
     @workflow.update
     @guarded
-    def observe_records(self, raw: RawValue = NO_ARGUMENT) -> int:
+    async def observe_records(self, raw: RawValue = NO_ARGUMENT) -> int:
         """Take the provider's record of machines this shard holds but sees in another state
         (or configured for another cluster): the provider is the source of truth. Returns how
         many changed."""
         ins = self._ins(raw, Instruction, "observe_records")
+        if await self._new_term(ins):
+            self._observe_ok(raw)
         if self.steps.fencing.accept(ins):
             return 0
         now = workflow.now().timestamp()

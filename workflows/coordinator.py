@@ -222,6 +222,12 @@ class CoordinatorWorkflow(TakesSignals):
         return [mid for mid in machine_ids if isinstance(mid, str) and mid in moving]
 
     @workflow.query
+    def term(self) -> int:
+        """This coordinator's term (0 before its first workflow task): a shard asks before it
+        takes a term it has not seen (activities/terms.py)."""
+        return self.c.term
+
+    @workflow.query
     def status(self) -> dict[str, Any]:
         now = workflow.now().timestamp()
         return {

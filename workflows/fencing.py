@@ -18,6 +18,7 @@ SEEN_KEPT = 1000
 # run only). Bounded by machine records, since it crosses continue-as-new with the shard.
 OUTBOX_RECORDS = 500
 FUTURE_TERM_MS = 300_000  # clocks of workers and server may differ a little
+FORGED_KEPT = 16  # terms the coordinator disowned, refused at once when sent again
 
 AnyInstruction = Instruction | SplitInstruction | TakeIn
 
@@ -29,9 +30,31 @@ class Fencing:
         # may arrive out of order; a seq seen before is a replay.
         self.seen: list[int] = list(state.get("seen", []))
         self.outbox: list[list[Any]] = list(state.get("outbox", []))  # [term, seq, update, out]
+        # A term above `term` is taken only once the running coordinator confirmed it
+        # (`verified`: the highest confirmed); terms it disowned are refused on sight.
+        self.verified = int(state.get("verified_term", 0))
+        self.forged: list[int] = [int(t) for t in state.get("forged_terms", [])][-FORGED_KEPT:]
 
     def state(self) -> dict[str, Any]:
-        return {"term": self.term, "seen": self.seen[-SEEN_KEPT:], "outbox": self.outbox}
+        return {
+            "term": self.term,
+            "seen": self.seen[-SEEN_KEPT:],
+            "outbox": self.outbox,
+            "verified_term": self.verified,
+            "forged_terms": self.forged,
+        }
+
+    def unverified(self, ins: AnyInstruction) -> bool:
+        """A term above every term this shard has seen or had confirmed: it must be the
+        running coordinator's before the shard takes it."""
+        return ins.term > max(self.term, self.verified)
+
+    def confirm(self, term: int) -> None:
+        self.verified = max(self.verified, term)
+
+    def disown(self, term: int) -> None:
+        if term not in self.forged:
+            self.forged = [*self.forged, term][-FORGED_KEPT:]
 
     def replay(self, ins: AnyInstruction) -> bool:
         return ins.term == self.term and ins.seq in self.seen
@@ -61,6 +84,12 @@ class Fencing:
                 type="StaleInstruction",
                 non_retryable=True,
             )
+        if ins.term in self.forged and not any_term:
+            raise ApplicationError(
+                f"term: {ins.term} is not the running coordinator's term",
+                type="StaleInstruction",
+                non_retryable=True,
+            )
         if ins.term < self.term and not any_term:
             raise ApplicationError(
                 f"stale instruction from coordinator term {ins.term}: shard {shard} "
@@ -78,11 +107,13 @@ class Fencing:
             )
         return False
 
-    def accept(self, ins: AnyInstruction) -> bool:
-        """Record the instruction's (term, seq). True if it is a replay (do nothing again)."""
+    def accept(self, ins: AnyInstruction, take_term: bool = True) -> bool:
+        """Record the instruction's (term, seq). True if it is a replay (do nothing again).
+        `take_term=False`: a compensation accepted from any term, which moves no term (it
+        proves nothing about who sent it)."""
         if self.replay(ins):
             return True
-        if ins.term > self.term:
+        if ins.term > self.term and take_term:
             self.term, self.seen = ins.term, []
         if ins.term == self.term:
             self.seen.append(ins.seq)

@@ -51,6 +51,8 @@ class InstructionSteps:
         self.merging = bool(state.get("merging", False))
         self.retired = False
         self.inherited: list[int] = list(state.get("inherited", []))
+        # New coordinator terms being checked with the coordinator (this run only).
+        self.asking_terms: set[int] = set()
 
     def state(self) -> dict[str, Any]:
         return {
@@ -80,13 +82,17 @@ class InstructionSteps:
 
     # ---- moving machines between shards (seed §9) ---------------------------------------------
 
+    def taking_back(self, ins: Instruction) -> bool:
+        """A saga's compensation giving this shard back what it released itself: accepted
+        from any term, and it moves no term."""
+        return ins.compensation and self.fencing.released_here(ins)
+
     def check_adopt(self, ins: Instruction, now: float) -> None:
-        # Adopting takes nothing away from the shard: fenced, but no share limit. Taking back
-        # what this shard released (a saga's compensation) is accepted from any term.
-        self.fence(ins, 0, now, any_term=ins.compensation and self.fencing.released_here(ins))
+        # Adopting takes nothing away from the shard: fenced, but no share limit.
+        self.fence(ins, 0, now, any_term=self.taking_back(ins))
 
     def adopt(self, ins: Instruction, now: float) -> int:
-        if self.fencing.accept(ins):
+        if self.fencing.accept(ins, take_term=not self.taking_back(ins)):
             return 0
         return self.shard.adopt(ins.machines, now)
 
@@ -161,7 +167,7 @@ class InstructionSteps:
         self.fence(ins, 0, now, any_term=True)
 
     def cancel_transfer(self, ins: Instruction, now: float) -> list[str]:
-        if not self.fencing.accept(ins):
+        if not self.fencing.accept(ins, take_term=False):
             self.shard.cancel_transfer(ins.machine_ids, now)
         return ins.machine_ids
 

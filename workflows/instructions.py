@@ -8,14 +8,17 @@ before it changes anything.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RawValue
-from temporalio.exceptions import ApplicationError
+from temporalio.common import RawValue, RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.wire import (
+        SHARD_TASK_QUEUE,
+        CoordinatorTerm,
         Instruction,
         ShardConfig,
         SplitInstruction,
@@ -37,6 +40,12 @@ REPORT_SAMPLE = 32
 
 QUERY_IDS = 50_000  # ids a query may ask about (an answer stays below gRPC's 4 MB)
 Ins = TypeVar("Ins", Instruction, SplitInstruction, TakeIn)
+AnyIns = Instruction | SplitInstruction | TakeIn
+# Asking the coordinator for its term: a few quick tries; the saga's step retries after that.
+ASK_TERM: dict[str, Any] = dict(
+    start_to_close_timeout=timedelta(seconds=10),
+    retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3),
+)
 
 
 def _page(start: object, limit: object) -> tuple[int, int]:
@@ -100,12 +109,62 @@ class InstructionHandlers:
             )
         return self._ins(raw, model, update), workflow.now().timestamp()
 
-    def _fence(
-        self, ins: Instruction | SplitInstruction | TakeIn, touched: int, any_term: bool = False
-    ) -> bool:
+    def _fence(self, ins: AnyIns, touched: int, any_term: bool = False) -> bool:
         """`Fencing.check` against this shard as it is now; refused while it moves its state."""
         self._not_moving()
         return self.steps.fence(ins, touched, workflow.now().timestamp(), any_term)
+
+    async def _new_term(self, ins: AnyIns, any_term: bool = False) -> bool:
+        """A term above every one this shard has seen is taken only from the coordinator that
+        runs now (seed §11: terms fence zombies; anyone who can write to the namespace could
+        send any term, and one taken on trust would fence the real coordinator out). Asked
+        once per new term (`coordinator_term`): its own term, or — no coordinator running — a
+        term not after this shard's clock, which any coordinator started later exceeds. A
+        term the coordinator disowns is refused, and remembered so that it is refused on
+        sight. True if it waited for the answer: the caller checks the instruction again,
+        since the shard went on meanwhile. `any_term`: a compensation, which takes no term."""
+        fencing = self.steps.fencing
+        if any_term or not fencing.unverified(ins) or not workflow.patched("verified-terms"):
+            return False
+        term = ins.term
+        if term in self.steps.asking_terms:  # another instruction of this term asks already
+            await workflow.wait_condition(lambda: term not in self.steps.asking_terms)
+        else:
+            self.steps.asking_terms.add(term)
+            try:
+                answer: CoordinatorTerm = await workflow.execute_activity(
+                    "coordinator_term",
+                    task_queue=SHARD_TASK_QUEUE,
+                    result_type=CoordinatorTerm,
+                    **ASK_TERM,
+                )
+            except ActivityError as err:
+                raise ApplicationError(
+                    f"term: {term} could not be checked with the coordinator "
+                    f"({err.cause or err}); retry",
+                    type="TermUnchecked",
+                ) from err
+            finally:
+                self.steps.asking_terms.discard(term)
+            now_ms = workflow.now().timestamp() * 1000
+            if answer.running and answer.term == 0:
+                raise ApplicationError(
+                    "term: the coordinator is starting; retry", type="TermUnchecked"
+                )
+            if (answer.running and answer.term == term) or (
+                not answer.running and term <= now_ms
+            ):
+                fencing.confirm(term)
+            else:
+                fencing.disown(term)
+        if term in fencing.forged:
+            raise ApplicationError(
+                f"term: {term} is not the running coordinator's term; the instruction is "
+                "refused",
+                type="StaleInstruction",
+                non_retryable=True,
+            )
+        return True
 
     @workflow.query
     def machine_states(self, machine_ids: list[str]) -> dict[str, str]:
@@ -140,9 +199,11 @@ class InstructionHandlers:
 
     @workflow.update
     @guarded
-    def adopt(self, raw: RawValue = NO_ARGUMENT) -> int:
+    async def adopt(self, raw: RawValue = NO_ARGUMENT) -> int:
         """Take ownership of machines another shard released (or new capacity)."""
         ins = self._ins(raw, Instruction, "adopt")
+        if await self._new_term(ins, self.steps.taking_back(ins)):
+            self._adopt_ok(raw)  # (checked again: the shard went on while it asked)
         return self.steps.adopt(ins, workflow.now().timestamp())
 
     @adopt.validator
@@ -151,9 +212,12 @@ class InstructionHandlers:
 
     @workflow.update
     @guarded
-    def release(self, raw: RawValue = NO_ARGUMENT) -> list[Machine]:
+    async def release(self, raw: RawValue = NO_ARGUMENT) -> list[Machine]:
         """Give up idle or speculative machines; returns their records for the receiver."""
-        return self.steps.release(self._ins(raw, Instruction, "release"))
+        ins = self._ins(raw, Instruction, "release")
+        if await self._new_term(ins):
+            self._release_ok(raw)
+        return self.steps.release(ins)
 
     @release.validator
     def _release_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
@@ -161,9 +225,11 @@ class InstructionHandlers:
 
     @workflow.update
     @guarded
-    def drain_for_transfer(self, raw: RawValue = NO_ARGUMENT) -> list[str]:
+    async def drain_for_transfer(self, raw: RawValue = NO_ARGUMENT) -> list[str]:
         """Drain configured machines so they can be handed over (cross-shard preemption)."""
         ins = self._ins(raw, Instruction, "drain_for_transfer")
+        if await self._new_term(ins):
+            self._drain_ok(raw)
         ids, drains = self.steps.drain_for_transfer(ins, workflow.now().timestamp())
         self.pipeline += drains
         return ids
@@ -188,10 +254,13 @@ class InstructionHandlers:
 
     @workflow.update
     @guarded
-    def split_out(self, raw: RawValue = NO_ARGUMENT) -> dict[str, Any]:
+    async def split_out(self, raw: RawValue = NO_ARGUMENT) -> dict[str, Any]:
         """Let `fraction` of the clusters and machines go to shard `ins.to` (all of them: a
         merge). Returns the clusters, their needs, and how many machines will be handed out."""
-        return self.steps.split_out(self._ins(raw, SplitInstruction, "split_out"))
+        ins = self._ins(raw, SplitInstruction, "split_out")
+        if await self._new_term(ins):
+            self._split_ok(raw)
+        return self.steps.split_out(ins)
 
     @split_out.validator
     def _split_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
@@ -199,9 +268,12 @@ class InstructionHandlers:
 
     @workflow.update
     @guarded
-    def hand_out(self, raw: RawValue = NO_ARGUMENT) -> list[Machine]:
+    async def hand_out(self, raw: RawValue = NO_ARGUMENT) -> list[Machine]:
         """The next part of a split's machines (at most `ins.limit` records)."""
-        return self.steps.hand_out(self._ins(raw, Instruction, "hand_out"))
+        ins = self._ins(raw, Instruction, "hand_out")
+        if await self._new_term(ins):
+            self._hand_out_ok(raw)
+        return self.steps.hand_out(ins)
 
     @hand_out.validator
     def _hand_out_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
@@ -209,9 +281,11 @@ class InstructionHandlers:
 
     @workflow.update
     @guarded
-    def take_in(self, raw: RawValue = NO_ARGUMENT) -> int:
+    async def take_in(self, raw: RawValue = NO_ARGUMENT) -> int:
         """Clusters and machines of a split or merge (or given back after one failed)."""
         ins = self._ins(raw, TakeIn, "take_in")
+        if await self._new_term(ins):
+            self._take_in_ok(raw)
         return self.steps.take_in(ins, workflow.now().timestamp())
 
     @take_in.validator
@@ -220,9 +294,12 @@ class InstructionHandlers:
 
     @workflow.update
     @guarded
-    def retire(self, raw: RawValue = NO_ARGUMENT) -> int:
+    async def retire(self, raw: RawValue = NO_ARGUMENT) -> int:
         """End a merged-away shard's workflow. Returns its last cycle count."""
-        return self.steps.retire(self._ins(raw, Instruction, "retire"))
+        ins = self._ins(raw, Instruction, "retire")
+        if await self._new_term(ins):
+            self._retire_ok(raw)
+        return self.steps.retire(ins)
 
     @retire.validator
     def _retire_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
@@ -230,10 +307,12 @@ class InstructionHandlers:
 
     @workflow.update
     @guarded
-    def decommission(self, raw: RawValue = NO_ARGUMENT) -> list[str]:
+    async def decommission(self, raw: RawValue = NO_ARGUMENT) -> list[str]:
         """Machines leaving the fleet (seed §16): idle or drained ones are given up; cloud
         machines are deleted, bare metal goes back to its provider as it is."""
         ins = self._ins(raw, Instruction, "decommission")
+        if await self._new_term(ins):
+            self._decommission_ok(raw)
         ids, deletes = self.steps.decommission(ins, workflow.now().timestamp())
         self.pipeline += deletes
         return ids

@@ -81,6 +81,13 @@ async def start_coordinator(client, **fields) -> None:
     )
 
 
+async def without_coordinator(client) -> None:
+    """End the coordinator `start` started: a test that sends instructions of its own terms
+    runs none (a shard takes a new term only from the running coordinator, or, with none
+    running, a term not after its clock)."""
+    await client.get_workflow_handle(COORDINATOR_ID).terminate("a test of instructions alone")
+
+
 async def ask(client, shard: int, cluster: str, priority: int, count: int) -> None:
     need = {"requirements": REQ, "priority": priority, "count": count}
     await client.get_workflow_handle(f"shard-{shard}").signal(
@@ -124,6 +131,7 @@ async def test_shards_refuse_stale_and_oversized_instructions(dev_env: WorkflowE
     raw = two_shard_fleet()
     async with fleet_workers(client, raw):
         await start(client, raw)
+        await without_coordinator(client)
         shard0 = client.get_workflow_handle("shard-0")
         await eventually(lambda: machines_of(client, 0), lambda m: m["SPECULATIVE"] == 40)
         ids = [f"dc-{raw['providers'][0]['racks'][0]['rack']}-{i:05d}" for i in range(40)]
@@ -144,6 +152,7 @@ async def test_a_refused_adopt_hands_the_machines_back_to_the_donor(
     raw = two_shard_fleet()
     async with fleet_workers(client, raw):
         await start(client, raw)
+        await without_coordinator(client)
         await eventually(lambda: machines_of(client, 0), lambda m: m["SPECULATIVE"] == 40)
         # The receiver has already seen a newer coordinator: this saga's adopt is stale there.
         await client.get_workflow_handle("shard-1").execute_update(
@@ -255,6 +264,7 @@ async def test_a_failed_saga_step_leaves_every_machine_owned_once(dev_env: Workf
     ids = [f"dc-{rack}-{i:05d}" for i in range(4)]
     async with fleet_workers(client, raw):
         await start(client, raw)
+        await without_coordinator(client)
         await ask(client, 0, research, 100_000, 40)
         await eventually(
             lambda: machines_of(client, 0), lambda m: m["CONFIGURED"] == 40, timeout=60
