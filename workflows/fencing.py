@@ -11,13 +11,13 @@ from typing import Any
 from temporalio.exceptions import ApplicationError
 
 from activities.wire import Instruction, SplitInstruction, TakeIn
+from bigfleet.epochs import FUTURE_MS
 
 SEEN_KEPT = 1000
 # First outcomes of instructions that hand machine records over (release, hand_out, split_out),
 # for a retry that arrives after a continue-as-new (Temporal deduplicates update ids within one
 # run only). Bounded by machine records, since it crosses continue-as-new with the shard.
 OUTBOX_RECORDS = 500
-FUTURE_TERM_MS = 300_000  # clocks of workers and server may differ a little
 FORGED_KEPT = 16  # terms the coordinator disowned, refused at once when sent again
 
 AnyInstruction = Instruction | SplitInstruction | TakeIn
@@ -79,7 +79,7 @@ class Fencing:
             return True
         # Terms are the coordinator's start times in milliseconds: one from beyond this
         # shard's clock was never issued, and taking it would fence out the real coordinator.
-        if ins.term > now_ms + FUTURE_TERM_MS:
+        if ins.term > now_ms + FUTURE_MS:
             raise ApplicationError(
                 f"term: {ins.term} is not a coordinator term (from the future)",
                 type="StaleInstruction",

@@ -7,16 +7,21 @@ exactly once, in id order, each a valid Machine; Get of an unknown id is NOT_FOU
 is INVALID_ARGUMENT naming the field; each lifecycle call is acknowledged at once with the
 machine in its transitional or target state, and a repeat with the same idempotency key returns
 the same operation and starts nothing (for Create: no extra machine appears); each transition
-settles; a stale fencing token is refused with ABORTED + STALE_FENCING_TOKEN; a Configure of a
-speculative machine (valid token, fresh key) is refused with FAILED_PRECONDITION +
-INVALID_TRANSITION and leaves it speculative; Delete is either a full lifecycle or, where
-Describe says it is not supported, UNIMPLEMENTED + NOT_SUPPORTED.
+settles; a stale fencing token is refused with ABORTED + STALE_FENCING_TOKEN; calls refused for
+another reason (an unknown machine, a speculative one configured) with a higher epoch do not
+fence the current epoch out; an epoch a day beyond the clock (never issued: epochs are start
+times in ms) is refused with INVALID_ARGUMENT + INVALID_FIELD `token.shard_epoch` and fences
+nothing out either; a Configure of a speculative machine (valid token, fresh key) is refused
+with FAILED_PRECONDITION + INVALID_TRANSITION and leaves it speculative; Delete is either a
+full lifecycle or, where Describe says it is not supported, UNIMPLEMENTED + NOT_SUPPORTED.
 
 It creates, configures, drains and deletes one real machine, so run it against a test account
 or a fresh reference server (`bigfleet provider serve`), never against production capacity. It
 fences with its own shard id (CONFORMANCE_SHARD, far above any real shard number) and an epoch
 of the current time in ms, so it never fences out a running BigFleet, and each run fences out
-only earlier runs. Throttling (RATE_LIMITED) is waited out after the provider's hint; if the
+only earlier runs. (A provider that fails future-epoch-is-refused may keep that day-ahead epoch
+for the conformance shard: later runs against it fail until a day has passed or its fencing
+state is cleared.) Throttling (RATE_LIMITED) is waited out after the provider's hint; if the
 run was throttled at all, a last check (rate-limited-is-resource-exhausted, only then in the
 table) says whether every such refusal was RESOURCE_EXHAUSTED with a positive
 retry_after_seconds.
@@ -50,6 +55,8 @@ CAPACITY_TYPES = {"on-demand", "spot", "reserved", "bare-metal"}
 SMALL_PAGE = 3
 MAX_PAGES = 10_000
 POLL_SECONDS = 0.2
+FUTURE_PROBE_MS = 24 * 3600 * 1000  # far beyond any clock skew, short if a provider keeps it
+EPOCH_FIELD = "token.shard_epoch"
 
 
 @dataclass
@@ -119,6 +126,8 @@ class Conformance:
             ("drain-acks-at-once", self.drain),
             ("drain-repeat-starts-nothing", lambda: self.repeat("drain")),
             ("drain-settles", lambda: self.settle(S.IDLE)),
+            ("refused-call-moves-no-epoch", self.refused_call_keeps_epoch),
+            ("future-epoch-is-refused", self.future_epoch),
             ("stale-token-is-refused", self.stale_token),
             ("delete-unsupported-is-unimplemented", self.delete_unsupported),
             ("delete-acks-at-once", self.delete),
@@ -359,6 +368,118 @@ class Conformance:
         err = self._refused("Drain", request)
         return self._expect(err, grpc.StatusCode.ABORTED, R.STALE_FENCING_TOKEN)
 
+    def refused_call_keeps_epoch(self) -> str:
+        """Calls refused for another reason, with a higher epoch of this run's shard, must
+        not move the shard's epoch: the current one is still accepted afterwards."""
+        higher = self.epoch + 1
+        unknown = ppb.ConfigureRequest(
+            machine_id=self._unknown(999),
+            blob=BLOB,
+            cluster=CLUSTER,
+            token=self._token(higher),
+            idempotency_key=self._key("refused-unknown"),
+        )
+        done = [f"Configure of an unknown machine at epoch {higher}: "]
+        done[-1] += _status(self._refused("Configure", unknown)).split(":")[0]
+        speculative = [m for m in self._list(0) if m.state is S.SPECULATIVE]
+        if speculative:
+            higher += 1
+            request = self._configure_request(speculative[-1].id, "refused-speculative")
+            request.token.CopyFrom(self._token(higher))
+            err = self._refused("Configure", request)
+            done.append(f"of speculative {speculative[-1].id} at epoch {higher}: ")
+            done[-1] += _status(err).split(":")[0]
+        try:
+            return f"{'; '.join(done)}; then {self._still_current()}"
+        except Failed as why:
+            raise Failed(f"{'; '.join(done)}; then {why}") from None
+
+    def future_epoch(self) -> str:
+        """An epoch a day beyond the clock was never issued: refused as INVALID_FIELD
+        token.shard_epoch, and the current epoch is still accepted afterwards."""
+        future = time.time_ns() // 1_000_000 + FUTURE_PROBE_MS
+        request: Any
+        if "drain" in self.started:
+            # A repeat: a provider that wrongly accepts it starts nothing.
+            rpc, first, _ = self.started["drain"]
+            request = ppb.DrainRequest()
+            request.CopyFrom(first)
+            request.token.CopyFrom(self._token(future))
+            what = "a repeat of the drain"
+        else:
+            rpc, what = "Configure", "a Configure of an unknown machine"
+            request = ppb.ConfigureRequest(
+                machine_id=self._unknown(998),
+                blob=BLOB,
+                cluster=CLUSTER,
+                token=self._token(future),
+                idempotency_key=self._key("future"),
+            )
+        problems, got = [], ""
+        try:
+            try:
+                reply = self._call(rpc, request)
+            except grpc.RpcError as refused:
+                err = refused
+            else:
+                raise Failed(f"accepted (operation {reply.operation_id or '?'})")
+            got = self._expect(err, grpc.StatusCode.INVALID_ARGUMENT, R.INVALID_FIELD, "token")
+            info = errors.error_info(err)
+            if info is not None and info.field != EPOCH_FIELD:
+                raise Failed(f"field {info.field!r}, expected {EPOCH_FIELD!r}")
+        except Failed as why:
+            problems.append(f"{what} at epoch {future} (a day ahead): {why}")
+        try:
+            still = self._still_current()
+        except Failed as why:
+            problems.append(str(why))
+        if problems:
+            raise Failed("; ".join(problems))
+        return f"{what} at epoch {future} (a day ahead): {got.split(':')[0]}; then {still}"
+
+    def _still_current(self) -> str:
+        """This run's epoch is still accepted: a repeat of the drain (which starts nothing)
+        answers its operation; without one, a Configure of an unknown machine is not refused
+        as stale. If it was fenced out, the run carries on with the epoch now demanded."""
+        if "drain" in self.started:
+            rpc, request, first = self.started["drain"]
+            if request.token.shard_epoch != self.epoch:  # fenced out before: carry on
+                request = ppb.DrainRequest()
+                request.CopyFrom(self.started["drain"][1])
+                request.token.CopyFrom(self._token())
+            how = f"a repeat of the drain at epoch {self.epoch}"
+        else:
+            rpc, first = "Configure", ""
+            request = ppb.ConfigureRequest(
+                machine_id=self._unknown(997),
+                blob=BLOB,
+                cluster=CLUSTER,
+                token=self._token(),
+                idempotency_key=self._key(f"current-{self.seq}"),
+            )
+            how = f"a Configure of an unknown machine at epoch {self.epoch}"
+        try:
+            reply = self._call(rpc, request)
+        except grpc.RpcError as err:
+            info = errors.error_info(err)
+            stale = err.code() == grpc.StatusCode.ABORTED or (
+                info is not None and info.reason == R.STALE_FENCING_TOKEN
+            )
+            if not stale:
+                if first:
+                    raise
+                return f"{how}: {_status(err).split(':')[0]}, not stale"
+            kept = info.highest_epoch if info is not None else 0
+            self.epoch = max(self.epoch, kept)  # carry on where the provider now fences
+            until = ""
+            if kept > time.time_ns() // 1_000_000:
+                day = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(kept / 1000))
+                until = f": shard {self.shard_id} is fenced out until {day}"
+            raise Failed(f"{how} is now refused{until}: {_status(err)}") from None
+        if reply.operation_id != first:
+            raise Failed(f"{how}: a new operation {reply.operation_id} (first: {first})")
+        return f"{how} still answers {first}"
+
     # ---- machinery -----------------------------------------------------------------------
 
     def _need(self) -> Machine:
@@ -472,9 +593,13 @@ class Conformance:
             idempotency_key=self._key(step),
         )
 
-    def _token(self) -> mpb.FencingToken:
+    def _token(self, epoch: int | None = None) -> mpb.FencingToken:
         self.seq += 1
-        return mpb.FencingToken(shard_id=self.shard_id, shard_epoch=self.epoch, seq=self.seq)
+        return mpb.FencingToken(
+            shard_id=self.shard_id,
+            shard_epoch=self.epoch if epoch is None else epoch,
+            seq=self.seq,
+        )
 
     def _key(self, step: str) -> str:
         return f"bigfleet-conformance/{self.run_id}/{step}"

@@ -9,7 +9,10 @@ over gRPC, with what the contract asks of a server beyond the provider's own cal
   for a different request is refused (INVALID_ARGUMENT, field idempotency_key). An empty key is
   no key: the call is executed, and the provider's own (machine, target) idempotency applies.
 - Fencing is checked here too, before the store is consulted, so a zombie shard repeating an
-  old key learns it is stale instead of getting the old answer.
+  old key learns it is stale instead of getting the old answer; an epoch beyond the server's
+  clock (plus bigfleet/epochs.py's tolerance) was never issued and is refused as INVALID_FIELD
+  `token.shard_epoch`. The epoch is kept only once the call has succeeded (started, or a repeat
+  answered from the store): a refused call moves no fencing state (bigfleet/providers/fencing.py).
 - The call log records every mutating call: (time, method, key, machine ids, outcome), the
   outcome "started", "repeat" or the refusal's reason ("STALE_FENCING_TOKEN", "INVALID_FIELD").
 - List pages in id order; the page token is the last id returned.
@@ -135,7 +138,9 @@ def describe_of(provider: CapacityProvider, calls_per_second: float = 0.0) -> pp
 def refusal_of(err: Exception) -> tuple[grpc.StatusCode, str, tuple, str]:
     """(code, details, trailers, reason for the call log) to answer a failed call with."""
     if isinstance(err, ValueError) and not isinstance(err, WireError):
-        err = WireError("request", [("", str(err))])  # the provider found the request bad
+        # The provider found the request bad; an error that knows its field names it
+        # (UnissuedEpoch: token.shard_epoch).
+        err = WireError("request", [(str(getattr(err, "field", "") or ""), str(err))])
     try:
         code, details, trailers = errors.status_of(err)
     except TypeError:
@@ -163,9 +168,11 @@ class ProviderService(provider_pb2_grpc.CapacityProviderServicer):
         *,
         persist_provider: bool = False,
         info: ppb.ProviderInfo | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.provider = provider
         self.store = store or ProviderStore()
+        self.clock = clock  # what an epoch is checked against (seconds)
         self.persist_provider = persist_provider
         self._lock = threading.Lock()
         self._since_prune = 0
@@ -353,7 +360,8 @@ class ProviderService(provider_pb2_grpc.CapacityProviderServicer):
         return acks
 
     def _run(self, m: Mutation) -> tuple[list[TransitionAck], str]:
-        self.store.fence(self.provider.name, m.token)
+        now = self.clock()
+        self.store.check_fence(self.provider.name, m.token, now)
         done = self.store.operation(m.key) if m.key else None
         if done is not None:
             if (done.method, done.fingerprint) != (m.method, m.fingerprint):
@@ -371,12 +379,14 @@ class ProviderService(provider_pb2_grpc.CapacityProviderServicer):
                 TransitionAck(operation_id=op, machine=self.provider.get(mid))
                 for op, mid in zip(done.operation_ids, done.machine_ids, strict=True)
             ]
+            self.store.keep_fence(self.provider.name, m.token, now)
             return acks, "repeat"
         try:
             acks = m.start()
         finally:
             if self.persist_provider:
                 self.store.save_provider(self.provider)  # even a refusal may have moved it
+        self.store.keep_fence(self.provider.name, m.token, now)  # only now: it succeeded
         if m.key:
             ops = [a.operation_id for a in acks]
             self.store.remember(m.key, Operation(m.method, m.fingerprint, m.machine_ids, ops))

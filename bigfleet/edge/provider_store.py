@@ -1,6 +1,7 @@
 """What the reference provider server keeps (bigfleet/edge/provider_server.py), in one SQLite
 database: the idempotency store (key -> the operation it started), the highest fencing epoch
-seen per shard, the call log, and optionally the provider object itself.
+per shard of the calls that succeeded (bigfleet/providers/fencing.py), the call log, and
+optionally the provider object itself.
 
 Everything the server changes for one call is written in one transaction, so a server killed at
 any moment restarts with a call either wholly recorded (its operation, its log line, the
@@ -20,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..epochs import latest_issued
 from ..models import FencingToken
-from ..providers.base import CapacityProvider, StaleFencingToken
+from ..providers import fencing
+from ..providers.base import CapacityProvider
 
 KEEP_KEYS_SECONDS = 7 * 24 * 3600.0  # longer than any retry of one operation
 KEEP_CALLS = 100_000  # call log rows kept
@@ -120,18 +123,27 @@ class ProviderStore:
             ),
         )
 
-    def fence(self, provider: str, token: FencingToken) -> None:
-        """Refuse an epoch older than one already seen for the shard; remember the newest."""
+    def epoch(self, shard_id: int) -> int | None:
+        """The epoch kept for a shard: the highest of its calls that succeeded."""
         row = self.db.execute(
-            "SELECT highest_epoch FROM fences WHERE shard_id = ?", (token.shard_id,)
+            "SELECT highest_epoch FROM fences WHERE shard_id = ?", (shard_id,)
         ).fetchone()
-        if row is not None and token.shard_epoch < row[0]:
-            raise StaleFencingToken(provider, token.shard_id, token.shard_epoch, row[0])
-        self.db.execute(
-            "INSERT INTO fences VALUES (?, ?) ON CONFLICT (shard_id) DO UPDATE "
-            "SET highest_epoch = excluded.highest_epoch",
-            (token.shard_id, token.shard_epoch),
-        )
+        return None if row is None else int(row[0])
+
+    def check_fence(self, provider: str, token: FencingToken, now: float) -> None:
+        """Refuse (raise) an epoch beyond the clock `now` (seconds) or below the shard's kept
+        one; records nothing (bigfleet/providers/fencing.py)."""
+        fencing.check(provider, token, self.epoch(token.shard_id), now)
+
+    def keep_fence(self, provider: str, token: FencingToken, now: float) -> None:
+        """The call with `token` succeeded (it passed `check_fence`): keep its epoch."""
+        keep = fencing.advanced(provider, token, self.epoch(token.shard_id), now)
+        if keep is not None:
+            self.db.execute(
+                "INSERT INTO fences VALUES (?, ?) ON CONFLICT (shard_id) DO UPDATE "
+                "SET highest_epoch = excluded.highest_epoch",
+                (token.shard_id, keep),
+            )
 
     def log(self, method: str, key: str, machine_ids: list[str], outcome: str, detail: str) -> None:
         self.db.execute(
@@ -162,6 +174,11 @@ class ProviderStore:
             )
             self.db.execute(
                 "DELETE FROM calls WHERE seq <= (SELECT MAX(seq) FROM calls) - ?", (KEEP_CALLS,)
+            )
+            # Epochs from beyond the clock were never issued (kept by refused calls before
+            # issue 30): they fence nothing, and must not start to once the clock reaches them.
+            self.db.execute(
+                "DELETE FROM fences WHERE highest_epoch > ?", (latest_issued(time.time()),)
             )
 
 

@@ -12,6 +12,7 @@ from .base import (
     QuotaExhausted,
     RateLimited,
     StaleFencingToken,
+    UnissuedEpoch,
     parse_machine_reply,
 )
 from .cloud import QuotaSpec, SimulatedCloudProvider
@@ -34,5 +35,6 @@ __all__ = [
     "SimulatedCloudProvider",
     "SimulatedProvider",
     "StaleFencingToken",
+    "UnissuedEpoch",
     "parse_machine_reply",
 ]

@@ -98,6 +98,26 @@ class StaleFencingToken(ProviderError):
         self.highest = highest
 
 
+class UnissuedEpoch(ProviderError, ValueError):
+    """A fencing token whose epoch is beyond the provider's own clock (seed §11): epochs are
+    shard start times in ms (docs/decisions/0002), so no shard was ever given it. A bad request,
+    not a stale one: refused as INVALID_FIELD naming `field`, and kept nowhere (taking it would
+    fence the real shard out until the clock reached it)."""
+
+    field = "token.shard_epoch"
+
+    def __init__(self, provider: str, shard_id: int, presented: int, latest: int) -> None:
+        super().__init__(
+            provider,
+            f"provider {provider}: token.shard_epoch {presented} of shard {shard_id} was never "
+            f"issued: epochs are start times in ms, and this provider's clock allows at most "
+            f"{latest} (its time plus the clock-skew tolerance)",
+        )
+        self.shard_id = shard_id
+        self.presented = presented
+        self.latest = latest
+
+
 class MachineNotFound(ProviderError):
     def __init__(self, provider: str, machine_id: str) -> None:
         super().__init__(provider, f"provider {provider}: no machine {machine_id}")

@@ -8,8 +8,9 @@ SPECULATIVE. EC2 is the only state: every state is derived from an instance's EC
 DescribeInstances by the `bigfleet:provider` tag; Get, and the lookup before Configure, Drain and
 Delete, is one DescribeInstances by the machine's `bigfleet:machine-id` tag, and lists the
 offering only when no instance holds the slot, to answer SPECULATIVE or not found as List
-would). What is kept in memory is a cache: fencing epochs (rebuilt from the highest
-`bigfleet:epoch` tag of a shard's instances), the throttle counters, offerings out after an
+would). What is kept in memory is a cache: fencing epochs (kept for calls that succeed, and
+rebuilt from the highest `bigfleet:epoch` tag of a shard's instances that is not beyond the
+clock; bigfleet/providers/fencing.py), the throttle counters, offerings out after an
 insufficient-capacity answer, blobs on their way, the last refusal of a step EC2 must finish
 (below), and launch replies for 2 minutes (DescribeInstances may not list a new instance at once).
 
@@ -111,6 +112,7 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .. import labels
+from ..epochs import latest_issued
 from ..models import (
     BootstrapBlob,
     CapacityType,
@@ -133,9 +135,9 @@ from .base import (
     ProviderError,
     QuotaExhausted,
     RateLimited,
-    StaleFencingToken,
     check_grace,
 )
+from .fencing import fenced
 from .slots import slot_id
 
 S = MachineState
@@ -321,8 +323,7 @@ class Ec2Provider:
             )
         if len(set(machine_ids)) != len(machine_ids):
             raise ValueError("create: a machine id is listed twice")
-        with self._lock:
-            self._fence(token)
+        with self._lock, self._fenced(token):
             groups: dict[str, tuple[_Offering, list[str]]] = {}
             for machine_id in machine_ids:
                 offering, _ = self._parse(machine_id)
@@ -358,8 +359,7 @@ class Ec2Provider:
         *,
         key: str = "",
     ) -> TransitionAck:
-        with self._lock:
-            self._fence(token)
+        with self._lock, self._fenced(token):
             record = self._live(machine_id, "configure")
             machine = self._machine(record)
             op = f"{self.name}:configure:{record.instance_id}:{record.tags.get(T_CONFIGURE_AT, '')}"
@@ -383,6 +383,7 @@ class Ec2Provider:
             self._blobs[record.instance_id] = blob.user_data
             self._errors.pop(record.instance_id, None)
             self._started.discard(record.instance_id)
+            fence_tags = {k: record.tags.get(k, "") for k in (T_SHARD, T_EPOCH)}
             self._tag(
                 record,
                 token,
@@ -390,12 +391,17 @@ class Ec2Provider:
                 remove=[T_DRAIN_UNTIL],
             )
             if record.ec2_state != "stopped":  # an IDLE instance a drain stopped needs no stop
-                self._stop(record, machine_id)
+                self._stop(record, machine_id, fence_tags)
             self._advance(record)  # a refused start leaves it CONFIGURING with the refusal
             op = f"{self.name}:configure:{record.instance_id}:{now}"
             return TransitionAck(operation_id=op, machine=self._machine(record))
 
-    def _stop(self, record: _Record, machine_id: str) -> None:
+    def _stop(
+        self, record: _Record, machine_id: str, fence_tags: dict[str, str] | None = None
+    ) -> None:
+        """The stop a configure begins with. `fence_tags`: the shard and epoch tags the
+        instance had before this configure tagged it, put back if EC2 refuses the stop (a
+        refused configure moves no fencing epoch, not even after a restart)."""
         try:
             self._call(
                 "StopInstances", self.client.stop_instances, InstanceIds=[record.instance_id]
@@ -403,6 +409,14 @@ class Ec2Provider:
         except ClientError as err:  # e.g. a one-time spot instance: EC2 cannot stop it
             self._blobs.pop(record.instance_id, None)
             self._untag(record, [T_CLUSTER, T_CONFIGURE, T_CONFIGURE_AT])
+            if fence_tags is not None:
+                with contextlib.suppress(ProviderError, ClientError):  # best effort
+                    kept = {k: v for k, v in fence_tags.items() if v}
+                    gone = [k for k, v in fence_tags.items() if not v]
+                    if kept:
+                        self._tag(record, None, kept, remove=gone)
+                    else:
+                        self._untag(record, gone)
             raise InvalidTransition(
                 self.name, machine_id, S.IDLE, "configure", f"EC2 cannot stop it: {err}"
             ) from None
@@ -418,8 +432,7 @@ class Ec2Provider:
         key: str = "",
     ) -> TransitionAck:
         check_grace(machine_id, grace_seconds)
-        with self._lock:
-            self._fence(token)
+        with self._lock, self._fenced(token):
             record = self._live(machine_id, "drain")
             machine = self._machine(record)
             until = self._clock() + (0.0 if force else grace_seconds)
@@ -451,8 +464,7 @@ class Ec2Provider:
             return TransitionAck(operation_id=op, machine=self._machine(record))
 
     def delete(self, machine_id: str, token: FencingToken, *, key: str = "") -> TransitionAck:
-        with self._lock:
-            self._fence(token)
+        with self._lock, self._fenced(token):
             record = self._find(machine_id)
             if record is None:
                 raise InvalidTransition(self.name, machine_id, S.SPECULATIVE, "delete")
@@ -1052,23 +1064,27 @@ class Ec2Provider:
 
     # -- fencing, tags, calls --------------------------------------------------------------
 
-    def _fence(self, token: FencingToken) -> None:
-        """Refuse a stale epoch before any mutating call. After a restart the epochs come back
-        from the instances' `bigfleet:epoch` tags (one DescribeInstances, once)."""
+    @contextlib.contextmanager
+    def _fenced(self, token: FencingToken) -> Iterator[None]:
+        """Around one mutating call (bigfleet/providers/fencing.py): an epoch beyond the clock
+        or below the shard's is refused before any mutating EC2 call, and the epoch is kept only
+        if the call succeeds. After a restart the epochs come back from the instances'
+        `bigfleet:epoch` tags (one DescribeInstances, once), which only calls that start
+        something write."""
         if token.shard_id not in self._epochs and not self._epochs_loaded:
             for _ in self._describe(self._offerings):
                 pass  # _call notes the epochs of every instance it describes
             self._epochs_loaded = True
-        highest = self._epochs.get(token.shard_id, token.shard_epoch)
-        if token.shard_epoch < highest:
-            raise StaleFencingToken(self.name, token.shard_id, token.shard_epoch, highest)
-        self._epochs[token.shard_id] = token.shard_epoch
+        with fenced(self.name, self._epochs, token.shard_id, token, self._clock()):
+            yield
 
     def _note_epoch(self, tags: dict[str, str]) -> None:
         try:
             shard, epoch = int(tags[T_SHARD]), int(tags[T_EPOCH])
         except (KeyError, ValueError):
             return
+        if epoch > latest_issued(self._clock()):
+            return  # never issued (a tag written before issue 30): it fences nothing
         if epoch > self._epochs.get(shard, -1):
             self._epochs[shard] = epoch
 

@@ -2,8 +2,9 @@
 
 Every system of every configured BMC is a machine, SPECULATIVE until claimed. Redfish holds
 power, health and boot settings; what it cannot hold (which machine is claimed, for which
-cluster, a drain's grace, the highest fencing epoch per shard) is a small JSON file,
-`state_path`, rewritten atomically after every change (one provider process per file).
+cluster, a drain's grace, the highest fencing epoch per shard: kept only for calls that succeed,
+bigfleet/providers/fencing.py) is a small JSON file, `state_path`, rewritten atomically after
+every change (one provider process per file).
 
 - Create claims a commissioned system (healthy, enabled): SPECULATIVE → IDLE at once.
 - Configure publishes the bootstrap blob (cloud-init user data) as a cloud-init NoCloud seed
@@ -53,6 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sushy import exceptions as sushy_exc
 
 from .. import labels
+from ..epochs import latest_issued
 from ..models import (
     BootstrapBlob,
     CapacityType,
@@ -74,9 +76,9 @@ from .base import (
     MachineNotFound,
     NotSupported,
     ProviderError,
-    StaleFencingToken,
     check_grace,
 )
+from .fencing import fenced
 from .slots import slot_id
 
 S = MachineState
@@ -199,6 +201,10 @@ class RedfishProvider:
         self._state: dict[str, Any] = {"epochs": {}, "inventory": {}, "machines": {}, "op": 0}
         if self._path.exists():
             self._state.update(json.loads(self._path.read_text()))
+        # Epochs from beyond the clock were never issued (kept by refused calls before issue
+        # 30): they fence nothing, and must not start to once the clock reaches them.
+        latest = latest_issued(self._clock())
+        self._state["epochs"] = {k: v for k, v in self._state["epochs"].items() if v <= latest}
         addresses = [b.address for b in config.bmcs]
         if len(set(addresses)) != len(addresses):
             raise ValueError(f"provider {self.name}: a BMC address is listed twice")
@@ -214,8 +220,7 @@ class RedfishProvider:
                 f"create takes at most {MAX_CREATE_BATCH} machine ids per call, "
                 f"got {len(machine_ids)}"
             )
-        with self._lock:
-            self._fence(token)
+        with self._lock, self._fenced(token):
             systems = [self._system(mid) for mid in machine_ids]
             # All or nothing: every system is checked before any is claimed.
             for system in systems:
@@ -246,8 +251,7 @@ class RedfishProvider:
         *,
         key: str = "",
     ) -> TransitionAck:
-        with self._lock:
-            self._fence(token)
+        with self._lock, self._fenced(token):
             system = self._system(machine_id)
             record = self._record(machine_id)
             digest = hashlib.sha256(blob.user_data).hexdigest()
@@ -291,8 +295,7 @@ class RedfishProvider:
         key: str = "",
     ) -> TransitionAck:
         check_grace(machine_id, grace_seconds)
-        with self._lock:
-            self._fence(token)
+        with self._lock, self._fenced(token):
             system = self._system(machine_id)
             record = self._record(machine_id)
             now = self._clock()
@@ -627,14 +630,17 @@ class RedfishProvider:
     def _fail(self, record: dict[str, Any], now: float, error: str) -> None:
         record.update(failed_from=record["state"], state=str(S.FAILED), since=now, last_error=error)
 
-    def _fence(self, token: FencingToken) -> None:
-        """A stale epoch is refused before any BMC is asked anything; the highest is kept."""
+    @contextlib.contextmanager
+    def _fenced(self, token: FencingToken) -> Iterator[None]:
+        """Around one mutating call (bigfleet/providers/fencing.py): an epoch beyond the clock
+        or below the shard's is refused before any BMC is asked anything, and the epoch is kept
+        (in the state file) only if the call succeeds."""
         epochs = self._state["epochs"]
-        highest = epochs.get(str(token.shard_id), token.shard_epoch)
-        if token.shard_epoch < highest:
-            raise StaleFencingToken(self.name, token.shard_id, token.shard_epoch, highest)
-        if epochs.get(str(token.shard_id)) != token.shard_epoch:
-            epochs[str(token.shard_id)] = token.shard_epoch
+        shard = str(token.shard_id)
+        before = epochs.get(shard)
+        with fenced(self.name, epochs, shard, token, self._clock()):
+            yield
+        if epochs.get(shard) != before:
             self._save()
 
     def _invalid(

@@ -26,11 +26,11 @@ from ..models import (
     TransitionAck,
 )
 from ..states import START_OF, TARGET_OF, check_transition
+from . import fencing
 from .base import (
     MAX_CREATE_BATCH,
     InvalidTransition,
     MachineNotFound,
-    StaleFencingToken,
     check_grace,
 )
 from .slots import Op, Slot, SlotTable, snapshot
@@ -127,6 +127,7 @@ class SimulatedProvider:
         for slot in slots:
             if not self._in_flight(slot, T.CREATE):
                 self._begin(slot, T.CREATE)
+        self._keep_epoch(token)
         return [self._ack(slot) for slot in slots]
 
     def configure(
@@ -143,6 +144,7 @@ class SimulatedProvider:
         if not self._in_flight(slot, T.CONFIGURE, cluster):
             self._check_start(slot, T.CONFIGURE)
             self._begin(slot, T.CONFIGURE, cluster=cluster, ttl=blob.ttl_seconds)
+        self._keep_epoch(token)
         return self._ack(slot)
 
     def drain(
@@ -163,6 +165,7 @@ class SimulatedProvider:
         else:
             self._check_start(slot, T.DRAIN, force)
             self._begin(slot, T.DRAIN, grace=grace)
+        self._keep_epoch(token)
         return self._ack(slot)
 
     def delete(self, machine_id: str, token: FencingToken, *, key: str = "") -> TransitionAck:
@@ -172,6 +175,7 @@ class SimulatedProvider:
             self._check_start(slot, T.DELETE)
             slot.cluster = None  # a dead configured host leaves its cluster once cleanup starts
             self._begin(slot, T.DELETE)
+        self._keep_epoch(token)
         return self._ack(slot)
 
     def get(self, machine_id: str) -> Machine:
@@ -222,13 +226,19 @@ class SimulatedProvider:
     # -- machinery -------------------------------------------------------------------------
 
     def _admit(self, call: str, token: FencingToken) -> None:
-        """Every lifecycle call passes here first: counted, caught up with the clock, fenced."""
+        """Every lifecycle call passes here first: counted, caught up with the clock, fenced
+        (an epoch beyond the clock or below the shard's kept one is refused; nothing is kept
+        until the call succeeds: `_keep_epoch`, bigfleet/providers/fencing.py)."""
         self.calls[call] += 1
-        self.advance(self._clock())
-        highest = self._epochs.get(token.shard_id, token.shard_epoch)
-        if token.shard_epoch < highest:
-            raise StaleFencingToken(self.name, token.shard_id, token.shard_epoch, highest)
-        self._epochs[token.shard_id] = token.shard_epoch
+        now = self._clock()
+        self.advance(now)
+        fencing.check(self.name, token, self._epochs.get(token.shard_id), now)
+
+    def _keep_epoch(self, token: FencingToken) -> None:
+        """The last step of a lifecycle call that succeeded: its epoch becomes the shard's."""
+        keep = fencing.advanced(self.name, token, self._epochs.get(token.shard_id), self._clock())
+        if keep is not None:
+            self._epochs[token.shard_id] = keep
 
     def _in_flight(self, slot: Slot, call: Transition, cluster: str | None = None) -> bool:
         """True if this very operation is already running (the idempotent repeat)."""

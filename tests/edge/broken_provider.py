@@ -11,6 +11,11 @@ BigFleet's side catches them (tests/edge/test_provider_contract.py):
     wrong-code  refuses an invalid transition (e.g. Configure of a speculative machine) with
                 INVALID_ARGUMENT instead of FAILED_PRECONDITION; its ErrorInfo is right. The
                 conformance suite must fail invalid-transition-is-failed-precondition.
+    fences-refused
+                fences as BigFleet's own server did before issue 30: it keeps the epoch of every
+                call it is sent, refused or not, and takes any epoch however far beyond its
+                clock. The conformance suite must fail refused-call-moves-no-epoch and
+                future-epoch-is-refused.
 
 All serve the cloud provider of tests/edge/conformance-fleet.yaml through ProviderService, so
 everything else about them is right. Prints "listening on HOST:PORT" once serving.
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
+import types
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -34,8 +40,10 @@ from bigfleet.edge.provider_server import (
     describe_of,
     serve_provider,
 )
-from bigfleet.models import ListFilter, MachineState, TransitionAck
-from bigfleet.providers.base import MachineNotFound
+from bigfleet.edge.provider_store import Operation
+from bigfleet.models import FencingToken, ListFilter, MachineState, TransitionAck
+from bigfleet.providers.base import MachineNotFound, RateLimited, StaleFencingToken
+from bigfleet.providers.cloud import SimulatedCloudProvider
 from bigfleet.simulation.fleet import provider as make_provider
 from bigfleet.simulation.scenario import load
 from bigfleet.v1 import machine_pb2 as mpb
@@ -51,7 +59,8 @@ class DuplicatingService(ProviderService):
     def _run(self, m: Mutation) -> tuple[list[TransitionAck], str]:
         if m.method != "Create":
             return super()._run(m)
-        self.store.fence(self.provider.name, m.token)
+        self.store.check_fence(self.provider.name, m.token, self.clock())
+        self.store.keep_fence(self.provider.name, m.token, self.clock())
         acks = []
         for mid in m.machine_ids:
             machine = self.provider.get(mid)
@@ -107,10 +116,51 @@ class WrongCodeService(ProviderService):
         ProviderService._abort(context, refused)
 
 
+class FencesRefusedService(ProviderService):
+    """Fencing before issue 30: every epoch is kept before the call is even looked at."""
+
+    def _run(self, m: Mutation) -> tuple[list[TransitionAck], str]:
+        name, shard, epoch = self.provider.name, m.token.shard_id, m.token.shard_epoch
+        kept = self.store.epoch(shard)
+        if kept is not None and epoch < kept:
+            raise StaleFencingToken(name, shard, epoch, kept)
+        self.store.db.execute(
+            "INSERT INTO fences VALUES (?, ?) ON CONFLICT (shard_id) DO UPDATE "
+            "SET highest_epoch = excluded.highest_epoch",
+            (shard, epoch),
+        )
+        done = self.store.operation(m.key) if m.key else None
+        if done is not None:
+            acks = [
+                TransitionAck(operation_id=op, machine=self.provider.get(mid))
+                for op, mid in zip(done.operation_ids, done.machine_ids, strict=True)
+            ]
+            return acks, "repeat"
+        acks = m.start()
+        if m.key:
+            ops = [a.operation_id for a in acks]
+            self.store.remember(m.key, Operation(m.method, m.fingerprint, m.machine_ids, ops))
+        return acks, "started"
+
+
+def _admit_before_issue_30(self: SimulatedCloudProvider, call: str, token: FencingToken) -> None:
+    """The simulated cloud provider's admission before issue 30: the epoch kept at once."""
+    self.calls[call] += 1
+    self.advance(self._clock())
+    highest = self._epochs.get(token.shard_id, token.shard_epoch)
+    if token.shard_epoch < highest:
+        raise StaleFencingToken(self.name, token.shard_id, token.shard_epoch, highest)
+    self._epochs[token.shard_id] = token.shard_epoch
+    wait = self._bucket.take()
+    if wait:
+        raise RateLimited(self.name, call, wait)
+
+
 MODES: dict[str, type[ProviderService]] = {
     "duplicate": DuplicatingService,
     "malformed": MalformedService,
     "wrong-code": WrongCodeService,
+    "fences-refused": FencesRefusedService,
 }
 
 
@@ -122,6 +172,9 @@ def main() -> None:
     scenario = load(FLEET)
     spec = next(p for p in scenario.providers if p.name == "cloud")
     provider = make_provider(spec, WallClock(), seed=1)
+    if args.mode == "fences-refused":
+        assert isinstance(provider, SimulatedCloudProvider)
+        provider._admit = types.MethodType(_admit_before_issue_30, provider)  # type: ignore[method-assign]
     kind = MODES[args.mode]
     service = kind(provider, info=describe_of(provider))
     server = serve_provider(service, args.listen)

@@ -47,6 +47,7 @@ from bigfleet.providers.base import (
     QuotaExhausted,
     RateLimited,
     StaleFencingToken,
+    UnissuedEpoch,
 )
 from bigfleet.providers.ec2 import Ec2Config, Ec2Provider, _Record
 from tests.procs import ROOT, free_port
@@ -352,6 +353,44 @@ def test_a_stale_epoch_is_refused_before_any_call(moto_url: str) -> None:
     assert hooks.calls == Counter({"DescribeInstances": 1})  # the speculative() listing only
 
 
+def test_a_refused_call_moves_no_epoch_and_an_unissued_one_is_refused(moto_url: str) -> None:
+    """Issue 30 on EC2: only a call that succeeds moves a shard's epoch (in memory, and in
+    the tags a fresh provider rebuilds it from); an epoch beyond the clock was never issued: it
+    is refused before any mutating EC2 call, and a tag that holds one fences nothing."""
+    p, hooks = make(moto_url)
+    a, b = speculative(p)[:2]
+    p.create([a], token(epoch=7), key="c")
+    with pytest.raises(MachineNotFound):
+        p.configure(f"{p.name}-no-such-machine", BLOB, "cluster-a", token(epoch=8))
+    with pytest.raises(InvalidTransition):
+        p.configure(b, BLOB, "cluster-a", token(epoch=9))  # speculative
+    hooks.fail["RunInstances"] = ("InsufficientInstanceCapacity", lambda body: True)
+    with pytest.raises(QuotaExhausted):
+        p.create([b], token(epoch=10), key="ice")
+    del hooks.fail["RunInstances"]
+    year_ahead = int(time.time() * 1000) + 365 * 86_400_000
+    hooks.calls.clear()
+    with pytest.raises(UnissuedEpoch, match="token.shard_epoch"):
+        p.drain(a, 0, token(epoch=year_ahead))
+    assert hooks.mutating() == 0
+    # Epoch 7 is still the shard's, here and in a fresh provider (from the tags).
+    fresh, _ = make(moto_url, p.name)
+    for q in (p, fresh):
+        with pytest.raises(StaleFencingToken):
+            q.drain(a, 0, token(epoch=6))
+        assert q.configure(a, BLOB, "cluster-a", token(epoch=7), key="cf").machine.cluster
+    # A tag from before issue 30 holding an epoch a year ahead (kept from a create that should
+    # have been refused) fences nothing: a fresh provider takes shard 3's real epoch.
+    host = p.get(a).host
+    assert host is not None
+    p.client.create_tags(
+        Resources=[host.ref], Tags=[{"Key": "bigfleet:epoch", "Value": str(year_ahead)}]
+    )
+    fresh, _ = make(moto_url, p.name)
+    assert fresh.drain(a, 0, token(epoch=7), key="d").machine.state in (S.DRAINING, S.IDLE)
+    assert fresh._epochs[3] == 7
+
+
 def test_account_limit_reads_max_instances_once(moto_url: str) -> None:
     p, hooks = make(moto_url, account_limit=True)  # moto's max-instances is 20
     assert len(p.list(ListFilter(states=[S.SPECULATIVE]))) == 20  # 70 + 3 configured
@@ -497,9 +536,17 @@ def test_an_instance_ec2_cannot_stop_is_not_configured(moto_url: str) -> None:
     p.create([mid], token(), key="c")
     hooks.fail["StopInstances"] = ("UnsupportedOperation", lambda body: True)
     with pytest.raises(InvalidTransition, match="cannot stop"):
-        p.configure(mid, BLOB, "cluster-a", token(), key="cf")
+        p.configure(mid, BLOB, "cluster-a", token(epoch=2), key="cf")
     machine = p.get(mid)
     assert machine.state is S.IDLE and machine.cluster is None
+    # The refused configure moved no epoch: its tags are put back, so a restart rebuilds 1.
+    assert machine.host is not None
+    reply = p.client.describe_instances(InstanceIds=[machine.host.ref])
+    tags = {t["Key"]: t["Value"] for t in reply["Reservations"][0]["Instances"][0]["Tags"]}
+    assert (tags["bigfleet:shard"], tags["bigfleet:epoch"]) == ("3", "1")
+    fresh, _ = make(moto_url, p.name)
+    fresh.list(ListFilter())
+    assert fresh._epochs == {3: 1}
 
 
 def test_a_launch_ec2_does_not_list_yet_still_holds_its_slot(moto_url: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -213,6 +214,71 @@ def test_a_bad_request_is_invalid_argument_naming_the_field(request_, field):
         assert log[-1]["outcome"] == "INVALID_FIELD"
     finally:
         channel.close()
+        server.stop(0)
+
+
+def test_the_server_bounds_an_epoch_by_its_clock_and_keeps_only_calls_that_succeed():
+    """Issue 30 at the edges of the rule: an epoch up to the server's clock plus the clocks'
+    tolerance is taken, one beyond it is INVALID_FIELD token.shard_epoch and kept nowhere; a
+    refused call keeps nothing; an epoch a store kept before issue 30 from beyond the clock
+    fences nothing and is replaced by the next call that succeeds."""
+    from bigfleet.edge.errors import error_info
+    from bigfleet.edge.provider_store import ProviderStore
+    from bigfleet.epochs import FUTURE_MS, latest_issued
+    from bigfleet.providers import MachineNotFound, StaleFencingToken
+
+    now = time.time()
+    latest, real = latest_issued(now), int(now * 1000)
+    assert latest == real + FUTURE_MS
+    store = ProviderStore()
+    with store.transaction():  # kept by refused calls before issue 30: a year ahead
+        for shard in (5, 12):
+            store.db.execute("INSERT INTO fences VALUES (?, ?)", (shard, real + 365 * 86_400_000))
+    server = serve_provider(ProviderService(cloud(), store, clock=lambda: now), "127.0.0.1:0")
+    p = GrpcProvider(endpoint(server.port))
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    try:
+        a, b, c = [m.id for m in p.list(ListFilter())][:3]
+
+        def token(shard: int, epoch: int) -> FencingToken:
+            return FencingToken(shard_id=shard, shard_epoch=epoch, seq=1)
+
+        stub = provider_pb2_grpc.CapacityProviderStub(channel)
+        beyond = ppb.CreateRequest(
+            machine_ids=[a], token={"shard_id": 6, "shard_epoch": latest + 1}, idempotency_key="k0"
+        )
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Create(beyond, timeout=5)
+        assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        info = error_info(err.value)
+        assert info is not None and info.field == "token.shard_epoch", err.value.details()
+        assert "never issued" in err.value.details()
+        with pytest.raises(MachineNotFound):
+            p.configure("no-such-machine", BLOB, "web", token(6, latest), key="k1")
+        assert store.epoch(6) is None  # neither refusal kept anything
+        p.create([a], token(6, latest), key="k2")  # at the bound: taken
+        assert store.epoch(6) == latest
+
+        # Shard 5's kept epoch was never issued: its real epoch is taken and replaces it.
+        p.create([b], token(5, real), key="k3")
+        assert store.epoch(5) == real
+        with pytest.raises(StaleFencingToken):
+            p.create([c], token(5, real - 1), key="k4")
+        outcomes = [(x["key"], x["outcome"]) for x in store.calls()]
+        assert outcomes == [
+            ("k0", "INVALID_FIELD"),
+            ("k1", "NOT_FOUND"),
+            ("k2", "started"),
+            ("k3", "started"),
+            ("k4", "STALE_FENCING_TOKEN"),
+        ]
+        # A pruning (at start, and every PRUNE_EVERY calls) drops what was never issued, so it
+        # cannot start to fence once the clock reaches it.
+        store.prune()
+        assert (store.epoch(12), store.epoch(5), store.epoch(6)) == (None, real, latest)
+    finally:
+        channel.close()
+        p.close()
         server.stop(0)
 
 

@@ -5,6 +5,8 @@
   naming the checks, against a provider that repeats a Create or answers a blank machine, and
   against one that refuses an invalid transition with the wrong status code;
 - the call log shows one "started" per idempotency key, and "repeat" for every repeat;
+- a refused call moves no fencing epoch, and an epoch beyond the server's clock is refused
+  (issue 30), and the conformance suite fails a provider that fences as before issue 30;
 - a server SIGKILLed and restarted on its state dir keeps every machine (ids, states, hosts)
   and its idempotency keys;
 - GrpcProvider refuses a malformed reply with ProviderReplyError naming the field.
@@ -31,7 +33,7 @@ import pytest
 from bigfleet.deployment import ProviderEndpoint
 from bigfleet.edge.provider_client import GrpcProvider
 from bigfleet.models import BootstrapBlob, FencingToken, ListFilter, Machine, MachineState
-from bigfleet.providers.base import ProviderReplyError
+from bigfleet.providers.base import ProviderReplyError, StaleFencingToken
 from tests.procs import ROOT
 
 S = MachineState
@@ -142,6 +144,11 @@ def malformed(tmp: Path) -> Iterator[Server]:
     yield from _served(broken("malformed", tmp / "malformed.log"))
 
 
+@pytest.fixture(scope="module")
+def fences_refused(tmp: Path) -> Iterator[Server]:
+    yield from _served(broken("fences-refused", tmp / "fences-refused.log"))
+
+
 def conformance(address: str) -> tuple[int, dict[str, Any], str]:
     out = subprocess.run(
         [*BIGFLEET, "provider", "conformance", address, "--json", "--settle-seconds", "20"],
@@ -186,6 +193,7 @@ def test_the_reference_cloud_provider_conforms(cloud: Server) -> None:
     got = results(report)
     assert set(got.values()) == {"pass", "skip"}
     assert got["delete-settles"] == "pass"  # a cloud deletes
+    assert got["refused-call-moves-no-epoch"] == got["future-epoch-is-refused"] == "pass"
     assert got["delete-unsupported-is-unimplemented"] == "skip"
     assert got["invalid-transition-is-failed-precondition"] == "pass"
 
@@ -197,6 +205,7 @@ def test_the_reference_bare_metal_provider_conforms(baremetal: Server) -> None:
     assert got["delete-unsupported-is-unimplemented"] == "pass"  # bare metal stays
     assert got["drain-settles"] == "pass"
     assert got["delete-acks-at-once"] == "skip"
+    assert got["refused-call-moves-no-epoch"] == got["future-epoch-is-refused"] == "pass"
     assert got["invalid-transition-is-failed-precondition"] == "pass"
 
 
@@ -234,6 +243,20 @@ def test_a_provider_that_answers_an_invalid_transition_wrongly_fails_conformance
         if c["name"] == "invalid-transition-is-failed-precondition"
     ]
     assert "expected FAILED_PRECONDITION, got INVALID_ARGUMENT INVALID_TRANSITION" in detail
+
+
+def test_a_provider_that_keeps_the_epochs_of_refused_calls_fails_conformance(
+    fences_refused: Server,
+) -> None:
+    code, report, _ = conformance(fences_refused.address)
+    assert code == 1
+    failed = {name for name, result in results(report).items() if result == "fail"}
+    assert failed == {"refused-call-moves-no-epoch", "future-epoch-is-refused"}, report
+    detail = {c["name"]: c["detail"] for c in report["checks"]}
+    assert "Configure of an unknown machine" in detail["refused-call-moves-no-epoch"]
+    assert "is now refused" in detail["refused-call-moves-no-epoch"]
+    assert "(a day ahead): accepted" in detail["future-epoch-is-refused"]
+    assert "is fenced out until" in detail["future-epoch-is-refused"]
 
 
 def test_conformance_over_mutual_tls(tmp_path: Path) -> None:
@@ -356,8 +379,6 @@ def test_a_killed_server_restarts_with_every_machine_and_key(tmp_path: Path, pro
 
 
 def test_a_stale_epoch_stays_stale_after_a_restart(tmp_path: Path) -> None:
-    from bigfleet.providers.base import StaleFencingToken
-
     server = reference("cloud", tmp_path / "state", tmp_path / "server.log").start()
     try:
         p = server.client()
@@ -373,6 +394,60 @@ def test_a_stale_epoch_stays_stale_after_a_restart(tmp_path: Path) -> None:
         p.close()
     finally:
         server.stop()
+
+
+def test_a_refused_call_moves_no_epoch_and_an_unissued_one_is_refused(tmp_path: Path) -> None:
+    """Issue 30: anyone who may call (the workers' client certificate) sent Configure of
+    no-such-machine with an epoch a year ahead; the server answered NOT_FOUND but kept the
+    epoch, and the real shard's next Drain was refused as stale for a year."""
+    from bigfleet.providers.base import InvalidTransition, MachineNotFound, ProviderError
+
+    now = time.time_ns() // 1_000_000  # the real shard's epoch: its start time in ms
+
+    def shard(epoch: int) -> FencingToken:
+        return FencingToken(shard_id=11, shard_epoch=epoch, seq=1)
+
+    server = reference("cloud", tmp_path / "state", tmp_path / "server.log").start()
+    try:
+        p = server.client()
+        a, b = [m.id for m in p.list(ListFilter(states=[S.SPECULATIVE]))][:2]
+        p.create([a], shard(now), key="real/create")
+        settle(p, a, S.IDLE)
+        p.configure(a, BLOB, "web", shard(now), key="real/configure")
+        settle(p, a, S.CONFIGURED)
+
+        year_ahead = now + 365 * 24 * 3600 * 1000
+        with pytest.raises(ProviderError) as forged:
+            p.configure("no-such-machine", BLOB, "web", shard(year_ahead), key="forged/1")
+        # Refused for another reason, with epochs a shard could hold: nothing is kept either.
+        with pytest.raises(MachineNotFound):
+            p.configure("no-such-machine", BLOB, "web", shard(now + 1000), key="forged/2")
+        with pytest.raises(InvalidTransition):
+            p.configure(b, BLOB, "web", shard(now + 2000), key="forged/3")  # speculative
+        p.close()
+        server.kill()  # nothing was kept on disk either
+        server.start()
+        p = server.client()
+        drained = p.drain(a, 0.0, shard(now), key="real/drain")
+        assert drained.machine.state in (S.DRAINING, S.IDLE)
+        with pytest.raises(StaleFencingToken) as zombie:  # the real epoch was kept
+            p.drain(a, 0.0, shard(now - 1), key="zombie/drain")
+        assert (zombie.value.presented, zombie.value.highest) == (now - 1, now)
+        p.close()
+    finally:
+        server.stop()
+    assert not isinstance(forged.value, MachineNotFound)
+    assert "token.shard_epoch" in str(forged.value) and "never issued" in str(forged.value)
+    outcomes = {c["key"]: c["outcome"] for c in calls(tmp_path / "state")}
+    assert outcomes == {
+        "real/create": "started",
+        "real/configure": "started",
+        "forged/1": "INVALID_FIELD",
+        "forged/2": "NOT_FOUND",
+        "forged/3": "INVALID_TRANSITION",
+        "real/drain": "started",
+        "zombie/drain": "STALE_FENCING_TOKEN",
+    }
 
 
 # ---- malformed replies ------------------------------------------------------------------------

@@ -43,7 +43,13 @@ from bigfleet.edge import conformance
 from bigfleet.edge.provider_server import ProviderService, serve_provider
 from bigfleet.models import BootstrapBlob, FencingToken, ListFilter, MachineState
 from bigfleet.providers import nocloud
-from bigfleet.providers.base import InvalidTransition, NotSupported, StaleFencingToken
+from bigfleet.providers.base import (
+    InvalidTransition,
+    MachineNotFound,
+    NotSupported,
+    StaleFencingToken,
+    UnissuedEpoch,
+)
 from bigfleet.providers.redfish import (
     BMCUnreachable,
     Observed,
@@ -355,16 +361,41 @@ def test_a_configured_system_powered_off_is_failed(lab: dict[str, Any]) -> None:
 
 
 def test_a_stale_epoch_is_refused_before_any_bmc_call(lab: dict[str, Any]) -> None:
-    cfg = config(lab, "fencing.json", bmc(lab["closed"], "r3", systems=["node-9"]))
+    """The epoch of a call that succeeded is kept in the state file; a stale one is refused
+    before any BMC is asked (the dead BMC's machine answers stale, not unreachable). A refused
+    call keeps nothing (issue 30): not a dead BMC's, not an invalid transition's, not an
+    unknown machine's, and an epoch beyond the clock was never issued."""
+    b = lab["b"]
+    cfg = config(
+        lab,
+        "fencing.json",
+        bmc(b.address, "r2", systems=[b.ids[0]], **lab["b_auth"]),
+        bmc(lab["closed"], "r3", systems=["node-9"]),
+    )
+    live, dead = f"dc-lab-r2-{b.ids[0]}", "dc-lab-r3-node-9"
     provider = RedfishProvider(cfg)
-    with pytest.raises(BMCUnreachable):  # fenced first, then the (dead) BMC is asked
-        provider.create(["dc-lab-r3-node-9"], token(epoch=7, shard=4))
+    provider.create([live], token(epoch=7, shard=4))  # a claim: nothing is powered
+    with pytest.raises(BMCUnreachable):
+        provider.create([dead], token(epoch=8, shard=4))
+    with pytest.raises(InvalidTransition):
+        provider.drain(live, 0.0, token(epoch=9, shard=4))  # IDLE: nothing to drain
+    with pytest.raises(MachineNotFound):
+        provider.configure("dc-lab-r2-no-such-system", BLOB, "c", token(epoch=10, shard=4))
+    year_ahead = int(time.time() * 1000) + 365 * 86_400_000
+    with pytest.raises(UnissuedEpoch, match="token.shard_epoch"):
+        provider.configure(dead, BLOB, "c", token(epoch=year_ahead, shard=4))
+    assert json.loads(Path(cfg.state_path).read_text())["epochs"] == {"4": 7}
     for restarted in (provider, RedfishProvider(cfg)):  # the epoch is kept in the state file
         with pytest.raises(StaleFencingToken):
-            restarted.create(["dc-lab-r3-node-9"], token(epoch=6, shard=4))
+            restarted.create([dead], token(epoch=6, shard=4))
         with pytest.raises(StaleFencingToken):
-            restarted.drain("dc-lab-r3-node-9", 0.0, token(epoch=6, shard=4))
-    assert json.loads(Path(cfg.state_path).read_text())["epochs"] == {"4": 7}
+            restarted.drain(dead, 0.0, token(epoch=6, shard=4))
+        (again,) = restarted.create([live], token(epoch=7, shard=4))  # 7 is still current
+        assert again.machine.state is S.IDLE
+    # A state file from before issue 30 that kept an epoch a year ahead: dropped on load.
+    state = json.loads(Path(cfg.state_path).read_text())
+    Path(cfg.state_path).write_text(json.dumps({**state, "epochs": {"4": 7, "5": year_ahead}}))
+    assert RedfishProvider(cfg)._state["epochs"] == {"4": 7}
 
 
 def test_a_bmc_that_stops_answering_keeps_its_machines(lab: dict[str, Any]) -> None:
@@ -524,7 +555,7 @@ def test_blkid_finds_the_seed_by_its_cidata_label(tmp_path: Path) -> None:
 
 def test_pxe_publishes_a_nocloud_net_seed(lab: dict[str, Any]) -> None:
     b = lab["b"]
-    system_id = b.ids[0]  # only claimed (in its own state file) by the first test
+    system_id = b.ids[0]  # only claimed (each in its own state file) by other tests
     mid = f"dc-lab-r2-{system_id}"
     rack = bmc(b.address, "r2", systems=[system_id], **lab["b_auth"])
     with pytest.raises(ValueError, match="media_dir"):

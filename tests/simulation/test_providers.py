@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bigfleet import labels
+from bigfleet.epochs import latest_issued
 from bigfleet.models import (
     BootstrapBlob,
     CapacityType,
@@ -16,6 +17,7 @@ from bigfleet.models import (
 from bigfleet.providers import (
     CapacityProvider,
     InvalidTransition,
+    MachineNotFound,
     NotSupported,
     ProviderReplyError,
     QuotaExhausted,
@@ -25,6 +27,7 @@ from bigfleet.providers import (
     SimulatedBareMetalProvider,
     SimulatedCloudProvider,
     StaleFencingToken,
+    UnissuedEpoch,
     parse_machine_reply,
 )
 
@@ -160,6 +163,64 @@ def test_a_stale_fencing_token_is_refused_and_starts_nothing():
     assert provider.get(second).state is S.SPECULATIVE
     # Epochs are per shard: another shard's low epoch is its own business.
     provider.create([second], FencingToken(shard_id=8, shard_epoch=0, seq=0))
+
+
+@pytest.mark.parametrize("kind", ["cloud", "bare-metal"])
+def test_a_refused_call_moves_no_epoch(kind):
+    """Issue 30: only a call that succeeds moves the shard's epoch. Calls refused with a higher
+    epoch (no such machine, a withdrawn slot, the wrong state, throttled) leave the current
+    epoch accepted."""
+    clock = Clock()
+    if kind == "cloud":
+        provider = cloud(clock, count=2, api_calls_per_second=0.01, api_burst=3.0)
+    else:
+        rack = RackSpec(rack="ams-r1", zone="ams-1", region="ams", instance_type="gpu8", count=2)
+        provider = SimulatedBareMetalProvider("bm-ams", [rack], clock, seed=1)
+    machine = idle(provider, clock)  # with TOKEN: epoch 3 of shard 7
+    higher = [FencingToken(shard_id=7, shard_epoch=e, seq=9) for e in (4, 5, 6, 7)]
+    with pytest.raises(MachineNotFound):
+        provider.configure("no-such-machine", BLOB, "c1", higher[0])
+    with pytest.raises(InvalidTransition):
+        provider.drain(machine, 0.0, higher[1])  # IDLE: nothing to drain
+    if isinstance(provider, SimulatedCloudProvider):
+        spare = slots(provider)[0]
+        provider.set_quota("m5.large", "eu-west-1a", CapacityType.ON_DEMAND, 1)
+        with pytest.raises(QuotaExhausted):
+            provider.create([spare], higher[2])
+        with pytest.raises(RateLimited):  # the budget (a burst of 3) is spent
+            provider.configure(machine, BLOB, "c1", higher[3])
+        with pytest.raises(RateLimited):  # throttled, not stale
+            provider.configure(machine, BLOB, "c1", TOKEN)
+        run_until(provider, clock, clock.now + 200)
+    provider.configure(machine, BLOB, "c1", TOKEN)  # epoch 3 is still the shard's
+    assert provider.started[Transition.CONFIGURE] == 1
+    with pytest.raises(StaleFencingToken):
+        provider.drain(machine, 0.0, FencingToken(shard_id=7, shard_epoch=2, seq=10))
+
+
+def test_an_epoch_beyond_the_clock_was_never_issued():
+    """Epochs are start times in ms (decision 0002): one beyond the provider's clock plus the
+    clocks' tolerance is refused, naming the field, starts nothing and is kept nowhere; an epoch
+    kept from beyond the clock (a provider saved before issue 30) fences nothing."""
+    clock = Clock()
+    clock.now = 1_900_000_000.0  # Unix seconds
+    provider = cloud(clock)
+    a, b, c = slots(provider)[:3]
+    real, latest = int(clock.now * 1000), latest_issued(clock.now)
+    assert latest - real == 300_000  # the shards' tolerance for coordinator terms
+    with pytest.raises(UnissuedEpoch) as err:
+        provider.create([a], FencingToken(shard_id=7, shard_epoch=latest + 1, seq=1))
+    assert err.value.field == "token.shard_epoch" and "never issued" in str(err.value)
+    assert isinstance(err.value, ValueError)  # a bad request: INVALID_FIELD on the wire
+    assert provider.started[Transition.CREATE] == 0 and provider.get(a).state is S.SPECULATIVE
+    provider.create([a], FencingToken(shard_id=7, shard_epoch=real, seq=2))  # not fenced out
+    provider.create([b], FencingToken(shard_id=9, shard_epoch=latest, seq=1))  # at the bound
+
+    provider._epochs[8] = real + 365 * 86_400_000  # kept by a refused call before issue 30
+    provider.create([c], FencingToken(shard_id=8, shard_epoch=real, seq=1))
+    assert provider._epochs[8] == real
+    with pytest.raises(StaleFencingToken):
+        provider.drain(c, 0.0, FencingToken(shard_id=8, shard_epoch=real - 1, seq=2))
 
 
 @pytest.mark.parametrize(
