@@ -3,6 +3,7 @@ it again; a decommission asks every shard which of its machines match."""
 
 from __future__ import annotations
 
+from pydantic import Field
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
@@ -12,12 +13,16 @@ from activities.wire import (
     COORDINATOR_ID,
     ELSEWHERE_MAX,
     SHARD_TASK_QUEUE,
+    MachinePage,
+    Model,
     ShardConfig,
     ShardInput,
     shard_task_timeout,
     shard_workflow_id,
 )
+from bigfleet.assignment import machine_shard
 from bigfleet.decommission import Matching
+from bigfleet.models import Machine, MachineState
 
 
 class MembershipActivities:
@@ -112,6 +117,23 @@ async def in_sagas(client: Client, machine_ids: list[str]) -> set[str]:
     return set(found)
 
 
+async def nobodys(client: Client, shard: int, machine_ids: list[str]) -> set[str]:
+    """Which of `machine_ids` no shard owns: shard `shard` does not hold them (its
+    `machine_states` says GONE), no other running shard does, and no transfer saga carries them
+    (a saga's machine is nobody's between its release and its adopt, and must not be taken)."""
+    if not machine_ids:
+        return set()
+    states = await client.get_workflow_handle(shard_workflow_id(shard)).query(
+        "machine_states", machine_ids, result_type=dict[str, str]
+    )
+    unknown = [mid for mid in machine_ids if states.get(mid) == "GONE"]
+    if not unknown:
+        return set()
+    elsewhere = set(await owned_elsewhere(client, shard, unknown))
+    free = [mid for mid in unknown if mid not in elsewhere]
+    return set(free) - await in_sagas(client, free)
+
+
 async def owned_elsewhere(client: Client, shard: int, machine_ids: list[str]) -> list[str]:
     """Which of `machine_ids` a running shard other than `shard` holds, or took out of the
     fleet."""
@@ -126,3 +148,40 @@ async def owned_elsewhere(client: Client, shard: int, machine_ids: list[str]) ->
         )
         found.update(mid for mid, state in states.items() if state != "GONE")
     return sorted(found)
+
+
+# ---- after a revival: machines no shard owns that are the revived shard's ---------------------
+
+
+class UnownedRead(Model):
+    """`provider_unowned`: which machines of `provider`, from id `after` on, no shard owns and
+    shard `shard` takes back after a revival (`claimable`)."""
+
+    provider: str
+    now: float
+    shard: int
+    shards: int
+    # The shards whose machines by the assignment rule this shard takes (its own, and those of
+    # shards merged into it), and the clusters whose needs it holds.
+    shares: list[int]
+    clusters: list[str] = Field(default_factory=list)
+    after: str = ""
+
+
+class UnownedPage(Model):
+    """At most LIST_PAGE machines to take back, and the id the next call goes on after ("":
+    the listing is through)."""
+
+    page: MachinePage = Field(default_factory=MachinePage)
+    after: str = ""
+
+
+def claimable(m: Machine, clusters: set[str], shares: set[int], shards: int) -> bool:
+    """Whether a machine no shard owns is this shard's to take back: configured (configuring,
+    draining) for one of its clusters; or without a cluster, not speculative, and its by the
+    assignment rule (or a merged-away shard's it inherited). A cluster is one shard's and the
+    rule gives a machine one shard, so two shards never both claim one. Speculative slots are
+    new capacity: the periodic look's (two looks in a row), not this."""
+    if m.cluster:
+        return m.cluster in clusters
+    return m.state is not MachineState.SPECULATIVE and machine_shard(m, shards) in shares

@@ -21,9 +21,10 @@ PROVIDER_CALL_SECONDS = Histogram(
     ["provider", "call"],
     buckets=PROVIDER_CALL_BUCKETS,
 )
-# `cluster` is a cluster some shard configures machines for: one with an operator, or one whose
-# roll-ups reached a shard anyway (the gateway refuses a cluster without an operator endpoint;
-# `rollup send --direct` does not). Outcomes: ok, refused (by the operator), unreachable,
+# `cluster` is a cluster with an operator (the fleet file's, or an endpoint in the deployment
+# config), or `unknown` for every other name: a cluster name reaches a configure from a
+# roll-up, and a direct signal to a shard can name anything, so no label is the sender's
+# string (activities/operators.py). Outcomes: ok, refused (by the operator), unreachable,
 # no_operator, error (any other failure of the call, a malformed blob); all but ok are
 # answered as refusals and counted in BOOTSTRAP_REFUSALS too.
 BOOTSTRAPS = Counter(

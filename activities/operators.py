@@ -11,6 +11,9 @@ own refusal: the transition hands the machine back idle and the shard records a 
 that reason and backs off, within a cycle, instead of retrying a call that cannot work while
 the machine sits in CONFIGURING. Notifications are advisory: one that cannot be delivered is
 logged (once a minute per cluster) and dropped.
+
+Metric labels name only clusters the fleet knows (`_refused`): a cluster with no operator
+is counted as `unknown`, never under the name a sender chose.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ log = logging.getLogger("bigfleet.operators")
 RETRY_IF_FAILED_WITHIN = 1.0
 RETRY_PAUSE = 0.3
 LOG_EVERY_SECONDS = 60.0
+UNKNOWN_CLUSTER = "unknown"  # the metric label of a cluster with no operator
 
 
 class OperatorActivities:
@@ -74,9 +78,11 @@ class OperatorActivities:
         try:
             operator = self._resolve(cluster)
         except Exception as err:  # e.g. a certificate file gone: not worth a retry either
-            return self._refused(cluster, "error", f"operator of cluster {cluster}: {err}")
+            message = f"operator of cluster {cluster}: {err}"
+            return self._refused(cluster, "error", message, known=False)
         if operator is None:
-            return self._refused(cluster, "no_operator", self._missing.format(cluster))
+            message = self._missing.format(cluster)
+            return self._refused(cluster, "no_operator", message, known=False)
         request = BootstrapRequest(
             cluster=cluster, machine_id=call.machine_id, requirements=call.requirements
         )
@@ -92,7 +98,7 @@ class OperatorActivities:
             where = getattr(operator, "endpoint", "?")
             message = f"operator of cluster {cluster} at {where} sent a malformed blob: {err}"
             return self._refused(cluster, "error", message)
-        BOOTSTRAPS.labels(cluster, "ok").inc()
+        BOOTSTRAPS.labels(cluster, "ok").inc()  # (a cluster with an operator: known)
         return BootstrapAnswer(user_data=blob.user_data, ttl_seconds=blob.ttl_seconds)
 
     async def _bootstrap(
@@ -107,9 +113,14 @@ class OperatorActivities:
         await asyncio.sleep(self.retry_pause)
         return await _call(operator, operator.generate_bootstrap, request)
 
-    def _refused(self, cluster: str, outcome: str, reason: str) -> BootstrapAnswer:
-        BOOTSTRAPS.labels(cluster, outcome).inc()
-        BOOTSTRAP_REFUSALS.labels(cluster).inc()
+    def _refused(
+        self, cluster: str, outcome: str, reason: str, known: bool = True
+    ) -> BootstrapAnswer:
+        """`known` False: the cluster has no operator we could find, so its name is whatever
+        its roll-up's sender chose; it is counted as `unknown`."""
+        label = cluster if known else UNKNOWN_CLUSTER
+        BOOTSTRAPS.labels(label, outcome).inc()
+        BOOTSTRAP_REFUSALS.labels(label).inc()
         if outcome != "refused":
             self._log(cluster, outcome, f"bootstrap for cluster {cluster} refused: {reason}")
         return BootstrapAnswer(refused=reason)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import TypeVar
@@ -19,7 +19,13 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from activities.membership import ID_PAGE, in_sagas, owned_elsewhere
+from activities.membership import (
+    ID_PAGE,
+    UnownedPage,
+    UnownedRead,
+    claimable,
+    nobodys,
+)
 from activities.metrics import PROVIDER_CALL_SECONDS, PROVIDER_CALLS
 from activities.wire import (
     CAPACITY_GONE,
@@ -211,33 +217,62 @@ class ProviderActivities:
         for i in range(0, len(maybe), ID_PAGE):
             if len(fresh) >= LIST_PAGE:
                 break
-            chunk = maybe[i : i + ID_PAGE]
-            states = await shard.query("machine_states", chunk, result_type=dict[str, str])
-            unknown = [mid for mid in chunk if states.get(mid) == "GONE"]
-            if unknown:
-                elsewhere = set(await owned_elsewhere(self.client, r.shard, unknown))
-                nobodys = [mid for mid in unknown if mid not in elsewhere]
-                # (A saga's machine is nobody's between its release and its adopt.)
-                moving = await in_sagas(self.client, nobodys)
-                fresh += [listed[mid] for mid in nobodys if mid not in moving]
+            free = await nobodys(self.client, r.shard, maybe[i : i + ID_PAGE])
+            fresh += [listed[mid] for mid in sorted(free)]
         return CapacityDiff(gone=gone[:CAPACITY_GONE], fresh=fresh[:LIST_PAGE])
+
+    @activity.defn(name="provider_unowned")
+    async def unowned(self, r: UnownedRead) -> UnownedPage:
+        """After a revival, for shard `r.shard`: the provider's machines, from id `r.after` on,
+        that no shard owns — this shard's `machine_states` says GONE, no other running shard
+        holds it (`owned_elsewhere`), no transfer saga carries it (`in_sagas`) — and that are
+        this shard's to take back (`claimable`: configured for one of its clusters, or by the
+        assignment rule). The listing and the shards' answers stay here; only the machines to
+        adopt (at most LIST_PAGE, as a MachinePage) and where to go on enter its history. The
+        calls of one look share `r.now`, so the listing is taken once for them."""
+        if self.client is None:
+            raise ApplicationError("provider_unowned needs a Temporal client", non_retryable=True)
+        listing, ids = await self._listed(r.provider, [], r.now)
+        end = bisect.bisect_right(ids, r.after) if r.after else 0
+        clusters, shares = set(r.clusters), set(r.shares)
+        found: list[Machine] = []
+        while end < len(listing) and len(found) < LIST_PAGE:
+            chunk = listing[end : end + ID_PAGE]
+            end += len(chunk)
+            maybe = [m.id for m in chunk if claimable(m, clusters, shares, r.shards)]
+            take = await nobodys(self.client, r.shard, maybe)
+            found += [m for m in chunk if m.id in take]
+            activity.heartbeat(end)
+        if len(found) > LIST_PAGE:
+            found = found[:LIST_PAGE]
+            after = found[-1].id
+        else:
+            after = ids[end - 1] if end < len(listing) else ""
+        return UnownedPage(page=MachinePage.of(found), after=after)
+
+    async def _listed(
+        self, provider: str, states: Sequence[str], now: float
+    ) -> tuple[list[Machine], list[str]]:
+        """A provider's machines (in `states`; all if none) in id order, and their ids: taken
+        once per (provider, states, caller's now), the latest kept per (provider, states)."""
+        key = (provider, tuple(states), now)
+        cached = self._listings.get(key)
+        if cached is None:
+            p = self._provider(provider, now)
+            wanted = [MachineState(s) for s in states]
+            with provider_errors():
+                listed = await offloaded(p, lambda: p.list(ListFilter(states=wanted)))
+            listing = sorted(listed, key=lambda m: m.id)
+            cached = (listing, [m.id for m in listing])
+            self._listings = {k: v for k, v in self._listings.items() if k[:2] != key[:2]}
+            self._listings[key] = cached
+        return cached
 
     @activity.defn(name="provider_list")
     async def list(self, r: ProviderRead) -> MachinePage:
         """One page of a listing, in id order: the machines after `r.after`, at most
         `r.limit`. The pages of one listing share the caller's `now`; the listing is taken
         once for them (a real provider pages with its own token)."""
-        key = (r.provider, tuple(r.states), r.now)
-        cached = self._listings.get(key)
-        if cached is None:
-            p = self._provider(r.provider, r.now)
-            states = [MachineState(s) for s in r.states]
-            with provider_errors():
-                listed = await offloaded(p, lambda: p.list(ListFilter(states=states)))
-            listing = sorted(listed, key=lambda m: m.id)
-            cached = (listing, [m.id for m in listing])
-            self._listings = {k: v for k, v in self._listings.items() if k[:2] != key[:2]}
-            self._listings[key] = cached
-        listing, ids = cached
+        listing, ids = await self._listed(r.provider, r.states, r.now)
         start = bisect.bisect_right(ids, r.after) if r.after else 0
         return MachinePage.of(listing[start : start + r.limit])

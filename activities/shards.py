@@ -99,14 +99,18 @@ async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str
     `revived`: a new epoch, and every provider's list for what became of its machines while
     nobody watched; signals and updates after the reset point are not applied again (one may
     be what broke it). A running shard whose workflow task fails on every attempt (`wedged`)
-    is terminated first and revived the same way. A run born of such a reset that died again
-    (in any way: what broke it may lie before the reset point), a run the server ended for
-    the size of its history, a history that cannot be reset, or `from_snapshot` (an
-    operator's choice when the code changed so that the history no longer replays) restart it
-    from its latest run's input instead ("restarted") — the snapshot of its last
-    continue-as-new, or from scratch if it never continued as new; what it adopted since is
-    then owned by no shard (`bigfleet audit --repair` finds it). A run restarted that way,
-    reset, and dead again is "held" for an operator: recovery never goes round in a circle."""
+    is terminated first and revived the same way. A run the server ended for the size of its
+    history is reset further back: to its last completed task below RESET_HISTORY_BYTES, so
+    whatever flooded it is not replayed. A run born of such a reset that died again (in any
+    way: what broke it may lie before the reset point), a run ended for its size with no task
+    below that, a history that cannot be reset, or `from_snapshot` (an operator's choice when
+    the code changed so that the history no longer replays) restart it from its latest run's
+    input instead ("restarted") — the snapshot of its last continue-as-new, or from scratch if
+    it never continued as new. Reset or restarted from a snapshot, the shard then takes back,
+    from its providers' listings, the machines of its clusters (and of its share) that no shard
+    owns: those it adopted after the reset point or the snapshot (workflows/provider_sync.py
+    `adopt_unowned`). A run restarted that way, reset, and dead again is "held" for an
+    operator: recovery never goes round in a circle."""
     wid = shard_workflow_id(shard)
     try:
         desc = await client.get_workflow_handle(wid).describe()
@@ -129,7 +133,10 @@ async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str
     dead = await DeadRun.read(client, wid, desc)
     # A run born of a reset that died again (failed, terminated, timed out) is not reset once
     # more: whatever killed it may be in the history a reset replays. Its snapshot it is.
-    if dead.last_task and not from_snapshot and not dead.was_reset and not dead.too_long:
+    # A run the server ended for its size is reset to before the history grew past
+    # RESET_HISTORY_BYTES (a flood of oversized signals lies after that point); only if no
+    # task completed below it is it restarted from its snapshot.
+    if dead.reset_to and not from_snapshot and not dead.was_reset:
         if await _reset(client, shard, dead):
             return "reset"
     if dead.was_reset and dead.start.restarted and not from_snapshot:
@@ -147,10 +154,23 @@ async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str
     return "restarted"
 
 
+# How far back a run the server ended for its history ("Workflow history size exceeds limit.")
+# is reset: to its last completed workflow task whose history up to there is at most this
+# many bytes — and at most a fifth of what the server ended it at (RESET_SHARE), for servers
+# whose limit is lower than the default 50 MB. A shard continues as new when Temporal suggests
+# it (4 MB by default), so its own history before a flood lies below this; the reset run,
+# asked at once to continue as new, has 40 MB of room to do it. A flood of signals that the
+# shard refused (each still in its history: 36 of 1.5 MB passed the 50 MB limit in a second)
+# lies after that point and is not applied again.
+RESET_HISTORY_BYTES = 10_000_000
+RESET_SHARE = 5
+
+
 @dataclass
 class DeadRun:
     """What a dead shard run's history says: how it started, its last completed workflow
-    task, whether it was born of a reset, whether the server ended it for its size."""
+    task, whether it was born of a reset, whether the server ended it for its size, and
+    where a reset takes it (`reset_to`; 0: nowhere)."""
 
     wid: str
     run_id: str
@@ -159,6 +179,7 @@ class DeadRun:
     last_task: int = 0
     was_reset: bool = False
     too_long: bool = False
+    reset_to: int = 0
 
     @classmethod
     async def read(
@@ -166,9 +187,14 @@ class DeadRun:
     ) -> DeadRun:
         start: ShardInput | None = None
         last_task = 0
-        was_reset = too_long = False
+        was_reset = too_long = by_count = False
+        size = events = 0
+        # Each completed workflow task: (event id, history bytes and events up to it).
+        tasks: list[tuple[int, int, int]] = []
         history = client.get_workflow_handle(wid, run_id=desc.run_id).fetch_history_events()
         async for event in history:
+            size += event.ByteSize()
+            events += 1
             if event.HasField("workflow_execution_started_event_attributes"):
                 started = event.workflow_execution_started_event_attributes
                 [start] = await client.data_converter.decode(
@@ -176,24 +202,44 @@ class DeadRun:
                 )
             elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
                 last_task = event.event_id
+                tasks.append((event.event_id, size, events))
             elif event.HasField("workflow_task_failed_event_attributes"):
                 cause = event.workflow_task_failed_event_attributes.cause
                 was_reset |= cause == RESET_CAUSE
             elif event.HasField("workflow_execution_terminated_event_attributes"):
                 # The server ends a run whose history passed its limits ("Workflow history
-                # size exceeds limit."): a reset would replay into the same wall.
+                # size exceeds limit.", "… count exceeds limit."): a reset to its last task
+                # would replay into the same wall.
                 reason = event.workflow_execution_terminated_event_attributes.reason
                 too_long = "exceeds limit" in reason
+                by_count = too_long and "count" in reason
         if start is None:
             raise ApplicationError(f"{wid}: run {desc.run_id} has no start event")
-        return cls(wid, desc.run_id, status_name(desc), start, last_task, was_reset, too_long)
+        reset_to = reset_point(tasks, size, events, by_count) if too_long else last_task
+        return cls(
+            wid, desc.run_id, status_name(desc), start, last_task, was_reset, too_long, reset_to
+        )
+
+
+def reset_point(
+    tasks: list[tuple[int, int, int]], size: int, events: int, by_count: bool = False
+) -> int:
+    """Where a run the server ended for its history (`size` bytes, `events` events) is reset:
+    its last completed workflow task — `tasks`: (event id, history bytes and events up to
+    it) — at most RESET_HISTORY_BYTES and a RESET_SHARE-th of `size` into the history (and of
+    `events`, if the server counted events). 0: none; it restarts from its snapshot."""
+    budget = min(RESET_HISTORY_BYTES, size // RESET_SHARE)
+    most = events // RESET_SHARE if by_count else events
+    below = [task for task, upto, n in tasks if upto <= budget and n <= most]
+    return below[-1] if below else 0
 
 
 RESET_CAUSE = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW
 
 
 async def _reset(client: Client, shard: int, dead: DeadRun) -> bool:
-    """Reset the dead run to its last completed workflow task and tell the new run; False if
+    """Reset the dead run to `dead.reset_to` (its last completed workflow task, or for a run
+    ended for its size the last one below RESET_HISTORY_BYTES) and tell the new run; False if
     the server would not reset it."""
     try:
         reset = await client.workflow_service.reset_workflow_execution(
@@ -201,7 +247,7 @@ async def _reset(client: Client, shard: int, dead: DeadRun) -> bool:
                 namespace=client.namespace,
                 workflow_execution=WorkflowExecution(workflow_id=dead.wid, run_id=dead.run_id),
                 reason=f"bigfleet: shard {shard} was {dead.status}; revived",
-                workflow_task_finish_event_id=dead.last_task,
+                workflow_task_finish_event_id=dead.reset_to,
                 # A retried revival of the same dead run is the same reset.
                 request_id=f"revive-{dead.run_id}",
                 # Signals and updates that came after the reset point are not applied again:
@@ -224,7 +270,12 @@ async def _reset(client: Client, shard: int, dead: DeadRun) -> bool:
         activity.logger.warning("shard %s could not be reset (%s): restarting it", shard, err)
         return False
     activity.logger.warning(
-        "shard %s was %s; reset to event %s of its last run", shard, dead.status, dead.last_task
+        "shard %s was %s%s; reset to event %s of its last run (its last task: %s)",
+        shard,
+        dead.status,
+        " for the size of its history" if dead.too_long else "",
+        dead.reset_to,
+        dead.last_task,
     )
     return True
 

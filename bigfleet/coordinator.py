@@ -27,6 +27,29 @@ MAX_SHARE = 0.10
 # refuses a payload over 2 MB): at most this many bytes of names (~25 000 names of 30 letters).
 ASSIGNMENT_BYTES = 1_000_000
 ClusterName = Annotated[str, Field(min_length=1, max_length=253)]
+# Clusters a shard asks about at once (`ClusterQuestion`): roll-ups of clusters it does not
+# serve yet wait for the answer, at most this many (workflows/new_clusters.py): a fleet's
+# first roll-ups reach a shard at most this many new clusters a cycle, the rest when their
+# operators send again.
+MAX_ASKED = 250
+NO_SHARD = -1  # `owners`: a cluster the map has no room for is nobody's
+
+
+class ClusterQuestion(Wire):
+    """A shard that got roll-ups of clusters it does not serve yet asks whose they are."""
+
+    shard: int = Field(ge=0)
+    clusters: list[ClusterName] = Field(min_length=1, max_length=MAX_ASKED)
+
+
+class ClusterOwners(Wire):
+    """The answer a shard gets (activities/coordination.py): the shard each cluster is assigned
+    to, and the clusters refused before the coordinator was asked (the deployment has no
+    operator endpoint for them). `running` False: no coordinator runs, nobody was asked."""
+
+    running: bool
+    owners: dict[str, int] = Field(default_factory=dict)
+    refused: dict[str, str] = Field(default_factory=dict)
 
 
 class MembershipThresholds(Wire):
@@ -126,20 +149,54 @@ class Coordinator:
             return None
         return under[0][2], under[1][2]
 
-    def assign(self, cluster: str) -> int:
+    def assign(self, cluster: str, prefer: int | None = None) -> int:
         """A cluster's shard: the least-loaded one (fewest clusters) on first contact, then
-        forever (seed §16)."""
+        forever (seed §16). Among equally loaded shards the lowest number, or `prefer`."""
         shard = self.clusters.get(cluster)
         if shard is None:
             if not set(self.shards) - self.retiring:
                 raise ValueError("no shards: add one before assigning clusters")
-            load = {s: 0 for s in self.shards if s not in self.retiring}
-            for assigned in self.clusters.values():
-                if assigned in load:
-                    load[assigned] += 1
-            shard = min(load, key=lambda s: (load[s], s))
+            shard = self._least_loaded(self._load(), prefer)
             self.clusters[cluster] = shard
         return shard
+
+    def _load(self) -> dict[int, int]:
+        """Clusters per member shard (merging ones are assigned nothing new)."""
+        load = {s: 0 for s in self.shards if s not in self.retiring}
+        for assigned in self.clusters.values():
+            if assigned in load:
+                load[assigned] += 1
+        return load
+
+    @staticmethod
+    def _least_loaded(load: Mapping[int, int], prefer: int | None) -> int:
+        return min(load, key=lambda s: (load[s], s != prefer, s))
+
+    def owners(
+        self, shard: int, clusters: Iterable[str], moving: Mapping[int, int] | None = None
+    ) -> dict[str, int]:
+        """Whose each of `clusters` is, for `shard`, which got their roll-ups without serving
+        them yet. A cluster nobody has asked about is assigned now as `assign_cluster` would
+        (least-loaded), `shard` first among equals: the answer its sender would have had.
+        A cluster a running split or merge moves from its shard to `shard` (`moving`: donor →
+        receiver) is `shard`'s already. NO_SHARD: no room in the map for it."""
+        moving = moving or {}
+        load: dict[int, int] | None = None  # (counted once: up to MAX_ASKED new ones a call)
+        used = self.assignment_bytes()
+        out: dict[str, int] = {}
+        for cluster in clusters:
+            owner = self.clusters.get(cluster)
+            if owner is None:
+                load = self._load() if load is None else load
+                size = len(cluster) + 8
+                if not load or not 0 < len(cluster) <= 253 or used + size > ASSIGNMENT_BYTES:
+                    out[cluster] = NO_SHARD
+                    continue
+                owner = self.clusters[cluster] = self._least_loaded(load, shard)
+                load[owner] += 1
+                used += size
+            out[cluster] = shard if moving.get(owner) == shard else owner
+        return out
 
     # ---- the fleet view ---------------------------------------------------------------------
 

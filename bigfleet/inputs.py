@@ -14,6 +14,7 @@ Pure: no Temporal import; the workflows hand in `(encoding, data)` pairs.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import deque
@@ -28,6 +29,13 @@ KEPT = 20  # rejection records a workflow keeps (the counts are kept for good)
 SIGNAL_BYTES = 256_000  # a signal's payload; a roll-up of hundreds of needs fits many times
 UPDATE_BYTES = 1_900_000  # an update's (a saga step carries up to a few thousand machine ids)
 UNKNOWN = "(unknown)"  # the handler name counted for a signal or update nobody handles
+
+
+def json_size(value: Any) -> int:
+    """How big a roll-up is, as the shard counts it against SIGNAL_BYTES for each roll-up of a
+    `rollups` batch (and the gateway before it answers): its JSON's length, Python's default
+    separators. A `rollup` signal's payload is compact JSON, never longer."""
+    return len(json.dumps(value))
 
 
 class Rejected(ValueError):

@@ -251,16 +251,36 @@ class NodeHealth(Wire):
     machine_ids: list[str] = Field(default_factory=list)
 
 
+MAX_GENERATION = 2**53 - 1
+"""The largest roll-up generation: the largest integer every JSON reader keeps exactly (a
+roll-up crosses JSON at every hop, and JavaScript or jq round anything larger). A counter, unix
+seconds, milliseconds (until the year 287 396) or microseconds (until 2255) fit; nanoseconds
+(`time.time_ns()`, about 2^60) do not, and neither does anything near int64's limit. There is
+no limit on how far ahead of the last one a generation may jump: an operator that moves from a
+counter to the clock jumps by 2^40 and is right to. A generation is refused only when it could
+never be followed: one this large would leave its cluster no room above it."""
+
+
 class ClusterCapacityNeeds(Wire):
     """A roll-up: all needs of one cluster, replacing the previous roll-up (seed §8).
 
-    `generation` rises with each roll-up the operator sends; an older or repeated one is ignored.
+    `generation` rises with each roll-up the operator sends, from 0 to MAX_GENERATION; an older
+    or repeated one changes nothing but the cluster's last-seen time (bigfleet/needs.py).
     """
 
     cluster: Name
     generation: Annotated[int, Field(ge=0)]
     needs: list[CapacityNeed] = Field(default_factory=list)
     health: NodeHealth | None = None
+
+    @field_validator("generation")
+    @classmethod
+    def _generation_fits(cls, value: int) -> int:
+        if value > MAX_GENERATION:
+            raise ValueError(
+                f"at most {MAX_GENERATION} (2^53 - 1: a counter or unix ms, not ns), got {value}"
+            )
+        return value
 
 
 class Shortfall(Wire):

@@ -9,6 +9,7 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from .models import (
+    MAX_GENERATION,
     CapacityNeed,
     ClusterCapacityNeeds,
     NodeHealth,
@@ -66,20 +67,29 @@ class _ClusterEntry:
 class NeedsTable:
     """Full-replacement semantics: a roll-up replaces all of its cluster's entries.
 
-    A roll-up whose generation is not above the cluster's last one is a replay and is ignored.
-    A cluster silent for longer than `max_silence_seconds` ages out of the table.
+    A roll-up whose generation is not above the cluster's last one is stale: its needs and
+    health are ignored, but it still proves the cluster's operator is alive, so it refreshes the
+    cluster's last-seen time. A cluster silent for longer than `max_silence_seconds` ages out
+    of the table (and its machines are reclaimed): an operator whose generations went backwards
+    (a counter restarted) must not lose its cluster's machines for it.
     """
 
     max_silence_seconds: float = 300.0
+    # False: a stale roll-up moves nothing, as before issue 30 (a shard's run begun before
+    # then replays as it ran: workflows/shard.py sets it from workflow.patched).
+    stale_keeps_alive: bool = True
     _sorted: SortedList = field(default_factory=lambda: SortedList(key=Need.sort_key))
     _clusters: dict[str, _ClusterEntry] = field(default_factory=dict)
     _arrivals: int = 0
     version: int = 0
 
     def apply(self, rollup: ClusterCapacityNeeds, now: float) -> bool:
-        """Take a validated roll-up; False if it is stale (same or older generation)."""
+        """Take a validated roll-up; False if it is stale (same or older generation): then
+        only the cluster's last-seen time moves."""
         entry = self._clusters.get(rollup.cluster)
         if entry is not None and rollup.generation <= entry.generation:
+            if self.stale_keeps_alive:
+                entry.last_seen = max(entry.last_seen, now)
             return False
         if entry is not None and [n.spec for n in entry.needs] == rollup.needs:
             # The operator re-sent what it sent before: nothing for the cycle to redo.
@@ -216,9 +226,12 @@ def restore_needs(
         table = NeedsTable(max_silence_seconds=max_silence)
     for c in state:
         table.remove(c["cluster"])
+        # A generation above MAX_GENERATION was taken before generations were bounded (issue
+        # 30): kept, no later roll-up could ever apply, so the cluster starts again from 0.
+        generation = c["generation"] if c["generation"] <= MAX_GENERATION else 0
         rollup = from_wire(
             ClusterCapacityNeeds,
-            {"cluster": c["cluster"], "generation": c["generation"], "needs": c["needs"]},
+            {"cluster": c["cluster"], "generation": generation, "needs": c["needs"]},
         )
         table.apply(rollup, c["last_seen"])
         entry = table._clusters[c["cluster"]]

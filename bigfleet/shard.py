@@ -404,6 +404,8 @@ class Shard:
                 reclaims.append({"machine": action.machine_id, "grace_seconds": grace})
         return {
             "cluster": cluster,
+            # The last generation taken (-1: none): the gateway answers STALE below it.
+            "generation": self.needs.generation(cluster),
             "upcoming": upcoming,
             "reclaims": reclaims,
             "available": self.available(),

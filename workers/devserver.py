@@ -29,6 +29,35 @@ SERVER_STOP_SECONDS = 15.0
 # ~2x the workflow starts per second of SQLite's defaults (DESIGN §3).
 SQLITE_PRAGMAS = ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]
 
+# What one payload (a signal's or update's argument, an activity's input or result, a
+# continue-as-new input) may weigh: the server refuses more (`limit.blobSize.error`) and logs
+# a warning past `limit.blobSize.warn`. Every payload enters a workflow's history, and a
+# history is ended at 50 MB: a flood of refused-but-recorded signals ends it after
+# 50 MB / BLOB_ERROR_BYTES of them (issue 30). The limit cannot go lower than BigFleet's own
+# payloads:
+#   - the largest argument its handlers accept is 1.9 MB (`rollups`: ROLLUPS_BYTES in
+#     workflows/shard.py; an update's, UPDATE_BYTES in bigfleet/inputs.py, e.g. a saga's
+#     `release` of RECORDS_MAX ids or `bigfleet audit --repair`'s report to the coordinator);
+#   - the largest it sends in normal operation is ~1.3 MB: a `release`/`hand_out` answer of
+#     RECORDS_MAX (2 000) machine records of ~600–650 bytes; then roll-up batches (the
+#     gateway's RollupBatcher: SEND_BATCH_BYTES, 1 MB), the coordinator's continue-as-new
+#     input (ASSIGNMENT_BYTES, 1 MB of cluster names, plus its sagas' ids), snapshot parts
+#     (INLINE_BYTES, 400 KB), `start_transitions` (400 KB), listing pages (~90 KB).
+# So: 1.9 MB + 100 KB for the payload's encoding and metadata = 2 000 000 bytes, Temporal's
+# default 2 MiB (2 097 152) less 97 KB — the flood needs 25 signals instead of 24; going
+# lower would need BigFleet's own ceilings lowered first. Warn above what BigFleet sends in
+# normal operation (1.3 MB + 100 KB), so a warning means a payload it does not send (the
+# issue's 1.5 MB signals each log one). deploy/compose/dynamicconfig.yaml and
+# deploy/README.md ("Temporal's dynamic config") carry the same values.
+BLOB_ERROR_BYTES = 2_000_000
+BLOB_WARN_BYTES = 1_400_000
+BLOB_LIMITS = [
+    "--dynamic-config-value",
+    f"limit.blobSize.error={BLOB_ERROR_BYTES}",
+    "--dynamic-config-value",
+    f"limit.blobSize.warn={BLOB_WARN_BYTES}",
+]
+
 
 async def throwaway_server(binary: Path, extra_args: Sequence[str] = ()) -> Any:
     """A throwaway in-memory dev server for tests and benchmarks (a `WorkflowEnvironment`, to
@@ -93,6 +122,7 @@ def server_command(
         "--db-filename",
         str(db),
         *SQLITE_PRAGMAS,
+        *BLOB_LIMITS,
         "--log-format",
         "text",
         *search_attribute_flags(),

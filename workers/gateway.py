@@ -11,12 +11,20 @@ For each Send, in this order (the first that fails answers; nothing is signalled
    UNAUTHENTICATED; a token that is no cluster's: UNAUTHENTICATED.
 2. Authorise: the roll-up's `cluster` must be one the sender authenticated as, else
    PERMISSION_DENIED naming both.
-3. Validate (bigfleet/edge/convert.py): INVALID_ARGUMENT naming the field.
+3. Validate (bigfleet/edge/convert.py): INVALID_ARGUMENT naming the field (a generation over
+   2^53 - 1 names `generation`), then the shard's own limit of a roll-up (SIGNAL_BYTES of
+   JSON, bigfleet/inputs.py): INVALID_ARGUMENT (ROLLUP_TOO_LARGE) with the size and the limit.
 4. The cluster must have an operator endpoint in the deployment config, else
    FAILED_PRECONDITION (UNKNOWN_CLUSTER): nothing could ever be configured for it.
 5. Deliver: the coordinator assigns the cluster's shard (asked once per cluster, then cached;
-   asked again if the shard is gone), and the roll-up is signalled to it. Temporal unreachable:
-   UNAVAILABLE (the sender retries next cycle).
+   asked again if the shard is gone), and the roll-up is signalled to it. Only a failure that
+   may pass (Temporal unreachable or busy, the shard moving) is UNAVAILABLE (send it again);
+   the coordinator refusing the cluster, or Temporal refusing the signal, is
+   FAILED_PRECONDITION, and the gateway's own access refused INTERNAL.
+6. A roll-up whose generation is not above the cluster's current one (Generations: what the
+   gateway delivered, and what the shard said when last asked) was delivered all the same (it
+   keeps the cluster from ageing out) but changes nothing: FAILED_PRECONDITION
+   (STALE_GENERATION), with the current generation.
 
 Answer: RollupAccepted(shard, generation, workflow_id). Messages are at most 1 MB (a roll-up is
 ~2 KB). Counted in bigfleet_gateway_rollups_total{outcome}.
@@ -35,6 +43,7 @@ import hmac
 import logging
 import sys
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +57,7 @@ from bigfleet.edge.convert import WireError, rollup_from_proto
 from bigfleet.edge.errors import refusal
 from bigfleet.edge.rollup_client import read_token
 from bigfleet.edge.tls import add_port, certificate_names
+from bigfleet.inputs import SIGNAL_BYTES, json_size
 from bigfleet.v1 import machine_pb2 as mpb
 from bigfleet.v1 import rollups_pb2 as rpb
 from bigfleet.v1 import rollups_pb2_grpc as rpg
@@ -68,24 +78,46 @@ MAX_CONCURRENT_SENDS = 2000
 READY_EVERY_SECONDS = 5.0
 OUTCOMES = (
     "accepted",
+    "stale",  # delivered, but its generation is not above the cluster's current one
     "unauthenticated",
     "permission_denied",
     "invalid_argument",
+    "too_large",
     "unknown_cluster",
-    "unavailable",
+    "undeliverable",  # refused for good on the way (the coordinator, Temporal)
+    "unavailable",  # could not be delivered now: send it again
 )
+# The gateway asks a cluster's shard for its generation when it last asked this long ago (and
+# believes what it delivered meanwhile): another gateway or a `--direct` send may have moved it.
+# Well under the shard's max_silence_seconds (300 s): a cluster that aged out is asked again.
+ASK_GENERATION_EVERY_SECONDS = 60.0
+GENERATION_CLUSTERS = 100_000  # clusters whose generation the gateway remembers (LRU)
 
 # (cluster, roll-up as JSON) -> (shard, its workflow id)
 Deliver = Callable[[str, dict[str, Any]], Awaitable[tuple[int, str]]]
+# cluster -> the generation its shard holds (-1: none), or None if it cannot say now
+AskGeneration = Callable[[str], Awaitable[int | None]]
 
 
 class Refused(Exception):
-    """A roll-up the gateway will not signal: the metric's outcome and the status to answer."""
+    """A roll-up the gateway will not take: the metric's outcome and the status to answer
+    (with an ErrorInfo of `reason`, or a bare `code`)."""
 
-    def __init__(self, outcome: str, reason: int, message: str, **fields: Any) -> None:
+    def __init__(
+        self,
+        outcome: str,
+        reason: int | None,
+        message: str,
+        code: grpc.StatusCode | None = None,
+        **fields: Any,
+    ) -> None:
         super().__init__(message)
         self.outcome = outcome
-        self.status = refusal(reason, message, **fields)
+        if reason is not None:
+            self.status = refusal(reason, message, **fields)
+        else:
+            assert code is not None
+            self.status = (code, message, ())
 
 
 def _shown(text: str, limit: int = 80) -> str:
@@ -151,10 +183,17 @@ def bearer_token(context: Any) -> str | None:
 class RollupGateway(rpg.RollupsServicer):
     """The Rollups service: authenticate, authorise, validate, deliver (see the module's doc)."""
 
-    def __init__(self, deployment: Deployment, tokens: TokenTable, deliver: Deliver) -> None:
+    def __init__(
+        self,
+        deployment: Deployment,
+        tokens: TokenTable,
+        deliver: Deliver,
+        generations: Generations | None = None,
+    ) -> None:
         self.deployment = deployment
         self.tokens = tokens
         self.deliver = deliver
+        self.generations = generations if generations is not None else Generations(None)
         for outcome in OUTCOMES:  # exported at 0
             GATEWAY_ROLLUPS.labels(outcome)
 
@@ -167,7 +206,10 @@ class RollupGateway(rpg.RollupsServicer):
         except Refused as refused:
             GATEWAY_ROLLUPS.labels(refused.outcome).inc()
             code, details, trailers = refused.status
-            log.warning("refused a roll-up (%s): %s", refused.outcome, details)
+            if refused.outcome == "stale":  # (an operator's routine mistake, not an attack)
+                log.info("stale roll-up: %s", details)
+            else:
+                log.warning("refused a roll-up (%s): %s", refused.outcome, details)
             await context.abort(code, details, trailing_metadata=trailers)
             raise  # abort raises; for the type checker
         GATEWAY_ROLLUPS.labels("accepted").inc()
@@ -186,6 +228,18 @@ class RollupGateway(rpg.RollupsServicer):
             raise Refused(
                 "invalid_argument", mpb.INVALID_FIELD, str(err), field=err.field
             ) from None
+        raw = rollup.model_dump(mode="json")
+        size = json_size(raw)  # as the shard counts it (one definition: bigfleet/inputs.py)
+        if size > SIGNAL_BYTES:
+            raise Refused(
+                "too_large",
+                mpb.ROLLUP_TOO_LARGE,
+                f"the roll-up of {rollup.cluster} is {size} bytes as JSON; a shard takes at "
+                f"most {SIGNAL_BYTES} bytes a roll-up (SIGNAL_BYTES): send fewer needs or "
+                "health ids (merge needs that differ only in count)",
+                size_bytes=size,
+                limit_bytes=SIGNAL_BYTES,
+            )
         if self.deployment.operators.endpoint(rollup.cluster) is None:
             raise Refused(
                 "unknown_cluster",
@@ -194,18 +248,24 @@ class RollupGateway(rpg.RollupsServicer):
                 "add it to `operators` (clusters or template) so BigFleet can configure "
                 "machines for it, then send again",
             )
+        current = await self.generations.current(rollup.cluster)
         try:
-            shard, wid = await self.deliver(rollup.cluster, rollup.model_dump(mode="json"))
+            shard, wid = await self.deliver(rollup.cluster, raw)
         except Exception as err:
-            log.error("delivering the roll-up of %s: %s", rollup.cluster, err)
-            # No reason of ErrorInfo fits; UNAVAILABLE tells the sender to try again.
-            GATEWAY_ROLLUPS.labels("unavailable").inc()
-            await context.abort(
-                grpc.StatusCode.UNAVAILABLE,
-                f"the roll-up was valid but could not be delivered to the shard of "
-                f"{rollup.cluster}: {err}; send it again",
+            raise undeliverable(rollup.cluster, err) from None
+        self.generations.delivered(rollup.cluster, rollup.generation)
+        if current is not None and rollup.generation <= current:
+            # Delivered all the same: the shard counts it as a sign of life (bigfleet/needs.py).
+            raise Refused(
+                "stale",
+                mpb.STALE_GENERATION,
+                f"generation {rollup.generation} of cluster {rollup.cluster} is not above "
+                f"{current}, the generation its shard holds (as far as the gateway knows): the "
+                f"roll-up keeps the cluster alive but changes nothing; send a generation above "
+                f"{current}",
+                field="generation",
+                current_generation=current,
             )
-            raise
         return rpb.RollupAccepted(shard=shard, generation=rollup.generation, workflow_id=wid)
 
     def authorize(self, cluster: str, context: Any) -> None:
@@ -247,6 +307,136 @@ class RollupGateway(rpg.RollupsServicer):
 # ---- delivery ---------------------------------------------------------------------------------
 
 
+def undeliverable(cluster: str, err: Exception) -> Refused:
+    """How to answer a roll-up that could not be delivered: UNAVAILABLE (send it again) only
+    if the failure may pass; what will fail again the same way is answered as such."""
+    from temporalio.client import RPCTimeoutOrCancelledError, WorkflowUpdateFailedError
+    from temporalio.service import RPCError, RPCStatusCode
+
+    s = RPCStatusCode
+    what = f"the roll-up was valid but could not be delivered to the shard of {cluster}"
+    if isinstance(err, WorkflowUpdateFailedError):  # the coordinator's validator refused it
+        cause = err.__cause__ or err
+        log.error("the coordinator refused cluster %s: %s", cluster, cause)
+        return Refused(
+            "undeliverable",
+            None,
+            f"{what}: the coordinator refused to place the cluster: {cause}",
+            code=grpc.StatusCode.FAILED_PRECONDITION,
+        )
+    transient = (
+        isinstance(err, (RPCTimeoutOrCancelledError, TimeoutError, ConnectionError))
+        or isinstance(err, RPCError) and err.status in (
+            s.UNAVAILABLE, s.DEADLINE_EXCEEDED, s.RESOURCE_EXHAUSTED, s.ABORTED, s.CANCELLED,
+            s.UNKNOWN, s.INTERNAL,
+            s.NOT_FOUND,  # the shard was gone even after asking the coordinator again: moving
+        )
+    )  # fmt: skip
+    if transient:
+        log.error("delivering the roll-up of %s: %s", cluster, err)
+        return Refused(
+            "unavailable", None, f"{what}: {err}; send it again", code=grpc.StatusCode.UNAVAILABLE
+        )
+    if isinstance(err, RPCError) and err.status in (
+        s.INVALID_ARGUMENT, s.FAILED_PRECONDITION, s.OUT_OF_RANGE, s.ALREADY_EXISTS
+    ):  # fmt: skip
+        log.error("Temporal refused the roll-up of %s: %s", cluster, err)
+        return Refused(
+            "undeliverable",
+            None,
+            f"{what}: Temporal refused the signal ({err.status.name}: {err}); sending the same "
+            "again will not help",
+            code=grpc.StatusCode.FAILED_PRECONDITION,
+        )
+    # The gateway's own access refused (PERMISSION_DENIED, UNAUTHENTICATED), an RPC Temporal
+    # does not serve, or a bug: nothing the sender can do about it.
+    log.exception("delivering the roll-up of %s", cluster, exc_info=err)
+    return Refused(
+        "undeliverable",
+        None,
+        f"{what}: the gateway cannot deliver roll-ups ({type(err).__name__}: {err}); "
+        "its operators must fix this",
+        code=grpc.StatusCode.INTERNAL,
+    )
+
+
+@dataclass(slots=True)
+class _Known:
+    generation: int | None  # None: the shard could not say, and nothing was delivered since
+    asked: float  # when the shard was last asked (monotonic)
+    raised: float  # when a delivery last raised `generation`
+
+
+class Generations:
+    """The generation each cluster's shard holds, as far as this gateway knows: what the shard
+    answered when last asked (`ask`, at most every `every` seconds a cluster), raised by what
+    the gateway delivered since. A shard's answer replaces what the gateway believed (a cluster
+    that aged out, or a shard reset to before some roll-ups, holds a lower one), except for
+    deliveries made while it was being asked. Bounded: the `size` clusters last sent for."""
+
+    def __init__(
+        self,
+        ask: AskGeneration | None,
+        every: float = ASK_GENERATION_EVERY_SECONDS,
+        size: int = GENERATION_CLUSTERS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ask = ask
+        self.every = every
+        self.size = size
+        self.clock = clock
+        self._known: OrderedDict[str, _Known] = OrderedDict()
+        self._asking: dict[str, asyncio.Future[None]] = {}
+
+    async def current(self, cluster: str) -> int | None:
+        """The cluster's generation (-1: none yet); None if nobody knows."""
+        known = self._known.get(cluster)
+        if known is not None:
+            self._known.move_to_end(cluster)
+        if self.ask is not None and (known is None or self.clock() - known.asked >= self.every):
+            asking = self._asking.get(cluster)
+            if asking is None:  # one question at a time a cluster
+                asking = asyncio.ensure_future(self._ask(cluster, self.clock()))
+                self._asking[cluster] = asking
+                asking.add_done_callback(lambda _: self._asking.pop(cluster, None))
+            await asyncio.shield(asking)
+            known = self._known.get(cluster)
+        return known.generation if known is not None else None
+
+    async def _ask(self, cluster: str, started: float) -> None:
+        assert self.ask is not None
+        try:
+            answer = await self.ask(cluster)
+        except Exception as err:  # (ShardRouter.generation never raises; a stand-in might)
+            log.info("asking the shard of %s for its generation: %s", cluster, err)
+            answer = None
+        known = self._known.get(cluster)
+        if known is None:
+            self._remember(cluster, _Known(answer, self.clock(), -1.0))
+            return
+        known.asked = self.clock()  # (also when it could not say: not asked again at once)
+        if answer is None:
+            return
+        if known.raised >= started and known.generation is not None:  # delivered meanwhile
+            answer = max(answer, known.generation)
+        known.generation = answer
+
+    def delivered(self, cluster: str, generation: int) -> None:
+        """A roll-up of `generation` reached the cluster's shard."""
+        known = self._known.get(cluster)
+        if known is None:
+            self._remember(cluster, _Known(generation, float("-inf"), self.clock()))
+        elif known.generation is None or generation > known.generation:
+            known.generation = generation
+            known.raised = self.clock()
+
+    def _remember(self, cluster: str, known: _Known) -> None:
+        self._known[cluster] = known
+        self._known.move_to_end(cluster)
+        while len(self._known) > self.size:
+            self._known.popitem(last=False)
+
+
 # ---- the server -------------------------------------------------------------------------------
 
 
@@ -262,13 +452,20 @@ class GatewayServer:
 
 
 async def start_gateway(
-    deployment: Deployment, tokens: TokenTable, deliver: Deliver, listen: str | None = None
+    deployment: Deployment,
+    tokens: TokenTable,
+    deliver: Deliver,
+    listen: str | None = None,
+    generations: Generations | None = None,
 ) -> GatewayServer:
-    """Serve Rollups and grpc.health.v1 on `listen` (default: the config's)."""
+    """Serve Rollups and grpc.health.v1 on `listen` (default: the config's). `generations`:
+    how the gateway learns a cluster's generation (default: only from what it delivers)."""
     server = grpc.aio.server(
         options=SERVER_OPTIONS, maximum_concurrent_rpcs=MAX_CONCURRENT_SENDS
     )
-    rpg.add_RollupsServicer_to_server(RollupGateway(deployment, tokens, deliver), server)
+    rpg.add_RollupsServicer_to_server(
+        RollupGateway(deployment, tokens, deliver, generations), server
+    )
     checker = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
     bound = add_port(server, listen or deployment.gateway.listen, deployment.gateway.tls)
@@ -335,8 +532,11 @@ async def run_gateway(args: argparse.Namespace) -> int:
     stopping.cancel()
     client = connecting.result()
     listen = args.listen or dep.gateway.listen
+    router = ShardRouter(client, dep.shards)
     try:
-        gateway = await start_gateway(dep, tokens, ShardRouter(client, dep.shards), listen)
+        gateway = await start_gateway(
+            dep, tokens, router, listen, Generations(router.generation)
+        )
     except OSError as err:
         raise CliError(str(err)) from None
     reason: list[str | None] = ["checking Temporal"]

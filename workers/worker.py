@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.audit import AuditActivities
+from activities.coordination import CoordinationActivities
 from activities.membership import MembershipActivities
 from activities.operators import OperatorActivities
 from activities.providers import ProviderActivities, VirtualClock
@@ -41,7 +42,7 @@ from activities.wire import (
     shard_workflow_id,
 )
 from bigfleet.deployment import Deployment
-from bigfleet.inputs import SIGNAL_BYTES
+from bigfleet.inputs import SIGNAL_BYTES, json_size
 from bigfleet.simulation import fleet as simulated
 from bigfleet.simulation.scenario import CloudProviderSpec, Scenario
 from workflows.audit import FleetAuditWorkflow
@@ -180,7 +181,7 @@ class RollupBatcher:
         self._sends: set[asyncio.Task[None]] = set()  # deliveries in flight (kept referenced)
 
     async def send(self, shard: int, rollup: dict[str, Any]) -> None:
-        size = len(json.dumps(rollup))
+        size = json_size(rollup)
         if size > SIGNAL_BYTES:
             await self.client.get_workflow_handle(shard_workflow_id(shard)).signal("rollup", rollup)
             return
@@ -228,11 +229,14 @@ class RollupBatcher:
             self._sends.discard(asyncio.current_task())  # type: ignore[arg-type]
 
 
+GENERATION_QUERY_SECONDS = 5.0  # how long the gateway waits for a shard to name a generation
+
+
 class ShardRouter:
     """Signals roll-ups to their shards (the gateway's delivery, and `bigfleet dev`-style
     operators with namespace access), batched per shard (RollupBatcher): the coordinator is
     asked once per cluster (`assign_cluster`, update-with-start), and again if the shard it
-    named is gone."""
+    named is gone. `generation` asks a cluster's shard which generation it holds."""
 
     def __init__(self, client: Any, shards: int) -> None:
         self.client = client
@@ -256,6 +260,28 @@ class ShardRouter:
                 if err.status != RPCStatusCode.NOT_FOUND or attempt:
                     raise
         raise AssertionError("unreachable")
+
+    async def generation(self, cluster: str) -> int | None:
+        """The generation of `cluster`'s roll-ups its shard holds (-1: none yet), from the
+        shard's `cluster` query; None if the shard cannot say now (reading back its state,
+        gone, slow, or running code whose answer has no generation): the gateway then judges
+        by what it knows already. Never raises: delivery says what is wrong, if anything."""
+        try:
+            shard = self.assigned.get(cluster)
+            if shard is None:
+                shard = self.assigned[cluster] = await assign_cluster(
+                    self.client, cluster, self.shards
+                )
+            view = await self.client.get_workflow_handle(shard_workflow_id(shard)).query(
+                "cluster", cluster, rpc_timeout=timedelta(seconds=GENERATION_QUERY_SECONDS)
+            )
+        except Exception as err:
+            log.info("asking the shard of %s for its generation: %s", cluster, err)
+            return None
+        generation = view.get("generation") if isinstance(view, dict) else None
+        if isinstance(generation, int) and not isinstance(generation, bool):
+            return generation
+        return None
 
 
 async def ensure_shards(
@@ -365,7 +391,7 @@ def build_workers(
         raise ValueError(f"--role: unknown {sorted(unknown)}; choose from {', '.join(ROLES)}")
     workers: list[Worker] = []
     if "shards" in roles:
-        workers += shard_workers(client, shard_client(client), snapshot_dir)
+        workers += shard_workers(client, shard_client(client), snapshot_dir, known_cluster(sim))
     if "transitions" in roles:
         workers += transition_workers(client, sim)
     if "providers" in roles:
@@ -373,11 +399,28 @@ def build_workers(
     return workers
 
 
+def known_cluster(sim: Fleet) -> Callable[[str], bool] | None:
+    """Whether the deployment knows a cluster (gives it an operator endpoint: what the gateway
+    checks), for shards asked a cluster they do not serve. None (every name): a simulated
+    fleet file (a cluster without a simulated operator is refused at its configures instead),
+    or a deployment that names no operator at all (a shadow fleet configures nothing)."""
+    if isinstance(sim, RemoteFleet):
+        operators = sim.fleet.operators
+        if operators.template is None and not operators.clusters:
+            return None
+        return lambda cluster: operators.endpoint(cluster) is not None
+    return None
+
+
 def shard_workers(
-    client: Client, steps: ShardClientActivities, snapshot_dir: Path | None
+    client: Client,
+    steps: ShardClientActivities,
+    snapshot_dir: Path | None,
+    known: Callable[[str], bool] | None = None,
 ) -> list[Worker]:
     """Role `shards`: the shard task queue, with every workflow but the transitions, and the
-    activities they run themselves (starting transitions, snapshots, membership, saga steps)."""
+    activities they run themselves (starting transitions, snapshots, membership, saga steps,
+    what shards and the coordinator ask each other). `known`: see `known_cluster`."""
     snapshots = SnapshotActivities(snapshot_dir)
     shard_clients = ShardClientActivities(client)
     return [
@@ -395,6 +438,7 @@ def shard_workers(
                 shard_clients.clusters,
                 shard_clients.revive_shard,
                 TermActivities(client).coordinator_term,
+                *CoordinationActivities(client, known).all(),
             ],
             workflow_runner=RUNNER,
             **WORKER_TUNING,
@@ -435,7 +479,13 @@ def provider_workers(client: Client, sim: Fleet) -> list[Worker]:
             Worker(
                 client,
                 task_queue=provider_task_queue(name) + "-read",
-                activities=[acts.get, acts.list, acts.capacity, AuditActivities(acts).audit],
+                activities=[
+                    acts.get,
+                    acts.list,
+                    acts.capacity,
+                    acts.unowned,
+                    AuditActivities(acts).audit,
+                ],
             )
         )
     return workers

@@ -26,7 +26,12 @@ with workflow.unsafe.imports_passed_through():
         MembershipResult,
         SagaInput,
     )
-    from bigfleet.coordinator import ASSIGNMENT_BYTES, ClusterName, Coordinator
+    from bigfleet.coordinator import (
+        ASSIGNMENT_BYTES,
+        ClusterName,
+        ClusterQuestion,
+        Coordinator,
+    )
     from bigfleet.decommission import Matching, decommission_plan
     from bigfleet.inputs import Rejected, clip
     from bigfleet.reports import ShardReport
@@ -44,6 +49,11 @@ MAX_REPORT_CLUSTERS = 20_000
 
 def _machines(n: int) -> str:
     return f"{n} machine" if n == 1 else f"{n} machines"
+
+
+def _selectors(where: dict[str, str]) -> str:
+    """A decommission's selectors as a sentence: `provider 'dc', zone 'ams-9'`."""
+    return ", ".join(f"{k.replace('_', ' ')} {clip(v, 80)!r}" for k, v in where.items())
 
 
 @workflow.defn(name="Coordinator")
@@ -68,6 +78,11 @@ class CoordinatorWorkflow(TakesSignals):
         self.ready = inp.state is not None
         self.revived: dict[int, float] = {}  # shard → last revival attempt (this run only)
         self.guard = Guard(self, "Coordinator", state.get("guard"))
+        # The providers the shards run with (their configs), asked of them at a fresh start
+        # (or at the first round of a run whose state has none): a decommission must name one.
+        # None: not learnt yet.
+        known = state.get("providers")
+        self.providers: set[str] | None = set(known) if isinstance(known, list) else None
 
     @accepts(ShardReport, max_bytes=REPORT_BYTES)
     def shard_report(self, report: ShardReport) -> None:
@@ -108,6 +123,27 @@ class CoordinatorWorkflow(TakesSignals):
         if not cluster.strip():
             raise Rejected("assign_cluster: cluster: a non-empty name is required")
         self._room_for(cluster)
+
+    @workflow.update
+    @guarded
+    async def cluster_owners(self, raw: RawValue = NO_ARGUMENT) -> dict[str, int]:
+        """Asked by a shard (the `cluster_owners` activity) that got roll-ups of clusters it
+        does not serve yet: whose each is. One nobody has asked about is assigned now, as
+        `assign_cluster` would, the asking shard first among equally loaded ones (its sender
+        could have asked and got that answer); one a running split or merge moves to the
+        asking shard is its. -1: no room for it in the map."""
+        question = self.guard.arg(raw, ClusterQuestion, "cluster_owners")
+        await workflow.wait_condition(lambda: self.ready)
+        moving = {m["donor"]: m["into"] for m in self.members.running.values()}
+        return self.c.owners(question.shard, question.clusters, moving)
+
+    @cluster_owners.validator
+    def _owners_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
+        question = self.guard.arg(raw, ClusterQuestion, "cluster_owners")
+        if question.shard not in self.c.shards or question.shard in self.c.retired:
+            raise Rejected(
+                f"cluster_owners: shard: {question.shard} is not a member of the fleet"
+            )
 
     def _room_for(self, cluster: str) -> None:
         """The assignments cross continue-as-new in one payload: bounded in bytes."""
@@ -173,12 +209,18 @@ class CoordinatorWorkflow(TakesSignals):
         drains its share (idle ones first) and gives it up; cloud machines are deleted."""
         req = self.guard.arg(raw, DecommissionRequest, "decommission")
         await workflow.wait_condition(lambda: self.ready)
+        self._known_provider(req)  # (learnt meanwhile: a coordinator started just now)
         where = req.where()
         found: dict[int, Matching] = {}
         for shard in self.c.shards:
             found[shard] = await workflow.execute_activity(
                 "shard_matching", args=[shard, where, req.count], result_type=Matching, **STEP
             )
+        if not any(f.free_count + f.configured_count for f in found.values()) and (
+            workflow.patched("decommission-matching-nothing")
+        ):
+            # (Runs begun before: answered every shard's share of nothing, as they did.)
+            raise Rejected(f"decommission: no shard has a machine of {_selectors(where)}")
         shares, picks = decommission_plan(found, req.count)
         sagas = []
         for shard, (free, configured) in picks.items():
@@ -196,7 +238,20 @@ class CoordinatorWorkflow(TakesSignals):
 
     @decommission.validator
     def _decommission_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
-        self.guard.arg(raw, DecommissionRequest, "decommission")
+        """A provider the shards do not run with is refused before anything enters history
+        (its zone, type and rack can only be checked against the shards' machines: one that
+        matches nothing fails the update, see above)."""
+        self._known_provider(self.guard.arg(raw, DecommissionRequest, "decommission"))
+
+    def _known_provider(self, req: DecommissionRequest) -> None:
+        """Not learnt yet (a coordinator starting, no shard answering): judged by the shards'
+        machines, like a zone."""
+        if self.providers is not None and req.provider not in self.providers:
+            known = ", ".join(sorted(self.providers)) or "none"
+            raise Rejected(
+                f"decommission: provider: {clip(req.provider, 80)!r} is not a provider of this "
+                f"fleet (its shards run with: {clip(known, 200)})"
+            )
 
     @workflow.update
     @guarded
@@ -243,6 +298,8 @@ class CoordinatorWorkflow(TakesSignals):
             ],
             "shared_shortfalls": self.c.shared_shortfalls(),
             "rejected_inputs": self.guard.rejections.counts,
+            # What a decommission may name (None: not learnt from the shards yet).
+            "providers": None if self.providers is None else sorted(self.providers),
         }
 
     @workflow.run
@@ -268,6 +325,8 @@ class CoordinatorWorkflow(TakesSignals):
                     "membership": self.members.running,
                     "guard": self.guard.rejections.state(),
                 }
+                if self.providers is not None:
+                    state["providers"] = sorted(self.providers)
                 workflow.continue_as_new(
                     CoordinatorInput(**{**inp.model_dump(), "state": state})
                 )
@@ -278,7 +337,31 @@ class CoordinatorWorkflow(TakesSignals):
                 "shard_clusters", shard, result_type=list[str], **STEP
             )
             self.c.learn(shard, clusters)
+        if workflow.patched("coordinator-learns-providers"):
+            await self._learn_providers()
         self.ready = True
+
+    async def _learn_providers(self) -> None:
+        """The providers the shards run with (`ShardConfig.providers`, the same for every
+        shard of a fleet; a split copies its donor's). Left unknown, to be asked again next
+        round, if no shard answers."""
+        found: set[str] = set()
+        answered = False
+        for shard in self.c.shards:
+            if shard in self.c.retired:
+                continue
+            try:
+                got: dict[str, Any] = await workflow.execute_activity(
+                    "shard_providers", shard, result_type=dict[str, Any], **STEP
+                )
+            except ActivityError as err:
+                workflow.logger.warning("shard %s did not say its providers: %s", shard, err)
+                continue
+            if got.get("running"):
+                answered = True
+                found.update(p for p in got.get("providers", []) if isinstance(p, str))
+        if answered:
+            self.providers = found
 
     async def _revive_missing(self, inp: CoordinatorInput, now: float) -> None:
         """A missing shard whose workflow is gone is restarted from its durable state (seed
@@ -322,6 +405,8 @@ class CoordinatorWorkflow(TakesSignals):
                 "shard %s has not reported for %s s", shard, inp.missing_after_seconds
             )
         await self._revive_missing(inp, now)
+        if self.providers is None and workflow.patched("coordinator-learns-providers"):
+            await self._learn_providers()  # (a run whose state had none)
         for saga_id, saga in list(self.sagas.items()):
             report = self.c.reports.get(saga["receiver"])
             done = saga["done_at"]

@@ -16,6 +16,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.membership import UnownedPage, UnownedRead
     from activities.wire import (
         ELSEWHERE_MAX,
         LIST_PAGE,
@@ -119,6 +120,62 @@ class ProviderSync:
                 )
             if len(elsewhere) < ELSEWHERE_MAX:
                 return
+
+    async def adopt_unowned(self, inherited: list[int]) -> int:
+        """After a revival, before the shard decides again: take back the machines no shard
+        owns that are this shard's — configured (configuring, draining) for one of its
+        clusters, or without a cluster, not speculative, and its by the assignment rule (or a
+        merged-away shard's it inherited). Those are what it adopted after the point it came
+        back from (a saga's adopt after its snapshot, or after a reset point): left alone,
+        nobody would own them until an audit, and the needs they served would be short, so
+        the shard would create or preempt to replace its own machines. `provider_unowned`
+        lists and asks the shards and the coordinator (no machine a transfer saga carries);
+        only what to adopt, a page at a time, enters the history. Returns how many."""
+        clusters = self.shard.needs.clusters()
+        taken = 0
+        for provider in self.cfg.providers:
+            now = workflow.now().timestamp()  # one listing for all the calls
+            after = ""
+            while True:
+                try:
+                    page: UnownedPage = await workflow.execute_activity(
+                        "provider_unowned",
+                        UnownedRead(
+                            provider=provider,
+                            now=now,
+                            shard=self.cfg.shard,
+                            shards=self.cfg.shards,
+                            shares=[self.cfg.shard, *inherited],
+                            clusters=clusters,
+                            after=after,
+                        ),
+                        task_queue=provider_task_queue(provider) + "-read",
+                        result_type=UnownedPage,
+                        heartbeat_timeout=timedelta(seconds=60),
+                        **{**QUICK, "start_to_close_timeout": timedelta(minutes=10)},
+                    )
+                except ActivityError as err:  # they stay nobody's (an audit finds them)
+                    self.note(f"taking back machines of provider {provider} no shard owns", err)
+                    break
+                # Asked while this run waited: only those still not its own.
+                nobodys = [
+                    m for m in page.page.machines() if self.shard.ownership(m.id) == "GONE"
+                ]
+                if nobodys:
+                    self.shard.adopt(nobodys, workflow.now().timestamp())
+                    taken += len(nobodys)
+                    shown = [f"{m.id} ({m.state.value} {m.cluster or ''})" for m in nobodys[:10]]
+                    workflow.logger.warning(
+                        "shard %s took back %d machines of %s that no shard owned: %s",
+                        self.shard.id,
+                        len(nobodys),
+                        provider,
+                        shown,
+                    )
+                if not page.after:
+                    break
+                after = page.after
+        return taken
 
     async def listing(
         self, provider: str, now: float, states: list[S] | None = None, patient: bool = False

@@ -13,10 +13,9 @@ pure `decide()` and starts the transition workflows it asks for.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable, Callable
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 from temporalio import workflow
@@ -33,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
         shard_workflow_id,
     )
     from bigfleet.engine import Decision
-    from bigfleet.inputs import SIGNAL_BYTES, Rejected
+    from bigfleet.inputs import SIGNAL_BYTES, Rejected, json_size
     from bigfleet.models import (
         MachineState,
         Transition,
@@ -47,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.guard import Guard, TakesSignals, accepts
     from workflows.instruction_steps import InstructionSteps
     from workflows.instructions import InstructionHandlers
+    from workflows.new_clusters import NewClusters
     from workflows.outbox import NOTICE_ITEMS, Outbox
     from workflows.provider_sync import ProviderSync
     from workflows.shadow import ShadowSync
@@ -110,7 +110,8 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
     def rollup(self, raw: dict[str, Any]) -> None:
         """A cluster's roll-up. An invalid one is recorded (`status`'s rejections) and dropped;
         the previous stands. One for a cluster that moved away in a split or merge is passed
-        on to its new shard."""
+        on to its new shard; one for a cluster this shard does not serve yet waits until the
+        coordinator says it is this shard's (workflows/new_clusters.py)."""
         self._take_rollup(raw)
 
     @accepts(list[Any], max_bytes=ROLLUPS_BYTES)
@@ -127,7 +128,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
                 if not isinstance(raw, dict):
                     kind = type(raw).__name__
                     raise Rejected(f"rollups[{i}]: a roll-up is an object, got {kind}")
-                size = len(json.dumps(raw))
+                size = json_size(raw)
                 if size > SIGNAL_BYTES:
                     raise Rejected(
                         f"rollups[{i}]: {size} bytes, a roll-up has at most {SIGNAL_BYTES}"
@@ -142,7 +143,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             # in its input, so they are bounded in bytes.
             if not self.early_rollups:
                 self.early_bytes = 0
-            size = len(json.dumps(raw))
+            size = json_size(raw)
             if self.early_bytes + size > EARLY_ROLLUP_BYTES:
                 raise Rejected(
                     f"rollup: the shard is busy reading or writing its state and "
@@ -155,9 +156,22 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         if isinstance(cluster, str) and cluster in self.shard.moved:
             self.forward[cluster] = raw
             return
+        if (
+            isinstance(cluster, str)
+            and not self.new_clusters.serves(cluster)
+            and self.new_clusters.held(raw)
+        ):
+            return  # (in `early_rollups` until the coordinator answers: `new_clusters.settle`)
+        # A stale roll-up still proves its cluster alive (runs begun before: as they ran).
+        self.shard.needs.stale_keeps_alive = workflow.patched("stale-rollup-keeps-alive")
         reason = self.shard.receive(raw, workflow.now().timestamp())
         if reason:
             raise Rejected(reason)
+
+    @cached_property
+    def new_clusters(self) -> NewClusters:
+        """Roll-ups of clusters this shard does not serve yet, and the question about them."""
+        return NewClusters(self)
 
     @accepts(dict[str, str], optional=True)
     def revived(self, proof: dict[str, str] | None) -> None:
@@ -180,11 +194,19 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
     async def _after_revival(self) -> None:
         """Back from a dead run's durable state (seed §6): a new epoch fences the dead run's
         transitions out, its queued starts are dropped (most were started; the next cycle redoes
-        the rest), and the providers say what became of its machines meanwhile."""
+        the rest), and the providers say what became of its machines meanwhile. Machines it
+        adopted after the point it came back from are nobody's now: it takes back those of its
+        clusters (and of its share) before it decides again, so it never replaces them."""
         self.shard.epoch = int(workflow.now().timestamp() * 1000)
         self.pipeline = []
         await self.providers.reconcile_restored()
         await self.providers.drop_owned_elsewhere()
+        # (Runs revived before this step replay without it. Mid-split or merging away, the
+        # split decides where machines go.)
+        if workflow.patched("revival-adopts-unowned") and not (
+            self.steps.joining or self.steps.merging
+        ):
+            await self.providers.adopt_unowned(self.steps.inherited)
 
     @workflow.query
     def status(self) -> dict[str, Any]:
@@ -268,6 +290,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             now = workflow.now().timestamp()
             self._fold_results(now)
             await self._forward()
+            await self.new_clusters.settle()  # new clusters' roll-ups: this shard's?
             if self.steps.retired:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 return

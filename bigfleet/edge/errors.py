@@ -43,6 +43,8 @@ CODE_OF: dict[int, grpc.StatusCode] = {
     R.UNAUTHENTICATED: C.UNAUTHENTICATED,
     R.PERMISSION_DENIED: C.PERMISSION_DENIED,
     R.UNKNOWN_CLUSTER: C.FAILED_PRECONDITION,
+    R.STALE_GENERATION: C.FAILED_PRECONDITION,
+    R.ROLLUP_TOO_LARGE: C.INVALID_ARGUMENT,
 }
 """The status code each reason is sent with (the table in machine.proto)."""
 

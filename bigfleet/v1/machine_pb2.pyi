@@ -33,6 +33,8 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     UNAUTHENTICATED: _ClassVar[ErrorReason]
     PERMISSION_DENIED: _ClassVar[ErrorReason]
     UNKNOWN_CLUSTER: _ClassVar[ErrorReason]
+    STALE_GENERATION: _ClassVar[ErrorReason]
+    ROLLUP_TOO_LARGE: _ClassVar[ErrorReason]
 MACHINE_STATE_UNSPECIFIED: MachineState
 SPECULATIVE: MachineState
 CREATING: MachineState
@@ -54,6 +56,8 @@ INVALID_FIELD: ErrorReason
 UNAUTHENTICATED: ErrorReason
 PERMISSION_DENIED: ErrorReason
 UNKNOWN_CLUSTER: ErrorReason
+STALE_GENERATION: ErrorReason
+ROLLUP_TOO_LARGE: ErrorReason
 
 class HostRef(_message.Message):
     __slots__ = ("provider", "ref")
@@ -133,7 +137,7 @@ class NodeSelectorRequirement(_message.Message):
     def __init__(self, key: _Optional[str] = ..., operator: _Optional[str] = ..., values: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ErrorInfo(_message.Message):
-    __slots__ = ("reason", "message", "machine_id", "field", "retry_after_seconds", "state", "failed_from", "call", "pool", "shard_id", "presented_epoch", "highest_epoch")
+    __slots__ = ("reason", "message", "machine_id", "field", "retry_after_seconds", "state", "failed_from", "call", "pool", "shard_id", "presented_epoch", "highest_epoch", "current_generation", "size_bytes", "limit_bytes")
     REASON_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     MACHINE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -146,6 +150,9 @@ class ErrorInfo(_message.Message):
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     PRESENTED_EPOCH_FIELD_NUMBER: _ClassVar[int]
     HIGHEST_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
     reason: ErrorReason
     message: str
     machine_id: str
@@ -158,4 +165,7 @@ class ErrorInfo(_message.Message):
     shard_id: int
     presented_epoch: int
     highest_epoch: int
-    def __init__(self, reason: _Optional[_Union[ErrorReason, str]] = ..., message: _Optional[str] = ..., machine_id: _Optional[str] = ..., field: _Optional[str] = ..., retry_after_seconds: _Optional[float] = ..., state: _Optional[_Union[MachineState, str]] = ..., failed_from: _Optional[_Union[MachineState, str]] = ..., call: _Optional[str] = ..., pool: _Optional[str] = ..., shard_id: _Optional[int] = ..., presented_epoch: _Optional[int] = ..., highest_epoch: _Optional[int] = ...) -> None: ...
+    current_generation: int
+    size_bytes: int
+    limit_bytes: int
+    def __init__(self, reason: _Optional[_Union[ErrorReason, str]] = ..., message: _Optional[str] = ..., machine_id: _Optional[str] = ..., field: _Optional[str] = ..., retry_after_seconds: _Optional[float] = ..., state: _Optional[_Union[MachineState, str]] = ..., failed_from: _Optional[_Union[MachineState, str]] = ..., call: _Optional[str] = ..., pool: _Optional[str] = ..., shard_id: _Optional[int] = ..., presented_epoch: _Optional[int] = ..., highest_epoch: _Optional[int] = ..., current_generation: _Optional[int] = ..., size_bytes: _Optional[int] = ..., limit_bytes: _Optional[int] = ...) -> None: ...

@@ -45,9 +45,32 @@ class RollupsServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Send(self, request, context):
-        """Accept a roll-up: INVALID_ARGUMENT naming the field, UNAUTHENTICATED without credentials,
-        PERMISSION_DENIED for another cluster's or an unknown cluster's roll-up,
-        FAILED_PRECONDITION (UNKNOWN_CLUSTER) for a cluster with no operator endpoint configured.
+        """Deliver a roll-up to its cluster's shard. A refusal of the roll-up itself carries an
+        ErrorInfo (machine.proto) with its reason:
+        UNAUTHENTICATED     no credentials, or a token that is no cluster's
+        PERMISSION_DENIED   another cluster's roll-up
+        INVALID_ARGUMENT    INVALID_FIELD naming the field (a generation over 2^53 - 1 names
+        "generation"); ROLLUP_TOO_LARGE over the shard's limit of a roll-up
+        (SIGNAL_BYTES, 256 000 bytes of JSON; size_bytes and limit_bytes
+        say how far).
+        Messages over 1 MB are refused by gRPC itself (RESOURCE_EXHAUSTED).
+        FAILED_PRECONDITION UNKNOWN_CLUSTER: no operator endpoint is configured for the cluster;
+        STALE_GENERATION: the generation is not above current_generation,
+        the one the shard holds as far as the gateway knows (what it
+        delivered, and what the shard said when last asked, every minute or
+        so). The roll-up was delivered and keeps the cluster alive, but
+        changes nothing: send one above current_generation. The gateway may
+        miss a stale one (then ACCEPTED: the shard still ignores it) if
+        another sender raised the generation since it last asked.
+        Without an ErrorInfo: not delivered, for good (the coordinator
+        refused to place the cluster, or Temporal refused the signal).
+        UNAVAILABLE         only when delivery failed for a reason that may pass (Temporal
+        unreachable or busy, the shard moving): send it again.
+        INTERNAL            the gateway cannot deliver for a reason of its own (its access to
+        Temporal refused, a bug); sending again will not help until that
+        is fixed.
+        Only UNAVAILABLE is worth retrying as is. A refused roll-up changed nothing, except that a
+        stale one refreshed its cluster's last-seen time.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

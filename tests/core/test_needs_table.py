@@ -1,10 +1,26 @@
 """The needs table keeps a need's object across roll-ups that leave it as it was (the engine
-caches work per need object), and otherwise replaces a cluster's needs in full."""
+caches work per need object), and otherwise replaces a cluster's needs in full. A stale roll-up
+(a generation not above the last) changes nothing but the cluster's last-seen time; a
+generation is at most 2^53 - 1."""
 
 from __future__ import annotations
 
-from bigfleet.models import CapacityNeed, ClusterCapacityNeeds
-from bigfleet.needs import NeedsTable
+import time
+
+import pytest
+from pydantic import ValidationError
+
+from bigfleet.inputs import explain
+from bigfleet.models import (
+    MAX_GENERATION,
+    CapacityNeed,
+    ClusterCapacityNeeds,
+    NodeHealth,
+    from_wire,
+)
+from bigfleet.needs import NeedsTable, needs_state, restore_needs
+from bigfleet.policy import Policy
+from bigfleet.shard import Shard
 
 
 def _rollup(generation: int, *counts: int, priority: int = 5) -> ClusterCapacityNeeds:
@@ -43,3 +59,65 @@ def test_a_roll_up_with_fewer_or_moved_needs_replaces_them() -> None:
     assert all(a is not b for a, b in zip(second, first[1:], strict=True))
     assert len(table) == 2 and {n.count for n in table} == {4, 5}
     assert [n.arrival for n in second] == [n.arrival for n in first[1:]]
+
+
+# ---- generations (issue 30, defect 3) -------------------------------------------------------
+
+
+def test_a_stale_roll_up_keeps_its_cluster_alive_and_changes_nothing_else() -> None:
+    """An operator that restarted its counter sends generations below the last one: they
+    change no need, but the cluster is not silent, so it must not age out (and lose its
+    machines) while its operator keeps sending."""
+    table = NeedsTable(max_silence_seconds=300)
+    assert table.apply(_rollup(10, 3), 0)
+    before, version = table.needs_of("c"), table.version
+    stale = ClusterCapacityNeeds(
+        cluster="c", generation=4, needs=[CapacityNeed(priority=1, count=99)],
+        health=NodeHealth(machine_ids=["m-1"]),
+    )  # fmt: skip
+    for t in (200, 400, 600):
+        assert not table.apply(stale, t)
+        assert table.expire(t) == []
+    assert table.needs_of("c") == before and table.version == version
+    assert table.generation("c") == 10 and table.health("c") == (0, None)
+    assert table.last_seen("c") == 600
+    assert not table.apply(stale, 100)  # (a late one never moves the time back)
+    assert table.last_seen("c") == 600
+    assert table.expire(901) == ["c"]  # silent for good: it ages out as before
+    # (A shard's run begun before this replays as it ran: stale roll-ups moved nothing.)
+    before_30 = NeedsTable(max_silence_seconds=300, stale_keeps_alive=False)
+    before_30.apply(_rollup(10, 3), 0)
+    assert not before_30.apply(stale, 200) and before_30.last_seen("c") == 0
+
+
+def test_a_generation_is_at_most_2_to_the_53_on_every_path() -> None:
+    """time.time_ns() is a valid int64 but not a generation: taken, it would freeze its cluster
+    for good (every later roll-up stale). Refused naming `generation`, from a file, a signal
+    to the shard (the `rollup` handler judges it in Shard.receive) or the gateway."""
+    ok = {"cluster": "c", "needs": []}
+    assert from_wire(ClusterCapacityNeeds, {**ok, "generation": MAX_GENERATION}).generation
+    assert MAX_GENERATION == 2**53 - 1
+    for generation in (time.time_ns(), 2**53, 2**63 - 1, 2**63, 2**64):
+        with pytest.raises(ValidationError) as err:
+            from_wire(ClusterCapacityNeeds, {**ok, "generation": generation})
+        assert explain(err.value).startswith("generation: ")
+    shard = Shard(0, Policy())
+    assert shard.receive({**ok, "generation": 7}, 0) is None
+    why = shard.receive({**ok, "generation": 2**63, "needs": [{"priority": 1, "count": 5}]}, 1)
+    assert why is not None and "generation: " in why and "9007199254740991" in why
+    assert list(shard.rejections) == [why]
+    assert shard.needs.generation("c") == 7 and shard.needs.needs_of("c") == []
+    assert shard.receive({**ok, "generation": 8}, 2) is None  # the cluster goes on
+
+
+def test_a_generation_taken_before_the_bound_is_read_back_as_0() -> None:
+    """A shard whose state holds a generation over the bound (taken before it existed) would
+    ignore its cluster's roll-ups for good: read back, the cluster starts again from 0."""
+    table = NeedsTable()
+    table.apply(_rollup(5, 3), 0)
+    state = needs_state(table)
+    state[0]["generation"] = 2**63
+    restored = restore_needs(state, 300.0)
+    assert restored.generation("c") == 0 and [n.count for n in restored] == [3]
+    assert restored.apply(_rollup(1, 4), 10)
+    assert [n.count for n in restored] == [4]

@@ -137,17 +137,23 @@ async def test_a_fleet_runs_on_ec2_through_its_provider_server(dev_env, tmp_path
                 await proc.listening(ports[proc.name])
 
         await until("the gateway accepts roll-ups", lambda: send(3) is None)
+        def user_data(inst: dict[str, Any]) -> str | None:
+            return ec2.describe_instance_attribute(
+                InstanceId=inst["InstanceId"], Attribute="userData"
+            )["UserData"].get("Value")
+
+        # Running, tagged for web and started with its bootstrap (a configure tags the instance
+        # before it stops it to set the user data: tagged and running alone may be that moment).
         configured = await until("3 instances configured for web", lambda: (
             ms := [i for i in instances("running")
-                   if {"Key": "bigfleet:cluster", "Value": "web"} in i.get("Tags", [])]
+                   if {"Key": "bigfleet:cluster", "Value": "web"} in i.get("Tags", [])
+                   and user_data(i)]
         ) and len(ms) == 3 and ms)  # fmt: skip
         for inst in configured:
             tags = {t["Key"]: t["Value"] for t in inst["Tags"]}
             assert tags["bigfleet:machine-id"].startswith("aws-m5-large-us-east-1a-on-demand-")
-            data = ec2.describe_instance_attribute(
-                InstanceId=inst["InstanceId"], Attribute="userData"
-            )["UserData"]["Value"]
-            assert base64.b64decode(data).startswith(b"#cloud-config"), data
+            data = user_data(inst)
+            assert data and base64.b64decode(data).startswith(b"#cloud-config"), data
         shard = dev_env.client.get_workflow_handle("shard-0")
         deadline = time.monotonic() + 60
         while (st := await shard.query("status"))["machines"].get("CONFIGURED") != 3:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
@@ -178,6 +179,23 @@ async def test_the_gateway_lets_a_cluster_send_only_its_own_valid_rollups(
         assert invalid.code() == C.INVALID_ARGUMENT and "needs.1.count" in invalid.details()
         assert error_info(invalid).field == "needs.1.count"  # type: ignore[union-attr]
 
+        # Issue 30: generation time.time_ns() (a valid int64) was accepted and froze web
+        # (every later roll-up stale, until web aged out and lost its machines). Refused now,
+        # naming the field; a stale generation is answered STALE with web's current one (and
+        # changes nothing: web's needs stay those of generation 10, see `after`); 1 000 needs
+        # (over the shard's limit of a roll-up) are refused before they reach the shard.
+        nanos = await refused(web, rollup_pb("web", time.time_ns(), 5))
+        assert nanos.code() == C.INVALID_ARGUMENT
+        assert error_info(nanos).field == "generation"  # type: ignore[union-attr]
+        stale = await refused(web, rollup_pb("web", 9, 5))
+        assert stale.code() == C.FAILED_PRECONDITION, stale.details()
+        assert error_info(stale).reason == mpb.STALE_GENERATION  # type: ignore[union-attr]
+        assert error_info(stale).current_generation == 10  # type: ignore[union-attr]
+        too_big = await refused(web, thousand_needs("web", 20))
+        assert too_big.code() == C.INVALID_ARGUMENT
+        assert error_info(too_big).reason == mpb.ROLLUP_TOO_LARGE  # type: ignore[union-attr]
+        assert "at most 256000 bytes" in too_big.details()
+
         ghost = await refused(RollupSender(fleet.endpoint, token="ghost-secret"),
                               rollup_pb("ghost", 15, 5))  # fmt: skip
         assert ghost.code() == C.FAILED_PRECONDITION
@@ -208,15 +226,42 @@ async def test_the_gateway_lets_a_cluster_send_only_its_own_valid_rollups(
         )
         assert after == {"needs": {"web": [(2, 1000)], "batch": [(1, 7)]}, "rejections": []}
         assert sorted(await fleet.assigned()) == ["batch", "web"]
+        # The shard refused nothing either (it once refused the 1 000 needs the gateway took).
+        shard = await fleet.client.get_workflow_handle("shard-0").query("status")
+        assert shard["rejected_inputs"] == {}
         await web.close()
 
         status, metrics = fleet.get("/metrics", fleet.metrics_port)
         assert status == 200
         for outcome, count in [("accepted", 2), ("unauthenticated", 3),
-                               ("permission_denied", 3), ("invalid_argument", 1),
-                               ("unknown_cluster", 1)]:  # fmt: skip
+                               ("permission_denied", 3), ("invalid_argument", 2),
+                               ("unknown_cluster", 1), ("stale", 1), ("too_large", 1),
+                               ("unavailable", 0), ("undeliverable", 0)]:  # fmt: skip
             assert f'bigfleet_gateway_rollups_total{{outcome="{outcome}"}} {count}.0' in metrics
         assert fleet.get("/healthz")[0] == 200
+
+
+async def test_a_gateway_that_never_delivered_for_a_cluster_asks_its_shard(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+):
+    """Issue 30: a restarted gateway (or another replica) knows nothing of web's generation: it
+    asks web's shard, and answers a stale roll-up STALE with the shard's generation."""
+    tokens = [{"cluster": "web", "sha256": hash_token("web-secret")}]
+    async with running(dev_env, tmp_path, {"tokens": tokens}) as fleet:
+        web = RollupSender(fleet.endpoint, token="web-secret")
+        assert (await web.send_proto(rollup_pb("web", 10, 2))).generation == 10
+        await eventually(fleet.shard, lambda s: s["needs"] == {"web": [(2, 1000)]})
+        await web.close()
+        fleet.proc.stop()
+        fleet.proc.start()
+        await fleet.proc.listening(fleet.port)
+        web = RollupSender(fleet.endpoint, token="web-secret")
+        try:
+            stale = await refused(web, rollup_pb("web", 9, 5))
+            assert stale.code() == C.FAILED_PRECONDITION, stale.details()
+            assert error_info(stale).current_generation == 10  # type: ignore[union-attr]
+        finally:
+            await web.close()
 
 
 async def test_a_bad_rollup_file_to_the_gateway_exits_2_naming_the_field(tmp_path: Path):
@@ -322,12 +367,21 @@ class _Handle:
             raise RPCError("workflow execution already completed", RPCStatusCode.NOT_FOUND, b"")
         self.client.signalled.append((self.wid, name, arg))
 
+    async def query(self, name: str, arg: Any, rpc_timeout: Any = None) -> Any:
+        self.client.queried.append((self.wid, name, arg))
+        view = self.client.views[self.wid]
+        if isinstance(view, Exception):
+            raise view
+        return view
+
 
 class _Client:
     def __init__(self, answers: list[int], gone: set[str]) -> None:
         self.answers, self.gone = answers, gone
         self.asked: list[str] = []
         self.signalled: list[tuple[str, str, Any]] = []
+        self.queried: list[tuple[str, str, Any]] = []
+        self.views: dict[str, Any] = {}
 
     def get_workflow_handle(self, wid: str) -> _Handle:
         return _Handle(self, wid)
@@ -436,3 +490,229 @@ async def test_an_oversized_rollup_is_refused_before_it_is_read_and_health_is_se
     finally:
         await sender.close()
         await server.stop(0)
+
+
+# ---- generations and limits, in this process (issue 30, defects 3 and 5) ----------------------
+
+
+def _dep(clusters: tuple[str, ...] = ("web",)) -> Any:
+    from bigfleet.deployment import Deployment
+    from bigfleet.models import from_wire
+
+    return from_wire(Deployment, {
+        "name": "gw", "providers": [{"name": "dc", "endpoint": "127.0.0.1:1"}],
+        "operators": {"template": "op-{cluster}:50061"},
+        "gateway": {"listen": "127.0.0.1:0", "tokens": [
+            {"cluster": c, "sha256": hash_token(f"{c}-secret")} for c in clusters]},
+    })  # fmt: skip
+
+
+def outcomes() -> dict[str, float]:
+    from prometheus_client import REGISTRY
+
+    from workers.gateway import OUTCOMES
+
+    name = "bigfleet_gateway_rollups_total"
+    return {o: REGISTRY.get_sample_value(name, {"outcome": o}) or 0.0 for o in OUTCOMES}
+
+
+@contextlib.asynccontextmanager
+async def gateway_here(
+    deliver: Any, ask: Any = None, clusters: tuple[str, ...] = ("web",)
+) -> AsyncIterator[dict[str, RollupSender]]:
+    """A gateway in this process with a stand-in for Temporal: `deliver` and `ask` (the
+    generation a cluster's shard holds)."""
+    from workers.gateway import Generations, TokenTable, start_gateway
+
+    dep = _dep(clusters)
+    server = await start_gateway(dep, TokenTable.load(dep), deliver, None, Generations(ask))
+    senders = {
+        c: RollupSender(f"127.0.0.1:{server.port}", token=f"{c}-secret") for c in clusters
+    }
+    try:
+        yield senders
+    finally:
+        for s in senders.values():
+            await s.close()
+        await server.stop(0)
+
+
+def thousand_needs(cluster: str, generation: int) -> rpb.ClusterCapacityNeeds:
+    """Issue 30's roll-up: 1 000 needs, 59 KB as protobuf (gRPC takes up to 1 MB), 302 KB as
+    the JSON the shard judges (it takes 256 000 bytes a roll-up)."""
+    return rpb.ClusterCapacityNeeds(
+        cluster=cluster, generation=generation, needs=[need_pb(1, i) for i in range(1000)]
+    )
+
+
+async def test_the_gateway_refuses_what_the_shard_would_and_says_stale_for_stale():
+    """Issue 30: an operator sends generation time.time_ns() (a valid int64), then its normal
+    generations; one that restarted its counter sends generations below the last; another
+    sends 1 000 needs. Before: each was ACCEPTED (the first froze its cluster, every later one
+    was ignored until the cluster aged out and lost its machines; the large one the shard
+    refused). Now each answer says what the shard will do."""
+    from bigfleet.inputs import SIGNAL_BYTES, json_size
+    from bigfleet.models import MAX_GENERATION
+
+    delivered: list[tuple[str, int]] = []
+
+    async def deliver(cluster: str, rollup: dict[str, Any]) -> tuple[int, str]:
+        assert json_size(rollup) <= SIGNAL_BYTES
+        delivered.append((cluster, rollup["generation"]))
+        return 0, "shard-0"
+
+    shard_holds = {"batch": 500, "new": -1}
+
+    async def ask(cluster: str) -> int | None:
+        return shard_holds.get(cluster)
+
+    before = outcomes()
+    async with gateway_here(deliver, ask, ("web", "batch", "new")) as send:
+        web = send["web"]
+        for generation in (time.time_ns(), 2**63 - 1, MAX_GENERATION + 1):
+            err = await refused(web, rollup_pb("web", generation, 1))
+            assert err.code() == C.INVALID_ARGUMENT, err.details()
+            info = error_info(err)
+            assert info is not None and info.reason == mpb.INVALID_FIELD
+            assert info.field == "generation" and "9007199254740991" in err.details()
+        assert delivered == []
+
+        # Then the operator's normal generations. Its counter restarts: a repeated or older
+        # generation is delivered (it keeps the cluster alive at its shard) but answered
+        # STALE, naming the current one to jump above.
+        assert (await web.send_proto(rollup_pb("web", 10, 1))).generation == 10
+        assert (await web.send_proto(rollup_pb("web", 11, 1))).generation == 11
+        stale = await refused(web, rollup_pb("web", 5, 1))
+        assert stale.code() == C.FAILED_PRECONDITION
+        info = error_info(stale)
+        assert info is not None and info.reason == mpb.STALE_GENERATION
+        assert info.current_generation == 11 and info.field == "generation"
+        assert "above 11" in stale.details()
+        assert (await web.send_proto(rollup_pb("web", 12, 1))).generation == 12
+        assert delivered == [("web", 10), ("web", 11), ("web", 5), ("web", 12)]
+
+        # A gateway that never delivered for a cluster asks its shard.
+        batch = send["batch"]
+        older = await refused(batch, rollup_pb("batch", 499, 1))
+        assert error_info(older).current_generation == 500  # type: ignore[union-attr]
+        assert (await batch.send_proto(rollup_pb("batch", 501, 1))).generation == 501
+        again = await refused(batch, rollup_pb("batch", 501, 1))
+        assert error_info(again).current_generation == 501  # type: ignore[union-attr]
+        assert (await send["new"].send_proto(rollup_pb("new", 0, 1))).generation == 0
+
+        # 1 000 needs: the shard's limit, named with the size; nothing delivered.
+        delivered.clear()
+        big = thousand_needs("web", MAX_GENERATION)
+        assert big.ByteSize() < 100_000
+        too_big = await refused(web, big)
+        assert too_big.code() == C.INVALID_ARGUMENT, too_big.details()
+        info = error_info(too_big)
+        assert info is not None and info.reason == mpb.ROLLUP_TOO_LARGE
+        assert info.limit_bytes == SIGNAL_BYTES == 256_000 and info.size_bytes > SIGNAL_BYTES
+        assert f"{info.size_bytes} bytes" in too_big.details()
+        assert f"at most {SIGNAL_BYTES} bytes" in too_big.details()
+        assert delivered == []
+
+    after = outcomes()
+    counted = {o: after[o] - before[o] for o in after if after[o] != before[o]}
+    assert counted == {"invalid_argument": 3, "accepted": 5, "stale": 3, "too_large": 1}
+
+
+async def test_only_a_delivery_that_may_succeed_later_is_unavailable():
+    """Issue 30: a roll-up Temporal refused for good was answered UNAVAILABLE, 'send it
+    again'. Now UNAVAILABLE means exactly that; the rest say they will fail again."""
+    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.exceptions import ApplicationError
+    from temporalio.service import RPCError, RPCStatusCode
+
+    S = RPCStatusCode
+    failures: list[BaseException] = []
+
+    async def deliver(cluster: str, rollup: dict[str, Any]) -> tuple[int, str]:
+        raise failures.pop(0)
+
+    cases = [
+        (RPCError("connection refused", S.UNAVAILABLE, b""), C.UNAVAILABLE, "unavailable"),
+        (RPCError("deadline", S.DEADLINE_EXCEEDED, b""), C.UNAVAILABLE, "unavailable"),
+        (TimeoutError("slow"), C.UNAVAILABLE, "unavailable"),
+        (RPCError("Blob data size exceeds limit.", S.INVALID_ARGUMENT, b""),
+         C.FAILED_PRECONDITION, "undeliverable"),
+        (WorkflowUpdateFailedError(ApplicationError("no room for more (split the fleet)")),
+         C.FAILED_PRECONDITION, "undeliverable"),
+        (RPCError("Request unauthorized.", S.PERMISSION_DENIED, b""), C.INTERNAL,
+         "undeliverable"),
+        (RuntimeError("a bug"), C.INTERNAL, "undeliverable"),
+    ]  # fmt: skip
+    before = outcomes()
+    async with gateway_here(deliver) as send:
+        for n, (failure, code, _) in enumerate(cases):
+            failures.append(failure)
+            err = await refused(send["web"], rollup_pb("web", n, 1))
+            assert err.code() == code, (failure, err.details())
+            assert ("send it again" in err.details()) == (code == C.UNAVAILABLE), err.details()
+    after = outcomes()
+    assert {o: after[o] - before[o] for o in after if after[o] != before[o]} == {
+        "unavailable": 3, "undeliverable": 4
+    }
+
+
+async def test_generations_asks_the_shard_again_only_now_and_then():
+    """What the gateway knows of a cluster's generation: the shard's answer, raised by what it
+    delivered since; asked again after `every` seconds (another sender may have moved it, or
+    the cluster aged out and starts from nothing); bounded."""
+    from workers.gateway import Generations
+
+    now = [0.0]
+    shard = {"web": 7}
+    asked: list[str] = []
+
+    async def ask(cluster: str) -> int | None:
+        asked.append(cluster)
+        return shard.get(cluster)
+
+    g = Generations(ask, every=60, size=2, clock=lambda: now[0])
+    assert await g.current("web") == 7
+    g.delivered("web", 9)
+    g.delivered("web", 8)  # (a stale one delivered: nothing learnt)
+    assert await g.current("web") == 9 and asked == ["web"]
+    shard["web"] = -1  # it aged out at the shard (or another sender moved it): asked anew
+    now[0] = 61
+    assert await g.current("web") == -1 and asked == ["web", "web"]
+    # A shard that cannot say (its code has no generation, it is reading back its state):
+    # what was delivered stands, and it is not asked again at once.
+    assert await g.current("nobody") is None
+    g.delivered("nobody", 3)
+    assert await g.current("nobody") == 3 and asked.count("nobody") == 1
+    # Concurrent sends ask once; a delivery made meanwhile is not forgotten.
+    gate = asyncio.Event()
+
+    async def slow(cluster: str) -> int | None:
+        asked.append(cluster)
+        await gate.wait()
+        return 4
+
+    h = Generations(slow)
+    waiting = [asyncio.create_task(h.current("web")) for _ in range(3)]
+    await asyncio.sleep(0)
+    h.delivered("web", 5)
+    gate.set()
+    assert await asyncio.gather(*waiting) == [5, 5, 5] and asked.count("web") == 3
+    # Bounded: the clusters least recently sent for are forgotten.
+    g.delivered("a", 1)
+    assert len(g._known) == 2 and "web" not in g._known
+
+
+async def test_the_router_asks_the_shard_for_its_generation():
+    from temporalio.client import WorkflowQueryFailedError
+
+    from workers.worker import ShardRouter
+
+    client = _Client(answers=[1, 2], gone=set())
+    router = ShardRouter(client, shards=3)
+    client.views["shard-1"] = {"cluster": "web", "generation": 12, "needs": []}
+    assert await router.generation("web") == 12 and client.asked == ["web"]
+    client.views["shard-1"] = {"cluster": "web", "needs": []}  # a shard without it
+    assert await router.generation("web") is None
+    client.views["shard-1"] = WorkflowQueryFailedError("the shard is reading back its state")
+    assert await router.generation("web") is None
+    assert client.queried == [("shard-1", "cluster", "web")] * 3

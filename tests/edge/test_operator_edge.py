@@ -234,7 +234,7 @@ async def test_an_unreachable_or_missing_operator_is_a_refused_answer_not_an_err
         labels = {"cluster": cluster, "outcome": outcome}
         return REGISTRY.get_sample_value("bigfleet_bootstraps_total", labels) or 0.0
 
-    before = counted("web", "unreachable"), counted("batch", "no_operator")
+    before = counted("web", "unreachable"), counted("unknown", "no_operator")
     try:
         answer = await acts.generate_bootstrap(call("web"))
         assert answer.refused is not None and not answer.user_data
@@ -244,7 +244,7 @@ async def test_an_unreachable_or_missing_operator_is_a_refused_answer_not_an_err
         assert missing.refused == (
             "no operator endpoint for cluster batch in the deployment config"
         )
-        assert (counted("web", "unreachable"), counted("batch", "no_operator")) == (
+        assert (counted("web", "unreachable"), counted("unknown", "no_operator")) == (
             before[0] + 1, before[1] + 1
         )
 

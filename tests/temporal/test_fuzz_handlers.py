@@ -214,7 +214,7 @@ async def test_shard_and_coordinator_survive_hostile_signals_and_updates(
             coordinator,
             [
                 "assign_cluster", "split_shard", "merge_shards", "add_shard", "decommission",
-                "repair",
+                "repair", "cluster_owners",
             ],
             seed=4,
         )
@@ -228,6 +228,11 @@ async def test_shard_and_coordinator_survive_hostile_signals_and_updates(
             except WorkflowUpdateFailedError as err:
                 # (A shard that has seen no term yet refuses the machine it does not own.)
                 assert "term" in str(err.cause) or "not owned" in str(err.cause), err.cause
+        try:  # a shard that is not a member asks to be given a cluster
+            await coordinator.execute_update("cluster_owners", {"shard": 7, "clusters": ["x"]})
+            raise AssertionError("cluster_owners accepted shard 7")
+        except WorkflowUpdateFailedError as err:
+            assert "shard: 7 is not a member" in str(err.cause), err.cause
         for name in ("", HUGE):
             try:
                 await coordinator.execute_update("assign_cluster", name)

@@ -10,12 +10,10 @@ import asyncio
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus
-from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from bigfleet.models import ListFilter, MachineState
 from tests.conftest import (
-    TEMPORAL,
     eventually,
     fleet_workers,
     query_retrying,
@@ -29,7 +27,6 @@ from tests.temporal.test_temporal_coordinator import (
     two_shard_fleet,
 )
 from workers import cli
-from workers.devserver import throwaway_server
 from workflows.sagas import COORDINATOR_ID
 
 S = MachineState
@@ -217,59 +214,3 @@ async def test_a_shard_restarted_from_scratch_gives_up_machines_that_moved_away(
         )
         assert {m for m, s in states.items() if s == "GONE"} == moved
         assert sum((await machines_of(client, 1)).values()) == 4
-
-
-async def test_a_shard_the_server_ended_for_its_history_size_restarts_from_its_snapshot():
-    """A server with a 1 MB history limit; junk roll-ups (dropped by the shard, but each in its
-    history) push shard 0's run past it and the server terminates it. A reset would replay into
-    the same limit (and be terminated again at once), so the coordinator restarts it from its
-    latest run's input instead — here its first: from scratch, adopting its rack again."""
-    limits = [
-        "--dynamic-config-value",
-        "limit.historySize.error=1000000",
-        "--dynamic-config-value",
-        "limit.historySize.warn=500000",
-    ]
-    async with await throwaway_server(TEMPORAL, limits) as env:
-        client = env.client
-        raw, ids = one_rack()
-        shard0 = client.get_workflow_handle("shard-0")
-        async with fleet_workers(client, raw):
-            await start_coordinator(client, missing_after_seconds=3)
-            await start(client, raw)
-            before = await eventually(
-                lambda: shard0.query("status"), lambda s: sum(s["machines"].values()) == 40
-            )
-            dead = (await shard0.describe()).run_id
-            for i in range(12):  # the server refuses signals once the history is too long
-                try:
-                    await shard0.signal("rollup", {"cluster": f"junk-{i}", "pad": "x" * 100_000})
-                except RPCError as err:
-                    assert "exceeds limit" in str(err)
-                    break
-            back = await eventually(
-                shard0.describe,
-                lambda d: d.run_id != dead and d.status == WorkflowExecutionStatus.RUNNING,
-                timeout=30,
-                what="shard-0 ended by the server and brought back",
-            )
-            ended = [
-                e.workflow_execution_terminated_event_attributes.reason
-                async for e in client.get_workflow_handle("shard-0", run_id=dead)
-                .fetch_history_events()
-                if e.HasField("workflow_execution_terminated_event_attributes")
-            ]
-            assert ended and "exceeds limit" in ended[0], ended
-            # (The new run can be running before the activity that started it has reported.)
-            await eventually(lambda: revivals(client), lambda r: r == ["restarted"], timeout=20)
-            async def runs() -> list[str]:
-                return [wf.run_id async for wf in client.list_workflows('WorkflowId = "shard-0"')]
-
-            # The dead run and its restart: no reset run in between (it would be older).
-            assert len(await eventually(runs, lambda r: back.run_id in r)) == 2
-            # The new run takes a new epoch first and lists its providers after: wait for both.
-            await eventually(
-                lambda: shard0.query("status"),
-                lambda s: s["epoch"] > before["epoch"] and sum(s["machines"].values()) == 40,
-                what="the restarted shard 0 owning its rack of 40 again",
-            )

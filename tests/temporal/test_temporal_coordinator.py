@@ -315,8 +315,10 @@ async def test_roll_up_senders_ask_the_coordinator_once_and_it_assigns_least_loa
             cli.main, ["rollup", "send", str(path), "--direct", "--address", address]
         )
         assert code == 0
-        status = await client.get_workflow_handle("shard-1").query("status")
-        assert "d" in status["clusters"]  # shard 1 had one cluster (b), shard 0 two
+        await eventually(  # (a cluster new to a shard waits for the coordinator's word)
+            lambda: client.get_workflow_handle("shard-1").query("status"),
+            lambda s: "d" in s["clusters"],  # shard 1 had one cluster (b), shard 0 two
+        )
 
         await client.get_workflow_handle(COORDINATOR_ID).terminate("lost its memory")
         await ask(client, 0, "e", 5, 1)  # a cluster shard 0 serves that nobody assigned

@@ -296,7 +296,9 @@ async def test_rollups_sent_together_arrive_as_one_signal_each_judged_alone(
             lambda r: r["counts"].get("rollups") == 4,
             what="the non-roll-up and the oversized batch rejected too",
         )
-        st = await status(client)
+        st = await eventually(  # (e, new to the shard, waits for the coordinator's word)
+            lambda: status(client), lambda st: "e" in st["clusters"], what="e taken"
+        )
         names = [
             e.workflow_execution_signaled_event_attributes.signal_name
             async for e in shard(client).fetch_history_events()
