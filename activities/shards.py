@@ -15,7 +15,10 @@ from temporalio.api.enums.v1 import (
     ResetReapplyType,
     WorkflowTaskFailedCause,
 )
-from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+from temporalio.api.workflowservice.v1 import (
+    GetWorkflowExecutionHistoryReverseRequest,
+    ResetWorkflowExecutionRequest,
+)
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
@@ -308,6 +311,14 @@ def status_name(desc: WorkflowExecutionDescription) -> str:
 
 
 WEDGED_ATTEMPTS = 3  # workflow task attempts in a row that failed: the workflow is wedged
+# Failed workflow tasks in a row a history is read back for (newest first, one small page).
+FAILURES_READ = 200
+# Failures that say nothing about the code: a reset's mark, and a completion the server refused
+# because new events came in meanwhile (a storm of signals while a run continues as new).
+PASSING_CAUSES = (
+    RESET_CAUSE,
+    WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND,
+)
 
 
 async def wedged(
@@ -315,20 +326,48 @@ async def wedged(
 ) -> str | None:
     """Why a running workflow decides nothing ("workflow task failing, attempt N: …"), or None
     if its workflow tasks complete. Temporal retries a failing workflow task forever without
-    failing the workflow; the attempt count of the pending task says so."""
+    failing the workflow; the attempt count of the pending task says so — unless signals keep
+    coming (a coordinator gets a shard report every few seconds): each one writes the failure
+    into the history and starts the count again at 1. So the failed tasks since the last
+    completed one, read from the end of the history, count as well."""
     if desc is None:
         desc = await client.get_workflow_handle(wid).describe()
     if desc.status != WorkflowExecutionStatus.RUNNING:
         return None
-    attempt = desc.raw_description.pending_workflow_task.attempt
-    if attempt < WEDGED_ATTEMPTS:
+    raw = desc.raw_description
+    if not raw.HasField("pending_workflow_task"):
+        return None  # nothing to decide now: nothing failing
+    attempt = raw.pending_workflow_task.attempt
+    failed, cause = await failed_in_a_row(client, wid, desc.run_id)
+    if max(attempt, failed) < WEDGED_ATTEMPTS:
         return None
-    cause = ""
-    history = client.get_workflow_handle(wid, run_id=desc.run_id).fetch_history_events()
-    async for event in history:
+    return (
+        f"workflow task failing, attempt {attempt}, {failed} failed since the last one that "
+        f"completed: {clip(cause, 300)}"
+    )
+
+
+async def failed_in_a_row(client: Client, wid: str, run_id: str | None) -> tuple[int, str]:
+    """Workflow tasks that failed since the run's last completed one (read newest first, at
+    most FAILURES_READ events), and the newest failure's message."""
+    reply = await client.workflow_service.get_workflow_execution_history_reverse(
+        GetWorkflowExecutionHistoryReverseRequest(
+            namespace=client.namespace,
+            execution=WorkflowExecution(workflow_id=wid, run_id=run_id or ""),
+            maximum_page_size=FAILURES_READ,
+        )
+    )
+    failed, cause = 0, ""
+    for event in reply.history.events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            break
         if event.HasField("workflow_task_failed_event_attributes"):
-            cause = event.workflow_task_failed_event_attributes.failure.message
-    return f"workflow task failing, attempt {attempt}: {clip(cause, 300)}"
+            attrs = event.workflow_task_failed_event_attributes
+            if attrs.cause in PASSING_CAUSES:
+                continue
+            failed += 1
+            cause = cause or attrs.failure.message
+    return failed, cause
 
 
 async def terminate(client: Client, wid: str, run_id: str | None, reason: str) -> None:
