@@ -164,6 +164,11 @@ class InstructionHandlers:
                 type="StaleInstruction",
                 non_retryable=True,
             )
+        if fencing.unverified(ins):  # (the other instruction's question got no answer)
+            raise ApplicationError(
+                f"term: {term} could not be checked with the coordinator; retry",
+                type="TermUnchecked",
+            )
         return True
 
     @workflow.query
