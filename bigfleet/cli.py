@@ -61,6 +61,8 @@ def _simulate(args: argparse.Namespace) -> int:
     from .simulation.report import render_text
     from .simulation.run import run_scenario
     from .simulation.scenario import ScenarioError, load
+    from .simulation.trace_mapping import MappingError
+    from .simulation.traces import TraceError
 
     try:
         scenario = load(args.scenario)
@@ -71,18 +73,22 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.split == "quotas" and quotas is None:
         print("bigfleet simulate: --split quotas needs --quotas FILE", file=sys.stderr)
         return 2
-    if args.compare:
-        try:
-            result = compare(scenario, args.seed, args.split, quotas)
-        except ScenarioError as err:
-            print(f"bigfleet simulate: {args.quotas}: {err}", file=sys.stderr)
-            return 2
-        runs = [("BigFleet", result["bigfleet"]), ("per-cluster", result["per_cluster"])]
-        text = render_comparison(result)
-    else:
-        result = run_scenario(scenario, seed=args.seed)
-        runs = [("BigFleet", result)]
-        text = render_text(result, log_lines=args.log_lines)
+    try:
+        if args.compare:
+            try:
+                result = compare(scenario, args.seed, args.split, quotas)
+            except ScenarioError as err:
+                print(f"bigfleet simulate: {args.quotas}: {err}", file=sys.stderr)
+                return 2
+            runs = [("BigFleet", result["bigfleet"]), ("per-cluster", result["per_cluster"])]
+            text = render_comparison(result)
+        else:
+            result = run_scenario(scenario, seed=args.seed)
+            runs = [("BigFleet", result)]
+            text = render_text(result, log_lines=args.log_lines)
+    except (MappingError, TraceError) as err:  # a trace or its mapping the scenario names
+        print(f"bigfleet simulate: {args.scenario}: {err}", file=sys.stderr)
+        return 2
     if args.html:
         from .simulation.html import render_html
 
@@ -95,6 +101,8 @@ def _simulate(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from .simulation.plan import ObjectiveError, parse_objective, plan, render_plan
     from .simulation.scenario import ScenarioError, load
+    from .simulation.trace_mapping import MappingError
+    from .simulation.traces import TraceError
 
     try:
         scenario = load(args.scenario)
@@ -102,9 +110,13 @@ def _plan(args: argparse.Namespace) -> int:
     except (ScenarioError, ObjectiveError) as err:
         print(f"bigfleet plan: {err}", file=sys.stderr)
         return 2
-    result = plan(
-        scenario, objectives, seed=args.seed, split=args.split, max_factor=args.max_factor
-    )
+    try:
+        result = plan(
+            scenario, objectives, seed=args.seed, split=args.split, max_factor=args.max_factor
+        )
+    except (MappingError, TraceError) as err:  # a trace or its mapping the scenario names
+        print(f"bigfleet plan: {args.scenario}: {err}", file=sys.stderr)
+        return 2
     print(json.dumps(result) if args.json else render_plan(result))
     return 0
 

@@ -19,6 +19,11 @@ _CACHE: dict[tuple[str, int, int, str], Jobs | Series] = {}
 _CACHE_SIZE = 8
 
 
+class TraceError(ValueError):
+    """A trace file that cannot be read as its mapping says: missing, not text, not CSV, or a
+    bad value (the file and line named)."""
+
+
 @dataclass(frozen=True)
 class Jobs:
     """A parsed job log, one array entry per job, in file order."""
@@ -51,9 +56,9 @@ class _Table:
         self.header: list[str] | None = None
         self.line = 1
 
-    def error(self, message: str, column: Column | None = None) -> ValueError:
+    def error(self, message: str, column: Column | None = None) -> TraceError:
         where = f"line {self.line}" + ("" if column is None else f", column {column}")
-        return ValueError(f"{self.path}: {where}: {message}")
+        return TraceError(f"{self.path}: {where}: {message}")
 
     def rows(self, f) -> Iterator[list[str]]:
         """The non-blank, non-comment rows; `self.line` is the line number of the last one."""
@@ -119,7 +124,7 @@ def _cached(path: str | os.PathLike[str], mapping: Mapping, parse) -> Jobs | Ser
     try:
         st = os.stat(path)
     except OSError as err:
-        raise ValueError(f"{path}: cannot read trace: {err.strerror}") from None
+        raise TraceError(f"{path}: cannot read trace: {err.strerror}") from None
     key = (path, st.st_size, st.st_mtime_ns, mapping.model_dump_json())
     if key not in _CACHE:
         table = _Table(path, mapping.file)
@@ -129,11 +134,11 @@ def _cached(path: str | os.PathLike[str], mapping: Mapping, parse) -> Jobs | Ser
             with opener(path, "rt", newline="", encoding="utf-8") as f:
                 parsed = parse(table, table.rows(f), mapping)
         except OSError as err:
-            raise ValueError(f"{path}: cannot read trace: {err.strerror}") from None
+            raise TraceError(f"{path}: cannot read trace: {err.strerror}") from None
         except UnicodeDecodeError as err:
-            raise ValueError(f"{path}: not UTF-8 text: {err.reason}") from None
+            raise TraceError(f"{path}: not UTF-8 text: {err.reason}") from None
         except csv.Error as err:
-            raise ValueError(f"{path}: not a valid CSV file: {err}") from None
+            raise TraceError(f"{path}: not a valid CSV file: {err}") from None
         if len(_CACHE) >= _CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
         _CACHE[key] = parsed

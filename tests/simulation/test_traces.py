@@ -271,3 +271,21 @@ def test_the_batch_example_replays_the_spar_sample():
         rollups = rollups_from_trace(cluster.workload, scenario.cycle_seconds, 3600)
         peaks.append(max(n.count for _, needs in rollups for n in needs))
     assert peaks == [18, 19]
+
+
+@pytest.mark.parametrize("verb", [["simulate"], ["simulate", "--compare", "per-cluster"], ["plan"]])
+def test_a_scenario_whose_trace_is_missing_is_refused_in_one_line(tmp_path, capsys, verb):
+    """A trace (or its mapping) the scenario names but the machine does not have: the command
+    says which file, in one line, and exits 2 — no traceback (issue 31)."""
+    from bigfleet.cli import main
+
+    example = pathlib.Path(__file__).parents[2] / "examples" / "alibaba-gpu-replay.yaml"
+    text = example.read_text().replace("../../shared/traces", str(tmp_path / "nowhere"))
+    text = text.replace("mapping: traces/", f"mapping: {example.parent}/traces/")
+    scenario = tmp_path / "replay.yaml"
+    scenario.write_text(text)
+    slo = ["--slo", "500000:served=0.8"] if verb == ["plan"] else []
+    assert main([verb[0], str(scenario), *verb[1:], *slo]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    assert "openb_pod_list_default.csv: cannot read trace: No such file" in err, err
