@@ -84,3 +84,15 @@ def victim_merit(
 
 
 DELETABLE = frozenset({CapacityType.ON_DEMAND, CapacityType.SPOT, CapacityType.RESERVED})
+
+# Capacity the fleet pays for whether it is used or not (owned racks, committed reservations):
+# its price is sunk, so using one costs the fleet nothing more (docs/decisions/0012).
+OWNED = frozenset({CapacityType.BARE_METAL, CapacityType.RESERVED})
+ELASTIC = frozenset({CapacityType.ON_DEMAND, CapacityType.SPOT})
+
+
+def marginal_price(capacity_type: CapacityType, price_per_hour: float) -> float:
+    """What running one more hour on a machine of this kind adds to the fleet's bill: its price
+    for elastic capacity, 0 for owned and committed capacity (billed whether used or not).
+    Placement ranks by it; reports bill the full price."""
+    return 0.0 if capacity_type in OWNED else price_per_hour

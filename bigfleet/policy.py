@@ -68,6 +68,15 @@ class Policy(BaseModel):
     # consolidateAfter): demand in flux would undo the move before it paid.
     consolidation_stable_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 300.0
 
+    # Placement by the fleet's cost (docs/decisions/0012): owned and committed capacity ranks
+    # at its marginal price (0: it is paid for whether used or not), a need about to buy
+    # elastic capacity displaces backfill at least `displace_gap` below it from owned machines
+    # when that saves more over `consolidation_horizon_hours` than the backfill's reclamation
+    # penalty, and an idle elastic machine no forecast wants goes at once. False: the engine
+    # of before (a shard run begun before it replays with it off).
+    fleet_cost: bool = True
+    displace_gap: Annotated[int, Field(ge=1, le=1_000_000)] = 900_000
+
     def idle_timeout(self, capacity_type: CapacityType) -> float:
         """How long an idle machine of this capacity type is held: a type the policy's map
         leaves out keeps its default (`{on-demand: 600}` changes on-demand alone)."""

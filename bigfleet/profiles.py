@@ -14,6 +14,7 @@ from functools import cached_property
 import numpy as np
 
 from . import labels as L
+from .cost import marginal_price
 from .models import CapacityType, Machine, NodeSelectorRequirement, Resources
 from .requirements import all_match
 
@@ -67,6 +68,11 @@ class Profile:
         return f"{base}[{extra}]" if extra else base
 
     @cached_property
+    def marginal_price(self) -> float:
+        """`cost.marginal_price`: 0 for owned and committed capacity, else the price."""
+        return marginal_price(self.capacity_type, self.price_per_hour)
+
+    @cached_property
     def short_name(self) -> str:
         """provider/instance-type/zone/capacity-type: how people name a kind of machine."""
         return f"{self.provider}/{self.instance_type}/{self.zone}/{self.capacity_type.value}"
@@ -84,6 +90,8 @@ class ProfileTable:
         self.profiles: list[Profile] = []
         self._ids: dict[Profile, int] = {}
         self.price = np.zeros(0, dtype=np.float64)
+        # Each profile's `marginal_price`: what placement ranks by (owned capacity at 0).
+        self.marginal = np.zeros(0, dtype=np.float64)
         self.interruption = np.zeros(0, dtype=np.float64)
         self._match_cache: dict[str, tuple[int, np.ndarray]] = {}
         self._labels: dict[str, list[str | None]] = {}
@@ -100,6 +108,7 @@ class ProfileTable:
             self.profiles.append(profile)
             self._ids[profile] = pid
             self.price = np.append(self.price, profile.price_per_hour)
+            self.marginal = np.append(self.marginal, profile.marginal_price)
             self.interruption = np.append(self.interruption, profile.interruption_probability)
         return pid
 

@@ -13,7 +13,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from .cost import (
-    DELETABLE,
+    ELASTIC,
+    OWNED,
     drain_grace_period,
     shard_pressure,
     victim_weights,
@@ -33,6 +34,13 @@ from .engine.common import (
     supply_key,
     victim_order,
     worth_moving,
+)
+from .engine.fleet_cost import (
+    SpreadRoom,
+    displaceable,
+    idle_hold,
+    idle_spare,
+    worth_displacing,
 )
 from .models import (
     ConfigureAction,
@@ -58,6 +66,7 @@ class ReferenceEngine(ReferenceFleet):
     def decide(self, needs: Iterable[Need], now: float) -> Decision:
         needs = list(needs)
         policy = self.policy
+        sunk = policy.fleet_cost
         out = Decision()
         self.memory.observe_counts(needs, now)
         self._assigned = {}
@@ -85,7 +94,7 @@ class ReferenceEngine(ReferenceFleet):
             cands.sort(
                 key=lambda m: (
                     CLAIM_ORDER.index(m.state),
-                    supply_key(need, m.profile),
+                    supply_key(need, m.profile, sunk),
                     -m.holder_reclamation,
                     m.ordinal,
                 )
@@ -101,6 +110,7 @@ class ReferenceEngine(ReferenceFleet):
         kept: set[int] = set()
         creates: dict[tuple[str, str], list[Rec]] = defaultdict(list)
         demand: dict[str, int] = defaultdict(int)
+        chosen_of: dict[str, list[Rec]] = {}
         for need in needs:
             deficit = need.count - len(claims[need.key])
             if deficit <= 0:
@@ -115,8 +125,10 @@ class ReferenceEngine(ReferenceFleet):
                 for m in self.machines
                 if m.state is S.SPECULATIVE and m.ordinal not in taken and self._matches(need, m)
             ]
-            idle.sort(key=lambda m: (supply_key(need, m.profile), m.holder_reclamation, m.ordinal))
-            spec.sort(key=lambda m: (supply_key(need, m.profile), m.ordinal))
+            idle.sort(
+                key=lambda m: (supply_key(need, m.profile, sunk), m.holder_reclamation, m.ordinal)
+            )
+            spec.sort(key=lambda m: (supply_key(need, m.profile, sunk), m.ordinal))
             chosen = self._choose(need, claims[need.key], idle + spec, deficit)
             if need.spec.same and not chosen:
                 held = self._reserve_same(need, claims[need.key], idle + spec, holder, deficit)
@@ -134,7 +146,7 @@ class ReferenceEngine(ReferenceFleet):
                 else:
                     creates[(m.profile.provider, need.key)].append(m)
             assigned[need.key] = len(chosen)
-        self._create(creates, holder, out)
+            chosen_of[need.key] = chosen
 
         # Phase 2: inversions. Supply on its way first, then strictly lower priorities.
         free = sum(1 for m in self.machines if m.state in (S.IDLE, S.SPECULATIVE))
@@ -143,6 +155,7 @@ class ReferenceEngine(ReferenceFleet):
         preempted: set[int] = set()
         earmarked: set[int] = set(kept)
         unmet = []
+        cycle = (claims, chosen_of, creates, holder, taken, earmarked, preempted, weights, demand)
         for need in needs:
             have = len(claims[need.key]) - sum(
                 1 for m in claims[need.key] if m.ordinal in preempted
@@ -152,6 +165,7 @@ class ReferenceEngine(ReferenceFleet):
             if reserved[need.key]:
                 out.earmarked[need.key] = reserved[need.key]
             if deficit <= 0:
+                self._yield_for_cost(need, cycle, out)
                 continue
 
             def open_supply(state: S, need: Need = need) -> list[Rec]:
@@ -164,7 +178,7 @@ class ReferenceEngine(ReferenceFleet):
                     and (state is not S.CONFIGURED or m.ordinal not in holder)
                     and self._matches(need, m)
                 ]
-                return sorted(rows, key=lambda m: (supply_key(need, m.profile), m.ordinal))
+                return sorted(rows, key=lambda m: (supply_key(need, m.profile, sunk), m.ordinal))
 
             incoming = open_supply(S.DRAINING) + open_supply(S.CONFIGURED)
             if need.spec.same:
@@ -197,34 +211,19 @@ class ReferenceEngine(ReferenceFleet):
             deficit -= len(took)
             hits = victims[:deficit] if not need.spec.same or len(victims) >= deficit else []
             for m in hits:
-                h = holder[m.ordinal]
-                preempted.add(m.ordinal)
-                grace = drain_grace_period(need.priority, h.priority)
-                out.actions.append(
-                    DrainAction(
-                        provider=m.profile.provider,
-                        machine_id=m.id,
-                        cluster=m.cluster or "",
-                        grace_seconds=grace,
-                        reason=DrainReason.PREEMPT,
-                        preemptor_cluster=need.cluster,
-                        preemptor_priority=need.priority,
-                        victim_priority=h.priority,
-                    )
-                )
-                out.preemptions.append(
-                    Preemption(m.id, h.cluster, h.priority, need.cluster, need.priority, grace)
-                )
+                self._preempt(m, holder[m.ordinal], need, preempted, out)
             deficit -= len(hits)
             out.earmarked[need.key] = reserved[need.key] + len(took) + len(hits)
             if deficit > 0:
                 matching = sorted(
                     (m.profile for m in self.machines if self._matches(need, m)),
-                    key=lambda p: supply_key(need, p),
+                    key=lambda p: supply_key(need, p, sunk),
                 )
                 label = matching[0].short_name if matching else describe(need.requirements)
                 unmet.append((need, deficit, label))
                 demand[matching[0].name if matching else label] += deficit
+            self._yield_for_cost(need, cycle, out)
+        self._create(creates, holder, out)
         out.shortfalls = age_shortfalls(self.memory, policy, unmet)
 
         # Consolidation: a settled need moves its dearest machines onto free cheaper ones
@@ -250,7 +249,7 @@ class ReferenceEngine(ReferenceFleet):
             ]
             spare.sort(
                 key=lambda m: (
-                    supply_key(need, m.profile),
+                    supply_key(need, m.profile, sunk),
                     m.state is S.SPECULATIVE,
                     m.holder_reclamation if m.state is S.IDLE else 0.0,
                     m.ordinal,
@@ -258,7 +257,7 @@ class ReferenceEngine(ReferenceFleet):
             )
             dearest_first = sorted(
                 (m for m in claims[need.key] if m.state is S.CONFIGURED),
-                key=lambda m: (-supply_key(need, m.profile)[0], m.profile.name, m.ordinal),
+                key=lambda m: (-supply_key(need, m.profile, sunk)[0], m.profile.name, m.ordinal),
             )
             for old in dearest_first:
                 domains = move_domain(need, old.profile)
@@ -270,8 +269,8 @@ class ReferenceEngine(ReferenceFleet):
                     ),
                     None,
                 )
-                saving = supply_key(need, old.profile)[0] - (
-                    supply_key(need, new.profile)[0] if new else 0.0
+                saving = supply_key(need, old.profile, sunk)[0] - (
+                    supply_key(need, new.profile, sunk)[0] if new else 0.0
                 )
                 if budget == 0 or new is None or not worth_moving(need, policy, saving):
                     continue
@@ -292,7 +291,14 @@ class ReferenceEngine(ReferenceFleet):
             for m in self.machines
             if m.state is S.CONFIGURED and m.ordinal not in holder and m.ordinal not in preempted
         ]
-        excess.sort(key=lambda m: (-m.profile.price_per_hour, m.holder_reclamation, m.ordinal))
+        excess.sort(
+            key=lambda m: (
+                -(m.profile.marginal_price if sunk else m.profile.price_per_hour),
+                -m.profile.price_per_hour,
+                m.holder_reclamation,
+                m.ordinal,
+            )
+        )
         for m in excess:
             out.actions.append(
                 DrainAction(
@@ -304,14 +310,122 @@ class ReferenceEngine(ReferenceFleet):
                 )
             )
         self.memory.observe_demand(demand, policy)
-        self._idle_and_upkeep(out, taken, now)
+        self._idle_and_upkeep(out, taken, kept, now)
         return out
+
+    def _preempt(self, m: Rec, h: Need, need: Need, preempted: set[int], out: Decision) -> None:
+        """`m`, held by `h`, drains for `need` with the grace of their priority gap."""
+        preempted.add(m.ordinal)
+        grace = drain_grace_period(need.priority, h.priority)
+        out.actions.append(
+            DrainAction(
+                provider=m.profile.provider,
+                machine_id=m.id,
+                cluster=m.cluster or "",
+                grace_seconds=grace,
+                reason=DrainReason.PREEMPT,
+                preemptor_cluster=need.cluster,
+                preemptor_priority=need.priority,
+                victim_priority=h.priority,
+            )
+        )
+        out.preemptions.append(
+            Preemption(m.id, h.cluster, h.priority, need.cluster, need.priority, grace)
+        )
+
+    def _yield_for_cost(self, need: Need, cycle: tuple, out: Decision) -> None:
+        """Backfill yields before the fleet buys (docs/decisions/0012): a plain need Phase 1
+        gave speculative elastic machines takes owned ones instead, DRAINING ones nobody
+        waits for first, then configured ones of needs `displaceable` for it, best victim
+        first, where `worth_displacing`; as many of its purchases, dearest first, go back."""
+        claims_of, chosen_of, creates, holder, taken, earmarked, preempted, weights, demand = cycle
+        policy = self.policy
+        bought = [
+            m
+            for m in chosen_of.get(need.key, [])
+            if m.state is S.SPECULATIVE and m.profile.capacity_type in ELASTIC
+        ]
+        if not policy.fleet_cost or not bought or need.spec.same:
+            return
+        want = len(bought)
+        mine = claims_of[need.key] + chosen_of.get(need.key, [])
+        room = SpreadRoom(need, [(m.profile, 1) for m in mine])
+        draining = sorted(
+            (
+                m
+                for m in self.machines
+                if m.state is S.DRAINING
+                and m.profile.capacity_type in OWNED
+                and m.ordinal not in earmarked
+                and self._matches(need, m)
+            ),
+            key=lambda m: (supply_key(need, m.profile), m.ordinal),
+        )
+        took = []
+        for m in draining:
+            if len(took) < want and room.room(m.profile) >= 1:
+                took.append(m)
+                room.add(m.profile, 1)
+        earmarked.update(m.ordinal for m in took)
+        hits: list[Rec] = []
+        cheapest = min(supply_key(need, m.profile)[0] for m in bought)
+        victims = sorted(
+            (
+                m
+                for m in self.machines
+                if m.state is S.CONFIGURED
+                and m.ordinal in holder
+                and m.ordinal not in preempted
+                and m.profile.capacity_type in OWNED
+                and displaceable(holder[m.ordinal], need, policy)
+                and self._matches(need, m)
+            ),
+            key=lambda m: (
+                *victim_order(weights, holder[m.ordinal], policy),
+                m.profile.name,
+                m.ordinal,
+            ),
+        )
+        for m in victims:
+            if len(took) + len(hits) == want:
+                break
+            h = holder[m.ordinal]
+            if room.room(m.profile) >= 1 and worth_displacing(
+                h, policy, cheapest, self._cheapest_elastic(h)
+            ):
+                room.add(m.profile, 1)
+                hits.append(m)
+                self._preempt(m, h, need, preempted, out)
+        give = len(took) + len(hits)
+        back = sorted(bought, key=lambda m: (supply_key(need, m.profile), m.ordinal))
+        for m in back[len(back) - give :]:
+            creates[(m.profile.provider, need.key)].remove(m)
+            taken.discard(m.ordinal)
+            del holder[m.ordinal]
+            self._assigned.pop(m.ordinal, None)
+            demand[m.profile.name] -= 1
+        if give:
+            out.satisfied[need.key] -= give
+            out.earmarked[need.key] = out.earmarked.get(need.key, 0) + give
+        if hits:
+            out.cost_moves[need.key] = len(hits)
+
+    def _cheapest_elastic(self, need: Need) -> float:
+        """The effective cost of the cheapest elastic machine `need` could run on (0: none)."""
+        costs = [
+            supply_key(need, m.profile)[0]
+            for m in self.machines
+            if m.profile.capacity_type in ELASTIC and self._matches(need, m)
+        ]
+        return min(costs, default=0.0)
 
     def _create(
         self, creates: dict[tuple[str, str], list[Rec]], holder: dict[int, Need], out: Decision
     ) -> None:
         """Create actions for speculative machines assigned to a need, per (provider, need)."""
         for (provider, _), recs in creates.items():
+            if not recs:
+                continue
             need = holder[recs[0].ordinal]
             for i in range(0, len(recs), self.policy.create_batch):
                 batch = recs[i : i + self.policy.create_batch]
@@ -443,23 +557,37 @@ class ReferenceEngine(ReferenceFleet):
             priority=need.priority,
         )
 
-    def _idle_and_upkeep(self, out: Decision, taken: set[int], now: float) -> None:
+    def _idle_and_upkeep(
+        self, out: Decision, taken: set[int], kept: set[int], now: float
+    ) -> None:
         policy = self.policy
+        # Per profile, the longest-idle elastic machines beyond what its forecast wants and
+        # a waiting `Same` need keeps go (`idle_spare`); the others wait for `idle_hold`.
+        idle_of: dict[str, list[Rec]] = defaultdict(list)
         for m in self.machines:
-            if m.state is S.IDLE and m.ordinal not in taken:
-                timeout = policy.idle_timeout(m.profile.capacity_type)
-                if (
-                    m.profile.capacity_type in DELETABLE
-                    and now - m.since >= timeout
-                    and not self.memory.wants_soon(m.profile, policy)
-                ):
-                    out.actions.append(
-                        DeleteAction(
-                            provider=m.profile.provider,
-                            machine_id=m.id,
-                            reason=DeleteReason.IDLE_TIMEOUT,
-                        )
+            if m.state is S.IDLE and (m.ordinal not in taken or m.ordinal in kept):
+                idle_of[m.profile.name].append(m)
+        gone: set[int] = set()
+        for group in idle_of.values():
+            profile = group[0].profile
+            spare = idle_spare(policy, profile, self.memory.forecast.get(profile.name, 0.0))
+            free = sorted(
+                (m for m in group if m.ordinal not in kept), key=lambda m: (m.since, m.ordinal)
+            )
+            if spare is None:
+                hold = idle_hold(policy, profile, self.memory.wants_soon(profile, policy))
+                gone.update(m.ordinal for m in free if now - m.since >= hold)
+            else:
+                gone.update(m.ordinal for m in free[: max(0, len(free) - spare)])
+        for m in self.machines:
+            if m.ordinal in gone:
+                out.actions.append(
+                    DeleteAction(
+                        provider=m.profile.provider,
+                        machine_id=m.id,
+                        reason=DeleteReason.IDLE_TIMEOUT,
                     )
+                )
             limit = policy.transition_timeouts().get(m.state)
             if limit is not None and now - m.since > limit:
                 out.timed_out.append(m.id)

@@ -261,6 +261,11 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             # A run begun before the engine consolidated decides, on replay, as it did then.
             off = self.shard.policy.model_copy(update={"consolidation_max_fraction": 0.0})
             self.shard.policy = self.shard.engine.policy = off
+        if not workflow.patched("fleet-cost"):
+            # Likewise a run begun before placement by the fleet's cost (docs/decisions/0012).
+            off = self.shard.policy.model_copy(update={"fleet_cost": False})
+            self.shard.policy = self.shard.engine.policy = off
+            self.shard.engine.supply.sunk = False
         if inp.snapshot is not None:
             await self._load(inp.snapshot, inp.joining)
         else:

@@ -147,6 +147,10 @@ class Decision:
     # Replacements started this cycle toward cheaper capacity, per need key (their configures
     # and creates are among `actions`; the machines they replace drain once they are up).
     consolidations: dict[str, int] = field(default_factory=dict)
+    # Machines moved for the fleet's cost this cycle, per need key: owned machines a need
+    # takes from backfill at least `Policy.displace_gap` below it instead of buying elastic
+    # capacity (their drains are among `preemptions`).
+    cost_moves: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.actions, Actions):
@@ -202,13 +206,15 @@ class EngineMemory:
                 self.forecast[name] = value
 
 
-def supply_key(need: Need, profile: Profile) -> tuple[float, str]:
+def supply_key(need: Need, profile: Profile, sunk: bool = True) -> tuple[float, float, str]:
     """How a need ranks machines of a profile, for keeping its own and for taking idle,
-    speculative, draining and excess ones: cheapest effective cost for it, then by name."""
+    speculative, draining and excess ones: cheapest effective cost for the fleet (owned and
+    committed capacity at its marginal price, 0: `cost.marginal_price`; at its list price when
+    not `sunk`, as before `Policy.fleet_cost`), then the lower list price, then by name."""
+    price = profile.marginal_price if sunk else profile.price_per_hour
     return (
-        effective_cost(
-            profile.price_per_hour, profile.interruption_probability, need.spec.interruption_penalty
-        ),
+        effective_cost(price, profile.interruption_probability, need.spec.interruption_penalty),
+        profile.price_per_hour,
         profile.name,
     )
 

@@ -80,9 +80,10 @@ def _worth_a_look(state: CycleState, needs: list[Need], free: list[int]) -> list
     owner = np.array([i for i, cs in enumerate(configured) for _ in cs], dtype=np.int64)
     held = np.array([c.profile for cs in configured for c in cs], dtype=np.int64)
     dearest = np.full(len(needs), -np.inf)
-    np.maximum.at(dearest, owner, table.price[held] + table.interruption[held] * penalty[owner])
+    price = table.marginal if policy.fleet_cost else table.price
+    np.maximum.at(dearest, owner, price[held] + table.interruption[held] * penalty[owner])
     # Free profiles differ mostly by labels: one column per distinct (price, probability).
-    prices = zip(table.price[free].tolist(), table.interruption[free].tolist(), strict=True)
+    prices = zip(price[free].tolist(), table.interruption[free].tolist(), strict=True)
     offers = np.array(sorted(set(prices)))
     cheapest = (offers[None, :, 0] + offers[None, :, 1] * penalty[:, None]).min(axis=1)
     gain = dearest - cheapest
@@ -104,7 +105,7 @@ def _moves(state: CycleState, need: Need, budget: int, out: list[Assignment]) ->
     pools = (state.idle_left, state.spec_left)
 
     def cost(p: int) -> float:
-        return supply_key(need, profiles[p])[0]
+        return supply_key(need, profiles[p], state.policy.fleet_cost)[0]
 
     configured = _settled(state, need)
     held = sorted(configured, key=lambda c: (-cost(c.profile), profiles[c.profile].name))

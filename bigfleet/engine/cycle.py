@@ -45,6 +45,8 @@ class CycleState:
     # Free machines a waiting `Same` need keeps this cycle (need key -> count): set by Phase 1,
     # counted as earmarked by Phase 2.
     reserved: dict[str, int] = field(default_factory=dict)
+    # Of those, the IDLE ones per profile id: they count toward their profile's idle spare.
+    kept_idle: dict[int, int] = field(default_factory=dict)
     # Machines wanted per profile name this cycle (assigned or missing): the demand forecast's
     # input, filled by Phase 1 and Phase 2.
     demand: dict[str, int] = field(default_factory=lambda: defaultdict(int))

@@ -42,6 +42,7 @@ class _Quiet:
     earmarked: dict[str, int]
     unmet: list
     demand: dict[str, int]
+    kept_idle: dict[int, int]
     # A need becoming stable may start a consolidation: the outcome holds until then.
     until: float
 
@@ -62,10 +63,10 @@ class FastEngine:
 
     def __init__(self, inventory: Inventory, policy: Policy) -> None:
         self.inventory = inventory
+        # Which profiles each need can use, in its order (cached across cycles).
+        self.supply = SupplyIndex(inventory, policy.fleet_cost)
         self.policy = policy
         self.memory = EngineMemory()
-        # Which profiles each need can use, in its order (cached across cycles).
-        self.supply = SupplyIndex(inventory)
         self._quiet: _Quiet | None = None
         self._rows: dict[str, int] = {}
         self._claims: dict[str, _Claimed] = {}
@@ -186,6 +187,7 @@ class FastEngine:
             dict(out.earmarked),
             unmet,
             state.demand,
+            state.kept_idle,
             self.memory.next_stable(self.policy, now),
         )
 
@@ -220,9 +222,9 @@ class FastEngine:
         out.shortfalls = age_shortfalls(self.memory, self.policy, quiet.unmet)
         self.memory.observe_demand(quiet.demand, self.policy)
         self._holders = []
-        state = CycleState(
-            self.inventory, self.policy, self.memory, self.supply, self._name, self._names
-        )
+        inv, policy, memory, supply = self.inventory, self.policy, self.memory, self.supply
+        state = CycleState(inv, policy, memory, supply, self._name, self._names)
+        state.kept_idle = quiet.kept_idle
         release_idle(state, np.zeros(0, dtype=np.int64), now, out)
         self._upkeep(out, now)
         self._decided = (out, state.moves)

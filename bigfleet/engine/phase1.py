@@ -82,8 +82,10 @@ def assign_free_capacity(state: CycleState) -> list[Assignment]:
                 if on_its_way is None:
                     on_its_way = _on_its_way(state)
                 kept = _reserve_same(state, need, cc, free, deficit, on_its_way)
-                for _, p, pool, n in kept:
+                for free_state, p, pool, n in kept:
                     pool[p] -= n
+                    if free_state is S.IDLE:
+                        state.kept_idle[p] = state.kept_idle.get(p, 0) + n
                 state.reserved[need.key] = sum(n for *_, n in kept)
                 continue
         else:

@@ -5,123 +5,28 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
 
-from ..cost import drain_grace_period, shard_pressure, victim_weights
 from ..inventory import CODE
-from ..models import DrainAction, DrainReason, MachineState
+from ..models import MachineState
 from ..needs import Need
 from .claims import CONFIGURED_SLOT, configured_columns, excess_by_profile
 from .common import (
     Decision,
-    Preemption,
     describe,
     domain_tallies,
     pick_same_wait_domain,
-    victim_order,
 )
 from .cycle import CycleState
+from .displace import owned_column, purchases, yield_for_cost
 from .phase1 import Assignment
 from .rows import RowPicker
 from .supply import Pool, free_pool, pool_column
+from .victims import Victim, VictimPool
 
 S = MachineState
-
-
-@dataclass(slots=True)
-class Victim:
-    """`count` configured machines of `victim`'s claim on one profile, drained for `preemptor`."""
-
-    victim: Need
-    preemptor: Need
-    profile: int
-    offset: int
-    count: int
-
-    @property
-    def cluster(self) -> str:
-        return self.victim.cluster
-
-    @property
-    def grace(self) -> float:
-        return drain_grace_period(self.preemptor.priority, self.victim.priority)
-
-    def drain(self, provider: str, machine_id: str) -> DrainAction:
-        return DrainAction(
-            provider=provider,
-            machine_id=machine_id,
-            cluster=self.victim.cluster,
-            grace_seconds=self.grace,
-            reason=DrainReason.PREEMPT,
-            preemptor_cluster=self.preemptor.cluster,
-            preemptor_priority=self.preemptor.priority,
-            victim_priority=self.victim.priority,
-        )
-
-    def preemption(self, machine_id: str) -> Preemption:
-        return Preemption(
-            machine_id,
-            self.victim.cluster,
-            self.victim.priority,
-            self.preemptor.cluster,
-            self.preemptor.priority,
-            self.grace,
-        )
-
-
-class _VictimPool:
-    """Every configured claim as a would-be victim, as columns in best-victim-first order:
-    seed §8's four factors (weights shifted by how saturated the shard is), then the holder's
-    priority and table order, then the profile's name. `left` and `used` change as Phase 2
-    preempts."""
-
-    def __init__(self, state: CycleState) -> None:
-        inv, policy = state.inventory, state.policy
-        counts = inv.counts
-        free = int(counts[CODE[S.IDLE]].sum() + counts[CODE[S.SPECULATIVE]].sum())
-        usable = int(counts.sum() - counts[CODE[S.FAILED]].sum())
-        weights = victim_weights(shard_pressure(free, usable))
-        self.size = len(inv.profiles)
-        index: dict[str, int] = {}
-        self.needs: list[Need] = []
-        holder, profile, offset, count = [], [], [], []
-        for cc in state.claims.values():
-            for taken in cc.claims.values():
-                for c in taken:
-                    if c.slot != CONFIGURED_SLOT:
-                        continue
-                    i = index.get(c.need.key)
-                    if i is None:
-                        i = index[c.need.key] = len(self.needs)
-                        self.needs.append(c.need)
-                    holder.append(i)
-                    profile.append(c.profile)
-                    offset.append(c.offset)
-                    count.append(c.count)
-        keys = [victim_order(weights, h, policy) for h in self.needs]
-        need_rank = np.empty(len(keys), dtype=np.int64)
-        need_rank[sorted(range(len(keys)), key=keys.__getitem__)] = np.arange(len(keys))
-        holders = np.array(holder, dtype=np.int64)
-        profiles = np.array(profile, dtype=np.int64)
-        names = state.supply.name_order()
-        # (A need holds one configured claim per profile: no two entries tie.)
-        order = np.lexsort((names[profiles], need_rank[holders])) if len(holders) else holders
-        self.holder = holders[order]
-        self.profile = profiles[order]
-        self.priority = np.array([n.priority for n in self.needs], dtype=np.int64)[self.holder]
-        self.offset = np.array(offset, dtype=np.int64)[order]
-        self.left = np.array(count, dtype=np.int64)[order]
-        self.used = np.zeros(len(order), dtype=np.int64)
-
-    def candidates(self, priority: int, pids: np.ndarray) -> np.ndarray:
-        """Entries with machines left, held by needs below `priority`, on one of `pids`'
-        profiles, best victim first."""
-        wanted = np.zeros(self.size, dtype=bool)
-        wanted[pids] = True
-        return np.flatnonzero((self.left > 0) & (self.priority < priority) & wanted[self.profile])
 
 
 def resolve_inversions(
@@ -133,7 +38,7 @@ def resolve_inversions(
     kept for them (`state.reserved`). A need still short first earmarks supply on its way
     (DRAINING machines, then excess CONFIGURED ones; a `Same` need also the free machines
     Phase 1 left in its domain), then preempts CONFIGURED machines claimed by needs of
-    strictly lower priority, best victim first (`_VictimPool`); a preempted need loses those
+    strictly lower priority, best victim first (`VictimPool`); a preempted need loses those
     machines before its own turn. Records per need key `out.satisfied` (claimed + assigned)
     and `out.earmarked` (kept + waited for + preempted for). Missing machines count in
     `state.demand` under the cheapest matching profile the shard knows.
@@ -149,6 +54,8 @@ def resolve_inversions(
     victims: list[Victim] = []
     unmet = []
     claims, reserved, satisfied = state.claims, state.reserved, out.satisfied
+    bought = purchases(state, assignments) if state.policy.fleet_cost else {}
+    owned = owned_column(state) if bought else np.zeros(0, dtype=bool)
     for need in state.needs:
         key = need.key
         have = claims[need.cluster].claimed[key] - lost.get(key, 0)
@@ -158,13 +65,23 @@ def resolve_inversions(
         satisfied[key] = have + given
         if kept:
             out.earmarked[key] = kept
-        if deficit <= 0:
-            continue
-        took, hit = _wait_or_preempt(state, need, supply, deficit, victims, lost)
-        deficit -= took + hit
-        out.earmarked[key] = kept + took + hit
         if deficit > 0:
-            unmet.append(_unmet(state, need, deficit))
+            took, hit = _wait_or_preempt(state, need, supply, deficit, victims, lost)
+            deficit -= took + hit
+            out.earmarked[key] = kept + took + hit
+            if deficit > 0:
+                unmet.append(_unmet(state, need, deficit))
+        if key in bought and not need.spec.same:
+            took, hit = yield_for_cost(
+                state, need, supply, bought[key], assignments, owned, victims, lost
+            )
+            if took + hit:
+                satisfied[key] -= took + hit
+                out.earmarked[key] = out.earmarked.get(key, 0) + took + hit
+            if hit:
+                out.cost_moves[key] = hit
+    if bought:
+        assignments[:] = [a for a in assignments if a.count > 0]
     return victims, unmet
 
 
@@ -191,15 +108,15 @@ class _ShortSupply:
         self.claimed[: len(configured)] += configured
         self.waiting = [free_pool(counts, S.DRAINING, size), excess]
         self.pools = [state.idle_left, state.spec_left, *self.waiting]
-        self._held: _VictimPool | None = None
+        self._held: VictimPool | None = None
         self.incoming: np.ndarray | None = None
         self.levels: dict[int, int] = {}
         self.below: np.ndarray | None = None
 
     @property
-    def held(self) -> _VictimPool:
+    def held(self) -> VictimPool:
         if self._held is None:
-            self._held = _VictimPool(self.state)
+            self._held = VictimPool(self.state)
         return self._held
 
     def incoming_column(self) -> np.ndarray:

@@ -18,6 +18,7 @@ from ..models import (
 from .claims import ClusterClaims
 from .common import Decision
 from .cycle import CycleState
+from .fleet_cost import idle_hold, idle_spare
 from .rows import RowPicker
 
 S = MachineState
@@ -65,9 +66,14 @@ def _drain_excess(state: CycleState, picker: RowPicker, out: Decision) -> None:
     segment_cluster = np.array([cluster_code[c] for _, c in segments], dtype=np.int64)
     row_cluster = np.repeat(segment_cluster, [len(r) for r, _ in segments])
     profile_provider, providers = inv.profiles.provider_codes()
-    price = inv.profiles.price[inv.profile[rows].astype(np.int64)]
-    # Most expensive first, lowest reclamation value on ties, then by row.
-    order = np.lexsort((rows, inv.holder_reclamation[rows].astype(np.float64), -price))
+    pids = inv.profile[rows].astype(np.int64)
+    price = inv.profiles.price[pids]
+    marginal = inv.profiles.marginal[pids] if state.policy.fleet_cost else price
+    # Most expensive to hold first (owned capacity costs nothing more to hold: its marginal
+    # price is 0), then the higher list price, lowest reclamation value on ties, then by row.
+    order = np.lexsort(
+        (rows, inv.holder_reclamation[rows].astype(np.float64), -price, -marginal)
+    )
     rows = rows[order]
     keys = (
         profile_provider[inv.profile[rows].astype(np.int64)] * len(clusters) + row_cluster[order]
@@ -103,7 +109,9 @@ def release_idle(
 ) -> None:
     """Idle → Speculative (seed §8, "Idle → Speculative happens lazily, per-provider"): an
     IDLE cloud machine (a capacity type in `DELETABLE`) not `taken` this cycle is deleted once
-    idle for its capacity type's timeout, unless the demand forecast wants its profile soon.
+    idle for its capacity type's timeout, unless the demand forecast wants its profile soon;
+    with `Policy.fleet_cost`, an elastic machine goes instead once it is among the longest
+    idle beyond what the forecast wants and a waiting `Same` need keeps (`idle_spare`).
     Bare metal is never released. `idle`: every IDLE row, if the cycle has them already."""
     inv, policy, memory = state.inventory, state.policy, state.memory
     n = inv.rows_used
@@ -115,24 +123,31 @@ def release_idle(
     spoken_for = np.zeros(n, dtype=bool)
     spoken_for[taken] = True
     idle = idle[~spoken_for[idle]]
-    # Only machines idle for the shortest timeout of any deletable type can be due: each of
-    # those machines' timeouts, asked once per profile that has one.
-    age = now - inv.since[idle].astype(np.float64)
-    due = age >= min(policy.idle_timeout(c) for c in DELETABLE)
-    idle, age = idle[due], age[due]
+    since = inv.since[idle].astype(np.float64)
+    age = now - since
+    if not policy.fleet_cost:
+        # Only machines idle for the shortest timeout of any deletable type can be due.
+        due = age >= min(policy.idle_timeout(c) for c in DELETABLE)
+        idle, age, since = idle[due], age[due], since[due]
     if not len(idle):
         return
+    # Each present profile's timeout and spare count, asked once.
     present, at = np.unique(inv.profile[idle], return_inverse=True)
-    timeout = np.array(
-        [
-            policy.idle_timeout(p.capacity_type)
-            if p.capacity_type in DELETABLE and not memory.wants_soon(p, policy)
-            else np.inf
-            for p in (profiles[i] for i in present.tolist())
-        ],
-        dtype=np.float64,
-    )
-    for r in idle[age >= timeout[at]].tolist():
+    timeout, spare = [], []
+    for pid in present.tolist():
+        p = profiles[pid]
+        keep = idle_spare(policy, p, memory.forecast.get(p.name, 0.0))
+        wanted = memory.wants_soon(p, policy)
+        timeout.append(idle_hold(policy, p, wanted) if keep is None else np.inf)
+        spare.append(len(idle) if keep is None else keep + state.kept_idle.get(pid, 0))
+    gone = age >= np.array(timeout, dtype=np.float64)[at]
+    # Per profile, longest idle first: those past its spare count go too.
+    order = np.lexsort((idle, since, at))
+    grouped = at[order]
+    rank = np.arange(len(order)) - np.searchsorted(grouped, grouped)
+    surplus = np.bincount(at, minlength=len(present)) - np.array(spare, dtype=np.int64)
+    gone[order[rank < surplus[grouped]]] = True
+    for r in idle[gone].tolist():
         state.moves.append((S.DELETING, None, np.array([r], dtype=np.int64)))
         out.actions.append(
             DeleteAction(

@@ -59,13 +59,26 @@ class SupplyIndex:
     """A need's matching profiles and its preference order over them (docs/engine.md, Terms),
     cached per need signature until the profile table grows."""
 
-    def __init__(self, inventory: Inventory) -> None:
+    def __init__(self, inventory: Inventory, sunk: bool = True) -> None:
         self.inventory = inventory
+        # Owned capacity ranks at its marginal price (`supply_key`'s `sunk`).
+        self._sunk = sunk
         self._match: dict[str, tuple[int, frozenset[int], np.ndarray, int]] = {}
         self._rank: dict[str, tuple[int, np.ndarray]] = {}
         self._rank_of: dict[str, tuple[int, dict[int, int]]] = {}
         self._columns = _MatchColumns(inventory.profiles)
         self._names = np.zeros(0, dtype=np.int64)
+
+    @property
+    def sunk(self) -> bool:
+        return self._sunk
+
+    @sunk.setter
+    def sunk(self, value: bool) -> None:
+        if value != self._sunk:
+            self._sunk = value
+            self._rank.clear()
+            self._rank_of.clear()
 
     def matching(self, need: Need) -> frozenset[int]:
         """Profiles whose machines satisfy the need's requirements and resources (and carry
@@ -164,10 +177,12 @@ class SupplyIndex:
         cached = self._rank.get(need.signature)
         if cached is not None and cached[0] == len(table):
             return cached[1]
-        # `supply_key` by column: effective cost (the same float arithmetic), then the name.
+        # `supply_key` by column: effective cost at the marginal price (the same float
+        # arithmetic), then the list price, then the name.
         pids = self._matched(need)[2]
-        cost = table.price[pids] + table.interruption[pids] * need.spec.interruption_penalty
-        order = pids[np.lexsort((self.name_order()[pids], cost))]
+        price = table.marginal if self._sunk else table.price
+        cost = price[pids] + table.interruption[pids] * need.spec.interruption_penalty
+        order = pids[np.lexsort((self.name_order()[pids], table.price[pids], cost))]
         self._rank[need.signature] = (len(table), order)
         return order
 

@@ -46,6 +46,7 @@ def summary(decision):
         "actions": Counter(action_key(a) for a in decision.actions),
         "timed_out": sorted(decision.timed_out),
         "consolidations": decision.consolidations,
+        "cost_moves": decision.cost_moves,
     }
 
 
@@ -178,15 +179,19 @@ def run_consolidation(seed, machines, clusters, needs, scale, cycles, policy):
     horizon=st.sampled_from([1.0, 10.0]),
     fraction=st.sampled_from([0.0, 0.02, 0.5]),
     stable=st.sampled_from([0.0, 20.0]),
+    gap=st.sampled_from([100_000, 900_000]),
 )
 def test_fast_engine_consolidates_like_the_reference(
-    seed, machines, clusters, needs, scale, cycles, min_saving, horizon, fraction, stable
+    seed, machines, clusters, needs, scale, cycles, min_saving, horizon, fraction, stable, gap
 ):
+    """... and displaces backfill for the fleet's cost like it (`displace_gap` 100 000 makes
+    it frequent: tests/engine/test_fleet_cost.py counts it)."""
     policy = Policy(
         consolidation_min_saving_per_hour=min_saving,
         consolidation_horizon_hours=horizon,
         consolidation_max_fraction=fraction,
         consolidation_stable_seconds=stable,
+        displace_gap=gap,
     )
     run_consolidation(seed, machines, clusters, needs, scale, cycles, policy)
 

@@ -322,9 +322,10 @@ def test_shortfall_ages_each_cycle_and_escalates_after_five(make_shard):
     ("make", "timeout"), [(on_demand, 300), (spot, 120)], ids=["on-demand", "spot"]
 )
 def test_idle_cloud_machine_is_deleted_after_the_idle_timeout(make_shard, make, timeout):
+    """Before `fleet_cost`: an idle cloud machine no forecast wants waits its timeout."""
     assert Policy().idle_timeout_seconds[make(0).capacity_type] == timeout
     idle = make(0, S.IDLE, since=1000)
-    shard = make_shard([idle])
+    shard = make_shard([idle], Policy(fleet_cost=False))
 
     assert shard.decide(table(), 1000 + timeout - 1).actions == []
     deletes = of_kind(shard.decide(table(), 1000 + timeout), "delete")
@@ -390,7 +391,7 @@ def test_a_policy_naming_some_idle_timeouts_keeps_the_others(make_shard):
     """`idle_timeout_seconds: {on-demand: 60}` (the example fleets name spot and on-demand
     only) changes on-demand's timeout; an idle spot machine keeps spot's default (120 s) and
     a reserved one its default (never) — none is left without a timeout to read."""
-    policy = Policy.model_validate({"idle_timeout_seconds": {"on-demand": 60}})
+    policy = Policy.model_validate({"idle_timeout_seconds": {"on-demand": 60}, "fleet_cost": False})
     assert {t: policy.idle_timeout(t) for t in CapacityType} == {
         **Policy().idle_timeout_seconds,
         CapacityType.ON_DEMAND: 60.0,
@@ -405,6 +406,35 @@ def test_a_policy_naming_some_idle_timeouts_keeps_the_others(make_shard):
     # Likewise a transition timeout: naming one state keeps the others'.
     drains = Policy.model_validate({"transition_timeout_seconds": {"DRAINING": 60}})
     assert drains.transition_timeouts() == {**Policy().transition_timeout_seconds, S.DRAINING: 60}
+
+
+@ENGINES
+@pytest.mark.parametrize("make", [on_demand, spot], ids=["on-demand", "spot"])
+def test_idle_elastic_machine_no_forecast_wants_goes_at_once(make_shard, make):
+    """With `fleet_cost` an idle spot or on-demand machine whose profile nobody has asked for
+    is deleted in the first cycle that sees it idle, not after its 120 s / 300 s timeout; an
+    idle bare-metal one stays."""
+    idle = make(0, S.IDLE, since=1000)
+    shard = make_shard([idle, bare_metal(0, S.IDLE, since=1000)])
+
+    assert ids_deleted(shard.decide(table(), 1000)) == [idle.id]
+
+
+@ENGINES
+def test_idle_elastic_machines_beyond_the_forecast_go_longest_idle_first(make_shard):
+    """Worked by hand, with a forecast decay of 0.5 (exact in binary): on-demand's idle
+    timeout is 300 s, 30 cycles of 10 s, so a profile keeps forecast x 30 idle machines.
+    Cluster b asks for 4 machines once: the forecast reads 0.5 x 4 = 2 after that cycle
+    (60 may stay idle: none of the 16 left goes), then 1 (30), 0.5 (15: one goes, the
+    longest idle), 0.25 (7.5 -> 7: 8 more), 0.125 (3), 0.0625 (1), 0.03125 (0: the last)."""
+    machines = [on_demand(i, S.IDLE, since=i) for i in range(20)]
+    shard = make_shard(machines, Policy(forecast_decay=0.5))
+    needs = table(rollup("b", 1, need(4, 1000)))
+    assert ids_deleted(shard.cycle(needs, 10)) == []  # b takes od-0000 .. od-0003
+    gone = [ids_deleted(shard.cycle(needs, 10 * cycle)) for cycle in range(2, 9)]
+
+    assert [len(g) for g in gone] == [0, 1, 8, 4, 2, 1, 0]
+    assert sum(gone, []) == [f"od-{i:04d}" for i in range(4, 20)]
 
 
 def ids_deleted(decision) -> list[str]:

@@ -1,0 +1,80 @@
+"""The rules of placement by the fleet's cost (`Policy.fleet_cost`; docs/decisions/0012),
+shared by the fast engine and the reference: who may be displaced for whom and when it pays,
+how far a spread need may move, how long an idle machine is held."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from math import inf
+
+from ..cost import DELETABLE, ELASTIC
+from ..needs import Need
+from ..policy import Policy
+from ..profiles import Profile
+from .common import worth_moving
+
+
+def displaceable(holder: Need, preemptor: Need, policy: Policy) -> bool:
+    """Whether `holder`'s owned machines may be displaced for `preemptor`, which would
+    otherwise buy elastic capacity (`Policy.fleet_cost`): backfill at least `displace_gap`
+    below it. Between closer priorities preemption stays the last resort (seed §8)."""
+    return holder.priority <= preemptor.priority - policy.displace_gap
+
+
+def worth_displacing(holder: Need, policy: Policy, bought: float, instead: float) -> bool:
+    """Displacing one of `holder`'s owned machines pays: the preemptor's elastic capacity
+    (`bought`, effective cost per hour) less what the holder would buy in its place
+    (`instead`: its cheapest elastic option, 0 if it has none and waits) is worth the move by
+    consolidation's test (at least the minimum saving, and over the horizon more than the
+    holder's reclamation penalty)."""
+    return worth_moving(holder, policy, bought - instead)
+
+
+class SpreadRoom:
+    """How many more machines a spread need may take in each domain when it moves machines
+    for the fleet's cost: at most `max_skew` in any one domain of each of its spread rules,
+    counting what it holds and what this cycle gave it. Conservative (as if its least-filled
+    domain had none), so a move never breaks its skew; a profile without a rule's label has
+    no room. A need without spread rules has room everywhere."""
+
+    def __init__(self, need: Need, held: Iterable[tuple[Profile, int]]) -> None:
+        self.rules = list(need.spec.spread)
+        self.count: list[dict[str, int]] = [defaultdict(int) for _ in self.rules]
+        for profile, n in held:
+            self.add(profile, n)
+
+    def room(self, profile: Profile) -> float:
+        out = inf
+        for rule, count in zip(self.rules, self.count, strict=True):
+            d = profile.label(rule.key)
+            out = min(out, rule.max_skew - count[d] if d else 0)
+        return out
+
+    def add(self, profile: Profile, n: int) -> None:
+        for rule, count in zip(self.rules, self.count, strict=True):
+            d = profile.label(rule.key)
+            if d:
+                count[d] += n
+
+
+def idle_hold(policy: Policy, profile: Profile, wanted: bool) -> float:
+    """Seconds an IDLE machine of `profile` is held before it goes back to speculative (a
+    Delete), where `idle_spare` does not decide: held while the demand forecast wants its
+    profile (`wanted`), else for its type's idle timeout; bare metal never goes."""
+    if profile.capacity_type not in DELETABLE or wanted:
+        return inf
+    return policy.idle_timeout(profile.capacity_type)
+
+
+def idle_spare(policy: Policy, profile: Profile, forecast: float) -> int | None:
+    """With `Policy.fleet_cost`: how many IDLE elastic (spot, on-demand) machines of `profile`
+    are worth holding besides those a waiting `Same` need keeps: the machines its forecast
+    (machines asked for per cycle) expects to be asked for within its idle timeout. The
+    longest idle beyond that go at once, not at their timeout, so machines bought for a burst
+    stop billing as it ends; this replaces `idle_hold` for them. None: `idle_hold` decides
+    (owned or reserved capacity, no timeout, or `fleet_cost` off)."""
+    timeout = policy.idle_timeout(profile.capacity_type)
+    if not policy.fleet_cost or profile.capacity_type not in ELASTIC or timeout == inf:
+        return None
+    return int(forecast * timeout / policy.cycle_seconds)
