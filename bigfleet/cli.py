@@ -29,6 +29,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _factor(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number: {text!r}")
+    return value
+
+
 def _bench_engine(args: argparse.Namespace) -> int:
     if args.against is not None:
         from . import bench_against
@@ -73,6 +83,16 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.split == "quotas" and quotas is None:
         print("bigfleet simulate: --split quotas needs --quotas FILE", file=sys.stderr)
         return 2
+    if args.equal_service and not args.compare:
+        print("bigfleet simulate: --equal-service needs --compare per-cluster", file=sys.stderr)
+        return 2
+    if args.equal_service and args.split == "quotas":
+        print(
+            "bigfleet simulate: --equal-service adds racks, which given --quotas do not "
+            "cover; use --split peak or mean",
+            file=sys.stderr,
+        )
+        return 2
     try:
         if args.compare:
             try:
@@ -80,6 +100,17 @@ def _simulate(args: argparse.Namespace) -> int:
             except ScenarioError as err:
                 print(f"bigfleet simulate: {args.quotas}: {err}", file=sys.stderr)
                 return 2
+            if args.equal_service:
+                from .simulation.plan import equal_service
+
+                result["equal_service"] = equal_service(
+                    scenario,
+                    result,
+                    seed=args.seed,
+                    split=args.split,
+                    max_factor=args.max_factor,
+                    max_runs=args.equal_service_runs,
+                )
             runs = [("BigFleet", result["bigfleet"]), ("per-cluster", result["per_cluster"])]
             text = render_comparison(result)
         else:
@@ -112,7 +143,12 @@ def _plan(args: argparse.Namespace) -> int:
         return 2
     try:
         result = plan(
-            scenario, objectives, seed=args.seed, split=args.split, max_factor=args.max_factor
+            scenario,
+            objectives,
+            seed=args.seed,
+            split=args.split,
+            max_factor=args.max_factor,
+            max_runs=args.max_runs,
         )
     except (MappingError, TraceError) as err:  # a trace or its mapping the scenario names
         print(f"bigfleet plan: {args.scenario}: {err}", file=sys.stderr)
@@ -181,11 +217,29 @@ def parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--quotas", help="YAML: cluster -> {PROVIDER/RACK or PROVIDER/TYPE/ZONE: machines}"
     )
+    sim.add_argument(
+        "--equal-service",
+        action="store_true",
+        help="with --compare: also find the cheapest per-cluster fleet (racks of the scenario's "
+        "kinds) that serves every band >= 500000 at least as well as BigFleet did",
+    )
+    sim.add_argument(
+        "--equal-service-runs",
+        type=_positive,
+        default=16,
+        help="with --equal-service: at most this many baseline simulations (default 16)",
+    )
+    sim.add_argument(
+        "--max-factor",
+        type=_factor,
+        default=2.0,
+        help="with --equal-service: up to this many times the scenario's racks of each kind",
+    )
     sim.add_argument("--html", metavar="FILE", help="also write the report as one HTML page")
     sim.set_defaults(run=_simulate)
 
     planner = verbs.add_parser(
-        "plan", help="the smallest fixed fleet meeting service objectives, vs per-cluster"
+        "plan", help="the cheapest fixed fleet meeting service objectives, vs per-cluster"
     )
     planner.add_argument("scenario", help="scenario YAML file (its racks are the starting point)")
     planner.add_argument(
@@ -199,9 +253,15 @@ def parser() -> argparse.ArgumentParser:
     planner.add_argument("--split", choices=["peak", "mean"], default="peak")
     planner.add_argument(
         "--max-factor",
-        type=float,
+        type=_factor,
         default=2.0,
         help="search up to this many times the scenario's racks of each kind",
+    )
+    planner.add_argument(
+        "--max-runs",
+        type=_positive,
+        default=24,
+        help="at most this many simulations for each of BigFleet and per-cluster (default 24)",
     )
     planner.add_argument("--json", action="store_true", help="print one JSON object")
     planner.set_defaults(run=_plan)

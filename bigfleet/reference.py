@@ -36,7 +36,6 @@ from .engine.common import (
     worth_moving,
 )
 from .engine.fleet_cost import (
-    SpreadRoom,
     displaceable,
     idle_hold,
     idle_spare,
@@ -338,18 +337,16 @@ class ReferenceEngine(ReferenceFleet):
         gave speculative elastic machines takes owned ones instead, DRAINING ones nobody
         waits for first, then configured ones of needs `displaceable` for it, best victim
         first, where `worth_displacing`; as many of its purchases, dearest first, go back."""
-        claims_of, chosen_of, creates, holder, taken, earmarked, preempted, weights, demand = cycle
+        _, chosen_of, creates, holder, taken, earmarked, preempted, weights, demand = cycle
         policy = self.policy
         bought = [
             m
             for m in chosen_of.get(need.key, [])
             if m.state is S.SPECULATIVE and m.profile.capacity_type in ELASTIC
         ]
-        if not policy.fleet_cost or not bought or need.spec.same:
+        if not policy.fleet_cost or not bought or need.spec.same or need.spec.spread:
             return
         want = len(bought)
-        mine = claims_of[need.key] + chosen_of.get(need.key, [])
-        room = SpreadRoom(need, [(m.profile, 1) for m in mine])
         draining = sorted(
             (
                 m
@@ -361,11 +358,7 @@ class ReferenceEngine(ReferenceFleet):
             ),
             key=lambda m: (supply_key(need, m.profile), m.ordinal),
         )
-        took = []
-        for m in draining:
-            if len(took) < want and room.room(m.profile) >= 1:
-                took.append(m)
-                room.add(m.profile, 1)
+        took = draining[:want]
         earmarked.update(m.ordinal for m in took)
         hits: list[Rec] = []
         cheapest = min(supply_key(need, m.profile)[0] for m in bought)
@@ -390,10 +383,7 @@ class ReferenceEngine(ReferenceFleet):
             if len(took) + len(hits) == want:
                 break
             h = holder[m.ordinal]
-            if room.room(m.profile) >= 1 and worth_displacing(
-                h, policy, cheapest, self._cheapest_elastic(h)
-            ):
-                room.add(m.profile, 1)
+            if worth_displacing(h, policy, cheapest, self._cheapest_elastic(h)):
                 hits.append(m)
                 self._preempt(m, h, need, preempted, out)
         give = len(took) + len(hits)

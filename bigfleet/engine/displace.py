@@ -16,7 +16,7 @@ from ..models import MachineState
 from ..needs import Need
 from .common import supply_key
 from .cycle import CycleState
-from .fleet_cost import SpreadRoom, worth_displacing
+from .fleet_cost import worth_displacing
 from .phase1 import Assignment
 from .victims import Victim, VictimPool
 
@@ -52,29 +52,26 @@ def yield_for_cost(
     need: Need,
     supply: Supply,
     bought: list[Assignment],
-    given: list[Assignment],
     owned: np.ndarray,
     victims: list[Victim],
     lost: dict[str, int],
 ) -> tuple[int, int]:
     """Backfill yields before the fleet buys (`Policy.fleet_cost`; docs/decisions/0012): a
-    need (not `Same`) about to buy elastic capacity takes owned machines instead, first DRAINING
-    ones nobody waits for (those displaced for it in an earlier cycle), then CONFIGURED ones
-    of needs at least `displace_gap` below it (`displaceable`), best victim first, where
-    `worth_displacing` against its cheapest purchase. Its purchases shrink by as many,
-    dearest first, and the slots go back to the free pool. A spread need moves only within
-    `SpreadRoom`. `given`: the cycle's assignments. Returns (waited for, displaced)."""
+    plain need (not `Same`, no spread) about to buy elastic capacity takes owned machines
+    instead, first DRAINING ones nobody waits for (those displaced for it in an earlier
+    cycle), then CONFIGURED ones of needs at least `displace_gap` below it (`displaceable`),
+    best victim first, where `worth_displacing` against its cheapest purchase. Its purchases
+    shrink by as many, dearest first, and the slots go back to the free pool. Returns (waited
+    for, displaced)."""
     policy, profiles = state.policy, state.inventory.profiles.profiles
     want, ranked = sum(a.count for a in bought), state.supply.ranked(need)
     mine = ranked[owned[ranked]]
-    room = SpreadRoom(need, _held(state, need, given))
     took = 0
     draining = supply.waiting[0]
     for p in mine.tolist():
-        n = int(min(want - took, draining.get(p, 0), room.room(profiles[p])))
+        n = min(want - took, draining.get(p, 0))
         if n > 0:
             supply.take(draining, p, n)
-            room.add(profiles[p], n)
             took += n
     hit = 0
     if took < want:
@@ -88,10 +85,7 @@ def yield_for_cost(
             if not worth_displacing(victim, policy, cheapest, instead[victim.key]):
                 continue
             p = int(held.profile[i])
-            n = int(min(want - took - hit, int(held.left[i]), room.room(profiles[p])))
-            if n <= 0:
-                continue
-            room.add(profiles[p], n)
+            n = min(want - took - hit, int(held.left[i]))
             offset = int(held.offset[i] + held.used[i])
             victims.append(Victim(victim, need, p, offset, n))
             supply.preempt(i, n)
@@ -107,17 +101,6 @@ def yield_for_cost(
         state.demand[profiles[a.profile].name] -= n
         give -= n
     return took, hit
-
-
-def _held(state: CycleState, need: Need, given: list[Assignment]) -> list:
-    """A spread need's machines by profile: its claims and this cycle's assignments."""
-    if not need.spec.spread:
-        return []
-    profiles = state.inventory.profiles.profiles
-    claims = state.claims[need.cluster].claims[need.key]
-    return [(profiles[c.profile], c.count) for c in claims] + [
-        (profiles[a.profile], a.count) for a in given if a.need is need
-    ]
 
 
 def owned_column(state: CycleState) -> np.ndarray:

@@ -71,10 +71,8 @@ def resolve_inversions(
             out.earmarked[key] = kept + took + hit
             if deficit > 0:
                 unmet.append(_unmet(state, need, deficit))
-        if key in bought and not need.spec.same:
-            took, hit = yield_for_cost(
-                state, need, supply, bought[key], assignments, owned, victims, lost
-            )
+        if key in bought and not (need.spec.same or need.spec.spread):
+            took, hit = yield_for_cost(state, need, supply, bought[key], owned, victims, lost)
             if took + hit:
                 satisfied[key] -= took + hit
                 out.earmarked[key] = out.earmarked.get(key, 0) + took + hit

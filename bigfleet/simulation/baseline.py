@@ -7,9 +7,12 @@ simulated providers and cost model:
 
 - **Fixed capacity** (bare-metal racks and reserved cloud instances, paid for whether used or
   not) is split into per-cluster shares by a stated rule: `peak` (in proportion to the cluster's
-  peak demand for machines of that rack or reserved line), `mean` (its time-weighted mean
-  demand), or `quotas` (given counts). Largest remainders make the shares add up to the whole,
-  so both runs own (and pay for) the same hardware; a rack nobody's needs can use is split
+  peak demand for machines of that kind), `mean` (its time-weighted mean demand), or `quotas`
+  (given counts). The split is over the whole pool of a *kind* (a provider's racks or reserved
+  lines of one instance type, any zone): the kind's machines are apportioned by largest
+  remainder, then each cluster's share is laid onto the kind's racks or lines (`lay_out`). So
+  the shares add up to every rack and line, both runs own (and pay for) the same hardware, and
+  rounding happens once per kind, not once per rack. A kind nobody's needs can use is split
   evenly.
 - **Cloud capacity bought on demand** (on-demand and spot quota lines) is each cluster's own
   cloud account with the same prices and the same quotas as the fleet's account.
@@ -49,29 +52,54 @@ class Unit:
     provider: str
     name: str
     count: int
+    instance_type: str = ""
 
     @property
     def key(self) -> str:
         return f"{self.provider}/{self.name}"
+
+    @property
+    def kind(self) -> str:
+        """Units whose machines are interchangeable: one provider, one instance type. The zone
+        is left out: a need confined to a zone counts only towards that zone's units, and the
+        layout puts its share there when it can."""
+        return f"{self.provider}/{self.instance_type}"
 
 
 def fixed_units(scenario: Scenario) -> list[Unit]:
     units: list[Unit] = []
     for spec in scenario.providers:
         if isinstance(spec, BareMetalProviderSpec):
-            units += [Unit(spec.name, r.rack, r.count) for r in spec.racks]
+            units += [Unit(spec.name, r.rack, r.count, r.instance_type) for r in spec.racks]
         else:
             units += [
-                Unit(spec.name, f"{q.instance_type}/{q.zone}", q.count)
+                Unit(spec.name, f"{q.instance_type}/{q.zone}", q.count, q.instance_type)
                 for q in spec.quota
                 if q.capacity_type is CapacityType.RESERVED
             ]
     return units
 
 
+@dataclass
+class Demand:
+    """What the split reads off the demand. Per cluster: per unit, its peak (or mean) demand
+    for machines of the unit (`units`); per kind, its peak (or mean) demand for machines of the
+    kind (`kinds`: the needs that fit at least one of the kind's units, each counted once);
+    and whether it has a need confined to one rack (`same_rack`)."""
+
+    units: dict[str, list[float]]
+    kinds: dict[str, dict[str, float]]
+    same_rack: set[str]
+
+
 def demand_weights(scenario: Scenario, units: list[Unit], rule: Split) -> dict[str, list[float]]:
     """Per cluster, per unit: its peak or time-weighted mean demand for machines of the unit
     (the sum of the counts of its needs that the unit's machines can serve)."""
+    return demand_of(scenario, units, rule).units
+
+
+def demand_of(scenario: Scenario, units: list[Unit], rule: Split) -> Demand:
+    """Per cluster: its peak or time-weighted mean demand per unit and per kind (see `Demand`)."""
     from .run import Simulation  # the run module imports this one
 
     # Weights from the demand as the trace gives it (a closed loop's depends on the fleet).
@@ -91,8 +119,12 @@ def demand_weights(scenario: Scenario, units: list[Unit], rule: Split) -> dict[s
             fits[signature] = sorted({index.unit_of[p] for p in pids if p in index.unit_of})
         return fits[signature]
 
+    kinds = list(dict.fromkeys(u.kind for u in units))
+    kind_of = [kinds.index(u.kind) for u in units]
+    width = len(units) + len(kinds)  # one level per unit, then one per kind
     events = [(t, c, needs) for t, _, c, needs in sorted(sim._timeline)]
-    weights = {c.name: [0.0] * len(units) for c in scenario.clusters}
+    weights = {c.name: [0.0] * width for c in scenario.clusters}
+    same_rack: set[str] = set()
     last: dict[str, tuple[float, list[float]]] = {}
     end = scenario.duration_seconds
     for t, cluster, needs in [*events, *((end, c, None) for c in weights)]:
@@ -102,14 +134,23 @@ def demand_weights(scenario: Scenario, units: list[Unit], rule: Split) -> dict[s
                 weights[cluster][u] += v * (min(t, end) - since) / end
         if needs is None:
             continue
-        level = [0.0] * len(units)
+        level = [0.0] * width
         for i, need in enumerate(needs):
-            for u in units_of(cluster, i, need):
+            fit = units_of(cluster, i, need)
+            for u in fit:
                 level[u] += need.count
+            for k in {kind_of[u] for u in fit}:
+                level[len(units) + k] += need.count
+            if need.same == RACK and need.count > 0:
+                same_rack.add(cluster)
         if rule == "peak":
             weights[cluster] = [max(a, b) for a, b in zip(weights[cluster], level, strict=True)]
         last[cluster] = (min(t, end), level)
-    return weights
+    return Demand(
+        units={c: w[: len(units)] for c, w in weights.items()},
+        kinds={c: dict(zip(kinds, w[len(units) :], strict=True)) for c, w in weights.items()},
+        same_rack=same_rack,
+    )
 
 
 @dataclass
@@ -157,18 +198,74 @@ def split_counts(count: int, weights: list[float]) -> list[int]:
 def shares(
     scenario: Scenario, rule: Split, quotas: Mapping[str, Mapping[str, int]] | None = None
 ) -> dict[str, dict[str, int]]:
-    """Each cluster's share of every unit of fixed capacity: cluster -> unit key -> machines."""
+    """Each cluster's share of every unit of fixed capacity: cluster -> unit key -> machines.
+
+    Per kind (`Unit.kind`): the kind's machines are apportioned over the clusters by largest
+    remainder of their demand for the kind (`split_counts`), then laid onto the kind's units
+    (`lay_out`)."""
     units = fixed_units(scenario)
     clusters = [c.name for c in scenario.clusters]
     if rule == "quotas":
         return _given(units, clusters, quotas or {})
-    weights = demand_weights(scenario, units, rule) if units else {}
-    out: dict[str, dict[str, int]] = {c: {} for c in clusters}
-    for u, unit in enumerate(units):
-        for cluster, n in zip(
-            clusters, split_counts(unit.count, [weights[c][u] for c in clusters]), strict=True
-        ):
-            out[cluster][unit.key] = n
+    out: dict[str, dict[str, int]] = {c: {u.key: 0 for u in units} for c in clusters}
+    if not units:
+        return out
+    demand = demand_of(scenario, units, rule)
+    for kind in dict.fromkeys(u.kind for u in units):
+        members = [u for u, unit in enumerate(units) if unit.kind == kind]
+        total = sum(units[u].count for u in members)
+        counts = split_counts(total, [demand.kinds[c][kind] for c in clusters])
+        usable = {
+            c: [u for u in members if demand.units[c][u] > 0] or members for c in clusters
+        }
+        placed = lay_out(
+            [units[u].count for u in members],
+            [
+                (
+                    n,
+                    [members.index(u) for u in usable[c]],
+                    c in demand.same_rack,
+                )
+                for c, n in zip(clusters, counts, strict=True)
+            ],
+        )
+        for c, parts in zip(clusters, placed, strict=True):
+            for u, n in zip(members, parts, strict=True):
+                out[c][units[u].key] = n
+    return out
+
+
+def lay_out(rooms: list[int], wants: list[tuple[int, list[int], bool]]) -> list[list[int]]:
+    """Lay each cluster's share of a kind onto the kind's units. `rooms`: every unit's machines;
+    `wants`: per cluster, (its share, the units its needs can use, whether it has a need confined
+    to one rack). Returns per cluster its machines on every unit; each unit's column adds up to
+    its count.
+
+    Clusters with a one-rack need go first, then those that can use fewer units, then larger
+    shares, then the scenario's order. Each takes, while its share lasts: the unit it can use
+    with the least room that still holds the rest of its share (one unit if one can), else the
+    one it can use with the most room left; when the units it can use are full, the unit with
+    the most room left (so the shares always add up). Deterministic."""
+    room = list(rooms)
+    out = [[0] * len(rooms) for _ in wants]
+    order = sorted(
+        range(len(wants)),
+        key=lambda i: (not wants[i][2], len(wants[i][1]), -wants[i][0], i),
+    )
+    for i in order:
+        left, usable, _ = wants[i]
+        while left > 0:
+            pool = [u for u in usable if room[u] > 0] or [u for u in range(len(room)) if room[u]]
+            holds = [u for u in pool if room[u] >= left]
+            u = (
+                min(holds, key=lambda u: (room[u], u))
+                if holds
+                else max(pool, key=lambda u: (room[u], -u))
+            )
+            take = min(left, room[u])
+            room[u] -= take
+            out[i][u] += take
+            left -= take
     return out
 
 

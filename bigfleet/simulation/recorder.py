@@ -65,6 +65,11 @@ class Recorder:
         self._seen: dict[int, tuple[int, tuple[tuple[str, Any], ...]]] = {}
         self._rates: dict[int, tuple[int, dict[str, float], float]] = {}
         self.in_cluster: list[dict[str, Any]] = []
+        # Machines the engine moved for cost: toward cheaper capacity (`Decision.consolidations`)
+        # and for the fleet's bill (`Decision.cost_moves`: backfill displaced from owned
+        # capacity, elastic machines given back), summed over the run's cycles.
+        self.consolidations = 0
+        self.cost_moves = 0
         self.series: dict[str, Any] = {
             "t": [],
             "demand_by_band": {b: [] for b in BANDS},
@@ -153,6 +158,9 @@ class Recorder:
         self.rate_limits[provider] += 1
 
     def cycle(self, now: float, shard: Shard, decision: Decision, sample: bool) -> None:
+        self.consolidations += sum(decision.consolidations.values())
+        # `cost_moves` is newer than `consolidations`: an engine without it moves nothing for it.
+        self.cost_moves += sum(getattr(decision, "cost_moves", {}).values())
         for p in decision.preemptions:
             self.preemptions.append(
                 {
@@ -303,7 +311,6 @@ def _reason(action: Action) -> str | None:
     return None
 
 
-
 def merge_recorders(recorders: list[Recorder]) -> Recorder:
     """Several runs' records as one (runs of the same length and cycle, different clusters):
     logs interleaved by time, sums summed, time series added point by point."""
@@ -320,6 +327,8 @@ def merge_recorders(recorders: list[Recorder]) -> Recorder:
         out.needs.update(r.needs)
         out.rate_limits.update(r.rate_limits)
         out.idle_machine_hours += r.idle_machine_hours
+        out.consolidations += r.consolidations
+        out.cost_moves += r.cost_moves
         for c, dollars in r.cost.items():
             out.cost[c] += dollars
         out.book.add(r.book)

@@ -159,6 +159,8 @@ def report_of(run: Run) -> dict[str, Any]:
             "useful_machine_hours": round(useful, 2),
             "preemptions": moves["preempted"] + moves["in_cluster"],
             "idle_machine_hours": round(rec.idle_machine_hours, 2),
+            "consolidations": rec.consolidations,
+            "cost_moves": rec.cost_moves,
         },
         "time_to_capacity_by_priority_band": to_capacity,
         "moves_away_from_work": moves,
@@ -172,6 +174,8 @@ def report_of(run: Run) -> dict[str, Any]:
             "total": total,
             "by_capacity_type": by_type,
             "idle_machine_hours": round(rec.idle_machine_hours, 2),
+            "consolidations": rec.consolidations,
+            "cost_moves": rec.cost_moves,
         },
         "shortfalls": sorted(rec.shortfalls.values(), key=lambda s: (-s["priority"], s["cluster"])),
         "escalations": [s for s in rec.shortfalls.values() if s["escalated"]],
@@ -251,6 +255,8 @@ def render_text(report: dict[str, Any], log_lines: int = 20) -> str:
         f"cost per useful machine-hour: {'-' if per_useful is None else f'${per_useful:,.2f}'}"
         f" ({report['summary']['useful_machine_hours']:,.1f} useful machine-hours)",
         "machines taken from work: " + ", ".join(f"{k} {v}" for k, v in moves.items()),
+        f"machines moved for cost: {report['summary']['consolidations']} toward cheaper capacity"
+        f" (consolidations), {report['summary']['cost_moves']} for the fleet's bill (cost moves)",
         "actions: " + ", ".join(f"{k} {v}" for k, v in sorted(report["actions_by_kind"].items())),
         "reasons: " + ", ".join(f"{k} {v}" for k, v in sorted(report["actions_by_reason"].items())),
     ]

@@ -158,8 +158,9 @@ def test_displacing_never_leaves_a_higher_priority_short_where_it_was_served(
     """The same shard and needs decided with displacement (gap 100 000, so it happens often)
     and without (gap 1 000 000: no synthetic need is that far above another). A need that
     yielded (bought fewer machines, took owned ones instead) has as many machines held or on
-    their way as without; a need left with fewer is below a need that yielded: nobody is left
-    short for a need beside or below it."""
+    their way as without; a need left with fewer is not above the highest need that yielded:
+    nobody is left short for a need below it. (One of equal priority, later in table order,
+    can be: the yielding need took a draining machine first, as table order says it may.)"""
     moved, _ = coverage(seed, machines, clusters, needs, scale, Policy(displace_gap=100_000))
     kept, _ = coverage(seed, machines, clusters, needs, scale, Policy(displace_gap=1_000_000))
     assert [r[0] for r in moved] == [r[0] for r in kept]
@@ -172,7 +173,7 @@ def test_displacing_never_leaves_a_higher_priority_short_where_it_was_served(
     top = max((priority for priority, _ in yielded), default=None)
     for a, b in zip(moved, kept, strict=True):
         if a[2] + a[3] < b[2] + b[3]:
-            assert top is not None and a[1] < top, (a, moved, kept)
+            assert top is not None and a[1] <= top, (a, moved, kept)
 
 
 def test_the_property_scenarios_do_displace():

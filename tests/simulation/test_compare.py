@@ -134,7 +134,7 @@ def test_the_command_prints_both_runs_and_refuses_bad_quotas(
     path.write_text(json.dumps(two_halves()))
     assert main(["simulate", str(path), "--compare", "per-cluster", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) >= {"bigfleet", "per_cluster", "difference", "shares", "split"}
+    assert set(out) >= {"bigfleet", "per_cluster", "difference", "shares", "split", "verdict"}
     assert main(["simulate", str(path), "--compare", "per-cluster"]) == 0
     text = capsys.readouterr().out
     assert "BigFleet" in text and "per-cluster" in text and "a: dc-ams/r1 2" in text
@@ -168,3 +168,42 @@ def test_a_closed_loop_replay_queues_what_it_cannot_serve() -> None:
     asked = [r["time_to_capacity_by_priority_band"][band]["asked_machine_hours"]
              for r in (open_loop, closed)]
     assert asked[1] > asked[0]
+
+
+def test_equal_service_prices_the_baseline_at_bigfleets_service(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """two_halves: one rack of 4 at $1/h. BigFleet serves the band about 91 % for $4; alone,
+    half a rack each serves 46 %. With a second rack each cluster owns 4 and is served about
+    93 %, at $8: the cheapest per-cluster fleet serving as well as BigFleet (0 racks serves
+    nothing), so BigFleet costs $4 less at equal service. Capped at the scenario's 1 rack
+    (--max-factor 1), no per-cluster fleet serves as well, and the report says so."""
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps(two_halves()))
+    args = ["simulate", str(path), "--compare", "per-cluster", "--equal-service"]
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    eq = out["equal_service"]
+    fleet_served = out["bigfleet"]["summary"]["bands"]["500000-899999"]["served_fraction"]
+    assert eq["objectives"] == [
+        {"band": "500000-899999", "served": fleet_served, "p99_seconds": None}
+    ]
+    assert eq["cheapest"]["racks"] == {"dc-ams/cpu-64": 2}
+    assert eq["cheapest"]["cost"] == pytest.approx(8.0)
+    assert eq["against_bigfleet"] == pytest.approx(4.0)
+    tried = {t["racks"]["dc-ams/cpu-64"]: t for t in eq["tried"]}
+    assert not tried[0]["met"] and not tried[1]["met"] and tried[2]["met"]
+    assert tried[2]["served"]["500000-899999"] >= fleet_served
+    assert tried[1]["simulated"] == 0  # the comparison's own baseline run, not run again
+    assert out["verdict"]["cheaper"] == "equal"
+
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "cheapest found: 2 racks of dc-ams/cpu-64, cost $8.00" in text
+    assert "BigFleet costs $4.00 less than per-cluster at the same service" in text
+
+    assert main([*args, "--max-factor", "1"]) == 0
+    assert "no per-cluster fleet tried meets it (1 simulations, up to 1 racks of dc-ams/cpu-64)" \
+        in capsys.readouterr().out
+    assert main(["simulate", str(path), "--equal-service"]) == 2
+    assert "--equal-service needs --compare per-cluster" in capsys.readouterr().err

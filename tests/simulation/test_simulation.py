@@ -355,7 +355,9 @@ def test_rate_limited_drains_and_configures_are_retried():
     assert report["errors"] == []
     assert need_of(report, "b")["satisfied"] == 20
     kinds = Counter(a["kind"] for a in report["actions"] if a["t"] >= 600)
-    assert kinds == {"drain": 20, "configure": 20}  # b reuses a's idle machines: no new create
+    # a's machines, idle with no forecast wanting them, go at once (docs/decisions/0012); b,
+    # 300 s later, buys its own: every call rate-limited and retried.
+    assert kinds == {"drain": 20, "delete": 20, "create": 20, "configure": 20}
     assert shard_states(sim) == {"CONFIGURED": 20}
 
 
