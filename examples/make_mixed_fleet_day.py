@@ -39,6 +39,10 @@ GPU_RES = {"cpu": 192, "memory_gib": 2048, "gpu": 8}
 CPU_RES = {"cpu": 64, "memory_gib": 512}
 VM_RES = {"cpu": 16, "memory_gib": 64}
 
+# Owned machines are billed at a stated amortised rate (purchase over 4 years plus power, space
+# and network), the same in every example, so a comparison charges both sides for what they own.
+PRICE = {GPU: 15.00, CPU: 0.80}
+
 # region -> (bare-metal region, cloud region, UTC offset in hours)
 REGIONS = {"eu": ("ams", "eu-west-1", 1), "us": ("iad", "us-east-1", -5)}
 
@@ -62,6 +66,7 @@ def providers() -> list[dict[str, Any]]:
                     "zone": zone,
                     "instance_type": GPU,
                     "count": n,
+                    "price_per_hour": PRICE[GPU],
                     "resources": GPU_RES,
                 }
             )
@@ -72,6 +77,7 @@ def providers() -> list[dict[str, Any]]:
                     "zone": zone,
                     "instance_type": CPU,
                     "count": n,
+                    "price_per_hour": PRICE[CPU],
                     "resources": CPU_RES,
                 }
             )
@@ -81,7 +87,8 @@ def providers() -> list[dict[str, Any]]:
         quota = []
         for zone in (f"{region}a", f"{region}b"):
             quota += [
-                # A reserved-instance commitment: already paid for, so reported cheap.
+                # A reserved-instance commitment: owned, billed all day whether used or not, at
+                # an assumed effective rate of $0.25/h (a third of on-demand's $0.768).
                 {
                     "instance_type": VM,
                     "zone": zone,
@@ -323,6 +330,12 @@ HEADER = """\
 # curve (900000 / 1000000), GPU inference, a 64-GPU same-rack training run (1000000, 06:00-20:00
 # UTC), batch and ETL jobs (100000 / 500000), and best-effort research and backfill (0) on
 # idle bare metal. Run:  bigfleet simulate examples/mixed-fleet-day.yaml
+#
+# Prices. Owned capacity is billed for the whole day, used or not, at a stated amortised rate
+# (purchase over 4 years plus power, space and network; the same rate in every example):
+# gpu-8xh100 $15.00/h, cpu-64 $0.80/h. Reserved m6i.4xlarge $0.25/h (owned too: billed all day).
+# Cloud, per hour used: m6i.4xlarge spot $0.30 (5 % hourly interruption), on-demand $0.768;
+# p5.48xlarge on-demand $98.32.
 """
 
 

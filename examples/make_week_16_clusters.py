@@ -32,6 +32,7 @@ from make_mixed_fleet_day import (
     GPU_RES,
     HOUR,
     P5,
+    PRICE,
     RACK,
     REGIONS,
     VM,
@@ -58,6 +59,7 @@ def _rack(site: str, kind: str, i: int, zone: str, count: int) -> dict[str, Any]
         "zone": zone,
         "instance_type": GPU if gpu else CPU,
         "count": count,
+        "price_per_hour": PRICE[GPU if gpu else CPU],
         "resources": GPU_RES if gpu else CPU_RES,
     }
 
@@ -223,6 +225,12 @@ HEADER = """\
 # (1000000); nightly ETL and a Monday report run (500000); batch and weekday CI (100000);
 # best-effort research and backfill (0) on bare metal. Run:
 #   bigfleet simulate examples/week-16-clusters.yaml
+#
+# Prices. Owned capacity is billed for the whole week, used or not, at a stated amortised rate
+# (purchase over 4 years plus power, space and network; the same rate in every example):
+# gpu-8xh100 $15.00/h, cpu-64 $0.80/h. Reserved m6i.4xlarge $0.25/h (owned too: billed all week).
+# Cloud, per hour used: m6i.4xlarge spot $0.30 (5 % hourly interruption), on-demand $0.768;
+# p5.48xlarge on-demand $98.32.
 """
 
 

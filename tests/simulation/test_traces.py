@@ -280,7 +280,8 @@ def test_a_scenario_whose_trace_is_missing_is_refused_in_one_line(tmp_path, caps
     from bigfleet.cli import main
 
     example = pathlib.Path(__file__).parents[2] / "examples" / "alibaba-gpu-replay.yaml"
-    text = example.read_text().replace("../../shared/traces", str(tmp_path / "nowhere"))
+    text = example.read_text().replace("traces/alibaba-gpu-v2023/", f"{tmp_path}/nowhere/")
+    assert f"trace: {tmp_path}/nowhere/" in text
     text = text.replace("mapping: traces/", f"mapping: {example.parent}/traces/")
     scenario = tmp_path / "replay.yaml"
     scenario.write_text(text)
@@ -288,4 +289,4 @@ def test_a_scenario_whose_trace_is_missing_is_refused_in_one_line(tmp_path, caps
     assert main([verb[0], str(scenario), *verb[1:], *slo]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "Traceback" not in err, err
-    assert "openb_pod_list_default.csv: cannot read trace: No such file" in err, err
+    assert "openb_pod_list_default.csv.gz: cannot read trace: No such file" in err, err
