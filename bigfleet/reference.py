@@ -36,6 +36,7 @@ from .engine.common import (
     worth_moving,
 )
 from .engine.fleet_cost import (
+    SpreadRoom,
     displaceable,
     idle_hold,
     idle_spare,
@@ -110,6 +111,8 @@ class ReferenceEngine(ReferenceFleet):
         creates: dict[tuple[str, str], list[Rec]] = defaultdict(list)
         demand: dict[str, int] = defaultdict(int)
         chosen_of: dict[str, list[Rec]] = {}
+        # Configures are emitted after Phase 2: a need yielding for cost may take one over.
+        configures: list[tuple[Need, Rec]] = []
         for need in needs:
             deficit = need.count - len(claims[need.key])
             if deficit <= 0:
@@ -141,7 +144,7 @@ class ReferenceEngine(ReferenceFleet):
                 self._assigned[m.ordinal] = need
                 demand[m.profile.name] += 1
                 if m.state is S.IDLE:
-                    out.actions.append(self._configure(need, m))
+                    configures.append((need, m))
                 else:
                     creates[(m.profile.provider, need.key)].append(m)
             assigned[need.key] = len(chosen)
@@ -154,7 +157,20 @@ class ReferenceEngine(ReferenceFleet):
         preempted: set[int] = set()
         earmarked: set[int] = set(kept)
         unmet = []
-        cycle = (claims, chosen_of, creates, holder, taken, earmarked, preempted, weights, demand)
+        cycle = {
+            "claims": claims,
+            "chosen_of": chosen_of,
+            "configures": configures,
+            "assigned": assigned,
+            "position": {n.key: i for i, n in enumerate(needs)},
+            "creates": creates,
+            "holder": holder,
+            "taken": taken,
+            "earmarked": earmarked,
+            "preempted": preempted,
+            "weights": weights,
+            "demand": demand,
+        }
         for need in needs:
             have = len(claims[need.key]) - sum(
                 1 for m in claims[need.key] if m.ordinal in preempted
@@ -222,6 +238,7 @@ class ReferenceEngine(ReferenceFleet):
                 unmet.append((need, deficit, label))
                 demand[matching[0].name if matching else label] += deficit
             self._yield_for_cost(need, cycle, out)
+        out.actions.extend(self._configure(need, m) for need, m in configures)
         self._create(creates, holder, out)
         out.shortfalls = age_shortfalls(self.memory, policy, unmet)
 
@@ -332,36 +349,68 @@ class ReferenceEngine(ReferenceFleet):
             Preemption(m.id, h.cluster, h.priority, need.cluster, need.priority, grace)
         )
 
-    def _yield_for_cost(self, need: Need, cycle: tuple, out: Decision) -> None:
-        """Backfill yields before the fleet buys (docs/decisions/0012): a plain need Phase 1
-        gave speculative elastic machines takes owned ones instead, DRAINING ones nobody
-        waits for first, then configured ones of needs `displaceable` for it, best victim
-        first, where `worth_displacing`; as many of its purchases, dearest first, go back."""
-        _, chosen_of, creates, holder, taken, earmarked, preempted, weights, demand = cycle
-        policy = self.policy
+    def _yield_for_cost(self, need: Need, cycle: dict, out: Decision) -> None:
+        """Backfill yields before the fleet buys (docs/decisions/0012): a need (not `Same`)
+        Phase 1 gave speculative elastic machines takes owned ones instead: idle ones Phase 1
+        gave to needs `displaceable` for it (configured for it instead), DRAINING ones nobody
+        waits for, then configured ones of needs `displaceable` for it, best victim first;
+        each where `worth_displacing`, a spread need within its `SpreadRoom`. As many of its
+        purchases, dearest first, go back."""
+        c, policy = cycle, self.policy
+        holder, preempted = c["holder"], c["preempted"]
         bought = [
             m
-            for m in chosen_of.get(need.key, [])
+            for m in c["chosen_of"].get(need.key, [])
             if m.state is S.SPECULATIVE and m.profile.capacity_type in ELASTIC
         ]
-        if not policy.fleet_cost or not bought or need.spec.same or need.spec.spread:
+        if not policy.fleet_cost or not bought or need.spec.same:
             return
         want = len(bought)
+        mine = c["claims"][need.key] + c["chosen_of"].get(need.key, [])
+        room = SpreadRoom(need, [(m.profile, 1) for m in mine])
+        cheapest = min(supply_key(need, m.profile)[0] for m in bought)
+
+        def worth(h: Need) -> bool:
+            return worth_displacing(h, policy, cheapest, self._cheapest_elastic(h))
+
+        def fits(m: Rec) -> bool:
+            return m.profile.capacity_type in OWNED and self._matches(need, m)
+
+        given = 0
+        handed = sorted(
+            (
+                i
+                for i, (h, m) in enumerate(c["configures"])
+                if fits(m) and not h.spec.same and displaceable(h, need, policy)
+            ),
+            key=lambda i: (
+                supply_key(need, c["configures"][i][1].profile),
+                -c["position"][c["configures"][i][0].key],
+                c["configures"][i][1].ordinal,
+            ),
+        )
+        for i in handed:
+            h, m = c["configures"][i]
+            if given < want and room.room(m.profile) >= 1 and worth(h):
+                room.add(m.profile, 1)
+                c["configures"][i] = (need, m)
+                holder[m.ordinal] = self._assigned[m.ordinal] = need
+                c["assigned"][h.key] -= 1
+                given += 1
         draining = sorted(
             (
                 m
                 for m in self.machines
-                if m.state is S.DRAINING
-                and m.profile.capacity_type in OWNED
-                and m.ordinal not in earmarked
-                and self._matches(need, m)
+                if m.state is S.DRAINING and m.ordinal not in c["earmarked"] and fits(m)
             ),
             key=lambda m: (supply_key(need, m.profile), m.ordinal),
         )
-        took = draining[:want]
-        earmarked.update(m.ordinal for m in took)
-        hits: list[Rec] = []
-        cheapest = min(supply_key(need, m.profile)[0] for m in bought)
+        took: list[Rec] = []
+        for m in draining:
+            if given + len(took) < want and room.room(m.profile) >= 1:
+                room.add(m.profile, 1)
+                took.append(m)
+        c["earmarked"].update(m.ordinal for m in took)
         victims = sorted(
             (
                 m
@@ -369,34 +418,34 @@ class ReferenceEngine(ReferenceFleet):
                 if m.state is S.CONFIGURED
                 and m.ordinal in holder
                 and m.ordinal not in preempted
-                and m.profile.capacity_type in OWNED
                 and displaceable(holder[m.ordinal], need, policy)
-                and self._matches(need, m)
+                and fits(m)
             ),
             key=lambda m: (
-                *victim_order(weights, holder[m.ordinal], policy),
+                *victim_order(c["weights"], holder[m.ordinal], policy),
                 m.profile.name,
                 m.ordinal,
             ),
         )
+        hits: list[Rec] = []
         for m in victims:
-            if len(took) + len(hits) == want:
+            if given + len(took) + len(hits) == want:
                 break
             h = holder[m.ordinal]
-            if worth_displacing(h, policy, cheapest, self._cheapest_elastic(h)):
+            if room.room(m.profile) >= 1 and worth(h):
+                room.add(m.profile, 1)
                 hits.append(m)
                 self._preempt(m, h, need, preempted, out)
-        give = len(took) + len(hits)
         back = sorted(bought, key=lambda m: (supply_key(need, m.profile), m.ordinal))
-        for m in back[len(back) - give :]:
-            creates[(m.profile.provider, need.key)].remove(m)
-            taken.discard(m.ordinal)
+        for m in back[len(back) - (given + len(took) + len(hits)) :]:
+            c["creates"][(m.profile.provider, need.key)].remove(m)
+            c["taken"].discard(m.ordinal)
             del holder[m.ordinal]
             self._assigned.pop(m.ordinal, None)
-            demand[m.profile.name] -= 1
-        if give:
-            out.satisfied[need.key] -= give
-            out.earmarked[need.key] = out.earmarked.get(need.key, 0) + give
+            c["demand"][m.profile.name] -= 1
+        if took or hits:
+            out.satisfied[need.key] -= len(took) + len(hits)
+            out.earmarked[need.key] = out.earmarked.get(need.key, 0) + len(took) + len(hits)
         if hits:
             out.cost_moves[need.key] = len(hits)
 

@@ -7,6 +7,7 @@ what is left."""
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -16,7 +17,7 @@ from ..models import MachineState
 from ..needs import Need
 from .common import supply_key
 from .cycle import CycleState
-from .fleet_cost import worth_displacing
+from .fleet_cost import SpreadRoom, displaceable, worth_displacing
 from .phase1 import Assignment
 from .victims import Victim, VictimPool
 
@@ -47,60 +48,158 @@ def purchases(state: CycleState, assignments: list[Assignment]) -> dict[str, lis
     return out
 
 
+@dataclass(slots=True)
+class _Yield:
+    """One need's yield: how many of its purchases it wants to replace, from which owned
+    profiles (its matching ones, in its order), within what spread room, against what price."""
+
+    need: Need
+    want: int
+    mine: np.ndarray
+    room: SpreadRoom
+    cheapest: float
+    got: int = 0
+    instead: dict[str, float] = field(default_factory=dict)
+
+    def worth(self, state: CycleState, holder: Need) -> bool:
+        if holder.key not in self.instead:
+            self.instead[holder.key] = _cheapest_elastic(state, holder)
+        return worth_displacing(holder, state.policy, self.cheapest, self.instead[holder.key])
+
+
 def yield_for_cost(
     state: CycleState,
     need: Need,
     supply: Supply,
     bought: list[Assignment],
     owned: np.ndarray,
+    cycle: tuple[list[Assignment], dict[str, int], dict[str, int]],
     victims: list[Victim],
     lost: dict[str, int],
-) -> tuple[int, int]:
+) -> tuple[int, int, int]:
     """Backfill yields before the fleet buys (`Policy.fleet_cost`; docs/decisions/0012): a
-    plain need (not `Same`, no spread) about to buy elastic capacity takes owned machines
-    instead, first DRAINING ones nobody waits for (those displaced for it in an earlier
-    cycle), then CONFIGURED ones of needs at least `displace_gap` below it (`displaceable`),
-    best victim first, where `worth_displacing` against its cheapest purchase. Its purchases
-    shrink by as many, dearest first, and the slots go back to the free pool. Returns (waited
-    for, displaced)."""
-    policy, profiles = state.policy, state.inventory.profiles.profiles
-    want, ranked = sum(a.count for a in bought), state.supply.ranked(need)
-    mine = ranked[owned[ranked]]
-    took = 0
-    draining = supply.waiting[0]
-    for p in mine.tolist():
-        n = min(want - took, draining.get(p, 0))
-        if n > 0:
-            supply.take(draining, p, n)
-            took += n
-    hit = 0
-    if took < want:
-        cheapest = min(supply_key(need, profiles[a.profile])[0] for a in bought)
-        held = supply.held
-        instead: dict[str, float] = {}
-        for i in held.candidates(need.priority - policy.displace_gap + 1, mine).tolist():
-            victim = held.needs[int(held.holder[i])]
-            if victim.key not in instead:
-                instead[victim.key] = _cheapest_elastic(state, victim)
-            if not worth_displacing(victim, policy, cheapest, instead[victim.key]):
-                continue
-            p = int(held.profile[i])
-            n = min(want - took - hit, int(held.left[i]))
-            offset = int(held.offset[i] + held.used[i])
-            victims.append(Victim(victim, need, p, offset, n))
-            supply.preempt(i, n)
-            lost[victim.key] += n
-            hit += n
-            if took + hit == want:
-                break
-    give = took + hit
+    need (not `Same`) about to buy elastic capacity takes owned machines instead: IDLE ones
+    Phase 1 gave to needs at least `displace_gap` below it (`displaceable`), then DRAINING
+    ones nobody waits for (those displaced for it in an earlier cycle), then CONFIGURED ones
+    of needs `displaceable` for it, best victim first; each where `worth_displacing` against
+    its cheapest purchase, a spread need within its `SpreadRoom`. Its purchases shrink by as
+    many, dearest first, and the slots go back to the free pool. `cycle`: the cycle's
+    assignments, machines assigned per need key, each need's table position. Returns
+    (reassigned, waited for, displaced)."""
+    profiles = state.inventory.profiles.profiles
+    assignments = cycle[0]
+    ranked = state.supply.ranked(need)
+    y = _Yield(
+        need,
+        sum(a.count for a in bought),
+        ranked[owned[ranked]],
+        SpreadRoom(need, _held(state, need, assignments)),
+        min(supply_key(need, profiles[a.profile])[0] for a in bought),
+    )
+    given = _take_assigned(state, y, *cycle)
+    took = _take_draining(state, y, supply)
+    hit = _displace(state, y, supply, victims, lost)
+    give = given + took + hit
     for a in sorted(bought, key=lambda a: -state.supply.supply_rank(need)[a.profile]):
         n = min(give, a.count)
         a.count -= n
         state.spec_left[a.profile] += n
         state.demand[profiles[a.profile].name] -= n
         give -= n
-    return took, hit
+    return given, took, hit
+
+
+def _take_assigned(
+    state: CycleState,
+    y: _Yield,
+    assignments: list[Assignment],
+    assigned: dict[str, int],
+    position: dict[str, int],
+) -> int:
+    """IDLE owned machines Phase 1 gave to needs `displaceable` for `y.need` (not `Same`
+    ones: they hold a domain whole), in its profile order, lowest need first: they are
+    configured for it instead, nothing drains."""
+    profiles, rank = state.inventory.profiles.profiles, state.supply.supply_rank(y.need)
+    mine = set(y.mine.tolist())
+    found = sorted(
+        (
+            a
+            for a in assignments
+            if a.state is S.IDLE
+            and a.count > 0
+            and a.profile in mine
+            and not a.need.spec.same
+            and displaceable(a.need, y.need, state.policy)
+        ),
+        key=lambda a: (rank[a.profile], -position[a.need.key]),
+    )
+    total = 0
+    for a in found:
+        if y.got == y.want:
+            break
+        if not y.worth(state, a.need):
+            continue
+        n = int(min(y.want - y.got, a.count, y.room.room(profiles[a.profile])))
+        if n <= 0:
+            continue
+        y.room.add(profiles[a.profile], n)
+        a.count -= n
+        assigned[a.need.key] -= n
+        assignments.append(Assignment(y.need, S.IDLE, a.profile, n))
+        y.got += n
+        total += n
+    return total
+
+
+def _take_draining(state: CycleState, y: _Yield, supply: Supply) -> int:
+    """DRAINING owned machines nobody waits for, in `y.need`'s profile order."""
+    profiles, draining, total = state.inventory.profiles.profiles, supply.waiting[0], 0
+    for p in y.mine.tolist():
+        n = int(min(y.want - y.got, draining.get(p, 0), y.room.room(profiles[p])))
+        if n > 0:
+            supply.take(draining, p, n)
+            y.room.add(profiles[p], n)
+            y.got += n
+            total += n
+    return total
+
+
+def _displace(
+    state: CycleState, y: _Yield, supply: Supply, victims: list[Victim], lost: dict[str, int]
+) -> int:
+    """CONFIGURED owned machines of needs `displaceable` for `y.need`, best victim first."""
+    if y.got == y.want:
+        return 0
+    profiles, held, total = state.inventory.profiles.profiles, supply.held, 0
+    floor = y.need.priority - state.policy.displace_gap + 1
+    for i in held.candidates(floor, y.mine).tolist():
+        victim = held.needs[int(held.holder[i])]
+        p = int(held.profile[i])
+        if not y.worth(state, victim):
+            continue
+        n = int(min(y.want - y.got, int(held.left[i]), y.room.room(profiles[p])))
+        if n <= 0:
+            continue
+        y.room.add(profiles[p], n)
+        victims.append(Victim(victim, y.need, p, int(held.offset[i] + held.used[i]), n))
+        supply.preempt(i, n)
+        lost[victim.key] += n
+        y.got += n
+        total += n
+        if y.got == y.want:
+            break
+    return total
+
+
+def _held(state: CycleState, need: Need, given: list[Assignment]) -> list:
+    """A spread need's machines by profile: its claims and this cycle's assignments."""
+    if not need.spec.spread:
+        return []
+    profiles = state.inventory.profiles.profiles
+    claims = state.claims[need.cluster].claims[need.key]
+    return [(profiles[c.profile], c.count) for c in claims] + [
+        (profiles[a.profile], a.count) for a in given if a.need is need
+    ]
 
 
 def owned_column(state: CycleState) -> np.ndarray:

@@ -4,6 +4,8 @@ how far a spread need may move, how long an idle machine is held."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
 from math import inf
 
 from ..cost import DELETABLE, ELASTIC
@@ -27,6 +29,33 @@ def worth_displacing(holder: Need, policy: Policy, bought: float, instead: float
     consolidation's test (at least the minimum saving, and over the horizon more than the
     holder's reclamation penalty)."""
     return worth_moving(holder, policy, bought - instead)
+
+
+class SpreadRoom:
+    """How many more machines a spread need may take in each domain when it moves machines
+    for the fleet's cost: at most `max_skew` in any one domain of each of its spread rules,
+    counting what it holds and what this cycle gave it. Conservative (as if its least-filled
+    domain had none), so a move never breaks its skew; a profile without a rule's label has
+    no room. A need without spread rules has room everywhere."""
+
+    def __init__(self, need: Need, held: Iterable[tuple[Profile, int]]) -> None:
+        self.rules = list(need.spec.spread)
+        self.count: list[dict[str, int]] = [defaultdict(int) for _ in self.rules]
+        for profile, n in held:
+            self.add(profile, n)
+
+    def room(self, profile: Profile) -> float:
+        out = inf
+        for rule, count in zip(self.rules, self.count, strict=True):
+            d = profile.label(rule.key)
+            out = min(out, rule.max_skew - count[d] if d else 0)
+        return out
+
+    def add(self, profile: Profile, n: int) -> None:
+        for rule, count in zip(self.rules, self.count, strict=True):
+            d = profile.label(rule.key)
+            if d:
+                count[d] += n
 
 
 def idle_hold(policy: Policy, profile: Profile, wanted: bool) -> float:

@@ -56,6 +56,7 @@ def resolve_inversions(
     claims, reserved, satisfied = state.claims, state.reserved, out.satisfied
     bought = purchases(state, assignments) if state.policy.fleet_cost else {}
     owned = owned_column(state) if bought else np.zeros(0, dtype=bool)
+    position = {n.key: i for i, n in enumerate(state.needs)} if bought else {}
     for need in state.needs:
         key = need.key
         have = claims[need.cluster].claimed[key] - lost.get(key, 0)
@@ -71,8 +72,11 @@ def resolve_inversions(
             out.earmarked[key] = kept + took + hit
             if deficit > 0:
                 unmet.append(_unmet(state, need, deficit))
-        if key in bought and not (need.spec.same or need.spec.spread):
-            took, hit = yield_for_cost(state, need, supply, bought[key], owned, victims, lost)
+        if key in bought and not need.spec.same:
+            cycle = (assignments, assigned, position)
+            _, took, hit = yield_for_cost(
+                state, need, supply, bought[key], owned, cycle, victims, lost
+            )
             if took + hit:
                 satisfied[key] -= took + hit
                 out.earmarked[key] = out.earmarked.get(key, 0) + took + hit

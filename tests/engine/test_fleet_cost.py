@@ -185,3 +185,32 @@ def test_the_property_scenarios_do_displace():
         _, decision = coverage(*args, rng.choice([1, 5, 30]), Policy(displace_gap=100_000))
         displaced += bool(decision.cost_moves)
     assert displaced >= 5, displaced
+
+
+@ENGINES
+def test_a_spread_need_takes_the_idle_rack_machine_backfill_was_given(make_shard):
+    """Inference spreads over zones (max skew 10) and holds one rack machine in ams-1, so
+    Phase 1 fills its least-filled zone first and buys a p5 in eu-west-1a, while research
+    (priority 0) is given the idle rack machine. Yielding, inference is configured on that
+    machine instead: nothing is bought, nothing drains, research waits. (Before, the p5 was
+    bought; displacing research's configured machines instead would loop: each freed machine
+    went back to research in the next cycle's Phase 1.)"""
+    machines = [
+        bare_metal(0, S.CONFIGURED, cluster="infer"),
+        bare_metal(1, S.IDLE),
+        *many(on_demand, 2, price=98.0, instance_type=P5, zone="eu-west-1a"),
+    ]
+    research = need(1, 0)
+    research["requirements"].append(BARE)
+    spread = [{"key": L.ZONE, "max_skew": 10}]
+    needs = table(
+        rollup("research", 1, research),
+        rollup("infer", 1, need(2, 900_000, types=(GPU, P5), spread=spread)),
+    )
+    decision = make_shard(machines).cycle(needs, 10)
+
+    assert [(a.kind, a.cluster, a.machine_id) for a in decision.actions] == [
+        ("configure", "infer", "gpu-0001")
+    ]
+    before = make_shard(machines, Policy(fleet_cost=False)).decide(needs, 10)
+    assert sorted(a.kind for a in before.actions) == ["configure", "create"]
