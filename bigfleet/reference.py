@@ -37,6 +37,7 @@ from .engine.common import (
 )
 from .engine.fleet_cost import (
     SpreadRoom,
+    displace_budget,
     displaceable,
     idle_hold,
     idle_spare,
@@ -170,6 +171,9 @@ class ReferenceEngine(ReferenceFleet):
             "preempted": preempted,
             "weights": weights,
             "demand": demand,
+            "displace_left": displace_budget(
+                policy, sum(1 for m in self.machines if m.state is S.CONFIGURED)
+            ),
         }
         for need in needs:
             have = len(claims[need.key]) - sum(
@@ -432,7 +436,8 @@ class ReferenceEngine(ReferenceFleet):
             if given + len(took) + len(hits) == want:
                 break
             h = holder[m.ordinal]
-            if room.room(m.profile) >= 1 and worth(h):
+            if c["displace_left"] > 0 and room.room(m.profile) >= 1 and worth(h):
+                c["displace_left"] -= 1
                 room.add(m.profile, 1)
                 hits.append(m)
                 self._preempt(m, h, need, preempted, out)

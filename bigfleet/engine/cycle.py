@@ -47,6 +47,9 @@ class CycleState:
     reserved: dict[str, int] = field(default_factory=dict)
     # Of those, the IDLE ones per profile id: they count toward their profile's idle spare.
     kept_idle: dict[int, int] = field(default_factory=dict)
+    # Configured machines still to be drained for the fleet's cost this cycle (None: not
+    # counted yet; `fleet_cost.displace_budget`).
+    displace_left: int | None = None
     # Machines wanted per profile name this cycle (assigned or missing): the demand forecast's
     # input, filled by Phase 1 and Phase 2.
     demand: dict[str, int] = field(default_factory=lambda: defaultdict(int))

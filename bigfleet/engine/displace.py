@@ -13,11 +13,12 @@ from typing import Protocol
 import numpy as np
 
 from ..cost import ELASTIC, OWNED
+from ..inventory import CODE
 from ..models import MachineState
 from ..needs import Need
 from .common import supply_key
 from .cycle import CycleState
-from .fleet_cost import SpreadRoom, displaceable, worth_displacing
+from .fleet_cost import SpreadRoom, displace_budget, displaceable, worth_displacing
 from .phase1 import Assignment
 from .victims import Victim, VictimPool
 
@@ -168,7 +169,10 @@ def _displace(
     state: CycleState, y: _Yield, supply: Supply, victims: list[Victim], lost: dict[str, int]
 ) -> int:
     """CONFIGURED owned machines of needs `displaceable` for `y.need`, best victim first."""
-    if y.got == y.want:
+    if state.displace_left is None:
+        configured = int(state.inventory.counts[CODE[S.CONFIGURED]].sum())
+        state.displace_left = displace_budget(state.policy, configured)
+    if y.got == y.want or state.displace_left <= 0:
         return 0
     profiles, held, total = state.inventory.profiles.profiles, supply.held, 0
     floor = y.need.priority - state.policy.displace_gap + 1
@@ -177,16 +181,17 @@ def _displace(
         p = int(held.profile[i])
         if not y.worth(state, victim):
             continue
-        n = int(min(y.want - y.got, int(held.left[i]), y.room.room(profiles[p])))
+        n = int(min(y.want - y.got, held.left[i], y.room.room(profiles[p]), state.displace_left))
         if n <= 0:
             continue
         y.room.add(profiles[p], n)
+        state.displace_left -= n
         victims.append(Victim(victim, y.need, p, int(held.offset[i] + held.used[i]), n))
         supply.preempt(i, n)
         lost[victim.key] += n
         y.got += n
         total += n
-        if y.got == y.want:
+        if y.got == y.want or state.displace_left == 0:
             break
     return total
 

@@ -31,6 +31,13 @@ def worth_displacing(holder: Need, policy: Policy, bought: float, instead: float
     return worth_moving(holder, policy, bought - instead)
 
 
+def displace_budget(policy: Policy, configured: int) -> int:
+    """Configured machines a cycle may drain for the fleet's cost: the same share of the
+    shard's configured machines as consolidation's budget, at least one (even with
+    consolidation off), so a shard never drains much of itself in one cycle for cost."""
+    return max(1, int(policy.consolidation_max_fraction * configured))
+
+
 class SpreadRoom:
     """How many more machines a spread need may take in each domain when it moves machines
     for the fleet's cost: at most `max_skew` in any one domain of each of its spread rules,

@@ -62,8 +62,9 @@ def test_backfill_yields_its_owned_machines_before_the_fleet_buys_on_demand(make
     """Buying 2 p5 costs $98/h each over the 1 h horizon: $98 > research's reclamation
     penalty ($0), and research has no elastic option of its own (it waits: $0). So 2 of
     research's GPUs drain for inference with the grace of a 900 000 gap (30 s), and nothing
-    is bought."""
-    shard = make_shard(fleet_of_research())
+    is bought. (A cycle may drain half the shard's 4 configured machines for cost here:
+    `consolidation_max_fraction` 0.5; the next test has the default bound.)"""
+    shard = make_shard(fleet_of_research(), Policy(consolidation_max_fraction=0.5))
     needs = needs_of()
     decision = shard.cycle(needs, 10)
 
@@ -80,6 +81,16 @@ def test_backfill_yields_its_owned_machines_before_the_fleet_buys_on_demand(make
     again = shard.cycle(needs, 20)
     assert created(again) == [] and of_kind(again, "drain") == []
     assert again.earmarked[key] == 2 and again.cost_moves == {}
+
+
+@ENGINES
+def test_a_cycle_drains_a_bounded_share_of_the_shard_for_cost(make_shard):
+    """The default bound is 2 % of the configured machines, at least one: of 4, one. So one
+    of research's machines drains for inference and one p5 is still bought."""
+    decision = make_shard(fleet_of_research()).cycle(needs_of(), 10)
+
+    assert len(of_kind(decision, "drain")) == 1 and len(created(decision)) == 1
+    assert list(decision.cost_moves.values()) == [1]
 
 
 @ENGINES
