@@ -2,8 +2,9 @@
 
 A lifecycle call only starts an operation; `advance(now)` (and every call, which first catches up
 with the clock) completes operations whose latency has passed, fails those past their timeout and
-fires spot interruptions, in time order. All randomness comes from one seeded `random.Random`,
-so a run is a function of the seed and the calls made.
+fires spot interruptions, in time order. All randomness is seeded: each machine's draws by the
+seed, the machine and how many it had (`_luck`), so a run is a function of the seed and the
+calls made, and two runs using a machine alike meet the same luck.
 """
 
 from __future__ import annotations
@@ -97,12 +98,25 @@ class SimulatedProvider:
         self._drain_latency = drain_latency
         self._clock = clock
         self._rng = random.Random(seed)
+        self._seed = seed
+        self._draws: Counter[tuple[str, str]] = Counter()
         self._epochs: dict[int, int] = {}
         self._slots = SlotTable(name)
         self._events: builtins.list[tuple[float, int, str, str, str | int]] = []
         self._event_seq = 0  # ties between events due at the same time: first scheduled first
         self._op_seq = 0
         self._changed: set[str] = set()
+
+    def _luck(self, kind: str, slot: Slot) -> random.Random:
+        """The random numbers of one machine's `kind`-th draw of its kind (a create's
+        latency, an interruption clock, an injected failure), seeded by the provider's seed,
+        the machine and how many such draws it had: two runs of the same scenario that use
+        the same machine the same way meet the same luck, whatever else each run does
+        (common random numbers, so `--compare` compares the fleets, not the dice)."""
+        if self._seed is None:
+            return self._rng
+        self._draws[(kind, slot.id)] += 1
+        return random.Random(f"{self._seed}:{kind}:{slot.id}:{self._draws[(kind, slot.id)]}")
 
     def _new_host_ref(self, slot: Slot) -> str:
         raise NotImplementedError
@@ -277,7 +291,7 @@ class SimulatedProvider:
         state = START_OF[call]
         allowance = 0.0
         if call is T.CREATE:
-            latency = self._rng.uniform(*slot.pool.create_latency)
+            latency = self._luck("create", slot).uniform(*slot.pool.create_latency)
             allowance = slot.pool.create_allowance
             slot.host = self._new_host_ref(slot)
         elif call is T.DRAIN:
@@ -286,7 +300,7 @@ class SimulatedProvider:
         else:
             latency = self._latency[call]
         # A kubelet whose join token expired before it booted never joins.
-        hangs = self._injected_failure(call) or (call is T.CONFIGURE and latency > ttl)
+        hangs = self._injected_failure(call, slot) or (call is T.CONFIGURE and latency > ttl)
         op = Op(
             id=f"{self.name}-op-{self._next_op():06d}",
             transition=call,
@@ -303,12 +317,12 @@ class SimulatedProvider:
             self._schedule(op.due, "done", slot.id, op.id)
         self._schedule(op.deadline, "timeout", slot.id, op.id)
 
-    def _injected_failure(self, call: Transition) -> bool:
+    def _injected_failure(self, call: Transition, slot: Slot) -> bool:
         if self.fail_next[call] > 0:
             self.fail_next[call] -= 1
             return True
         rate = self.failure_rates.get(call, 0.0)
-        return rate > 0 and self._rng.random() < rate
+        return rate > 0 and self._luck(f"fail-{call.value}", slot).random() < rate
 
     def _escalate(self, slot: Slot, grace: float) -> None:
         """A shorter grace on a running drain pulls its end (and its timeout) forward."""
@@ -363,7 +377,8 @@ class SimulatedProvider:
         if slot.pool.capacity_type is not CapacityType.SPOT or p <= 0:
             return
         # Hourly probability p means rate -ln(1 - p) per hour: P(interrupted within 1 h) = p.
-        delay = 0.0 if p >= 1 else self._rng.expovariate(-math.log1p(-p) / 3600.0)
+        luck = self._luck("interrupt", slot)
+        delay = 0.0 if p >= 1 else luck.expovariate(-math.log1p(-p) / 3600.0)
         self._schedule(at + delay, "interrupt", slot.id, slot.clock_generation)
 
     def _schedule(self, at: float, kind: str, machine_id: str, ref: str | int) -> None:

@@ -6,6 +6,7 @@ objects on workflow time.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 
 from ..operators import SimulatedOperator
@@ -48,8 +49,8 @@ def providers(
     scenario: Scenario, clock_for: Callable[[str], Clock], seed: int
 ) -> dict[str, SimulatedProvider]:
     return {
-        spec.name: provider(spec, clock_for(spec.name), seed * 1_000_003 + i)
-        for i, spec in enumerate(scenario.providers)
+        spec.name: provider(spec, clock_for(spec.name), seed * 1_000_003 + _named(spec.name))
+        for spec in scenario.providers
     }
 
 
@@ -59,7 +60,14 @@ def operators(scenario: Scenario, seed: int) -> dict[str, SimulatedOperator]:
             c.name,
             c.endpoint or f"https://{c.name}.k8s.example:6443",
             kubelet_version=c.kubelet_version,
-            seed=seed * 7919 + i,
+            seed=seed * 7919 + _named(c.name),
         )
-        for i, c in enumerate(scenario.clusters)
+        for c in scenario.clusters
     }
+
+
+def _named(name: str) -> int:
+    """A provider's or cluster's share of the seed, by its name (not its place in the file), so
+    the same provider or cluster draws the same numbers in a scenario cut down to part of it
+    (`--compare`'s per-cluster runs)."""
+    return zlib.crc32(name.encode())
