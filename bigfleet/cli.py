@@ -96,7 +96,7 @@ def _simulate(args: argparse.Namespace) -> int:
     try:
         if args.compare:
             try:
-                result = compare(scenario, args.seed, args.split, quotas)
+                result = compare(scenario, args.seed, args.split, quotas, args.cloud_quota)
             except ScenarioError as err:
                 print(f"bigfleet simulate: {args.quotas}: {err}", file=sys.stderr)
                 return 2
@@ -213,6 +213,13 @@ def parser() -> argparse.ArgumentParser:
         choices=["peak", "mean", "quotas"],
         default="peak",
         help="how --compare splits racks and reserved instances between the clusters",
+    )
+    sim.add_argument(
+        "--cloud-quota",
+        choices=["split", "each"],
+        default="split",
+        help="--compare: split the cloud quota between the clusters like the racks (both runs "
+        "can buy as much), or give each cluster the whole quota (its own account)",
     )
     sim.add_argument(
         "--quotas", help="YAML: cluster -> {PROVIDER/RACK or PROVIDER/TYPE/ZONE: machines}"

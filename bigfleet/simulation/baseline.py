@@ -14,8 +14,12 @@ simulated providers and cost model:
   the shares add up to every rack and line, both runs own (and pay for) the same hardware, and
   rounding happens once per kind, not once per rack. A kind nobody's needs can use is split
   evenly.
-- **Cloud capacity bought on demand** (on-demand and spot quota lines) is each cluster's own
-  cloud account with the same prices and the same quotas as the fleet's account.
+- **Cloud capacity bought on demand** (on-demand and spot quota lines): by default
+  (`cloud="split"`) each line is split like fixed capacity, per kind (provider, instance type,
+  capacity type) by the clusters' demand, so both runs can buy the same cloud capacity in all:
+  the clusters alone share the fleet's account and its quota. `cloud="each"` gives every
+  cluster its own account with the whole of the fleet's quota (N clusters, N times the quota
+  BigFleet has). With `--split quotas` the quota lines are whole per cluster (`each`).
 - Each cluster then picks the cheapest fitting offering, drops idle machines after the same
   timeouts, preempts only inside itself, and shares nothing with other clusters.
 - Decommissions and shard membership changes of the scenario are not replayed (they are
@@ -43,16 +47,21 @@ from .scenario import BareMetalProviderSpec, CloudProviderSpec, Scenario, Scenar
 
 Split = Literal["peak", "mean", "quotas"]
 SPLITS: tuple[Split, ...] = ("peak", "mean", "quotas")
+Cloud = Literal["split", "each"]
+CLOUDS: tuple[Cloud, ...] = ("split", "each")
 
 
 @dataclass(frozen=True)
 class Unit:
-    """A piece of fixed capacity: a rack, or a reserved quota line (`INSTANCE_TYPE/ZONE`)."""
+    """A piece of capacity the baseline splits: a rack, a reserved quota line
+    (`INSTANCE_TYPE/ZONE`) or, with the cloud split, a spot or on-demand quota line
+    (`INSTANCE_TYPE/ZONE/CAPACITY_TYPE`)."""
 
     provider: str
     name: str
     count: int
     instance_type: str = ""
+    capacity_type: str = ""
 
     @property
     def key(self) -> str:
@@ -63,20 +72,27 @@ class Unit:
         """Units whose machines are interchangeable: one provider, one instance type. The zone
         is left out: a need confined to a zone counts only towards that zone's units, and the
         layout puts its share there when it can."""
-        return f"{self.provider}/{self.instance_type}"
+        kind = f"{self.provider}/{self.instance_type}"
+        return f"{kind}/{self.capacity_type}" if self.capacity_type else kind
 
 
-def fixed_units(scenario: Scenario) -> list[Unit]:
+def fixed_units(scenario: Scenario, cloud: Cloud = "each") -> list[Unit]:
+    """The units the baseline splits: racks and reserved lines, and with `cloud="split"` the
+    spot and on-demand quota lines too."""
     units: list[Unit] = []
     for spec in scenario.providers:
         if isinstance(spec, BareMetalProviderSpec):
             units += [Unit(spec.name, r.rack, r.count, r.instance_type) for r in spec.racks]
-        else:
-            units += [
-                Unit(spec.name, f"{q.instance_type}/{q.zone}", q.count, q.instance_type)
-                for q in spec.quota
-                if q.capacity_type is CapacityType.RESERVED
-            ]
+            continue
+        for q in spec.quota:
+            if q.capacity_type is CapacityType.RESERVED:
+                units.append(
+                    Unit(spec.name, f"{q.instance_type}/{q.zone}", q.count, q.instance_type)
+                )
+            elif cloud == "split":
+                kind = q.capacity_type.value
+                name = f"{q.instance_type}/{q.zone}/{kind}"
+                units.append(Unit(spec.name, name, q.count, q.instance_type, kind))
     return units
 
 
@@ -173,7 +189,10 @@ def _unit_index(sim: Any, units: list[Unit]) -> _UnitIndex:
         elif profile.capacity_type is CapacityType.RESERVED:
             key = f"{profile.provider}/{profile.instance_type}/{profile.zone}"
         else:
-            continue
+            key = (
+                f"{profile.provider}/{profile.instance_type}/{profile.zone}/"
+                f"{profile.capacity_type.value}"
+            )
         if key in position:
             unit_of[pid] = position[key]
     return _UnitIndex(inv, unit_of)
@@ -196,17 +215,21 @@ def split_counts(count: int, weights: list[float]) -> list[int]:
 
 
 def shares(
-    scenario: Scenario, rule: Split, quotas: Mapping[str, Mapping[str, int]] | None = None
+    scenario: Scenario,
+    rule: Split,
+    quotas: Mapping[str, Mapping[str, int]] | None = None,
+    cloud: Cloud = "split",
 ) -> dict[str, dict[str, int]]:
-    """Each cluster's share of every unit of fixed capacity: cluster -> unit key -> machines.
+    """Each cluster's share of every unit: cluster -> unit key -> machines (a quota line not
+    named: the whole line, its own account's).
 
     Per kind (`Unit.kind`): the kind's machines are apportioned over the clusters by largest
     remainder of their demand for the kind (`split_counts`), then laid onto the kind's units
     (`lay_out`)."""
-    units = fixed_units(scenario)
     clusters = [c.name for c in scenario.clusters]
     if rule == "quotas":
-        return _given(units, clusters, quotas or {})
+        return _given(fixed_units(scenario), clusters, quotas or {})
+    units = fixed_units(scenario, cloud)
     out: dict[str, dict[str, int]] = {c: {u.key: 0 for u in units} for c in clusters}
     if not units:
         return out
@@ -302,8 +325,9 @@ def load_quotas(path: str | pathlib.Path) -> dict[str, dict[str, int]]:
 
 
 def cluster_scenario(scenario: Scenario, cluster: str, share: Mapping[str, int]) -> Scenario:
-    """The scenario as `cluster`'s own autoscaler sees it: its share of the fixed capacity, its
-    own cloud accounts (same prices and quotas), only its own demand."""
+    """The scenario as `cluster`'s own autoscaler sees it: its share of the fixed capacity and
+    of the cloud quota lines `share` names (the others whole: its own account's), the same
+    prices, only its own demand."""
     raw = scenario.model_dump(mode="json", exclude_unset=True)
     providers = []
     for spec, dumped in zip(scenario.providers, raw["providers"], strict=True):
@@ -329,6 +353,8 @@ def cluster_scenario(scenario: Scenario, cluster: str, share: Mapping[str, int])
 
 
 def _quota_line(provider: str, line: dict[str, Any], share: Mapping[str, int]) -> dict[str, Any]:
-    if line["capacity_type"] != CapacityType.RESERVED.value:
-        return line
-    return {**line, "count": share.get(f"{provider}/{line['instance_type']}/{line['zone']}", 0)}
+    key = f"{provider}/{line['instance_type']}/{line['zone']}"
+    if line["capacity_type"] == CapacityType.RESERVED.value:
+        return {**line, "count": share.get(key, 0)}
+    elastic = f"{key}/{line['capacity_type']}"
+    return {**line, "count": share[elastic]} if elastic in share else line

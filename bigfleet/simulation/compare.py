@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .baseline import Split, cluster_scenario, shares
+from .baseline import Cloud, Split, cluster_scenario, shares
 from .measures import BANDS
 from .report import Run, report_of
 from .run import Simulation
@@ -18,10 +18,11 @@ def per_cluster_report(
     seed: int | None = None,
     split: Split = "peak",
     quotas: Mapping[str, Mapping[str, int]] | None = None,
+    cloud: Cloud = "split",
 ) -> tuple[dict[str, Any], dict[str, dict[str, int]]]:
-    """The baseline run's report, and the split of the fixed capacity it used."""
+    """The baseline run's report, and the split of the capacity it used."""
     seed = scenario.seed if seed is None else seed
-    split_of = shares(scenario, split, quotas)
+    split_of = shares(scenario, split, quotas, cloud)
     runs = []
     for cluster in scenario.clusters:
         sim = Simulation(cluster_scenario(scenario, cluster.name, split_of[cluster.name]), seed)
@@ -35,13 +36,15 @@ def compare(
     seed: int | None = None,
     split: Split = "peak",
     quotas: Mapping[str, Mapping[str, int]] | None = None,
+    cloud: Cloud = "split",
 ) -> dict[str, Any]:
     fleet = Simulation(scenario, seed).run()
-    baseline, split_of = per_cluster_report(scenario, seed, split, quotas)
+    baseline, split_of = per_cluster_report(scenario, seed, split, quotas, cloud)
     return {
         "scenario": scenario.name,
         "seed": fleet["seed"],
         "split": split,
+        "cloud": cloud if split != "quotas" else "each",
         "shares": split_of,
         "bigfleet": fleet,
         "per_cluster": baseline,
@@ -241,7 +244,8 @@ def render_comparison(result: dict[str, Any]) -> str:
         f"scenario {result['scenario']} (seed {result['seed']}): "
         f"{fleet['duration_seconds']:g} s simulated; BigFleet ({fleet['shards']} shard(s)) "
         f"against {alone['shards']} clusters autoscaling alone "
-        f"(fixed capacity split by {result['split']})",
+        f"(capacity split by {result['split']}; cloud quota "
+        f"{'split too' if result.get('cloud') == 'split' else 'whole to each cluster'})",
         "",
         *table(["BigFleet", "per-cluster"], summary_rows([fleet["summary"], alone["summary"]])),
         "",
@@ -250,7 +254,7 @@ def render_comparison(result: dict[str, Any]) -> str:
     if "equal_service" in result:
         out += ["", *_equal_service_lines(result["equal_service"])]
     out.append("")
-    out.append("fixed capacity per cluster in the per-cluster run:")
+    out.append("capacity per cluster in the per-cluster run (quota lines not named: whole):")
     for cluster, parts in result["shares"].items():
         held = ", ".join(f"{k} {n}" for k, n in parts.items() if n) or "none"
         out.append(f"  {cluster}: {held}")

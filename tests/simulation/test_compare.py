@@ -81,17 +81,37 @@ def test_a_rack_only_one_cluster_can_use_goes_to_it() -> None:
 
 
 def test_reserved_lines_are_split_and_on_demand_quota_is_every_clusters_own() -> None:
+    """`cloud="each"`: every cluster its own account with the whole on-demand quota."""
+    raw = scenario(
+        [cloud(quota("reserved", 4, 1.0), quota("on-demand", 5, 3.0))],
+        [cluster("a", (0, [need(MID, 3)])), cluster("b", (0, [need(MID, 1)]))],
+        600,
+    )
+    split = shares(parsed(raw), "peak", cloud="each")
+    assert split == {"a": {"aws/m6i.xlarge/us-east-1a": 3}, "b": {"aws/m6i.xlarge/us-east-1a": 1}}
+    alone = cluster_scenario(parsed(raw), "b", split["b"])
+    assert [c.name for c in alone.clusters] == ["b"]
+    lines = {q.capacity_type.value: q.count for q in alone.providers[0].quota}  # type: ignore[union-attr]
+    assert lines == {"reserved": 1, "on-demand": 5}
+
+
+def test_the_cloud_quota_is_split_like_the_racks_by_default() -> None:
+    """Peaks 3 : 1. Reserved 4 -> 3 and 1. On-demand 5 -> 3.75 and 1.25: 3 and 1, and the
+    larger remainder (0.75) takes the fifth: 4 and 1. Both runs can buy 5 on-demand in all."""
     raw = scenario(
         [cloud(quota("reserved", 4, 1.0), quota("on-demand", 5, 3.0))],
         [cluster("a", (0, [need(MID, 3)])), cluster("b", (0, [need(MID, 1)]))],
         600,
     )
     split = shares(parsed(raw), "peak")
-    assert split == {"a": {"aws/m6i.xlarge/us-east-1a": 3}, "b": {"aws/m6i.xlarge/us-east-1a": 1}}
+    od = "aws/m6i.xlarge/us-east-1a/on-demand"
+    assert split == {
+        "a": {"aws/m6i.xlarge/us-east-1a": 3, od: 4},
+        "b": {"aws/m6i.xlarge/us-east-1a": 1, od: 1},
+    }
     alone = cluster_scenario(parsed(raw), "b", split["b"])
-    assert [c.name for c in alone.clusters] == ["b"]
     lines = {q.capacity_type.value: q.count for q in alone.providers[0].quota}  # type: ignore[union-attr]
-    assert lines == {"reserved": 1, "on-demand": 5}
+    assert lines == {"reserved": 1, "on-demand": 1}
 
 
 def test_given_quotas_must_name_real_racks_and_add_up() -> None:
