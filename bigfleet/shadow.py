@@ -28,6 +28,7 @@ from .engine import Decision
 from .inventory import CODE, GONE, NONE16, Inventory
 from .models import Machine, MachineState
 from .needs import NeedsTable
+from .spend import Spend
 
 S = MachineState
 STATE_OF = {code: state for state, code in CODE.items()}
@@ -204,6 +205,9 @@ class ShadowBook:
         self.ttc_count: Counter[str] = Counter(s.get("ttc_count", {}))
         # Short clusters: since when, and when the shadow first decided enough (or None).
         self.open: dict[str, list[float | None]] = dict(s.get("open", {}))
+        # The last cycle's spend (bigfleet/spend.py) of each side: measured anew every cycle,
+        # so it does not cross continue-as-new.
+        self.spend: dict[str, Spend] = {}
 
     def state(self) -> dict[str, Any]:
         return {
@@ -263,6 +267,11 @@ class ShadowBook:
                 episode[1] = now
                 self._took("would_be", now - (episode[0] or now))
 
+    def measured(self, would_be: Spend, actual: Spend) -> None:
+        """What the fleet costs by bigfleet/spend.py's rules: as the decision would leave it,
+        and as the last listing showed it (the decision's baseline)."""
+        self.spend = {"would_be": would_be, "actual": actual}
+
     def listed(self, changes: list[dict[str, Any]], configured: Counter[str], needs: NeedsTable,
                now: float) -> None:  # fmt: skip
         """What the providers showed after the decision: the changes others made, and the
@@ -298,12 +307,14 @@ class ShadowBook:
                 "cost_per_hour": round(self.cost["would_be"], 4),
                 "cost_usd": round(self.usd["would_be"], 4),
                 "time_to_capacity": self._percentiles("would_be"),
+                "spend": self._spend("would_be"),
             },
             "actual": {
                 "changes": dict(self.changes),
                 "cost_per_hour": round(self.cost["actual"], 4),
                 "cost_usd": round(self.usd["actual"], 4),
                 "time_to_capacity": self._percentiles("actual"),
+                "spend": self._spend("actual"),
             },
             "short_now": len(self.open),
             "withdrawn": self.ttc_count["withdrawn"],
@@ -311,6 +322,12 @@ class ShadowBook:
             "recent_actions": list(self.recent_actions),
             "recent_changes": list(self.recent_changes),
         }
+
+    def _spend(self, kind: str) -> dict[str, Any] | None:
+        """`Spend.summary` of one side: $/h in all, by capacity type and band, idle owned
+        machines, elastic machines an idle owned one could replace (None: not measured yet)."""
+        spend = self.spend.get(kind)
+        return spend.summary() if spend is not None else None
 
     def _percentiles(self, kind: str) -> dict[str, Any]:
         samples = sorted(self.ttc[kind])

@@ -35,6 +35,7 @@ from .offers import Offers
 from .operators import OperatorUpdate, Reclaim, UpcomingNode
 from .policy import Policy
 from .reports import ShardReport
+from .spend import Spend, measure
 from .states import LEGAL
 
 S = MachineState
@@ -326,6 +327,28 @@ class Shard:
         for m in self.leaving.values():
             out[m.state.value] += 1
         return out
+
+    def spend(
+        self,
+        assigned_at: float | None = None,
+        state: np.ndarray | None = None,
+        cluster: np.ndarray | None = None,
+    ) -> Spend:
+        """What the shard's machines cost per hour, by cluster, priority band and capacity
+        type, with idle owned machines and the elastic machines they could replace
+        (bigfleet/spend.py; the bands from the engine's last claims). Reads only.
+        `assigned_at`: the time of the cycle just run (right after it, its assignments are
+        newer than its claims). `state`, `cluster`: columns to read instead of the
+        inventory's (shadow mode's baseline)."""
+        return measure(
+            self.inventory,
+            self.needs,
+            self.engine.claims,
+            self.engine.supply,
+            assigned_at=assigned_at,
+            state=state,
+            cluster=cluster,
+        )
 
     def operator_updates(
         self, decision: Decision, chunk: int | None = None

@@ -69,6 +69,26 @@ def _kinds(counts: dict[str, int]) -> str:
     return ", ".join(f"{k} {n}" for k, n in sorted(counts.items())) or "none"
 
 
+def _spend_rows(
+    would: dict[str, Any] | None, actual: dict[str, Any] | None
+) -> list[tuple[str, str, str]]:
+    """Billed $/h (bigfleet/spend.py's rules) by capacity type, idle owned machines and
+    elastic machines an idle owned one could replace, each side; none before a cycle."""
+    if would is None or actual is None:
+        return []
+    w, a = would["dollars_per_hour"], actual["dollars_per_hour"]
+    rows = [("billed $/h", f"${w:.2f}", f"${a:.2f}")]
+    for ct in would["by_capacity_type"]:
+        w, a = would["by_capacity_type"][ct], actual["by_capacity_type"].get(ct, 0.0)
+        if w or a:
+            rows.append((f"  {ct}", f"${w:.2f}", f"${a:.2f}"))
+    rows.append(("idle owned machines", str(sum(would["idle_owned_machines"].values())),
+                 str(sum(actual["idle_owned_machines"].values()))))  # fmt: skip
+    rows.append(("elastic w/ owned idle", str(would["elastic_while_owned_idle_machines"]),
+                 str(actual["elastic_while_owned_idle_machines"])))  # fmt: skip
+    return rows
+
+
 def render(r: dict[str, Any]) -> str:
     would, actual = r["would_be"], r["actual"]
     wt, at = would["time_to_capacity"], actual["time_to_capacity"]
@@ -78,6 +98,7 @@ def render(r: dict[str, Any]) -> str:
         ("time to capacity p50", _seconds(wt["p50"]), _seconds(at["p50"])),
         ("time to capacity p99", _seconds(wt["p99"]), _seconds(at["p99"])),
         ("needs covered", str(wt["count"]), str(at["count"])),
+        *_spend_rows(would.get("spend"), actual.get("spend")),
     ]
     lines = [
         f"shard {r['shard']}: shadow since {_when(r['since'])}, {r['cycles']} cycles "

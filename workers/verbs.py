@@ -335,6 +335,8 @@ def render_status(st: dict[str, Any]) -> str:
         + f"  (total {sum(machines.values())})",
         f"  clusters:   {', '.join(st['clusters']) or 'none'}  ({st['needs']} need(s))",
     ]
+    if "spend" in st:  # (a shard from before issue 31 does not say)
+        lines.append(render_spend(st["spend"]))
     shortfalls = st.get("shortfalls") or []
     lines.append(f"  shortfalls: {len(shortfalls) or 'none'}")
     for s in shortfalls:
@@ -356,6 +358,25 @@ def render_status(st: dict[str, Any]) -> str:
             for f in st["failures"]
         ]
     return "\n".join(lines)
+
+
+def _dollars(by_type: dict[str, float]) -> str:
+    return ", ".join(f"{k} ${v:,.2f}" for k, v in by_type.items() if v)
+
+
+def render_spend(spend: dict[str, Any] | None) -> str:
+    """The shard's $/h line of `bigfleet status` (bigfleet/spend.py's `Spend.summary`)."""
+    if spend is None:
+        return "  cost:       not measured yet (no decision cycle in this run)"
+    line = f"  cost:       ${spend['dollars_per_hour']:,.2f}/h"
+    by_type = _dollars(spend["by_capacity_type"])
+    line += f" ({by_type})" if by_type else ""
+    idle = sum(spend["idle_owned_machines"].values())
+    line += f"; idle owned {idle}"
+    pairs = spend["elastic_while_owned_idle_machines"]
+    if pairs:
+        line += f"; elastic while owned idle {pairs} (an idle owned machine would do)"
+    return line
 
 
 async def _shard_serving(client: Any, args: argparse.Namespace, cluster: str) -> int:
@@ -415,6 +436,13 @@ def render_cluster(view: dict[str, Any]) -> str:
     lines.append(
         "  available: " + (", ".join(f"{k} {v}" for k, v in available.items()) or "none")
     )
+    if "spend" in view:  # (a shard from before issue 31 does not say)
+        spend = view["spend"]
+        if spend is None:
+            lines.append("  cost:      not measured yet (no decision cycle in this run)")
+        else:
+            lines.append(f"  cost:      ${spend['dollars_per_hour']:,.2f}/h")
+            lines += [f"    {band}: {_dollars(row)}" for band, row in spend["by_band"].items()]
     return "\n".join(lines)
 
 

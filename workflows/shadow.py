@@ -53,6 +53,14 @@ class ShadowSync:
         decision = cycle(now)
         actions = would_be(decision, inv, now)
         self.book.decided(self.base, inv, self.shard.needs, actions, now, self.at_providers)
+        try:  # (the report's spend figures: a bug there is logged, never a failed task)
+            base = self.base
+            self.book.measured(
+                self.shard.spend(assigned_at=now),
+                self.shard.spend(state=base.state, cluster=base.cluster),
+            )
+        except Exception as err:
+            workflow.logger.warning("shadow shard %s: measuring spend: %r", self.shard.id, err)
         return decision
 
     async def follow(self) -> None:

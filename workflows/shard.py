@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.policy import Policy
     from bigfleet.shard import Shard
     from bigfleet.snapshot import restore_shard, shard_state
+    from bigfleet.spend import Spend, export
     from workflows.actions import TransitionInputs, batched
     from workflows.audit_handlers import AuditHandlers
     from workflows.guard import Guard, TakesSignals, accepts
@@ -69,6 +70,13 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             self.cfg.shard, Policy(cycle_seconds=self.cfg.cycle_seconds, **self.cfg.policy)
         )
         self.fresh = inp.state is None and inp.snapshot is None
+        # What the machines cost as of the last cycle (bigfleet/spend.py; `_cycle`), when it
+        # was measured, from what, and which gauges it last set.
+        self.spend_now: Spend | None = None
+        self.spend_at: float | None = None
+        self.spend_seen: tuple | None = None
+        self.spend_set: Spend | None = None
+        self.spend_keys: Any = ()
         self.restarted = inp.restarted and not self.fresh
         # State in the snapshot store: read back first thing in `run`; until then roll-ups
         # wait and instructions are told to retry.
@@ -233,6 +241,13 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             "in_flight": len(self.outbox.in_flight),
             # Machine records of transition results not folded in yet (over `fold_per_cycle`).
             "waiting_results": self._backlog(self.results),
+            # $/h in all, by capacity type and band, idle owned machines, elastic machines an
+            # idle owned one could replace, as of the last cycle (None before this run's first).
+            "spend": (
+                {**self.spend_now.summary(), "at": self.spend_at}
+                if self.spend_now is not None
+                else None
+            ),
         }
 
     @workflow.query
@@ -246,7 +261,11 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
     @workflow.query
     def cluster(self, name: str) -> dict[str, Any]:
         self._not_restoring()
-        return self.shard.cluster_view(name)
+        spend = self.spend_now  # (the cluster's $/h by band, as of the last cycle)
+        return {
+            **self.shard.cluster_view(name),
+            "spend": spend.of_cluster(name) if spend is not None else None,
+        }
 
     @workflow.query
     def config(self) -> ShardConfig:
@@ -467,6 +486,31 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         for state, n in self.shard.machines_by_state().items():
             meter.create_gauge("bigfleet_machines", "machines by state").set(n, {"state": state})
         meter.create_gauge("bigfleet_shortfalls", "unserved needs").set(len(decision.shortfalls))
+        # What the machines cost (bigfleet/spend.py), measured right after the cycle (its
+        # assignments are newer than its claims) and again only once what it reads changed;
+        # kept for `status` and `cluster`, set as gauges (once more after a replay, which
+        # records no metrics). It reads the shard and enters no history; a bug in it is
+        # logged, never a failed workflow task.
+        try:
+            shard = self.shard
+            read = (shard.inventory, shard.needs, shard.engine.claims)
+            seen = (read, (shard.inventory.version, shard.needs.version))
+            last = self.spend_seen
+            if (
+                last is None
+                or last[1] != seen[1]
+                or any(a is not b for a, b in zip(last[0], read, strict=True))
+            ):
+                self.spend_now = shard.spend(assigned_at=now)
+                self.spend_at = now
+            self.spend_seen = seen
+            now_spend = self.spend_now
+            if now_spend is not None and self.spend_set is not now_spend:
+                if not workflow.unsafe.is_replaying():
+                    self.spend_keys = export(meter, now_spend, self.spend_keys)
+                    self.spend_set = now_spend
+        except Exception as err:
+            workflow.logger.warning("shard %s: measuring its cost: %r", self.shard.id, err)
         return decision
 
     async def _forward(self) -> None:

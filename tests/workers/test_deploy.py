@@ -186,3 +186,46 @@ def test_dashboard_panels_have_ids_datasources_and_targets():
     defined = {v["name"] for v in d["templating"]["list"]}
     used = set(re.findall(r"\$\{?([a-z_]+)", json.dumps(d["panels"]))) - {"__rate_interval"}
     assert used <= defined, used - defined
+
+
+# ---- cost you can see live (issue 31) ----------------------------------------------------------
+
+COST_METRICS = (
+    "bigfleet_cost_dollars_per_hour",
+    "bigfleet_idle_owned_machines",
+    "bigfleet_elastic_while_owned_idle_machines",
+)
+
+
+def test_the_cost_gauges_are_exported():
+    names, histograms = exported()
+    assert set(COST_METRICS) <= names
+    assert not set(COST_METRICS) & histograms
+
+
+def test_elastic_while_owned_idle_alerts_after_30_minutes():
+    (rule,) = [r for r in rules() if "bigfleet_elastic_while_owned_idle_machines" in r["expr"]]
+    assert rule["alert"] == "BigFleetElasticWhileOwnedIdle"
+    assert re.fullmatch(r"max by \(shard\) \(bigfleet_elastic_while_owned_idle_machines\) > 0",
+                        rule["expr"].strip())  # fmt: skip
+    assert rule["for"] == "30m"
+
+
+def test_the_dashboard_has_a_cost_row():
+    ps = panels(dashboard())
+    (row,) = [p for p in ps if p.get("type") == "row" and p["title"] == "Cost"]
+    below = [p for p in ps if p["gridPos"]["y"] > row["gridPos"]["y"]]
+    exprs_by_title = {p["title"]: " ".join(t["expr"] for t in p["targets"]) for p in below}
+    wanted = {
+        "Cost $/h by capacity type": ("bigfleet_cost_dollars_per_hour", "by (capacity_type)"),
+        "Cost $/h by cluster (top 20)": ("bigfleet_cost_dollars_per_hour", "by (cluster)"),
+        "Idle owned machines by profile": ("bigfleet_idle_owned_machines", "by (profile)"),
+        "Elastic machines while owned idle": ("bigfleet_elastic_while_owned_idle_machines", ""),
+    }
+    for title, parts in wanted.items():
+        assert title in exprs_by_title, title
+        assert all(part in exprs_by_title[title] for part in parts), (title, parts)
+    # Every panel below the row is a cost panel: the row is the dashboard's last.
+    assert all(
+        any(m in exprs_by_title[p["title"]] for m in COST_METRICS) for p in below
+    ), sorted(exprs_by_title)
