@@ -41,6 +41,7 @@ from .engine.fleet_cost import (
     displaceable,
     idle_hold,
     idle_spare,
+    regret_swaps,
     worth_displacing,
 )
 from .models import (
@@ -150,6 +151,10 @@ class ReferenceEngine(ReferenceFleet):
                     creates[(m.profile.provider, need.key)].append(m)
             assigned[need.key] = len(chosen)
             chosen_of[need.key] = chosen
+
+        # Owned machines go where they save the fleet the most (docs/decisions/0012).
+        if policy.fleet_cost:
+            self._swap_owned(needs, configures, creates, chosen_of, holder, taken, demand)
 
         # Phase 2: inversions. Supply on its way first, then strictly lower priorities.
         free = sum(1 for m in self.machines if m.state in (S.IDLE, S.SPECULATIVE))
@@ -453,6 +458,78 @@ class ReferenceEngine(ReferenceFleet):
             out.earmarked[need.key] = out.earmarked.get(need.key, 0) + len(took) + len(hits)
         if hits:
             out.cost_moves[need.key] = len(hits)
+
+    def _swap_owned(self, needs, configures, creates, chosen_of, holder, taken, demand) -> None:
+        """`regret_swaps` over Phase 1's choices: the giver's owned machines are configured
+        for the taker, the taker's purchases go back, the giver buys its option instead."""
+
+        def plain(need: Need) -> bool:
+            return not (need.spec.same or need.spec.spread)
+
+        def grouped(pairs) -> list:
+            counts: dict = {}
+            for need, m in pairs:
+                counts[(need.key, m.profile)] = counts.get((need.key, m.profile), 0) + 1
+            by_key = {n.key: n for n in needs}
+            return [(by_key[k], p, c) for (k, p), c in counts.items()]
+
+        given = grouped(
+            (n, m) for n, m in configures if m.profile.capacity_type in OWNED and plain(n)
+        )
+        buys = grouped(
+            (n, m)
+            for n in needs
+            if plain(n)
+            for m in chosen_of.get(n.key, [])
+            if m.state is S.SPECULATIVE and m.profile.capacity_type in ELASTIC
+        )
+        if not given or not buys:
+            return
+        spare: dict = defaultdict(int)
+        sample: dict = {}
+        for m in self.machines:
+            sample.setdefault(m.profile, m)
+            if m.state is S.SPECULATIVE and m.ordinal not in taken:
+                spare[m.profile] += 1
+
+        def options(need: Need) -> list:
+            mine = {m.profile for m in self.machines if self._matches(need, m)}
+            elastic = [p for p in mine if p.capacity_type in ELASTIC]
+            return sorted(elastic, key=lambda p: supply_key(need, p))
+
+        def fits(need: Need, profile) -> bool:
+            return self._matches(need, sample[profile])
+
+        for sw in regret_swaps(given, buys, dict(spare), options, fits):
+            k = sw.count
+            moving = [
+                i for i, (n, m) in enumerate(configures) if n is sw.giver and m.profile == sw.owned
+            ][:k]
+            for i in moving:
+                m = configures[i][1]
+                configures[i] = (sw.taker, m)
+                holder[m.ordinal] = self._assigned[m.ordinal] = sw.taker
+                chosen_of[sw.giver.key].remove(m)
+                chosen_of.setdefault(sw.taker.key, []).append(m)
+            line = creates[(sw.bought.provider, sw.taker.key)]
+            for m in [m for m in line if m.profile == sw.bought][:k]:
+                line.remove(m)
+                taken.discard(m.ordinal)
+                del holder[m.ordinal]
+                self._assigned.pop(m.ordinal, None)
+                chosen_of[sw.taker.key].remove(m)
+            fresh = [
+                m
+                for m in self.machines
+                if m.state is S.SPECULATIVE and m.ordinal not in taken and m.profile == sw.instead
+            ][:k]
+            for m in fresh:
+                creates[(m.profile.provider, sw.giver.key)].append(m)
+                taken.add(m.ordinal)
+                holder[m.ordinal] = self._assigned[m.ordinal] = sw.giver
+                chosen_of[sw.giver.key].append(m)
+            demand[sw.instead.name] += k
+            demand[sw.bought.name] -= k
 
     def _cheapest_elastic(self, need: Need) -> float:
         """The effective cost of the cheapest elastic machine `need` could run on (0: none)."""

@@ -5,14 +5,15 @@ how far a spread need may move, how long an idle machine is held."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from math import inf
 
 from ..cost import DELETABLE, ELASTIC
 from ..needs import Need
 from ..policy import Policy
 from ..profiles import Profile
-from .common import worth_moving
+from .common import supply_key, worth_moving
 
 
 def displaceable(holder: Need, preemptor: Need, policy: Policy) -> bool:
@@ -85,3 +86,62 @@ def idle_spare(policy: Policy, profile: Profile, forecast: float) -> int | None:
     if not policy.fleet_cost or profile.capacity_type not in ELASTIC or timeout == inf:
         return None
     return int(forecast * timeout / policy.cycle_seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Swap:
+    """Owned machines of profile `owned` go from `giver` to `taker`; `giver` buys `instead`
+    and `taker` gives back its purchase of `bought` (`count` machines of each)."""
+
+    giver: Need
+    owned: Profile
+    instead: Profile
+    taker: Need
+    bought: Profile
+    count: int
+
+
+def regret_swaps(
+    given: list[tuple[Need, Profile, int]],
+    buys: list[tuple[Need, Profile, int]],
+    spare: dict[Profile, int],
+    options: Callable[[Need], list[Profile]],
+    fits: Callable[[Need, Profile], bool],
+) -> list[Swap]:
+    """Owned capacity goes where it saves the fleet the most (`Policy.fleet_cost`): when a
+    need was given owned machines this cycle (`given`: need, profile, count) and another buys
+    elastic ones (`buys`) that an owned machine would fit, and the first could buy elastic
+    capacity that costs it less (effective cost, seed §4) than the second's purchase costs the
+    second, they swap. Dearest purchase first; for each, the giver whose own cheapest option
+    (`options`: its elastic profiles, cheapest first; `spare`: slots left per profile) costs
+    least. A need keeps its count: it is served by another option, never by none. Plain needs
+    only (no `same`, no spread), in the cycle's order; nothing drains."""
+    gives: list[list] = [list(g) for g in given]
+    spare = dict(spare)
+    out: list[Swap] = []
+    todo: list[list] = sorted((list(b) for b in buys), key=lambda b: -supply_key(b[0], b[1])[0])
+    for buy in todo:
+        taker, bought = buy[0], buy[1]
+        price = supply_key(taker, bought)[0]
+        while buy[2] > 0:
+            best = None
+            for give in gives:
+                giver, owned, count = give
+                if count <= 0 or giver is taker or not fits(taker, owned):
+                    continue
+                instead = next((p for p in options(giver) if spare.get(p, 0) > 0), None)
+                if instead is None:
+                    continue
+                cost = supply_key(giver, instead)[0]
+                if cost < price and (best is None or cost < best[0]):
+                    best = (cost, give, instead)
+            if best is None:
+                break
+            _, give, instead = best
+            n = min(buy[2], give[2], spare[instead])
+            out.append(Swap(give[0], give[1], instead, taker, bought, n))
+            give[2] -= n
+            buy[2] -= n
+            spare[instead] -= n
+            spare[bought] = spare.get(bought, 0) + n
+    return out

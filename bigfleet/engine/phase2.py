@@ -22,6 +22,7 @@ from .common import (
 from .cycle import CycleState
 from .displace import owned_column, purchases, yield_for_cost
 from .phase1 import Assignment
+from .regret import swap_owned
 from .rows import RowPicker
 from .supply import Pool, free_pool, pool_column
 from .victims import Victim, VictimPool
@@ -46,6 +47,8 @@ def resolve_inversions(
     Returns the victims (configured machines to drain, per claim segment) and the unmet needs
     as (need, missing count, profile label), in table order, for `age_shortfalls`.
     """
+    if state.policy.fleet_cost:
+        swap_owned(state, assignments)
     assigned: dict[str, int] = defaultdict(int)
     for a in assignments:
         assigned[a.need.key] += a.count
