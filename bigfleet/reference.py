@@ -500,7 +500,10 @@ class ReferenceEngine(ReferenceFleet):
         def fits(need: Need, profile) -> bool:
             return self._matches(need, sample[profile])
 
-        for sw in regret_swaps(given, buys, dict(spare), options, fits):
+        def cost(need: Need, profile) -> float:
+            return supply_key(need, profile)[0]
+
+        for sw in regret_swaps(given, buys, dict(spare), options, fits, cost):
             k = sw.count
             moving = [
                 i for i, (n, m) in enumerate(configures) if n is sw.giver and m.profile == sw.owned

@@ -90,6 +90,8 @@ def yield_for_cost(
     profiles = state.inventory.profiles.profiles
     assignments = cycle[0]
     ranked = state.supply.ranked(need)
+    if not owned[ranked].any():  # (no owned machine could ever serve it)
+        return 0, 0, 0
     y = _Yield(
         need,
         sum(a.count for a in bought),

@@ -5,15 +5,16 @@ how far a spread need may move, how long an idle machine is held."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from math import inf
+from typing import Any
 
 from ..cost import DELETABLE, ELASTIC
 from ..needs import Need
 from ..policy import Policy
 from ..profiles import Profile
-from .common import supply_key, worth_moving
+from .common import worth_moving
 
 
 def displaceable(holder: Need, preemptor: Need, policy: Policy) -> bool:
@@ -91,57 +92,61 @@ def idle_spare(policy: Policy, profile: Profile, forecast: float) -> int | None:
 @dataclass(frozen=True, slots=True)
 class Swap:
     """Owned machines of profile `owned` go from `giver` to `taker`; `giver` buys `instead`
-    and `taker` gives back its purchase of `bought` (`count` machines of each)."""
+    and `taker` gives back its purchase of `bought` (`count` machines of each). Profiles are
+    whatever keys the caller uses (profile ids, `Profile`s)."""
 
     giver: Need
-    owned: Profile
-    instead: Profile
+    owned: Any
+    instead: Any
     taker: Need
-    bought: Profile
+    bought: Any
     count: int
 
 
 def regret_swaps(
-    given: list[tuple[Need, Profile, int]],
-    buys: list[tuple[Need, Profile, int]],
-    spare: dict[Profile, int],
-    options: Callable[[Need], list[Profile]],
-    fits: Callable[[Need, Profile], bool],
+    given: Sequence[tuple[Need, Any, int]],
+    buys: Sequence[tuple[Need, Any, int]],
+    spare: Mapping[Any, int],
+    options: Callable[[Need], list],
+    fits: Callable[[Need, Hashable], bool],
+    cost: Callable[[Need, Hashable], float],
 ) -> list[Swap]:
     """Owned capacity goes where it saves the fleet the most (`Policy.fleet_cost`): when a
     need was given owned machines this cycle (`given`: need, profile, count) and another buys
     elastic ones (`buys`) that an owned machine would fit, and the first could buy elastic
-    capacity that costs it less (effective cost, seed §4) than the second's purchase costs the
-    second, they swap. Dearest purchase first; for each, the giver whose own cheapest option
-    (`options`: its elastic profiles, cheapest first; `spare`: slots left per profile) costs
-    least. A need keeps its count: it is served by another option, never by none. Plain needs
-    only (no `same`, no spread), in the cycle's order; nothing drains."""
+    capacity that costs it less (`cost`: effective cost, seed §4) than the second's purchase
+    costs the second, they swap. Dearest purchase first; for each, the giver whose own
+    cheapest option (`options`: its elastic profiles, cheapest first; `spare`: slots left per
+    profile) costs least. A need keeps its count: it is served by another option, never by
+    none. Plain needs only (no `same`, no spread), in the cycle's order; nothing drains."""
     gives: list[list] = [list(g) for g in given]
-    spare = dict(spare)
+    left: dict[Hashable, int] = {}
     out: list[Swap] = []
-    todo: list[list] = sorted((list(b) for b in buys), key=lambda b: -supply_key(b[0], b[1])[0])
+    todo: list[list] = sorted((list(b) for b in buys), key=lambda b: -cost(b[0], b[1]))
     for buy in todo:
         taker, bought = buy[0], buy[1]
-        price = supply_key(taker, bought)[0]
+        price = cost(taker, bought)
         while buy[2] > 0:
             best = None
             for give in gives:
                 giver, owned, count = give
                 if count <= 0 or giver is taker or not fits(taker, owned):
                     continue
-                instead = next((p for p in options(giver) if spare.get(p, 0) > 0), None)
+                instead = next(
+                    (p for p in options(giver) if left.get(p, spare.get(p, 0)) > 0), None
+                )
                 if instead is None:
                     continue
-                cost = supply_key(giver, instead)[0]
-                if cost < price and (best is None or cost < best[0]):
-                    best = (cost, give, instead)
+                option = cost(giver, instead)
+                if option < price and (best is None or option < best[0]):
+                    best = (option, give, instead)
             if best is None:
                 break
             _, give, instead = best
-            n = min(buy[2], give[2], spare[instead])
+            n = min(buy[2], give[2], left.get(instead, spare.get(instead, 0)))
             out.append(Swap(give[0], give[1], instead, taker, bought, n))
             give[2] -= n
             buy[2] -= n
-            spare[instead] -= n
-            spare[bought] = spare.get(bought, 0) + n
+            left[instead] = left.get(instead, spare.get(instead, 0)) - n
+            left[bought] = left.get(bought, spare.get(bought, 0)) + n
     return out

@@ -123,6 +123,7 @@ def release_idle(
     spoken_for = np.zeros(n, dtype=bool)
     spoken_for[taken] = True
     idle = idle[~spoken_for[idle]]
+    idle = idle[inv.profiles.deletable[inv.profile[idle].astype(np.int64)]]  # (never bare metal)
     since = inv.since[idle].astype(np.float64)
     age = now - since
     if not policy.fleet_cost:

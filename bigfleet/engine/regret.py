@@ -4,10 +4,13 @@ docs/decisions/0012): Phase 1's owned machines swapped with another need's purch
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from typing import cast
+
 from ..cost import ELASTIC, OWNED
 from ..models import MachineState
 from ..needs import Need
-from ..profiles import Profile
+from .common import supply_key
 from .cycle import CycleState
 from .fleet_cost import regret_swaps
 from .phase1 import Assignment
@@ -16,21 +19,21 @@ S = MachineState
 
 
 def swap_owned(state: CycleState, assignments: list[Assignment]) -> int:
-    """Apply `regret_swaps` to the cycle's assignments: the giver's IDLE owned assignment
-    goes to the taker, the taker's purchase goes back to the free pool, the giver buys its
-    option instead. Returns the machines swapped."""
+    """Apply `regret_swaps` to the cycle's assignments (profiles by id): the giver's IDLE
+    owned assignment goes to the taker, the taker's purchase goes back to the free pool, the
+    giver buys its option instead. Returns the machines swapped."""
     profiles = state.inventory.profiles.profiles
 
     def plain(need: Need) -> bool:
         return not (need.spec.same or need.spec.spread)
 
     given = [
-        (a.need, profiles[a.profile], a.count)
+        (a.need, a.profile, a.count)
         for a in assignments
         if a.state is S.IDLE and profiles[a.profile].capacity_type in OWNED and plain(a.need)
     ]
     buys = [
-        (a.need, profiles[a.profile], a.count)
+        (a.need, a.profile, a.count)
         for a in assignments
         if a.state is S.SPECULATIVE
         and profiles[a.profile].capacity_type in ELASTIC
@@ -38,29 +41,31 @@ def swap_owned(state: CycleState, assignments: list[Assignment]) -> int:
     ]
     if not given or not buys:
         return 0
-    pid = {profile: i for i, profile in enumerate(profiles)}
-    spare = {profiles[p]: n for p, n in state.spec_left.items() if n > 0}
-    known: dict[str, list[Profile]] = {}
+    known: dict[str, list[int]] = {}
 
-    def options(need: Need) -> list[Profile]:
+    def options(need: Need) -> list[int]:
         if need.key not in known:
             ranked = state.supply.ranked(need).tolist()
-            known[need.key] = [profiles[p] for p in ranked if profiles[p].capacity_type in ELASTIC]
+            known[need.key] = [p for p in ranked if profiles[p].capacity_type in ELASTIC]
         return known[need.key]
 
-    def fits(need: Need, profile: Profile) -> bool:
-        return pid[profile] in state.supply.matching(need)
+    def fits(need: Need, p: Hashable) -> bool:
+        return p in state.supply.matching(need)
 
-    swaps = regret_swaps(given, buys, spare, options, fits)
+    def cost(need: Need, p: Hashable) -> float:
+        return supply_key(need, profiles[cast(int, p)])[0]
+
+    swaps = regret_swaps(given, buys, state.spec_left, options, fits, cost)
     for s in swaps:
-        _take(assignments, s.giver, S.IDLE, pid[s.owned], s.count)
-        _take(assignments, s.taker, S.SPECULATIVE, pid[s.bought], s.count)
-        assignments.append(Assignment(s.taker, S.IDLE, pid[s.owned], s.count))
-        assignments.append(Assignment(s.giver, S.SPECULATIVE, pid[s.instead], s.count))
-        state.spec_left[pid[s.instead]] -= s.count
-        state.spec_left[pid[s.bought]] += s.count
-        state.demand[s.instead.name] += s.count
-        state.demand[s.bought.name] -= s.count
+        owned, instead, bought = cast(int, s.owned), cast(int, s.instead), cast(int, s.bought)
+        _take(assignments, s.giver, S.IDLE, owned, s.count)
+        _take(assignments, s.taker, S.SPECULATIVE, bought, s.count)
+        assignments.append(Assignment(s.taker, S.IDLE, owned, s.count))
+        assignments.append(Assignment(s.giver, S.SPECULATIVE, instead, s.count))
+        state.spec_left[instead] -= s.count
+        state.spec_left[bought] += s.count
+        state.demand[profiles[instead].name] += s.count
+        state.demand[profiles[bought].name] -= s.count
     if swaps:
         assignments[:] = [a for a in assignments if a.count > 0]
     return sum(s.count for s in swaps)
