@@ -14,7 +14,7 @@ from functools import cached_property
 import numpy as np
 
 from . import labels as L
-from .cost import DELETABLE, marginal_price
+from .cost import DELETABLE, OWNED, marginal_price
 from .models import CapacityType, Machine, NodeSelectorRequirement, Resources
 from .requirements import all_match
 
@@ -94,6 +94,8 @@ class ProfileTable:
         self.marginal = np.zeros(0, dtype=np.float64)
         # Whether an idle machine of the profile may go back to speculative (`cost.DELETABLE`).
         self.deletable = np.zeros(0, dtype=bool)
+        # Whether the profile is owned or committed capacity (`cost.OWNED`).
+        self.owned = np.zeros(0, dtype=bool)
         self.interruption = np.zeros(0, dtype=np.float64)
         self._match_cache: dict[str, tuple[int, np.ndarray]] = {}
         self._labels: dict[str, list[str | None]] = {}
@@ -112,6 +114,7 @@ class ProfileTable:
             self.price = np.append(self.price, profile.price_per_hour)
             self.marginal = np.append(self.marginal, profile.marginal_price)
             self.deletable = np.append(self.deletable, profile.capacity_type in DELETABLE)
+            self.owned = np.append(self.owned, profile.capacity_type in OWNED)
             self.interruption = np.append(self.interruption, profile.interruption_probability)
         return pid
 

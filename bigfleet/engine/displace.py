@@ -12,7 +12,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..cost import ELASTIC, OWNED
+from ..cost import ELASTIC
 from ..inventory import CODE
 from ..models import MachineState
 from ..needs import Need
@@ -207,12 +207,6 @@ def _held(state: CycleState, need: Need, given: list[Assignment]) -> list:
     return [(profiles[c.profile], c.count) for c in claims] + [
         (profiles[a.profile], a.count) for a in given if a.need is need
     ]
-
-
-def owned_column(state: CycleState) -> np.ndarray:
-    """Per profile id: is it owned or committed capacity (`cost.OWNED`)?"""
-    profiles = state.inventory.profiles.profiles
-    return np.array([p.capacity_type in OWNED for p in profiles], dtype=bool)
 
 
 def _cheapest_elastic(state: CycleState, need: Need) -> float:

@@ -20,7 +20,7 @@ from .common import (
     pick_same_wait_domain,
 )
 from .cycle import CycleState
-from .displace import owned_column, purchases, yield_for_cost
+from .displace import purchases, yield_for_cost
 from .phase1 import Assignment
 from .regret import swap_owned
 from .rows import RowPicker
@@ -58,7 +58,7 @@ def resolve_inversions(
     unmet = []
     claims, reserved, satisfied = state.claims, state.reserved, out.satisfied
     bought = purchases(state, assignments) if state.policy.fleet_cost else {}
-    owned = owned_column(state) if bought else np.zeros(0, dtype=bool)
+    owned = state.inventory.profiles.owned
     position = {n.key: i for i, n in enumerate(state.needs)} if bought else {}
     for need in state.needs:
         key = need.key

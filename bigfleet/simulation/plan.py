@@ -357,7 +357,8 @@ def equal_service(
     kinds = kinds_of(scenario)
     search = Search(
         "per_cluster",
-        lambda s: per_cluster_report(s, seed, split)[0],
+        # (The same cloud quota rule as the comparison it prices.)
+        lambda s: per_cluster_report(s, seed, split, cloud=comparison.get("cloud", "split"))[0],
         objectives,
         scenario,
         kinds,
