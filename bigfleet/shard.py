@@ -18,6 +18,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from .engine import Decision, FastEngine
+from .held import NONE16
 from .inputs import clip, explain
 from .inventory import CODE, GONE, Inventory, MachineNotFound
 from .membership import Membership
@@ -185,6 +186,33 @@ class Shard:
                 inv.remove(mid)
                 gone += 1
         return gone
+
+    def unwanted_creates(self, queued: Iterable[tuple[str, list[str]]]) -> list[str]:
+        """Of creates decided but not sent to a provider yet (cluster, machine ids; oldest
+        first), the machines no need wants any more: where a cluster holds more machines on
+        their way or serving (CREATING, IDLE for it, CONFIGURING, CONFIGURED) than its needs
+        now ask for, the newest queued ones, up to the surplus. No create goes out for demand
+        that has gone (issue 32); `withdraw` lets them go."""
+        per_cluster: dict[str, list[str]] = {}
+        for cluster, ids in queued:
+            per_cluster.setdefault(cluster, []).extend(ids)
+        if not per_cluster:
+            return []
+        inv = self.inventory
+        n = inv.rows_used
+        holding = np.isin(
+            inv.state[:n], [CODE[s] for s in (S.CREATING, S.IDLE, S.CONFIGURING, S.CONFIGURED)]
+        )
+        codes = inv.cluster[:n][holding]
+        held = np.bincount(codes[codes != NONE16], minlength=len(inv.clusters.names))
+        out: list[str] = []
+        for cluster, ids in per_cluster.items():
+            code = inv.clusters.get(cluster)
+            have = int(held[code]) if code is not None and code < len(held) else 0
+            surplus = have - sum(need.count for need in self.needs.needs_of(cluster))
+            if surplus > 0:
+                out += ids[::-1][:surplus]
+        return out
 
     def drain_for_transfer(self, machine_ids: Iterable[str], now: float) -> None:
         """Drain configured machines that are to leave the shard (cross-shard preemption).

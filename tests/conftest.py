@@ -105,16 +105,18 @@ async def fleet_workers(
     client: Client,
     fleet: Mapping[str, Any] | Scenario | SimulatedFleet,
     roles: Iterable[str] = ROLES,
+    **build: Any,
 ) -> AsyncIterator[SimulatedFleet]:
     """Run the workers of a fleet in the background; yields the simulated fleet so a test can
     look at its providers (`sim.providers[name].calls`, `.started`, `.list(...)`). Pass a
-    `SimulatedFleet` to run new workers over the same providers (a restarted worker)."""
+    `SimulatedFleet` to run new workers over the same providers (a restarted worker); `build`
+    goes to `build_workers` (e.g. a `starter` that holds starts back)."""
     if isinstance(fleet, SimulatedFleet):
         sim = fleet
     else:
         sim = SimulatedFleet(fleet if isinstance(fleet, Scenario) else from_wire(Scenario, fleet))
     stop = asyncio.Event()
-    task = asyncio.create_task(run_workers(build_workers(client, sim, roles), stop))
+    task = asyncio.create_task(run_workers(build_workers(client, sim, roles, **build), stop))
     try:
         yield sim
     finally:

@@ -337,6 +337,8 @@ def render_status(st: dict[str, Any]) -> str:
     ]
     if "spend" in st:  # (a shard from before issue 31 does not say)
         lines.append(render_spend(st["spend"]))
+    if "oldest_queued_seconds" in st:  # (a shard from before issue 32 does not say)
+        lines.append(render_backlog(st))
     shortfalls = st.get("shortfalls") or []
     lines.append(f"  shortfalls: {len(shortfalls) or 'none'}")
     for s in shortfalls:
@@ -358,6 +360,22 @@ def render_status(st: dict[str, Any]) -> str:
             for f in st["failures"]
         ]
     return "\n".join(lines)
+
+
+def render_backlog(st: dict[str, Any]) -> str:
+    """The outbox line of `bigfleet status`: what the shard decided and has not started yet
+    (the server is behind), what runs, and the intervals between its last cycles."""
+    ends = st.get("cycle_ends") or []
+    gaps = sorted(b - a for a, b in zip(ends, ends[1:], strict=False))
+    every = f"; cycles every {gaps[len(gaps) // 2]:.1f} s (max {gaps[-1]:.1f} s)" if gaps else ""
+    dropped = st.get("dropped_notices") or 0
+    return (
+        f"  outbox:     {st['queued_starts']} start(s) queued, oldest "
+        f"{st['oldest_queued_seconds']:.0f} s; {st.get('in_flight', 0)} in flight; "
+        f"{st.get('queued_notices', 0)} cycle(s) of notices waiting"
+        + (f", {dropped} dropped" if dropped else "")
+        + every
+    )
 
 
 def _dollars(by_type: dict[str, float]) -> str:

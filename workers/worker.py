@@ -381,9 +381,11 @@ def build_workers(
     roles: Iterable[str] = ROLES,
     shard_client: Callable[[Client], ShardClientActivities] = ShardClientActivities,
     snapshot_dir: Path | None = None,
+    starter: Callable[[Client], StarterActivities] = StarterActivities,
 ) -> list[Worker]:
     """The workers of `roles`, none started yet. `shard_client` makes the saga steps' activities
-    (tests pass one that injects faults); `snapshot_dir` is the snapshot store's directory
+    and `starter` the shards' `start_transitions` (tests pass ones that inject faults or hold
+    starts back, as a loaded server does); `snapshot_dir` is the snapshot store's directory
     (default: $BIGFLEET_SNAPSHOT_DIR, else .bigfleet/snapshots)."""
     roles = set(roles)
     unknown = roles - set(ROLES)
@@ -391,7 +393,9 @@ def build_workers(
         raise ValueError(f"--role: unknown {sorted(unknown)}; choose from {', '.join(ROLES)}")
     workers: list[Worker] = []
     if "shards" in roles:
-        workers += shard_workers(client, shard_client(client), snapshot_dir, known_cluster(sim))
+        workers += shard_workers(
+            client, shard_client(client), snapshot_dir, known_cluster(sim), starter(client)
+        )
     if "transitions" in roles:
         workers += transition_workers(client, sim)
     if "providers" in roles:
@@ -417,6 +421,7 @@ def shard_workers(
     steps: ShardClientActivities,
     snapshot_dir: Path | None,
     known: Callable[[str], bool] | None = None,
+    starter: StarterActivities | None = None,
 ) -> list[Worker]:
     """Role `shards`: the shard task queue, with every workflow but the transitions, and the
     activities they run themselves (starting transitions, snapshots, membership, saga steps,
@@ -429,7 +434,7 @@ def shard_workers(
             task_queue=SHARD_TASK_QUEUE,
             workflows=SHARD_WORKFLOWS,
             activities=[
-                StarterActivities(client).start_transitions,
+                (starter or StarterActivities(client)).start_transitions,
                 snapshots.put,
                 snapshots.get,
                 *MembershipActivities(client).all(),

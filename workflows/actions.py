@@ -60,6 +60,8 @@ class TransitionInputs:
                 grace_seconds=a.grace_seconds,
                 force=a.force,
                 reason=a.reason.value,  # reasons travel as their string values
+                # The band a preemption serves: its place in the outbox (workflows/outbox.py).
+                priority=a.preemptor_priority or 0,
             )
         if isinstance(a, DeleteAction):
             return self.make(T.DELETE, [a.machine_id], reason=a.reason.value)

@@ -22,11 +22,13 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.shard import Shard
     from workflows.guard import NO_ARGUMENT, guarded
     from workflows.instruction_steps import InstructionSteps
+    from workflows.outbox import Outbox
 
 
 class AuditHandlers:
     shard: Shard
     pipeline: list[TransitionInput]
+    outbox: Outbox
     _not_restoring: Callable[[], None]
     _fence: Callable[..., bool]
     _new_term: Callable[..., Awaitable[bool]]
@@ -72,6 +74,7 @@ class AuditHandlers:
         shard.release(mine)
         dropped = set(mine)
         self.pipeline = [t for t in self.pipeline if not dropped.intersection(t.machine_ids)]
+        self.outbox.keep(lambda t: None if dropped.intersection(t.machine_ids) else t)
         return mine
 
     @disown.validator

@@ -120,9 +120,10 @@ class NewClusters:
             f"for the coordinator's answer already; send it again"
         )
 
-    async def settle(self) -> None:
+    async def settle(self, wait: bool = True) -> None:
         """The loop's step: ask whose the waiting roll-ups' clusters are (one question at a
-        time), and apply or refuse them by the answer."""
+        time), and apply or refuse them by the answer. `wait=False` (a shard whose cycle never
+        waits: workflows/outbox.py) looks for the answer at the next cycles instead."""
         owner = self.owner
         if not owner.early_rollups or not workflow.patched(PATCH):
             return
@@ -141,13 +142,18 @@ class NewClusters:
                 retry_policy=RetryPolicy(maximum_attempts=1),
             )
         asking = self.asking
-        try:
-            await workflow.wait_condition(asking.done, timeout=ASK_WAIT_SECONDS)
-        except TimeoutError:
-            # (An activation that brings the answer and the timer together, e.g. a task retried
-            # after a failure, may raise here with the answer in: it is applied all the same.)
+        if not wait:
             if not asking.done():
-                return  # still out: applied at a next cycle
+                return  # (no timer: looked at again next cycle)
+        else:
+            try:
+                await workflow.wait_condition(asking.done, timeout=ASK_WAIT_SECONDS)
+            except TimeoutError:
+                # (An activation that brings the answer and the timer together, e.g. a task
+                # retried after a failure, may raise here with the answer in: applied all the
+                # same.)
+                if not asking.done():
+                    return  # still out: applied at a next cycle
         self.asking = None
         try:
             answer = asking.result()

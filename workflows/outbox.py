@@ -19,12 +19,24 @@ to be one task that failed for ever. Here:
   multiply its load (and starve the shard's own workflow tasks) without finishing any sooner.
   A transition counts from its start until its result comes back, or until its own time is up
   (a transition that failed without telling the shard does not hold a place for ever).
+
+Runs begun with the "background-outbox" patch never wait for any of this (issue 32): the cycle
+queues its starts and notices here and goes on; `pump`, a coroutine of the workflow of its own,
+sends them in the same waves, as fast as the server takes them and `max_in_flight` allows. The
+queue is ordered by the band a start serves (`rank`): a create or configure by its need's
+priority, a preemption drain by its preemptor's, everything else (excess drains, deletes,
+repairs) after them; equal ranks keep their order. It is bounded by the inventory: a queued
+start is a machine already in CREATING, CONFIGURING or DRAINING, and a machine is in one
+transition at a time. Notices wait at most NOTICE_BACKLOG cycles' worth; older ones are dropped
+and counted (an operator learns the same from the next ones and from its nodes).
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -38,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         ShardConfig,
         TransitionInput,
     )
+    from bigfleet.models import Transition
     from bigfleet.operators import OperatorUpdate
     from workflows.provider_sync import QUICK
 
@@ -48,6 +61,17 @@ WAVE_NOTICES = 16  # `notify_operator` calls in one workflow task
 NOTICE_PAUSE = 0.001  # a timer that ends a task of notices only (no start to wait for)
 # How long past its own timeout a transition is still counted as running (its corrective path).
 IN_FLIGHT_MARGIN = 1200.0
+NOTICE_BACKLOG = 30  # cycles' notices waiting to go out, at most (background outbox)
+LAST = -(2**40)  # the rank of starts that serve no band (below every Int32 priority)
+
+
+def rank(start: TransitionInput) -> int:
+    """Where a start stands in the background outbox: the band it serves (higher first)."""
+    if start.transition in (Transition.CREATE, Transition.CONFIGURE):
+        return start.priority
+    if start.transition is Transition.DRAIN and start.reason == "preempt":
+        return start.priority  # (the preemptor's: workflows/actions.py)
+    return LAST
 
 
 def flight_key(transition: str, machine_ids: Iterable[str]) -> str:
@@ -114,6 +138,14 @@ class Outbox:
         self.note_failure = note_failure
         # Transitions started and not reported back: key -> when to stop counting it.
         self.in_flight: dict[str, float] = {}
+        # The background outbox: a heap of (-rank, order, queued at, start), the notices of
+        # the last cycles, whether `pump` is sending a wave, and whether it should look again.
+        self.queue: list[tuple[int, int, float, TransitionInput]] = []
+        self.order = 0
+        self.notices: deque[Iterator[OperatorUpdate]] = deque()
+        self.dropped_notices = 0
+        self.sending = False
+        self.kicked = False
 
     def state(self) -> list[list[Any]]:
         return [[k, until] for k, until in self.in_flight.items()]
@@ -125,7 +157,7 @@ class Outbox:
             }
 
     def landed(self, transition: str, machine_ids: Iterable[str]) -> None:
-        """A transition's result came back: its place is free."""
+        """A transition's result came back: its place is free (used from the next cycle)."""
         self.in_flight.pop(flight_key(transition, machine_ids), None)
 
     def room(self) -> int:
@@ -223,3 +255,104 @@ class Outbox:
             self.note_failure("notifying an operator", err)
         elif err is not None:
             workflow.logger.warning("notifying an operator: %s", err)
+
+    # ---- the background outbox ("background-outbox") ---------------------------------------
+
+    def push(self, starts: Iterable[TransitionInput], now: float) -> None:
+        """Queue starts; `pump` sends them, highest rank first."""
+        for start in starts:
+            heapq.heappush(self.queue, (-rank(start), self.order, now, start))
+            self.order += 1
+        self.kicked = True
+
+    def tell(self, notices: Iterator[OperatorUpdate]) -> None:
+        """Queue a cycle's notices (built as they are read); the oldest go past NOTICE_BACKLOG."""
+        self.notices.append(notices)
+        while len(self.notices) > NOTICE_BACKLOG:
+            self.notices.popleft()
+            self.dropped_notices += 1
+        self.kicked = True
+
+    def queued(self) -> list[TransitionInput]:
+        """The queued starts, in the order they would go."""
+        return [entry[3] for entry in sorted(self.queue)]
+
+    def oldest(self, now: float) -> float:
+        """Seconds the longest-queued start has waited (0 if none)."""
+        return max((now - entry[2] for entry in self.queue), default=0.0)
+
+    def clear(self) -> None:
+        self.queue = []
+
+    def keep(self, changed: Callable[[TransitionInput], TransitionInput | None]) -> None:
+        """Rewrite the queue: each start as `changed` returns it (the same object to keep it,
+        None to drop it, a copy with fewer machines to shrink it)."""
+        kept = []
+        for neg, order, at, start in self.queue:
+            after = changed(start)
+            if after is not None:
+                kept.append((neg, order, at, after))
+        heapq.heapify(kept)
+        self.queue = kept
+
+    def _next_wave(
+        self, budget: int
+    ) -> tuple[list[tuple[int, int, float, TransitionInput]], list[list[TransitionInput]]]:
+        """Pop what the next wave starts, and its batches: at most WAVE_BATCHES batches,
+        `budget` starts and the room left."""
+        budget = min(WAVE_BATCHES * START_BATCH, self.room(), budget)
+        popped = [heapq.heappop(self.queue) for _ in range(min(budget, len(self.queue)))]
+        batches, sizes = _by_bytes([entry[3] for entry in popped])
+        wave = batches[: _wave_size(sizes)]
+        take = sum(len(b) for b in wave)
+        for entry in popped[take:]:  # (back in their places)
+            heapq.heappush(self.queue, entry)
+        return popped[:take], wave
+
+    def _next_notices(self) -> list[OperatorUpdate]:
+        """The next wave's notices. A cycle's notices are built as they are read, from the
+        inventory as it is then: one that cannot be built (its machine gone meanwhile) drops
+        the rest of its cycle's, never the pump."""
+        while self.notices:
+            try:
+                told, more = _notices_by_bytes(self.notices[0])
+            except Exception as err:
+                workflow.logger.warning("notices of a cycle dropped: %r", err)
+                told, more = [], False
+                self.dropped_notices += 1
+            if not more:
+                self.notices.popleft()
+            if told:
+                return told
+        return []
+
+    async def pump(self) -> None:
+        """Send the queue and the notices for as long as the run lives, a wave a workflow task,
+        up to `max_starts_per_cycle` starts a kick while there is room in flight; then wait for
+        the next cycle's kick (results back free
+        room meanwhile: waves stay large, a few a cycle, not one per result). A wave that could
+        not be started goes back in the queue and waits for the next kick."""
+        while True:
+            await workflow.wait_condition(lambda: self.kicked)
+            self.kicked = False
+            failed = False
+            budget = self.cfg.max_starts_per_cycle  # (a kick: a cycle's worth)
+            while not failed and ((self.queue and budget and self.room()) or self.notices):
+                self.sending = True
+                try:
+                    entries, wave = self._next_wave(budget) if self.queue and budget else ([], [])
+                    budget -= len(entries)
+                    starting = asyncio.ensure_future(self._start(wave)) if entries else None
+                    told = self._next_notices()
+                    for notice in told:
+                        self._notify(notice)
+                    if starting is not None:
+                        left = {id(start) for start in await starting}
+                        for entry in entries:  # (not started: back in its place, as old)
+                            if id(entry[3]) in left:
+                                heapq.heappush(self.queue, entry)
+                        failed = bool(left)
+                    elif told:
+                        await workflow.sleep(NOTICE_PAUSE)  # ends this task: the next in another
+                finally:
+                    self.sending = False

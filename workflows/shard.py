@@ -13,7 +13,9 @@ pure `decide()` and starts the transition workflows it asks for.
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import cached_property, partial
 from typing import Any
@@ -59,6 +61,7 @@ T = Transition
 EARLY_ROLLUP_BYTES = 500_000  # roll-ups waiting while the state is read back or written
 ROLLUP_BATCH = 500  # roll-ups in one `rollups` signal, at most
 ROLLUPS_BYTES = 1_900_000  # a `rollups` signal's payload (Temporal refuses one over 2 MB)
+CYCLE_ENDS = 64  # when the last cycles ran, kept for `status` (the intervals between them)
 
 
 @workflow.defn(name="Shard")
@@ -97,6 +100,14 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         self.revive = False  # `revived` arrived: catch up with the providers next cycle
         self.revived_run = False  # (once per run)
         self.last_cycle_ms = 0.0
+        self.cycle_ends: deque[float] = deque(maxlen=CYCLE_ENDS)  # (workflow time; `status`)
+        # A cycle that never waits (workflows/outbox.py; set in `run`): its outside chores
+        # (verify, reconcile, reports) run beside it, one of each at a time.
+        self.background = False
+        self.chores: asyncio.Future[None] | None = None
+        self.pumping: asyncio.Future[None] | None = None  # the outbox's `pump`
+        self.reporting: asyncio.Future[None] | None = None
+        self.next_reconcile = 0.0
         self.started: dict[str, int] = {}
         # The last outside calls that failed after their retries (shown in `status`).
         self.failures: list[dict[str, Any]] = []
@@ -207,6 +218,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         clusters (and of its share) before it decides again, so it never replaces them."""
         self.shard.epoch = int(workflow.now().timestamp() * 1000)
         self.pipeline = []
+        self.outbox.clear()
         await self.providers.reconcile_restored()
         await self.providers.drop_owned_elsewhere()
         # (Runs revived before this step replay without it. Mid-split or merging away, the
@@ -235,8 +247,15 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             "inherited": self.steps.inherited,
             "failures": self.failures,
             "shadow": self.cfg.shadow,
-            # Transitions decided but not started yet (over `max_starts_per_cycle`).
-            "queued_starts": len(self.pipeline),
+            # When the last cycles ran (workflow time, s): their intervals show a shard that
+            # keeps deciding, or one that waits.
+            "cycle_ends": [round(t, 3) for t in self.cycle_ends],
+            # Transitions decided but not started yet, and how long the oldest has waited.
+            "queued_starts": len(self.pipeline) + len(self.outbox.queue),
+            "oldest_queued_seconds": round(self.outbox.oldest(workflow.now().timestamp()), 1),
+            # Cycles' notices to operators not sent yet, and those dropped for newer ones.
+            "queued_notices": len(self.outbox.notices),
+            "dropped_notices": self.outbox.dropped_notices,
             # Transitions started and not reported back (at most `max_in_flight`).
             "in_flight": len(self.outbox.in_flight),
             # Machine records of transition results not folded in yet (over `fold_per_cycle`).
@@ -306,6 +325,10 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             await self._after_revival()
         cycles_this_run = machine_cycles = 0
         next_reconcile = workflow.now().timestamp() + self.cfg.reconcile_seconds
+        # A cycle that never waits on Temporal: starts and notices go through the outbox,
+        # which `pump` sends beside the loop (issue 32; runs begun before wait as they did).
+        self.background = workflow.patched("background-outbox") and not self.cfg.shadow
+        self.next_reconcile = next_reconcile
         while True:
             await workflow.sleep(self.cfg.cycle_seconds)
             if self.revive:
@@ -313,8 +336,12 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
                 await self._after_revival()
             now = workflow.now().timestamp()
             self._fold_results(now)
-            await self._forward()
-            await self.new_clusters.settle()  # new clusters' roll-ups: this shard's?
+            if self.background:
+                asyncio.ensure_future(self._forward())
+            else:
+                await self._forward()
+            # New clusters' roll-ups: this shard's?
+            await self.new_clusters.settle(wait=not self.background)
             if self.steps.retired:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 return
@@ -324,16 +351,24 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             elif self.cfg.shadow:
                 decision = self.shadow.decide(now, self._cycle)
             else:
+                if self.background:
+                    self._drop_unwanted_creates()
                 decision = self._cycle(now)
+            self.cycle_ends.append(now)
             report = self.report_due(now)
             if self.cfg.shadow:
                 # Nothing is started, nobody is told: the providers' listing replaces the
                 # decision's transitions (workflows/shadow.py).
                 self.pipeline = []
                 await self.shadow.follow()
+            elif self.background:
+                self._queue(decision, now)
             else:
                 next_reconcile = await self._act(decision, now, next_reconcile)
-            await self.send_report(report)
+            if not self.background:
+                await self.send_report(report)
+            elif report is not None and (self.reporting is None or self.reporting.done()):
+                self.reporting = asyncio.ensure_future(self.send_report(report))
             cycles_this_run += 1
             machine_cycles += len(self.shard.inventory)
             if (
@@ -376,10 +411,84 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             next_reconcile = now + self.cfg.reconcile_seconds
         return next_reconcile
 
+    def _queue(self, decision: Decision, now: float) -> None:
+        """The background cycle's `_act`: queue the decision's starts and notices in the
+        outbox, and start the chores that are due (verify, catch up, reconcile) unless the
+        last ones are still out. Nothing here waits."""
+        made = [self.inputs.of_action(a) for a in decision.actions]
+        starts = self.pipeline + [s for s in made if s is not None]
+        self.pipeline = []
+        limits = {
+            Transition.CONFIGURE: self.cfg.configure_batch,
+            Transition.DRAIN: self.cfg.drain_batch,
+        }
+        self.outbox.push(batched(starts, limits), now)
+        self.outbox.tell(self.shard.operator_updates(decision, NOTICE_ITEMS))
+        if self.pumping is None or self.pumping.done():  # (started, or restarted after a bug)
+            self.pumping = asyncio.ensure_future(self.outbox.pump())
+            self.pumping.add_done_callback(self._pump_stopped)
+        if self.chores is None or self.chores.done():
+            self.chores = asyncio.ensure_future(self._chores(decision, now))
+
+    async def _chores(self, decision: Decision, now: float) -> None:
+        """What `_act` does after the starts, beside the loop."""
+        await self._survive(
+            "verifying silent machines", partial(self.providers.verify, decision, now)
+        )
+        if now >= self.next_reconcile and self.providers.owed:
+            await self._survive("catching up with providers", self.providers.catch_up)
+        if now >= self.next_reconcile and await self._survive(
+            "reconciling with the providers",
+            partial(self._reconcile_failed, now),
+            partial(self._capacity, now),
+        ):
+            self.next_reconcile = now + self.cfg.reconcile_seconds
+
+    def _pump_stopped(self, pumping: asyncio.Future[None]) -> None:
+        """A bug in the outbox is logged; the next cycle starts it again."""
+        err = None if pumping.cancelled() else pumping.exception()
+        if err is not None:
+            workflow.logger.error("shard %s: the outbox stopped: %r", self.shard.id, err)
+
+    def _drop_unwanted_creates(self) -> None:
+        """Creates still queued for demand that has gone are dropped, their machines let go
+        (bigfleet/shard.py `unwanted_creates`)."""
+        queued = [
+            (t.cluster, t.machine_ids)
+            for t in self.outbox.queued()
+            if t.transition is Transition.CREATE and t.cluster
+        ]
+        gone = set(self.shard.unwanted_creates(queued))
+        if not gone:
+            return
+        self.shard.withdraw(gone)
+
+        def keep(t: TransitionInput) -> TransitionInput | None:
+            if t.transition is not Transition.CREATE or gone.isdisjoint(t.machine_ids):
+                return t
+            ids = [m for m in t.machine_ids if m not in gone]
+            return t.model_copy(update={"machine_ids": ids}) if ids else None
+
+        self.outbox.keep(keep)
+
     async def _continue_as_new(self, adopting: AdoptCursor | None = None) -> None:
         """Hand the state to the next run: inline, or through the snapshot store. Returns only
         if the store could not be written (the run carries on; try again later)."""
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if self.background:
+            # The outbox sends what the last cycle gave it, a chore ends, and the question of
+            # whose new clusters are is answered and applied, first (a run of one cycle must
+            # get something done).
+            pump, box, asking = self.pumping, self.outbox, self.new_clusters.asking
+            await workflow.wait_condition(
+                lambda: (pump is None or pump.done() or not (box.kicked or box.sending))
+                and (self.chores is None or self.chores.done())
+                and (asking is None or asking.done())
+            )
+            if asking is not None:
+                await self.new_clusters.settle(wait=False)
+            self.pipeline = self.outbox.queued() + self.pipeline
+            self.outbox.clear()
         self._fold_results(workflow.now().timestamp())
         state = shard_state(self.shard)
         state.update(self.steps.state())

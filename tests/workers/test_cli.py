@@ -564,3 +564,33 @@ def test_workers_run_until_stop_and_stop_last_started_first():
 
     asyncio.run(run())
     assert log[3:] == [("stopped", w.name) for w in reversed(workers)]
+
+
+def test_status_shows_the_outbox_backlog_and_how_often_the_shard_decides():
+    base = {
+        "shard": 0,
+        "epoch": 1,
+        "cycles": 9,
+        "last_cycle_ms": 1.0,
+        "coordinator_term": 0,
+        "machines": {"CREATING": 40},
+        "clusters": ["a"],
+        "needs": 1,
+        "shortfalls": [],
+    }
+    text = render_status(
+        {
+            **base,
+            "queued_starts": 120,
+            "oldest_queued_seconds": 42.4,
+            "in_flight": 1000,
+            "queued_notices": 3,
+            "dropped_notices": 2,
+            "cycle_ends": [10.0, 11.0, 12.1, 16.1],
+        }
+    )
+    assert (
+        "  outbox:     120 start(s) queued, oldest 42 s; 1000 in flight; 3 cycle(s) of notices"
+        " waiting, 2 dropped; cycles every 1.1 s (max 4.0 s)"
+    ) in text
+    assert "outbox" not in render_status(base)  # (a shard from before says nothing of it)

@@ -1,0 +1,142 @@
+"""A shard keeps deciding while Temporal catches up (issue 32).
+
+A loaded server takes seconds to start a workflow; a shard whose cycle waited for its starts
+was blind for minutes during a burst. Here the shard's `start_transitions` activity is held
+back (as such a server holds it) on a real dev server, and the shard must go on: cycles keep
+coming, a new need is seen and planned, the backlog shows in `status`, higher bands go first
+once the starts flow again, and demand that went away while its creates waited gets none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from activities.starter import StarterActivities
+from activities.wire import TransitionInput
+from bigfleet.models import Transition, from_wire
+from bigfleet.simulation.scenario import Scenario
+from tests.conftest import eventually, fleet_workers
+from tests.temporal.test_temporal_shard import listed, scheduled, status
+from workers.worker import ensure_shards
+
+T = Transition
+CLUSTERS = ("low", "low2", "high", "gone")
+
+
+class HeldStarter(StarterActivities):
+    """Starts wait until `flowing` is set: a server too busy to take them."""
+
+    flowing = asyncio.Event()
+
+    @activity.defn(name="start_transitions")
+    async def start_transitions(self, transitions: list[TransitionInput]) -> list[str]:
+        await self.flowing.wait()
+        return await super().start_transitions(transitions)
+
+
+def fleet() -> Scenario:
+    """A cloud of 40 machines (creates of a second), four clusters, a 1 s cycle."""
+    line = {
+        "instance_type": "m5.large",
+        "zone": "us-east-1a",
+        "capacity_type": "on-demand",
+        "count": 40,
+        "price_per_hour": 1,
+    }
+    return from_wire(
+        Scenario,
+        {
+            "name": "backlog-test",
+            "cycle_seconds": 1,
+            "duration_seconds": 1,
+            "shards": 1,
+            "providers": [
+                {
+                    "name": "cloud",
+                    "kind": "cloud",
+                    "create_latency": [1.0, 1.0],
+                    "configure_latency": 1.0,
+                    "quota": [line],
+                }
+            ],
+            "clusters": [{"name": c} for c in CLUSTERS],
+        },
+    )
+
+
+def rollup(cluster: str, generation: int, count: int, priority: int) -> dict[str, Any]:
+    need = {"requirements": [], "priority": priority, "count": count}
+    return {"cluster": cluster, "generation": generation, "needs": [need] if count else []}
+
+
+async def send(client: Client, raw: dict[str, Any]) -> None:
+    await client.get_workflow_handle("shard-0").signal("rollup", raw)
+
+
+async def test_a_shard_decides_on_while_its_starts_wait_and_sends_the_higher_band_first(
+    dev_env: WorkflowEnvironment,
+):
+    client = dev_env.client
+    HeldStarter.flowing = asyncio.Event()
+    async with fleet_workers(client, fleet(), starter=HeldStarter) as sim:
+        # One start a cycle: the order they go in is the order the backlog keeps.
+        await ensure_shards(client, sim.fleet, transition_poll_seconds=0.5, max_starts_per_cycle=1)
+        await send(client, rollup("low", 1, 4, 1))
+        first = await eventually(
+            lambda: status(client),
+            lambda st: st["queued_starts"] + st["in_flight"] >= 1,
+            timeout=30,
+            what="the first create decided",
+        )
+        # Behind a start that does not come back, more demand arrives, lowest band first.
+        await send(client, rollup("low2", 1, 4, 1))
+        await send(client, rollup("gone", 1, 4, 1))
+        await asyncio.sleep(2)
+        await send(client, rollup("high", 1, 4, 900_000))
+        seen = await eventually(
+            lambda: status(client),
+            lambda st: st["cycles"] >= first["cycles"] + 5 and st["oldest_queued_seconds"] >= 2,
+            timeout=30,
+            what="five more cycles while the starts wait",
+        )
+        # Every need was seen and planned (its machines CREATING) while nothing could start.
+        assert seen["queued_starts"] >= 3, seen
+        assert seen["machines"].get("CREATING", 0) == 16, seen["machines"]
+        assert not any(seen["shortfalls"]), seen["shortfalls"]
+        # The demand of `gone` goes away before any of its creates could start.
+        await send(client, rollup("gone", 2, 0, 1))
+        await eventually(
+            lambda: status(client),
+            lambda st: st["machines"].get("CREATING", 0) == 12,
+            timeout=30,
+            what="the creates queued for demand that went away dropped",
+        )
+        HeldStarter.flowing.set()
+        done = await eventually(
+            lambda: status(client),
+            lambda st: st["machines"].get("CONFIGURED", 0) == 12 and st["queued_starts"] == 0,
+            timeout=90,
+            what="the three clusters served once the starts flow",
+        )
+        creates_of_gone = await listed(
+            client, 'BigFleetTransition = "create" AND BigFleetCluster = "gone"'
+        )
+        provider = sim.providers["cloud"]
+    assert done["oldest_queued_seconds"] == 0
+    assert creates_of_gone == []
+    assert provider.started[T.CREATE] == 12  # (a machine each: no create for `gone`)
+    # The creates went out one a cycle: `low` first (it was in flight), then `high` (the
+    # higher band, queued last), then `low2`.
+    order = [
+        t.cluster
+        for task in await scheduled(client, "start_transitions", list[TransitionInput])
+        for batch in task
+        for t in batch
+        if t.transition is T.CREATE
+    ]
+    assert order == ["low", "high", "low2"], order
