@@ -129,9 +129,12 @@ class ProviderActivities:
             PROVIDER_CALLS.labels(c.provider, c.transition.value, outcome).inc()
 
     async def _call(self, c: ProviderCall) -> list[Machine]:
-        # `now` was fixed when the workflow scheduled the call; a retry happens later.
+        # `now` was fixed when the workflow scheduled the call; this attempt runs later: after
+        # its retries' back-off and its wait in the queue (held to the provider's API rate, a
+        # burst of calls waits there for seconds). A simulated provider's clock (its token
+        # bucket, its latencies) sees the call when it happens, as a real provider would.
         info = activity.info()
-        late = (info.current_attempt_scheduled_time - info.scheduled_time).total_seconds()
+        late = (info.started_time - info.scheduled_time).total_seconds()
         p = self._provider(c.provider, c.now + max(0.0, late))
         # The same on every retry of this activity: a provider that keeps keys starts nothing
         # new. The run is part of it: a reset workflow numbers its activities from 1 again, and

