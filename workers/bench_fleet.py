@@ -72,14 +72,16 @@ STOP_GRACE = 30.0  # seconds the workers get to stop at the end
 TICKS = os.sysconf("SC_CLK_TCK")
 QUARTERS = (0.25, 0.5, 0.75, 1.0)  # where the text shows a shard's machines CONFIGURED
 
-# What a configured machine costs the server, in the ceiling's trivial workflows. `bench
-# temporal` (docs/temporal.md, "Temporal benchmark", the final code's row) carries 1.20 machine
-# transitions through for each trivial workflow the same server completes (its `ratio`), and a
-# machine is two transitions (its create, its configure), batched as the shard batches them:
-# 2 / 1.20, about 1.67 trivial workflows a machine. (Counted in history events instead, a lone
-# configure is 34 against the trivial workflow's 5; batching shares most of them.) Reported as
-# `ceiling_workflows_per_machine`.
-CEILING_WORKFLOWS_PER_MACHINE = 2 / 1.20
+# What a configured machine costs the server, in the ceiling's trivial workflows: the history
+# events of its create and its configure (each batched, so a workflow's events are shared by
+# its machines; `transition_costs` reads them from completed workflows of the run) over the
+# trivial workflow's 5 (workflows/bench.py: one workflow task). Events stand for the server's
+# work: each is written, and most come with a task dispatched. If the run completed none of
+# either kind, the ratio `bench temporal` measured (1.20 machine transitions a trivial
+# workflow; docs/temporal.md) stands in: 2 / 1.20.
+TRIVIAL_EVENTS = 5
+FALLBACK_WORKFLOWS_PER_MACHINE = 2 / 1.20
+COST_SAMPLE = 20  # completed workflows of each kind whose histories are counted
 LIFECYCLE = ("create", "configure", "drain", "delete")  # the provider calls its rate limits
 
 
@@ -303,6 +305,7 @@ async def measure(binary: Any, args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.gather(rounds(client, args, run), sampler(client, shards, args, run))
             calls = provider_counts(provider)  # as the window closed
             closed = await configured(client, run, run.samples[0]["t"])
+            costs = await transition_costs(client)
             server = await ceiling(client, args.ceiling_workflows, args.ceiling_concurrency)
         finally:
             stop.set()
@@ -310,7 +313,7 @@ async def measure(binary: Any, args: argparse.Namespace) -> dict[str, Any]:
                 await asyncio.wait_for(asyncio.shield(task), STOP_GRACE)
             except TimeoutError:
                 print(f"the workers did not stop in {STOP_GRACE:g} s; leaving", file=sys.stderr)
-    return summary(args, run, closed, adopt_s, calls, server)
+    return summary(args, run, closed, adopt_s, calls, server, costs)
 
 
 def shard_ids(shards: int) -> list[str]:
@@ -489,6 +492,32 @@ async def configured(client: Any, run: Run, since: float) -> Closed:
     return out
 
 
+async def transition_costs(client: Any) -> dict[str, Any]:
+    """History events per machine of the run's creates and configures (up to COST_SAMPLE
+    completed workflows of each kind), and their sum: what a configured machine costs the
+    server (docs/capacity.md rests on it). Empty if either kind has none."""
+    from activities.wire import MACHINE_IDS
+
+    out: dict[str, Any] = {}
+    total = 0.0
+    for kind in ("create", "configure"):
+        events = machines = count = 0
+        query = f'BigFleetTransition = "{kind}" AND ExecutionStatus = "Completed"'
+        async for wf in client.list_workflows(query, limit=COST_SAMPLE):
+            handle = client.get_workflow_handle(wf.id, run_id=wf.run_id)
+            info = (await handle.describe()).raw_description.workflow_execution_info
+            events += info.history_length
+            machines += len(wf.typed_search_attributes.get(MACHINE_IDS) or []) or 1
+            count += 1
+        if not machines:
+            return {}
+        out[f"{kind}_events_per_machine"] = round(events / machines, 2)
+        out[f"{kind}_machines_per_workflow"] = round(machines / count, 1)
+        total += events / machines
+    out["events_per_machine"] = round(total, 2)
+    return out
+
+
 def provider_counts(provider: Any) -> dict[str, float]:
     """The simulated provider's own counters (bigfleet/providers/simulated.py, cloud.py) as
     the window closes: lifecycle calls made by kind, machines each operation began on, and the
@@ -583,14 +612,22 @@ def shard_summary(i: int, run: Run, closed: Closed, seconds: float) -> dict[str,
 
 
 def limits(
-    args: argparse.Namespace, calls: dict[str, float], server: dict[str, Any], sustained: float
+    args: argparse.Namespace,
+    calls: dict[str, float],
+    server: dict[str, Any],
+    sustained: float,
+    costs: dict[str, Any],
 ) -> dict[str, Any]:
     """What the run's physical limits allow in machines configured a second: (a) the provider's
     API rate over the calls a machine needs from create to configured; (b) the server's
     trivial-workflow ceiling over what a configured machine costs it in such workflows."""
     per_machine = calls_per_machine(calls)
     provider_max = args.calls_per_second / per_machine
-    server_max = server["per_s"] / CEILING_WORKFLOWS_PER_MACHINE
+    events = costs.get("events_per_machine")
+    workflows_per_machine = (
+        events / TRIVIAL_EVENTS if events else FALLBACK_WORKFLOWS_PER_MACHINE
+    )
+    server_max = server["per_s"] / workflows_per_machine
     binding = min(provider_max, server_max)
     return {
         "provider_calls_per_machine": round(per_machine, 3),
@@ -598,7 +635,8 @@ def limits(
         "server_workflows_per_s": round(server["per_s"], 1),
         "ceiling_workflows": server["workflows"],
         "ceiling_seconds": round(server["seconds"], 2),
-        "ceiling_workflows_per_machine": round(CEILING_WORKFLOWS_PER_MACHINE, 2),
+        "ceiling_workflows_per_machine": round(workflows_per_machine, 2),
+        **costs,
         "server_configured_per_s_max": round(server_max, 1),
         "binding_limit": "provider" if provider_max <= server_max else "server",
         "binding_limit_per_s": round(binding, 1),
@@ -613,6 +651,7 @@ def summary(
     adopt_s: float,
     calls: dict[str, float],
     server: dict[str, Any],
+    costs: dict[str, Any],
 ) -> dict[str, Any]:
     first, last = run.samples[0], run.samples[-1]
     seconds = max(1e-9, last["t"] - first["t"])
@@ -646,7 +685,7 @@ def summary(
         "configured_machines_end": sum(s["configured_machines_end"] for s in shards),
         "configured_per_s": round(whole / seconds, 2),
         "sustained_configured_per_s": round(sustained, 2),
-        **limits(args, calls, server, sustained),
+        **limits(args, calls, server, sustained, costs),
         "worker_rss_mb_max": round(max(s["worker_rss_kb"] for s in run.samples) / 1024, 1),
         "server_rss_mb_max": round(max(s["server_rss_kb"] for s in run.samples) / 1024, 1),
         "worker_cpu_percent": round(
@@ -727,6 +766,16 @@ def render(r: dict[str, Any]) -> str:
         f"{r['server_workflows_per_s']:.1f} trivial workflows/s ({r['ceiling_workflows']} in "
         f"{r['ceiling_seconds']:.1f} s) / {r['ceiling_workflows_per_machine']:g} a machine = "
         f"{r['server_configured_per_s_max']:.1f} machines/s",
+        "history events    "
+        + (
+            f"{r['events_per_machine']:g} a configured machine (create "
+            f"{r['create_events_per_machine']:g}, {r['create_machines_per_workflow']:g} machines "
+            f"a workflow; configure {r['configure_events_per_machine']:g}, "
+            f"{r['configure_machines_per_workflow']:g} a workflow); a trivial workflow "
+            f"{TRIVIAL_EVENTS}"
+            if "events_per_machine" in r
+            else "not measured (no create or no configure completed)"
+        ),
         f"binding           {r['binding_limit']}, {r['binding_limit_per_s']:.1f} machines/s; "
         f"sustained configured / binding {r['configured_vs_binding']:.3f}",
         f"RSS               shard worker {r['shard_worker_rss_mb_max']:.0f} MB, "

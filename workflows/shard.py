@@ -53,7 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.outbox import NOTICE_ITEMS, Outbox
     from workflows.provider_sync import ProviderSync
     from workflows.shadow import ShadowSync
-    from workflows.shard_results import TransitionResults
+    from workflows.shard_results import HISTORY_BYTES_REGARDLESS, TransitionResults
     from workflows.snapshot_store import SnapshotStore
 
 S = MachineState
@@ -62,6 +62,8 @@ EARLY_ROLLUP_BYTES = 500_000  # roll-ups waiting while the state is read back or
 ROLLUP_BATCH = 500  # roll-ups in one `rollups` signal, at most
 ROLLUPS_BYTES = 1_900_000  # a `rollups` signal's payload (Temporal refuses one over 2 MB)
 CYCLE_ENDS = 64  # when the last cycles ran, kept for `status` (the intervals between them)
+RUN_GROWTH_BYTES = 6_000_000  # history a run's cycles add before it continues as new
+RUN_GROWTH_EVENTS = 8_000  # or events (Temporal's own suggestion comes at 4 MB / 4 096)
 
 
 @workflow.defn(name="Shard")
@@ -108,6 +110,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         self.pumping: asyncio.Future[None] | None = None  # the outbox's `pump`
         self.reporting: asyncio.Future[None] | None = None
         self.next_reconcile = 0.0
+        self.base_history = (0, 0)  # history bytes and events before the first cycle
         self.started: dict[str, int] = {}
         # The last outside calls that failed after their retries (shown in `status`).
         self.failures: list[dict[str, Any]] = []
@@ -325,6 +328,10 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             await self._after_revival()
         cycles_this_run = machine_cycles = 0
         next_reconcile = workflow.now().timestamp() + self.cfg.reconcile_seconds
+        # What the run's history held before its first cycle (the state read back from the
+        # snapshot store, the adoption): `_history_full` counts what the cycles add to it.
+        info = workflow.info()
+        self.base_history = (info.get_current_history_size(), info.get_current_history_length())
         # A cycle that never waits on Temporal: starts and notices go through the outbox,
         # which `pump` sends beside the loop (issue 32; runs begun before wait as they did).
         self.background = workflow.patched("background-outbox") and not self.cfg.shadow
@@ -372,7 +379,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             cycles_this_run += 1
             machine_cycles += len(self.shard.inventory)
             if (
-                workflow.info().is_continue_as_new_suggested()
+                self._history_full()
                 or cycles_this_run >= self.cfg.max_cycles_per_run
                 or self._replay_budget_spent(machine_cycles)
             ) and self._may_continue_as_new():
@@ -633,6 +640,22 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
                 workflow.logger.warning("roll-up of %s not passed to %s: %s", cluster, target, err)
 
     # ---- continuing as new ------------------------------------------------------------------
+
+    def _history_full(self) -> bool:
+        """Time to continue as new: Temporal suggests it (past a few MB or thousands of
+        events), and the cycles of this run added RUN_GROWTH_BYTES or RUN_GROWTH_EVENTS to
+        what it started with; or its history passed HISTORY_BYTES_REGARDLESS. A big shard's
+        state, read back from the snapshot store, alone passes the suggestion's threshold:
+        judged by the suggestion alone it continued as new after every cycle, and spent its
+        time writing and reading its state (issue 32). Runs begun before replay as they ran."""
+        info = workflow.info()
+        suggested = info.is_continue_as_new_suggested()
+        if not workflow.patched("history-past-the-state"):
+            return suggested
+        size, length = info.get_current_history_size(), info.get_current_history_length()
+        grown = size - self.base_history[0] > RUN_GROWTH_BYTES
+        longer = length - self.base_history[1] > RUN_GROWTH_EVENTS
+        return (suggested and (grown or longer)) or size > HISTORY_BYTES_REGARDLESS
 
     def _replay_budget_spent(self, machine_cycles: int) -> bool:
         """The run's cycles have decided over `replay_machine_cycles` machines: replaying it
