@@ -428,6 +428,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         limits = {
             Transition.CONFIGURE: self.cfg.configure_batch,
             Transition.DRAIN: self.cfg.drain_batch,
+            Transition.DELETE: self.cfg.delete_batch,
         }
         self.outbox.push(batched(starts, limits), now)
         self.outbox.tell(self.shard.operator_updates(decision, NOTICE_ITEMS))

@@ -87,12 +87,12 @@ class MachineTransitionWorkflow(TakesSignals):
     async def _run(self, t: TransitionInput) -> TransitionResult:
         result = TransitionResult(transition=t.transition, machines=[])
         watch, untouched = t.machine_ids, list[Machine]()
-        if t.transition in (T.CONFIGURE, T.DRAIN) and len(t.machine_ids) > 1:
+        if t.transition in (T.CONFIGURE, T.DRAIN, T.DELETE) and len(t.machine_ids) > 1:
             if t.transition is T.CONFIGURE:
                 watch, untouched = await self._configure_each(t.machine_ids, result)
-            else:
+            else:  # (a drain's grace and force; a delete has neither)
                 watch, untouched = await self._each(
-                    T.DRAIN, t.machine_ids, grace=t.grace_seconds, force=t.force
+                    t.transition, t.machine_ids, grace=t.grace_seconds, force=t.force
                 )
             if not watch:
                 result.machines = untouched
@@ -167,8 +167,8 @@ class MachineTransitionWorkflow(TakesSignals):
         grace: float = 0.0,
         force: bool = False,
     ) -> tuple[list[str], list[Machine]]:
-        """A batched configure or drain: one provider call per machine (the provider's API and
-        its rate limit are per machine), all at once. Returns the machines to watch and, as
+        """A batched configure, drain or delete: one provider call per machine (the provider's
+        API and its rate limit are per machine), all at once. Returns the machines to watch and, as
         read back, those left as they were: a configure without a blob, or a call that failed
         for good (the shard plans them again; the others go on)."""
         asked = [mid for mid in machine_ids if blobs is None or mid in blobs]

@@ -414,3 +414,26 @@ async def test_every_end_of_a_transition_is_counted_and_searchable(
         ("drain", "failed"),
     ]
     assert counted[0][2] >= HOUR  # seconds, not milliseconds: an hour's grace and more
+
+
+async def test_a_batched_delete_deletes_every_machine_with_a_call_each(
+    dev_env: WorkflowEnvironment,
+):
+    """One delete workflow for several machines of a provider (`ShardConfig.delete_batch`): a
+    delete call per machine, each back to a speculative slot, in one workflow."""
+    client = dev_env.client
+    line = {"instance_type": "m5.large", "zone": "z1", "capacity_type": "on-demand", "count": 4,
+            "price_per_hour": 1}
+    cloud = {"name": "dc", "kind": "cloud", "create_latency": [0.2, 0.2], "quota": [line]}
+    raw = {"name": "deletes", "duration_seconds": 1, "providers": [cloud], "clusters": []}
+    async with fleet_workers(client, raw, ROLES) as sim:
+        ids = machine_ids(sim, 3)
+        create = await start(client, transition(T.CREATE, ids, poll_seconds=0.2))
+        assert {m.state for m in (await create.result()).machines} == {S.IDLE}
+        gone = transition(T.DELETE, ids, reason="idle-timeout", poll_seconds=0.2)
+        delete = await start(client, gone)
+        result = await asyncio.wait_for(delete.result(), 60)
+        provider = sim.providers["dc"]
+    assert sorted((m.id, m.state) for m in result.machines) == [(i, S.SPECULATIVE) for i in ids]
+    assert provider.calls["delete"] == 3
+    assert {provider.get(i).state for i in ids} == {S.SPECULATIVE}
