@@ -326,6 +326,12 @@ class Outbox:
                 return told
         return []
 
+    async def _next_activation(self) -> None:
+        seen = workflow.info().get_current_history_length()
+        await workflow.wait_condition(
+            lambda: self.kicked or workflow.info().get_current_history_length() > seen
+        )
+
     async def pump(self) -> None:
         """Send the queue and the notices for as long as the run lives, a wave a workflow task,
         up to `max_starts_per_cycle` starts a kick while there is room in flight; then wait for
@@ -353,6 +359,9 @@ class Outbox:
                                 heapq.heappush(self.queue, entry)
                         failed = bool(left)
                     elif told:
-                        await workflow.sleep(NOTICE_PAUSE)  # ends this task: the next in another
+                        # The next wave in another workflow task: the next activation (these
+                        # notices' own completions, a result, a cycle) rather than a timer,
+                        # which a loaded server fires many seconds late.
+                        await self._next_activation()
                 finally:
                     self.sending = False
