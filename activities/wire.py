@@ -335,6 +335,9 @@ class ShardInput(Model):
     # Signals that arrived while the state was being written to the snapshot store.
     rollups: list[dict[str, Any]] = Field(default_factory=list)
     results: list[TransitionResult] = Field(default_factory=list)
+    # Those too, in the snapshot store, when too many to travel inline ({"results": [...],
+    # "rollups": [...]}; they come before `results` and `rollups`).
+    late: SnapshotRef | None = None
     # Revived from a dead run's durable state: take a new epoch, reconcile against providers.
     restarted: bool = False
     # Born of a split: adopts nothing from the providers and decides nothing until the split's

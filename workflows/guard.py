@@ -72,6 +72,9 @@ def handler_names(cls: type) -> list[str]:
     return names
 
 
+LOGGED_PER_ACTIVATION = 20  # rejections logged in one activation; the rest only counted
+
+
 class Guard:
     """The rejections of one workflow, and the decoding of what its handlers receive."""
 
@@ -81,6 +84,7 @@ class Guard:
         self.rejections = Rejections(
             handler_names(type(owner)), state if isinstance(state, dict) else None
         )
+        self.logged_at, self.logged = 0.0, 0  # (log lines this activation: `reject`)
 
     def signal(self, name: str, args: Sequence[RawValue]) -> None:
         """Dispatch a signal by name; never raises."""
@@ -108,8 +112,21 @@ class Guard:
             raise
 
     def reject(self, handler: str, error: str) -> None:
-        self.rejections.add(handler, error, workflow.now().timestamp())
-        workflow.logger.warning("%s: rejected %s", self.workflow_type, clip(error, 400))
+        """Record a rejection, count it, and log it: the first LOGGED_PER_ACTIVATION of an
+        activation (a batch of 500 roll-ups refused while a shard writes its state logged
+        thousands of lines, past the SDK's 2 s deadline for a task); the rest are counted."""
+        now = workflow.now().timestamp()
+        self.rejections.add(handler, error, now)
+        if now != self.logged_at:
+            self.logged_at, self.logged = now, 0
+        self.logged += 1
+        if self.logged <= LOGGED_PER_ACTIVATION:
+            workflow.logger.warning("%s: rejected %s", self.workflow_type, clip(error, 400))
+        elif self.logged == LOGGED_PER_ACTIVATION + 1:
+            workflow.logger.warning(
+                "%s: more rejections in this activation are counted, not logged (`rejections`)",
+                self.workflow_type,
+            )
         self.count(handler)
 
     def count(self, handler: str) -> None:

@@ -14,6 +14,7 @@ pure `decide()` and starts the transition workflows it asks for.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -62,8 +63,20 @@ EARLY_ROLLUP_BYTES = 500_000  # roll-ups waiting while the state is read back or
 ROLLUP_BATCH = 500  # roll-ups in one `rollups` signal, at most
 ROLLUPS_BYTES = 1_900_000  # a `rollups` signal's payload (Temporal refuses one over 2 MB)
 CYCLE_ENDS = 64  # when the last cycles ran, kept for `status` (the intervals between them)
+LATE_INLINE_BYTES = 1_000_000  # results and roll-ups a continue-as-new's input carries
+LATE_ROUNDS = 3  # writes of what arrives while the state is written, at most
 RUN_GROWTH_BYTES = 6_000_000  # history a run's cycles add before it continues as new
 RUN_GROWTH_EVENTS = 8_000  # or events (Temporal's own suggestion comes at 4 MB / 4 096)
+
+
+def _fits(results: list[TransitionResult], rollups: list[dict[str, Any]]) -> bool:
+    """Whether these travel inline in a continue-as-new's input (LATE_INLINE_BYTES)."""
+    size = json_size(rollups)
+    for r in results:
+        size += json_size(r.model_dump(mode="json"))
+        if size > LATE_INLINE_BYTES:
+            return False
+    return size <= LATE_INLINE_BYTES
 
 
 @workflow.defn(name="Shard")
@@ -308,7 +321,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             self.shard.policy = self.shard.engine.policy = off
             self.shard.engine.supply.sunk = False
         if inp.snapshot is not None:
-            await self._load(inp.snapshot, inp.joining)
+            await self._load(inp.snapshot, inp.joining, inp.late)
         else:
             self._apply_early_rollups()
         if self.fresh:
@@ -546,6 +559,16 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
                 self.snapshotting = False
                 self._apply_early_rollups()
                 return
+        late_ref, late, rollups = None, self.results, self.early_rollups
+        if snapshot is not None and workflow.patched("late-in-snapshot"):
+            written = await self._put_late(len(carried))
+            if written is None:
+                self.snapshotting = False
+                self._apply_early_rollups()
+                return
+            late_ref, late, rollups = written
+        elif snapshot is not None:
+            late = self.results[len(carried) :]
         workflow.continue_as_new(
             ShardInput(
                 config=self.cfg,
@@ -554,20 +577,57 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
                 # With a snapshot, the queued starts travel in it: they can be many.
                 pipeline=[] if snapshot else self.pipeline,
                 # What arrived while the snapshot was written (none if inline).
-                rollups=self.early_rollups,
-                results=self.results[len(carried) :] if snapshot else self.results,
+                rollups=rollups,
+                results=late,
+                late=late_ref,
                 # A `revived` not yet acted on: the next run does it.
                 restarted=self.revive,
                 adopting=adopting,
             )
         )
 
-    async def _load(self, ref: SnapshotRef, joining: bool) -> None:
-        """The state the last run left in the snapshot store, with its queued starts."""
+    async def _put_late(
+        self, first: int
+    ) -> tuple[SnapshotRef | None, list[TransitionResult], list[dict[str, Any]]] | None:
+        """What arrived while the state was written (results from `first` on, roll-ups), in
+        the store too when it would not fit a continue-as-new's input (Temporal refuses one over
+        2 MB; a loaded server takes many seconds to take a big state): the reference, and what
+        is left to travel inline. More arrives while that is written: each round writes all of
+        it again under a new key, until the rest is small. None after LATE_ROUNDS, or if the
+        store failed: the run goes on, everything still in memory."""
+        ref: SnapshotRef | None = None
+        results_done, rollups_done = first, 0
+        for round_ in range(LATE_ROUNDS):
+            results = self.results[results_done:]
+            rollups = self.early_rollups[rollups_done:]
+            if _fits(results, rollups):
+                return ref, results, rollups
+            upto, upto_rollups = len(self.results), len(self.early_rollups)
+            blob = {
+                "results": [r.model_dump(mode="json") for r in self.results[first:upto]],
+                "rollups": self.early_rollups[:upto_rollups],
+            }
+            try:
+                ref = await self.store.put(
+                    json.dumps(blob, separators=(",", ":")), f"-late{round_}"
+                )
+            except ActivityError as err:
+                self._note_failure("writing what arrived during the snapshot", err)
+                return None
+            results_done, rollups_done = upto, upto_rollups
+        return None
+
+    async def _load(self, ref: SnapshotRef, joining: bool, late: SnapshotRef | None) -> None:
+        """The state the last run left in the snapshot store, with its queued starts, the
+        results it had not folded, and what arrived while it was written (`late`)."""
         state = await self.store.get(ref)
         # Stored as JSON: read back as JSON (strict enums take "In", not only Operator.IN).
         queued = [from_wire(TransitionInput, t) for t in state.pop("pipeline", [])]
         waiting = [from_wire(TransitionResult, r) for r in state.pop("results", [])]
+        if late is not None:
+            extra = await self.store.get(late)
+            waiting += [from_wire(TransitionResult, r) for r in extra.get("results", [])]
+            self.early_rollups = list(extra.get("rollups", [])) + self.early_rollups
         self._restore(state, joining)
         self.pipeline = queued + self.pipeline
         self.results = waiting + self.results  # (then those that came during the write)

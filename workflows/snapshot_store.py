@@ -47,10 +47,10 @@ class SnapshotStore:
             return [parts]
         return [parts[i : i + per] for i in range(0, len(parts), per)]
 
-    async def put(self, blob: str) -> SnapshotRef:
+    async def put(self, blob: str, suffix: str = "") -> SnapshotRef:
         """Write an encoded state in parts of `snapshot_part_bytes`; the reference the next
-        run carries instead of the state."""
-        key = f"{shard_workflow_id(self.cfg.shard)}/{workflow.info().run_id}"
+        run carries instead of the state (`suffix`: another blob of the same run)."""
+        key = f"{shard_workflow_id(self.cfg.shard)}/{workflow.info().run_id}{suffix}"
         size = self.cfg.snapshot_part_bytes
         parts = [blob[i : i + size] for i in range(0, len(blob), size)]
         for wave in self._waves(list(enumerate(parts))):
