@@ -146,6 +146,7 @@ class Outbox:
         self.dropped_notices = 0
         self.sending = False
         self.kicked = False
+        self.holding = False  # a continue-as-new waits: the pump ends with its current wave
 
     def state(self) -> list[list[Any]]:
         return [[k, until] for k, until in self.in_flight.items()]
@@ -343,7 +344,11 @@ class Outbox:
             self.kicked = False
             failed = False
             budget = self.cfg.max_starts_per_cycle  # (a kick: a cycle's worth)
+            sent = False
             while not failed and ((self.queue and budget and self.room()) or self.notices):
+                if self.holding and sent:
+                    break
+                sent = True
                 self.sending = True
                 try:
                     entries, wave = self._next_wave(budget) if self.queue and budget else ([], [])

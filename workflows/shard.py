@@ -519,6 +519,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             # whose new clusters are is answered and applied, first (a run of one cycle must
             # get something done).
             pump, box, asking = self.pumping, self.outbox, self.new_clusters.asking
+            box.holding = True  # (one wave at most: the rest travels in the snapshot)
             await workflow.wait_condition(
                 lambda: (pump is None or pump.done() or not (box.kicked or box.sending))
                 and (self.chores is None or self.chores.done())
@@ -526,6 +527,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             )
             if asking is not None:
                 await self.new_clusters.settle(wait=False)
+            box.holding = False  # (if this run goes on: the store failed)
             self.pipeline = self.outbox.queued() + self.pipeline
             self.outbox.clear()
         self._fold_results(workflow.now().timestamp())
