@@ -67,6 +67,7 @@ PROGRESS = ("cycles", "cycle_ms", "configured", "queued_starts", "events")  # pe
 MOVING = 0.2  # default share of clusters whose counts change each round (--moving)
 LOW, HIGH = 0.6, 0.8  # total demand kept within these shares of the fleet
 QUERY_TIMEOUT = 10.0  # a sample's `status` query gives up after this long
+ADOPT_SETTLE = 20.0  # seconds the shards' machines must stay put to count as adopted
 ADOPT_TIMEOUT = 900.0  # give up if the shards have not adopted the machines by then
 STOP_GRACE = 30.0  # seconds the workers get to stop at the end
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -248,6 +249,7 @@ class Run:
     first_refusal: str = ""
     unanswered: int = 0  # `status` queries that got no answer (every shard's)
     shard_pid: int | None = None  # the shard worker's process
+    adopted: int = 0  # machines the shards held when the rounds began
     assigned: dict[str, int] = field(default_factory=dict)  # cluster -> shard (the router's)
     # Per shard: every `cycle_ends` time seen, its last answered status, unanswered queries.
     cycle_ends: list[set[float]] = field(default_factory=list)
@@ -300,7 +302,7 @@ async def measure(binary: Any, args: argparse.Namespace) -> dict[str, Any]:
             began = time.time()
             await ensure_shards(client, scenario)  # the coordinator too
             shards = [client.get_workflow_handle(wid) for wid in shard_ids(args.shards)]
-            await adopted(shards, args.machines)
+            run.adopted = await adopted(shards, args.machines)
             adopt_s = time.time() - began
             await asyncio.gather(rounds(client, args, run), sampler(client, shards, args, run))
             calls = provider_counts(provider)  # as the window closed
@@ -349,17 +351,25 @@ async def shard_worker(client: Any, raw: dict[str, Any]) -> AsyncIterator[subpro
             terminate(proc, STOP_GRACE)
 
 
-async def adopted(shards: list[Any], machines: int) -> None:
-    """Until the shards together hold `machines` machines (each adopts its share)."""
+async def adopted(shards: list[Any], machines: int) -> int:
+    """Until the shards together hold `machines` machines, or hold the same number for
+    ADOPT_SETTLE seconds: with several shards each adopts its share of the speculative quota
+    and the rest waits in the provider for the coordinator to hand out (4 shards took 67 000 of
+    100 000). Returns how many they hold."""
     from workers.bench_history import status_of
     from workers.plumbing import CliError
 
     began = time.time()
+    last, since = -1, time.time()
     while True:
         statuses = await asyncio.gather(*(status_of(shard) for shard in shards))
         held = sum(sum(s.get("machines", {}).values()) for s in statuses)
         if held >= machines:
-            return
+            return held
+        if held != last:
+            last, since = held, time.time()
+        elif held and time.time() - since >= ADOPT_SETTLE:
+            return held
         if time.time() - began > ADOPT_TIMEOUT:
             raise CliError(
                 f"--machines: the shards adopted {held} of {machines} in {ADOPT_TIMEOUT:g} s"
@@ -671,6 +681,7 @@ def summary(
         "moving": args.moving,
         "seconds": round(seconds, 1),
         "adopt_seconds": round(adopt_s, 1),
+        "adopted_machines": run.adopted,
         "rollup_rounds": run.rounds,
         "late_rollup_rounds": run.late_rounds,
         "decision_cycle_p50_ms": round(percentile(cycles, 50), 1),
@@ -748,7 +759,8 @@ def render_shard(s: dict[str, Any]) -> list[str]:
 def render(r: dict[str, Any]) -> str:
     lines = [
         f"fleet             {r['clusters']} clusters, {r['machines']} machines, "
-        f"{r['shard_count']} shard(s); adopted in {r['adopt_seconds']:.1f} s; measured "
+        f"{r['shard_count']} shard(s); {r['adopted_machines']} adopted in "
+        f"{r['adopt_seconds']:.1f} s; measured "
         f"{r['seconds']:.0f} s, {r['rollup_rounds']} roll-up rounds ({r['late_rollup_rounds']} "
         f"late), {r['moving']:.0%} of clusters moving each",
         f"decision cycle    p50 {r['decision_cycle_p50_ms']:.1f} ms, p99 "
