@@ -145,6 +145,8 @@ class Deployment(Spec):
     # carries; `escalate_drain` escalates a whole drain workflow, so 1 keeps a drain per machine.
     configure_batch: Annotated[int, Field(ge=1, le=MAX_TRANSITION_BATCH)] = MAX_TRANSITION_BATCH
     drain_batch: Annotated[int, Field(ge=1, le=MAX_TRANSITION_BATCH)] = MAX_TRANSITION_BATCH
+    # And deletes (of a provider, one reason): a delete call per machine, one workflow.
+    delete_batch: Annotated[int, Field(ge=1, le=MAX_TRANSITION_BATCH)] = MAX_TRANSITION_BATCH
     # A shard workflow's task timeout; a worker killed mid-task leaves its shards waiting
     # this long.
     shard_task_timeout_seconds: Annotated[float, Field(ge=1, le=MAX_TASK_TIMEOUT_SECONDS)] = (

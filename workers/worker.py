@@ -116,6 +116,7 @@ def shard_config(fleet: Scenario | Deployment, shard: int, **overrides: object) 
         batches = {
             "configure_batch": fleet.configure_batch,
             "drain_batch": fleet.drain_batch,
+            "delete_batch": fleet.delete_batch,
             "task_timeout_seconds": fleet.shard_task_timeout_seconds,
         }
         overrides = {**batches, **overrides}
