@@ -328,6 +328,7 @@ class Outbox:
         return []
 
     async def _next_activation(self) -> None:
+        """Until the next workflow task (its history is longer), or a kick."""
         seen = workflow.info().get_current_history_length()
         await workflow.wait_condition(
             lambda: self.kicked or workflow.info().get_current_history_length() > seen
@@ -336,9 +337,9 @@ class Outbox:
     async def pump(self) -> None:
         """Send the queue and the notices for as long as the run lives, a wave a workflow task,
         up to `max_starts_per_cycle` starts a kick while there is room in flight; then wait for
-        the next cycle's kick (results back free
-        room meanwhile: waves stay large, a few a cycle, not one per result). A wave that could
-        not be started goes back in the queue and waits for the next kick."""
+        the next cycle's kick (results back free room meanwhile: waves stay large, a few a
+        cycle, not one per result). A wave that could not be started goes back in the queue and
+        waits for the next kick. While a continue-as-new waits (`holding`), one wave at most."""
         while True:
             await workflow.wait_condition(lambda: self.kicked)
             self.kicked = False
