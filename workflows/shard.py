@@ -405,15 +405,9 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         # Suspects stay suspect: a verify that failed is asked for again next cycle.
         verify = partial(self.providers.verify, decision, now)
         await self._survive("verifying silent machines", verify)
-        made = [self.inputs.of_action(a) for a in decision.actions]
-        starts = self.pipeline + [s for s in made if s is not None]
-        self.pipeline = []  # (instructions may queue more while the starts go out)
+        starts = self._take_starts(decision)
         if workflow.patched("batched-transitions"):  # (runs begun before start one per machine)
-            limits = {
-                Transition.CONFIGURE: self.cfg.configure_batch,
-                Transition.DRAIN: self.cfg.drain_batch,
-            }
-            starts = batched(starts, limits)
+            starts = batched(starts, self._batch_limits())
         # Runs begun before bounded cycles replay as they ran (every start in one task).
         bounded = workflow.patched("bounded-cycle")
         left = await self.outbox.send(
@@ -422,6 +416,10 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             bounded,
         )
         self.pipeline = left + self.pipeline
+        return await self._reconcile(now, next_reconcile)
+
+    async def _reconcile(self, now: float, next_reconcile: float) -> float:
+        """Catch up and reconcile with the providers if it is time; when it is next due."""
         if now >= next_reconcile and self.providers.owed:
             await self._survive("catching up with providers", self.providers.catch_up)
         if now >= next_reconcile and await self._survive(
@@ -431,6 +429,25 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         ):
             next_reconcile = now + self.cfg.reconcile_seconds
         return next_reconcile
+
+    def _take_starts(self, decision: Decision) -> list[TransitionInput]:
+        """The decision's transitions, after those queued since the last cycle; the queue is
+        emptied (instructions may queue more while the starts go out)."""
+        made = [self.inputs.of_action(a) for a in decision.actions]
+        starts = self.pipeline + [s for s in made if s is not None]
+        self.pipeline = []
+        return starts
+
+    def _batch_limits(self) -> dict[Transition, int]:
+        """Machines a workflow of each kind carries (deletes batched only where the cycle
+        never waits: runs begun before replay as they ran)."""
+        limits = {
+            Transition.CONFIGURE: self.cfg.configure_batch,
+            Transition.DRAIN: self.cfg.drain_batch,
+        }
+        if self.background:
+            limits[Transition.DELETE] = self.cfg.delete_batch
+        return limits
 
     async def _next_cycle(self) -> None:
         """Wait for the next cycle: `cycle_seconds`. A cycle that never waits on Temporal runs
@@ -453,15 +470,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         """The background cycle's `_act`: queue the decision's starts and notices in the
         outbox, and start the chores that are due (verify, catch up, reconcile) unless the
         last ones are still out. Nothing here waits."""
-        made = [self.inputs.of_action(a) for a in decision.actions]
-        starts = self.pipeline + [s for s in made if s is not None]
-        self.pipeline = []
-        limits = {
-            Transition.CONFIGURE: self.cfg.configure_batch,
-            Transition.DRAIN: self.cfg.drain_batch,
-            Transition.DELETE: self.cfg.delete_batch,
-        }
-        self.outbox.push(batched(starts, limits), now)
+        self.outbox.push(batched(self._take_starts(decision), self._batch_limits()), now)
         self.outbox.tell(self.shard.operator_updates(decision, NOTICE_ITEMS))
         if self.pumping is None or self.pumping.done():  # (started, or restarted after a bug)
             self.pumping = asyncio.ensure_future(self.outbox.pump())
@@ -474,14 +483,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         await self._survive(
             "verifying silent machines", partial(self.providers.verify, decision, now)
         )
-        if now >= self.next_reconcile and self.providers.owed:
-            await self._survive("catching up with providers", self.providers.catch_up)
-        if now >= self.next_reconcile and await self._survive(
-            "reconciling with the providers",
-            partial(self._reconcile_failed, now),
-            partial(self._capacity, now),
-        ):
-            self.next_reconcile = now + self.cfg.reconcile_seconds
+        self.next_reconcile = await self._reconcile(now, self.next_reconcile)
 
     def _pump_stopped(self, pumping: asyncio.Future[None]) -> None:
         """A bug in the outbox is logged; the next cycle starts it again."""
