@@ -176,6 +176,17 @@ class UnownedPage(Model):
     after: str = ""
 
 
+class ShareRead(Model):
+    """`provider_share`: the machines of `provider`, from id `after` on, that are shard
+    `shard`'s by the assignment rule (of `shards`), in the listing taken at `now`."""
+
+    provider: str
+    now: float
+    shard: int = Field(ge=0)
+    shards: int = Field(ge=1)
+    after: str = ""
+
+
 def claimable(m: Machine, clusters: set[str], shares: set[int], shards: int) -> bool:
     """Whether a machine no shard owns is this shard's to take back: configured (configuring,
     draining) for one of its clusters; or without a cluster, not speculative, and its by the

@@ -21,6 +21,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.membership import (
     ID_PAGE,
+    ShareRead,
     UnownedPage,
     UnownedRead,
     claimable,
@@ -91,6 +92,11 @@ def provider_errors() -> Iterator[None]:
         ) from err
     except ProviderError as err:
         raise ApplicationError(str(err), type=type(err).__name__, non_retryable=True) from err
+
+
+# Listings kept per (provider, states): shards adopting at once each page through their own
+# (a simulated listing of 100 000 machines is ~155 MB and ~2 s to take).
+LISTINGS_KEPT = 4
 
 
 class ProviderActivities:
@@ -253,11 +259,34 @@ class ProviderActivities:
             after = ids[end - 1] if end < len(listing) else ""
         return UnownedPage(page=MachinePage.of(found), after=after)
 
+    @activity.defn(name="provider_share")
+    async def share(self, r: ShareRead) -> UnownedPage:
+        """One page of shard `r.shard`'s share of a listing (the assignment rule): at most
+        LIST_PAGE of its machines after id `r.after`, and the id the next page goes on after
+        ("": the listing is through). A shard adopting its share at start-up takes only its own
+        machines into its history, not every shard's (4 shards at 100 000 machines each read
+        the whole listing, page by page, and adopted a quarter of it)."""
+        if r.shard >= r.shards:
+            raise ApplicationError(
+                f"shard: {r.shard} is not one of {r.shards} shards", non_retryable=True
+            )
+        listing, ids = await self._listed(r.provider, [], r.now)
+        end = bisect.bisect_right(ids, r.after) if r.after else 0
+        found: list[Machine] = []
+        while end < len(listing) and len(found) < LIST_PAGE:
+            m = listing[end]
+            end += 1
+            if machine_shard(m, r.shards) == r.shard:
+                found.append(m)
+        after = ids[end - 1] if end < len(listing) else ""
+        return UnownedPage(page=MachinePage.of(found), after=after)
+
     async def _listed(
         self, provider: str, states: Sequence[str], now: float
     ) -> tuple[list[Machine], list[str]]:
         """A provider's machines (in `states`; all if none) in id order, and their ids: taken
-        once per (provider, states, caller's now), the latest kept per (provider, states)."""
+        once per (provider, states, caller's now), the latest LISTINGS_KEPT kept per (provider,
+        states)."""
         key = (provider, tuple(states), now)
         cached = self._listings.get(key)
         if cached is None:
@@ -267,7 +296,11 @@ class ProviderActivities:
                 listed = await offloaded(p, lambda: p.list(ListFilter(states=wanted)))
             listing = sorted(listed, key=lambda m: m.id)
             cached = (listing, [m.id for m in listing])
-            self._listings = {k: v for k, v in self._listings.items() if k[:2] != key[:2]}
+            # (One kept made each page of each of 4 adopting shards list and sort the whole
+            # provider again.)
+            same = [k for k in self._listings if k[:2] == key[:2]]
+            for k in same[: max(0, len(same) - LISTINGS_KEPT + 1)]:
+                del self._listings[k]
             self._listings[key] = cached
         return cached
 

@@ -12,18 +12,22 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from pydantic import ValidationError
 
 from .engine import Decision, FastEngine
+from .engine.common import Actions
 from .held import NONE16
 from .inputs import clip, explain
 from .inventory import CODE, GONE, Inventory, MachineNotFound
 from .membership import Membership
 from .models import (
     ClusterCapacityNeeds,
+    DrainAction,
+    DrainReason,
     FencingToken,
     Machine,
     MachineState,
@@ -40,6 +44,7 @@ from .spend import Spend, measure
 from .states import LEGAL
 
 S = MachineState
+SERVING = (S.CONFIGURED, S.CONFIGURING)  # a cluster's machines, kept while it is unheard
 # How long a need the operator refused to bootstrap waits before BigFleet tries again.
 REFUSAL_BACKOFF_SECONDS = 300.0
 
@@ -71,6 +76,13 @@ class Shard:
         # Splits, merges and decommissions (seed §16), on this shard's state.
         self.membership = Membership(self)
         self.offers = Offers()  # the report's offer samples, rebuilt when they change
+        # Clusters whose configured machines this shard adopted before it heard from them
+        # (BigFleet started over a running fleet): cluster -> when. Their machines are not
+        # reclaimed as excess until the cluster's first roll-up comes, or for the silence a
+        # cluster is allowed (`max_silence_seconds`): one that never reports then goes as a
+        # silent one does. False: as before (a run begun earlier replays as it ran).
+        self.unheard: dict[str, float] = {}
+        self.keep_unheard = True
 
     def token(self) -> FencingToken:
         """The fencing token for the next provider call (seed §11)."""
@@ -164,6 +176,11 @@ class Shard:
         fresh = [m for m in machines if self.inventory.ids.find(m.id) < 0]
         if fresh:
             self.inventory.add(fresh, now)
+        if self.keep_unheard:
+            known = set(self.needs.clusters())
+            for m in fresh:
+                if m.cluster and m.state in SERVING and m.cluster not in known:
+                    self.unheard.setdefault(m.cluster, now)
         return len(fresh)
 
     def release(self, machine_ids: Iterable[str]) -> list[Machine]:
@@ -306,11 +323,32 @@ class Shard:
         self.refusals = {k: v for k, v in self.refusals.items() if v[0] > now}
         needs = [n for n in self.needs if (n.cluster, n.priority) not in self.refusals]
         decision = self.engine.decide(needs, now)
+        if self.unheard:
+            decision = self._spare_unheard(decision, now)
         self.engine.apply(decision, now)
         decision.shortfalls.extend(self._refused_shortfalls(now))
         self.last = decision
         self.cycles += 1
         return decision
+
+    def _spare_unheard(self, decision: Decision, now: float) -> Decision:
+        """The decision without its excess drains of machines of clusters not heard from yet
+        (`unheard`; those that have reported, or stayed silent too long, leave it first)."""
+        grace, known = self.policy.max_silence_seconds, set(self.needs.clusters())
+        self.unheard = {
+            c: t for c, t in self.unheard.items() if now - t <= grace and c not in known
+        }
+        def spared(a: object) -> bool:
+            return (
+                isinstance(a, DrainAction)
+                and a.reason is DrainReason.EXCESS
+                and a.cluster in self.unheard
+            )
+
+        if not self.unheard or not any(map(spared, decision.actions)):
+            return decision
+        kept = [a for a in decision.actions if not spared(a)]
+        return replace(decision, actions=Actions(kept))
 
     def _refused_shortfalls(self, now: float) -> list[Shortfall]:
         if not self.refusals:

@@ -105,7 +105,7 @@ def restore_inventory(state: dict[str, Any]) -> Inventory:
 
 
 def shard_state(shard: Shard) -> dict[str, Any]:
-    return {
+    state = {
         "id": shard.id,
         "epoch": shard.epoch,
         "seq": shard.seq,
@@ -124,6 +124,9 @@ def shard_state(shard: Shard) -> dict[str, Any]:
         "moved": shard.moved,
         "decommissioned": sorted(shard.decommissioned),
     }
+    if shard.unheard:  # (only then: a state's size decides its snapshot's parts)
+        state["unheard"] = shard.unheard
+    return state
 
 
 def restore_shard(state: dict[str, Any], shard: Shard) -> Shard:
@@ -148,4 +151,5 @@ def restore_shard(state: dict[str, Any], shard: Shard) -> Shard:
     shard.leaving = {m["id"]: from_wire(Machine, m) for m in state.get("leaving", [])}
     shard.moved = dict(state.get("moved", {}))
     shard.decommissioned = set(state.get("decommissioned", []))
+    shard.unheard = dict(state.get("unheard", {}))
     return shard

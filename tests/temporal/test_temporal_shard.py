@@ -476,7 +476,7 @@ async def test_continue_as_new_keeps_a_configure_queued_by_a_finished_create(
         Worker(
             client,
             task_queue=provider_task_queue("dc") + "-read",
-            activities=[acts.get, CreateDoneDuringReconcile(client, acts).list],
+            activities=[acts.get, acts.share, CreateDoneDuringReconcile(client, acts).list],
         ),
     ]
     stop = asyncio.Event()

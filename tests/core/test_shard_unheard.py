@@ -1,0 +1,58 @@
+"""BigFleet started over a running fleet: a fresh shard adopts machines already configured for
+clusters, and its first cycle comes before those clusters' first roll-ups. A configured machine
+of a cluster the shard has not heard from yet is not reclaimed as excess until the cluster
+reports (then its roll-up decides), or until it has been silent for `max_silence_seconds`, as
+long as a cluster that stops reporting is allowed. Without this, the first cycle drained every
+adopted machine of every cluster whose roll-up had not arrived yet."""
+
+from bigfleet.models import MachineState
+from bigfleet.policy import Policy
+from bigfleet.shard import Shard
+from bigfleet.snapshot import restore_shard, shard_state
+from tests.fleet import need, on_demand, rollup
+
+S = MachineState
+
+
+def drained(decision) -> list[str]:
+    return sorted(a.machine_id for a in decision.actions if a.kind == "drain")
+
+
+def running_fleet(shard: Shard, now: float = 0) -> None:
+    """Three machines serving cluster a, two serving b, one spare."""
+    serving = [on_demand(i, S.CONFIGURED, cluster="a") for i in range(3)]
+    serving += [on_demand(i, S.CONFIGURED, cluster="b") for i in range(3, 5)]
+    shard.adopt([*serving, on_demand(5, S.IDLE)], now)
+
+
+def test_machines_of_clusters_not_heard_from_yet_stay_until_their_roll_up():
+    shard = Shard(0, Policy(max_silence_seconds=300))
+    running_fleet(shard)
+    assert drained(shard.cycle(1)) == []  # nobody has reported: nothing is taken
+    # a reports that it needs 2 of its 3: its roll-up decides for it; b is still unheard.
+    assert shard.receive(rollup("a", 1, need(2, 100)), 2) is None
+    first = drained(shard.cycle(3))
+    assert len(first) == 1 and first[0] in {"od-0000", "od-0001", "od-0002"}
+    assert shard.unheard.keys() == {"b"}
+
+
+def test_a_cluster_that_never_reports_loses_its_machines_after_the_allowed_silence():
+    shard = Shard(0, Policy(max_silence_seconds=300))
+    running_fleet(shard)
+    assert drained(shard.cycle(299)) == []
+    assert drained(shard.cycle(301)) == ["od-0000", "od-0001", "od-0002", "od-0003", "od-0004"]
+    assert shard.unheard == {}
+
+
+def test_what_is_unheard_survives_a_snapshot_and_a_shard_of_before_drains_at_once():
+    shard = Shard(0, Policy(max_silence_seconds=300))
+    running_fleet(shard, now=10)
+    again = restore_shard(shard_state(shard), Shard(0, Policy(max_silence_seconds=300)))
+    assert again.unheard == {"a": 10, "b": 10}
+    assert drained(again.cycle(20)) == []
+
+    before = Shard(0, Policy(max_silence_seconds=300))
+    before.keep_unheard = False  # a workflow run begun before this rule replays as it ran
+    running_fleet(before)
+    assert len(drained(before.cycle(1))) == 5
+    assert "unheard" not in shard_state(before)  # (nor does its snapshot change size)
