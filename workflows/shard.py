@@ -351,8 +351,14 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         # which `pump` sends beside the loop (issue 32; runs begun before wait as they did).
         self.background = workflow.patched("background-outbox") and not self.cfg.shadow
         self.next_reconcile = next_reconcile
+        # A run continued from another decides at once: the last cycle was before the state
+        # was written and read back (a loaded server takes seconds), not a cycle ago.
+        at_once = not self.fresh and self.background and workflow.patched("first-cycle-at-once")
         while True:
-            await self._next_cycle()
+            if at_once:
+                at_once = False
+            else:
+                await self._next_cycle()
             if self.revive:
                 self.revive = False
                 await self._after_revival()

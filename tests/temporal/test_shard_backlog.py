@@ -26,6 +26,7 @@ from workers.worker import ensure_shards
 
 T = Transition
 CLUSTERS = ("low", "low2", "high", "gone")
+HELD = ("CREATING", "IDLE", "CONFIGURING", "CONFIGURED")  # a machine decided for a need
 
 
 class HeldStarter(StarterActivities):
@@ -140,3 +141,24 @@ async def test_a_shard_decides_on_while_its_starts_wait_and_sends_the_higher_ban
         if t.transition is T.CREATE
     ]
     assert order == ["low", "high", "low2"], order
+
+
+async def test_a_run_continued_from_another_decides_as_soon_as_its_state_is_back(
+    dev_env: WorkflowEnvironment,
+):
+    """The last cycle of a run came before its state was written and read back, seconds on a
+    loaded server: the next run decides at once, not a `cycle_seconds` later (issue 32). With
+    an hour's cycle and a run of one cycle, cycles come only that way."""
+    client = dev_env.client
+    hourly = fleet().model_copy(update={"cycle_seconds": 3600})
+    async with fleet_workers(client, hourly) as sim:
+        # (The adopting run continues as new too: past `adopted_continue_bytes` of history.)
+        await ensure_shards(client, sim.fleet, max_cycles_per_run=1, adopted_continue_bytes=1)
+        await send(client, rollup("low", 1, 2, 1))
+        seen = await eventually(
+            lambda: status(client),
+            lambda st: st["cycles"] >= 3 and sum(st["machines"].get(s, 0) for s in HELD) >= 2,
+            timeout=60,
+            what="three cycles of an hourly shard within a minute",
+        )
+    assert seen["cycles"] >= 3
