@@ -39,6 +39,11 @@ def shard_workflow_id(shard: int) -> str:
     return f"shard-{shard}"
 
 
+def mailbox_workflow_id(shard: int) -> str:
+    """The workflow that holds a shard's transition results until it takes them."""
+    return f"{shard_workflow_id(shard)}-mailbox"
+
+
 COORDINATOR_ID = "coordinator"  # the coordinator's workflow id (one per namespace)
 
 
@@ -108,6 +113,14 @@ class TransitionResult(Model):
     need: str | None = None
     priority: int = 0
     requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
+
+
+class MailboxInput(Model):
+    """A shard's mailbox (workflows/mailbox.py): its shard, and the results it still holds
+    (carried across its continue-as-new)."""
+
+    shard: int = Field(ge=0)
+    results: list[TransitionResult] = Field(default_factory=list)
 
 
 class ProviderCall(Model):

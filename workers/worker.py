@@ -24,6 +24,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.audit import AuditActivities
 from activities.coordination import CoordinationActivities
+from activities.mailbox import MailboxActivities
 from activities.membership import MembershipActivities
 from activities.operators import OperatorActivities
 from activities.providers import ProviderActivities, VirtualClock
@@ -47,6 +48,7 @@ from bigfleet.simulation import fleet as simulated
 from bigfleet.simulation.scenario import CloudProviderSpec, Scenario
 from workflows.audit import FleetAuditWorkflow
 from workflows.coordinator import CoordinatorWorkflow
+from workflows.mailbox import ShardMailbox
 from workflows.membership import MembershipSagaWorkflow
 from workflows.sagas import COORDINATOR_ID, TransferSagaWorkflow
 from workflows.shard import ShardWorkflow
@@ -379,6 +381,7 @@ async def _keep_coordinator_once(
 # The workflows on the shard task queue; with MachineTransitionWorkflow, every workflow.
 SHARD_WORKFLOWS = [
     ShardWorkflow,
+    ShardMailbox,
     CoordinatorWorkflow,
     TransferSagaWorkflow,
     MembershipSagaWorkflow,
@@ -454,6 +457,7 @@ def shard_workers(
                 shard_clients.clusters,
                 shard_clients.revive_shard,
                 TermActivities(client).coordinator_term,
+                MailboxActivities(client).take,
                 *CoordinationActivities(client, known).all(),
             ],
             workflow_runner=RUNNER,

@@ -18,14 +18,17 @@ import json
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from functools import cached_property, partial
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.wire import (
+        SHARD_TASK_QUEUE,
         AdoptCursor,
         ShardConfig,
         ShardInput,
@@ -67,6 +70,11 @@ LATE_INLINE_BYTES = 1_000_000  # results and roll-ups a continue-as-new's input 
 LATE_ROUNDS = 3  # writes of what arrives while the state is written, at most
 RUN_GROWTH_BYTES = 6_000_000  # history a run's cycles add before it continues as new
 RUN_GROWTH_EVENTS = 8_000  # or events (Temporal's own suggestion comes at 4 MB / 4 096)
+# Taking from the mailbox: quick tries; a take that failed is tried again next cycle.
+QUICK_TAKE: dict[str, Any] = dict(
+    start_to_close_timeout=timedelta(seconds=30),
+    retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2),
+)
 
 
 def _fits(results: list[TransitionResult], rollups: list[dict[str, Any]]) -> bool:
@@ -122,6 +130,10 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         self.chores: asyncio.Future[None] | None = None
         self.pumping: asyncio.Future[None] | None = None  # the outbox's `pump`
         self.reporting: asyncio.Future[None] | None = None
+        # Results taken from the shard's mailbox (workflows/mailbox.py; set in `run`).
+        self.mailbox = False
+        self.collecting: asyncio.Future[None] | None = None
+        self.forwarding: asyncio.Future[None] | None = None
         self.next_reconcile = 0.0
         self.base_history = (0, 0)  # history bytes and events before the first cycle
         self.started: dict[str, int] = {}
@@ -350,6 +362,9 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         # A cycle that never waits on Temporal: starts and notices go through the outbox,
         # which `pump` sends beside the loop (issue 32; runs begun before wait as they did).
         self.background = workflow.patched("background-outbox") and not self.cfg.shadow
+        # Results come through the mailbox, which the shard takes from each cycle (runs begun
+        # before were signalled: they are still, by transitions that find no mailbox).
+        self.mailbox = self.background and workflow.patched("results-by-mailbox")
         self.next_reconcile = next_reconcile
         # A run continued from another decides at once: the last cycle was before the state
         # was written and read back (a loaded server takes seconds), not a cycle ago.
@@ -365,7 +380,10 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             now = workflow.now().timestamp()
             self._fold_results(now)
             if self.background:
-                if self.forward:
+                if self.forward and self.mailbox:  # (one at a time: continue-as-new waits)
+                    if self.forwarding is None or self.forwarding.done():
+                        self.forwarding = asyncio.ensure_future(self._forward())
+                elif self.forward:
                     asyncio.ensure_future(self._forward())
             else:
                 await self._forward()
@@ -392,6 +410,8 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
                 await self.shadow.follow()
             elif self.background:
                 self._queue(decision, now)
+                if self.mailbox and (self.collecting is None or self.collecting.done()):
+                    self.collecting = asyncio.ensure_future(self._collect())
             else:
                 next_reconcile = await self._act(decision, now, next_reconcile)
             if not self.background:
@@ -493,6 +513,26 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         )
         self.next_reconcile = await self._reconcile(now, self.next_reconcile)
 
+    async def _collect(self) -> None:
+        """Take the results waiting in the mailbox; they are folded in from the next cycle on,
+        as signalled ones are (`transition_done`: the same bounds)."""
+        try:
+            taken: list[TransitionResult] = await workflow.execute_activity(
+                "mailbox_take",
+                self.cfg.shard,
+                task_queue=SHARD_TASK_QUEUE,
+                result_type=list[TransitionResult],
+                **QUICK_TAKE,
+            )
+        except ActivityError as err:  # (tried again next cycle; nothing is lost)
+            self._note_failure("taking results from the mailbox", err)
+            return
+        for result in taken:
+            try:
+                self.transition_done(result)
+            except Rejected as err:
+                self.guard.reject("transition_done", str(err))
+
     def _pump_stopped(self, pumping: asyncio.Future[None]) -> None:
         """A bug in the outbox is logged; the next cycle starts it again."""
         err = None if pumping.cancelled() else pumping.exception()
@@ -530,10 +570,17 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             # get something done).
             pump, box, asking = self.pumping, self.outbox, self.new_clusters.asking
             box.holding = True  # (one wave at most: the rest travels in the snapshot)
+            # With a mailbox, nothing of the shard's own is out when it continues as new: a
+            # result, report or forward coming back during that task would make Temporal
+            # refuse it (UnhandledCommand), and the worker replay the whole run.
+            outstanding = (
+                (self.collecting, self.reporting, self.forwarding) if self.mailbox else ()
+            )
             await workflow.wait_condition(
                 lambda: (pump is None or pump.done() or not (box.kicked or box.sending))
                 and (self.chores is None or self.chores.done())
                 and (asking is None or asking.done())
+                and all(f is None or f.done() for f in outstanding)
             )
             if asking is not None:
                 await self.new_clusters.settle(wait=False)

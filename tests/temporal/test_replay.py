@@ -18,6 +18,9 @@ left (`record_histories` in conftest.py):
       "tests/temporal/test_temporal_membership.py::test_a_split_keeps_everything_once_and_a_merge_puts_it_back" \
       "tests/temporal/test_shard_restart.py::test_a_reset_shard_keeps_machines_it_adopted_after_its_snapshot" \
       tests/temporal/test_audit.py
+
+The `-mailbox` histories were recorded on 2026-12-06 from test_preemption_walkthrough alone,
+when transition results began to travel through the shard's mailbox (workflows/mailbox.py).
 """  # noqa: E501
 
 from __future__ import annotations

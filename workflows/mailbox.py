@@ -1,0 +1,106 @@
+"""A shard's mailbox: where its transition workflows leave their results, and where the shard
+takes them from, a batch each cycle (issue 32).
+
+Why not signal the shard: Temporal refuses a continue-as-new while events the workflow task
+did not see are waiting (`WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND`), and the worker then
+evicts the run and replays it whole. A shard of 100 000 machines takes seconds to replay, ten
+results a second arrived during each replay, and one continue-as-new took 42 s of failed
+tasks, replays and forced closes (docs/temporal.md, "The cycle that never waits"). Results now
+wait here; the shard takes them with an activity of its own, which it lets finish before it
+continues as new. The mailbox continues as new too, but it is small: a replay is a few
+hundred results, and those that wait travel in its input.
+
+Bounded: it holds at most PENDING_BYTES of results (a shard that stopped taking them loses the
+rest, and reconciles with its providers), a batch taken is at most TAKE_BYTES, and a run ends
+past RUN_EVENTS events or RUN_BYTES of history. Anyone with access to the namespace can signal
+it or take from it, as they can signal the shard itself; a result taken by someone else is
+found again by the shard's reconcile with the providers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RawValue
+
+with workflow.unsafe.imports_passed_through():
+    from activities.wire import MailboxInput, TransitionResult
+    from bigfleet.inputs import Rejected, json_size
+    from workflows.guard import NO_ARGUMENT, Guard, TakesSignals, accepts, guarded
+
+MAX_MACHINES = 64  # machines a result may carry (a batched create's)
+PENDING_BYTES = 1_500_000  # results held for the shard (its input, if it continues as new)
+TAKE_BYTES = 1_500_000  # results one `take` returns (an update's result: under 2 MB)
+RUN_EVENTS = 2_000  # a run continues as new past this many events
+RUN_BYTES = 4_000_000  # or this much history
+
+
+@workflow.defn(name="ShardMailbox")
+class ShardMailbox(TakesSignals):
+    @workflow.init
+    def __init__(self, inp: MailboxInput) -> None:
+        self.guard = Guard(self, "ShardMailbox")
+        self.results: list[tuple[int, TransitionResult]] = []
+        self.held = 0
+        for result in inp.results[:10_000]:
+            self._hold(result)
+
+    def _hold(self, result: TransitionResult) -> None:
+        size = json_size(result.model_dump(mode="json"))
+        if self.held + size > PENDING_BYTES:
+            raise Rejected(
+                f"transition_done: the mailbox already holds {self.held} bytes of results "
+                "(its shard is not taking them); the shard's reconcile finds this one"
+            )
+        self.results.append((size, result))
+        self.held += size
+
+    @accepts(TransitionResult)
+    def transition_done(self, result: TransitionResult) -> None:
+        """A transition's result, held until the shard takes it."""
+        count = len(result.machines) + (len(result.page.rows) if result.page else 0)
+        if count > MAX_MACHINES:
+            raise Rejected(
+                f"transition_done: machines: {count} records, a transition has at most "
+                f"{MAX_MACHINES}"
+            )
+        self._hold(result)
+
+    @workflow.update
+    @guarded
+    def take(self, raw: RawValue = NO_ARGUMENT) -> list[TransitionResult]:
+        """The results held, oldest first, up to TAKE_BYTES (the rest stay for the next
+        take); they leave the mailbox."""
+        taken, size = 0, 0
+        for item_size, _ in self.results:
+            if taken and size + item_size > TAKE_BYTES:
+                break
+            taken, size = taken + 1, size + item_size
+        out = [r for _, r in self.results[:taken]]
+        del self.results[:taken]
+        self.held -= size
+        return out
+
+    @take.validator
+    def _take_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
+        if raw is not NO_ARGUMENT and raw.payload.data:
+            self.guard.count("take")
+            raise Rejected("take: takes no argument")
+
+    @workflow.query
+    def held_results(self) -> dict[str, Any]:
+        """How many results wait, and their bytes."""
+        return {"results": len(self.results), "bytes": self.held}
+
+    @workflow.run
+    async def run(self, inp: MailboxInput) -> None:
+        info = workflow.info()
+        await workflow.wait_condition(
+            lambda: info.get_current_history_length() > RUN_EVENTS
+            or info.get_current_history_size() > RUN_BYTES
+        )
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(
+            MailboxInput(shard=inp.shard, results=[r for _, r in self.results])
+        )
