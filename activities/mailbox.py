@@ -3,11 +3,13 @@ mailbox started first if it does not run yet (a new shard, or one whose mailbox 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from temporalio import activity
 from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.wire import (
     SHARD_TASK_QUEUE,
@@ -15,6 +17,8 @@ from activities.wire import (
     TransitionResult,
     mailbox_workflow_id,
 )
+
+CLOSING_TRIES = 5  # a take that meets the mailbox continuing as new tries again this often
 
 
 class MailboxActivities:
@@ -32,7 +36,17 @@ class MailboxActivities:
             task_queue=SHARD_TASK_QUEUE,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
-        taken: list[TransitionResult] = await self.client.execute_update_with_start_workflow(
-            "take", start_workflow_operation=start, result_type=list[TransitionResult]
-        )
-        return taken
+        for attempt in range(CLOSING_TRIES):
+            try:
+                taken: list[TransitionResult] = (
+                    await self.client.execute_update_with_start_workflow(
+                        "take", start_workflow_operation=start, result_type=list[TransitionResult]
+                    )
+                )
+                return taken
+            except RPCError as err:
+                # The mailbox is continuing as new: the next run takes the update soon.
+                if err.status != RPCStatusCode.RESOURCE_EXHAUSTED or attempt + 1 == CLOSING_TRIES:
+                    raise
+                await asyncio.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")

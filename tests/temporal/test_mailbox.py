@@ -1,0 +1,124 @@
+"""A shard's mailbox (workflows/mailbox.py): transitions leave their results there and the shard
+takes them each cycle, so a shard's continue-as-new never races a stream of result signals.
+
+On a real dev server: results reach the shard through the mailbox and nothing is signalled to
+the shard itself; the mailbox refuses what is malformed or too much, holds no more than its
+bound, and keeps what it holds across its own continue-as-new."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.testing import WorkflowEnvironment
+
+from activities.mailbox import MailboxActivities
+from activities.wire import SHARD_TASK_QUEUE, MailboxInput, TransitionResult
+from bigfleet.inputs import json_size
+from bigfleet.models import Transition, from_wire
+from tests.conftest import eventually, fleet_workers
+from tests.temporal.test_shard_backlog import fleet, rollup, send
+from tests.temporal.test_temporal_shard import status
+from workers.worker import ensure_shards
+from workflows.mailbox import PENDING_BYTES, RUN_EVENTS
+
+MAILBOX = "shard-7-mailbox"  # (no shard 7 runs: the test takes from it itself)
+
+
+def result(i: int) -> dict:
+    return {"transition": "delete", "machines": [], "unavailable": [f"m-{i:05d}"]}
+
+
+async def kinds(client: Client, workflow_id: str, what: str) -> list[str]:
+    """The names of the signals or activities (`what`) in a workflow's current run."""
+    out = []
+    async for e in client.get_workflow_handle(workflow_id).fetch_history_events():
+        if what == "signal" and e.HasField("workflow_execution_signaled_event_attributes"):
+            out.append(e.workflow_execution_signaled_event_attributes.signal_name)
+        if what == "activity" and e.HasField("activity_task_scheduled_event_attributes"):
+            out.append(e.activity_task_scheduled_event_attributes.activity_type.name)
+    return out
+
+
+async def test_results_reach_the_shard_through_its_mailbox(dev_env: WorkflowEnvironment):
+    client = dev_env.client
+    async with fleet_workers(client, fleet()) as sim:
+        await ensure_shards(client, sim.fleet)
+        await send(client, rollup("low", 1, 3, 1))
+        await eventually(
+            lambda: status(client),
+            lambda st: st["machines"].get("CONFIGURED", 0) == 3,
+            timeout=60,
+            what="three machines configured",
+        )
+        to_shard = await kinds(client, "shard-0", "signal")
+        to_mailbox = await kinds(client, "shard-0-mailbox", "signal")
+        taken = await kinds(client, "shard-0", "activity")
+    assert "transition_done" not in to_shard
+    assert to_mailbox.count("transition_done") >= 2  # (the creates and the configures)
+    assert "mailbox_take" in taken
+
+
+async def test_the_mailbox_refuses_bad_input_and_holds_no_more_than_its_bound(
+    dev_env: WorkflowEnvironment,
+):
+    client = dev_env.client
+    async with fleet_workers(client, fleet(), roles=["shards"]):
+        handle = await client.start_workflow(
+            "ShardMailbox", MailboxInput(shard=7), id=MAILBOX, task_queue=SHARD_TASK_QUEUE
+        )
+        # Malformed: no argument, the wrong type, too many machines.
+        await handle.signal("transition_done")
+        await handle.signal("transition_done", "not a result")
+        huge = {**result(0), "unavailable": [], "page": {"shapes": [{}], "rows": [["x"]] * 65}}
+        await handle.signal("transition_done", huge)
+        # Too much: results of ~100 KB each until the bound is passed.
+        big = [
+            {**result(i), "unavailable": [f"m-{i:05d}-{'x' * 100_000}"]}
+            for i in range(PENDING_BYTES // 100_000 + 3)
+        ]
+        for raw in big:
+            await handle.signal("transition_done", raw)
+        refused = await eventually(
+            lambda: handle.query("rejections"),
+            lambda r: r["total"] >= 6,
+            what="every malformed or excess result refused",
+        )
+        held = await handle.query("held_results")
+        size = json_size(from_wire(TransitionResult, big[0]).model_dump(mode="json"))
+        assert held["bytes"] <= PENDING_BYTES < held["bytes"] + size  # (full: one more is not)
+        assert refused["total"] == 3 + (len(big) - held["results"])
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update("take", "an argument")
+        # The shard's take gets what was held, oldest first, and the mailbox is empty after.
+        taken = await MailboxActivities(client).take(7)
+        assert [r.unavailable[0][:7] for r in taken] == [
+            f"m-{i:05d}" for i in range(held["results"])
+        ]
+        assert await handle.query("held_results") == {"results": 0, "bytes": 0}
+
+
+async def test_the_mailbox_keeps_what_it_holds_across_its_continue_as_new(
+    dev_env: WorkflowEnvironment,
+):
+    client = dev_env.client
+    async with fleet_workers(client, fleet(), roles=["shards"]):
+        await client.start_workflow(
+            "ShardMailbox", MailboxInput(shard=8), id="shard-8-mailbox",
+            task_queue=SHARD_TASK_QUEUE,
+        )  # fmt: skip
+        mailbox = client.get_workflow_handle("shard-8-mailbox")  # (whichever run is current)
+        first = (await mailbox.describe()).run_id
+        sent = RUN_EVENTS + 100  # (a signal is an event: RUN_EVENTS of them at least)
+        for at in range(0, sent, 100):
+            await asyncio.gather(
+                *(mailbox.signal("transition_done", result(i)) for i in range(at, at + 100))
+            )
+        await eventually(
+            mailbox.describe, lambda d: d.run_id != first, timeout=60, what="a new run"
+        )
+        taken = await MailboxActivities(client).take(8)
+    assert sorted(r.unavailable[0] for r in taken) == [f"m-{i:05d}" for i in range(sent)]
+    assert {r.transition for r in taken} == {Transition.DELETE}
+    assert all(isinstance(r, TransitionResult) for r in taken)
