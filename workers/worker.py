@@ -474,7 +474,7 @@ def transition_workers(client: Client, sim: Fleet) -> list[Worker]:
             client,
             task_queue=TRANSITION_TASK_QUEUE,
             workflows=[MachineTransitionWorkflow],
-            activities=[operators.generate_bootstrap, operators.notify],
+            activities=[operators.generate_bootstrap, operators.notify, operators.notify_all],
             workflow_runner=RUNNER,
             **WORKER_TUNING,
         )

@@ -143,6 +143,8 @@ class Outbox:
         self.queue: list[tuple[int, int, float, TransitionInput]] = []
         self.order = 0
         self.notices: deque[Iterator[OperatorUpdate]] = deque()
+        self.batched: bool | None = None  # (`batch_notices`)
+        self.telling: set[asyncio.Future[Any]] = set()  # notice calls not back yet
         self.dropped_notices = 0
         self.sending = False
         self.kicked = False
@@ -247,6 +249,22 @@ class Outbox:
         workflow.start_activity(
             "notify_operator", notice, task_queue=TRANSITION_TASK_QUEUE, **QUICK
         ).add_done_callback(self.notified)
+
+    def batch_notices(self) -> bool:
+        """A wave's notices in one `notify_operators` call (runs begun before: one call each)."""
+        if self.batched is None:
+            self.batched = workflow.patched("batched-notices")
+        return self.batched
+
+    def _notify_all(self, notices: list[OperatorUpdate]) -> None:
+        # Not awaited either; continue-as-new waits for them (`telling`), as their
+        # completions arriving during its task would make Temporal refuse it.
+        telling = workflow.start_activity(
+            "notify_operators", notices, task_queue=TRANSITION_TASK_QUEUE, **QUICK
+        )
+        self.telling.add(telling)
+        telling.add_done_callback(self.telling.discard)
+        telling.add_done_callback(self.notified)
 
     def notified(self, handle: asyncio.Future[Any]) -> None:
         if handle.cancelled():
@@ -356,8 +374,11 @@ class Outbox:
                     budget -= len(entries)
                     starting = asyncio.ensure_future(self._start(wave)) if entries else None
                     told = self._next_notices()
-                    for notice in told:
-                        self._notify(notice)
+                    if told and self.batch_notices():
+                        self._notify_all(told)
+                    else:
+                        for notice in told:
+                            self._notify(notice)
                     if starting is not None:
                         left = {id(start) for start in await starting}
                         for entry in entries:  # (not started: back in its place, as old)

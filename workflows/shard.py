@@ -581,6 +581,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
                 and (self.chores is None or self.chores.done())
                 and (asking is None or asking.done())
                 and all(f is None or f.done() for f in outstanding)
+                and not (self.mailbox and box.telling)
             )
             if asking is not None:
                 await self.new_clusters.settle(wait=False)
