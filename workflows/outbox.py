@@ -144,7 +144,6 @@ class Outbox:
         self.order = 0
         self.notices: deque[Iterator[OperatorUpdate]] = deque()
         self.batched: bool | None = None  # (`batch_notices`)
-        self.telling: set[asyncio.Future[Any]] = set()  # notice calls not back yet
         self.dropped_notices = 0
         self.sending = False
         self.kicked = False
@@ -257,14 +256,10 @@ class Outbox:
         return self.batched
 
     def _notify_all(self, notices: list[OperatorUpdate]) -> None:
-        # Not awaited either; continue-as-new waits for them (`telling`), as their
-        # completions arriving during its task would make Temporal refuse it.
-        telling = workflow.start_activity(
+        # Not awaited either (nor by a continue-as-new: workflows/shard.py).
+        workflow.start_activity(
             "notify_operators", notices, task_queue=TRANSITION_TASK_QUEUE, **QUICK
-        )
-        self.telling.add(telling)
-        telling.add_done_callback(self.telling.discard)
-        telling.add_done_callback(self.notified)
+        ).add_done_callback(self.notified)
 
     def notified(self, handle: asyncio.Future[Any]) -> None:
         if handle.cancelled():

@@ -570,9 +570,11 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             # get something done).
             pump, box, asking = self.pumping, self.outbox, self.new_clusters.asking
             box.holding = True  # (one wave at most: the rest travels in the snapshot)
-            # With a mailbox, nothing of the shard's own is out when it continues as new: a
-            # result, report or forward coming back during that task would make Temporal
-            # refuse it (UnhandledCommand), and the worker replay the whole run.
+            # With a mailbox, little of the shard's own is out when it continues as new: a
+            # take, report or forward coming back during that task would make Temporal refuse
+            # it (UnhandledCommand), and the worker replay the whole run. Notices are not
+            # waited for: a loaded transition worker took 3-6 s to answer a wave, and one
+            # that answers during the short last task is rare.
             outstanding = (
                 (self.collecting, self.reporting, self.forwarding) if self.mailbox else ()
             )
@@ -581,7 +583,6 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
                 and (self.chores is None or self.chores.done())
                 and (asking is None or asking.done())
                 and all(f is None or f.done() for f in outstanding)
-                and not (self.mailbox and box.telling)
             )
             if asking is not None:
                 await self.new_clusters.settle(wait=False)
