@@ -43,8 +43,12 @@ class ShardMailbox(TakesSignals):
         self.guard = Guard(self, "ShardMailbox")
         self.results: list[tuple[int, TransitionResult]] = []
         self.held = 0
-        for result in inp.results[:10_000]:
-            self._hold(result)
+        for result in inp.results[:10_000]:  # (what the last run held: within the bounds)
+            try:
+                self._hold(result)
+            except Rejected as err:  # (an input someone else made: the rest is dropped)
+                self.guard.reject("transition_done", str(err))
+                break
 
     def _hold(self, result: TransitionResult) -> None:
         size = json_size(result.model_dump(mode="json"))

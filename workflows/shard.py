@@ -524,7 +524,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
                 result_type=list[TransitionResult],
                 **QUICK_TAKE,
             )
-        except ActivityError as err:  # (tried again next cycle; nothing is lost)
+        except ActivityError as err:  # (tried again next cycle: what it did not take waits)
             self._note_failure("taking results from the mailbox", err)
             return
         for result in taken:
