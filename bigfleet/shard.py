@@ -338,6 +338,7 @@ class Shard:
         self.unheard = {
             c: t for c, t in self.unheard.items() if now - t <= grace and c not in known
         }
+
         def spared(a: object) -> bool:
             return (
                 isinstance(a, DrainAction)
