@@ -1,0 +1,28 @@
+"""`bench fleet --serving` (workers/bench_fleet.py): the run starts from a fleet that already
+serves its clusters. No server needed: the simulated provider alone."""
+
+from __future__ import annotations
+
+
+def test_serving_starts_from_a_fleet_that_serves_the_first_round():
+    """`--serving`: before any shard starts, each cluster's first count is created and
+    configured through the simulated provider's own calls (its rate limit included), and
+    the provider's counters start again from zero."""
+    import argparse
+    from collections import Counter
+
+    from bigfleet.models import ListFilter, MachineState, from_wire
+    from bigfleet.simulation.scenario import Scenario
+    from workers.bench_fleet import PROVIDER, first_counts, fleet, serve
+    from workers.bench_temporal import cluster_name
+    from workers.worker import SimulatedFleet
+
+    args = argparse.Namespace(machines=500, calls_per_second=50, shards=1, clusters=20)
+    sim = SimulatedFleet(from_wire(Scenario, fleet(args)))
+    provider = sim.providers[PROVIDER]
+    serve(provider, sim.clocks[PROVIDER], first_counts(args))
+    assert sum(provider.calls.values()) == 0 and provider.rate_limited == 0
+    serving = provider.list(ListFilter(states=[MachineState.CONFIGURED]))
+    counts = Counter(m.cluster for m in serving)
+    assert counts == {cluster_name(i): n for i, n in enumerate(first_counts(args)) if n}
+    assert sum(counts.values()) == int(0.7 * args.machines)
