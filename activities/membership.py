@@ -178,13 +178,15 @@ class UnownedPage(Model):
 
 class ShareRead(Model):
     """`provider_share`: the machines of `provider`, from id `after` on, that are shard
-    `shard`'s by the assignment rule (of `shards`), in the listing taken at `now`."""
+    `shard`'s by the assignment rule (of `shards`; `by_cluster`: a machine bound to a cluster
+    goes to the cluster's home), in the listing taken at `now`."""
 
     provider: str
     now: float
     shard: int = Field(ge=0)
     shards: int = Field(ge=1)
     after: str = ""
+    by_cluster: bool = False
 
 
 def claimable(m: Machine, clusters: set[str], shares: set[int], shards: int) -> bool:

@@ -276,7 +276,7 @@ class ProviderActivities:
         while end < len(listing) and len(found) < LIST_PAGE:
             m = listing[end]
             end += 1
-            if machine_shard(m, r.shards) == r.shard:
+            if machine_shard(m, r.shards, r.by_cluster) == r.shard:
                 found.append(m)
         after = ids[end - 1] if end < len(listing) else ""
         return UnownedPage(page=MachinePage.of(found), after=after)

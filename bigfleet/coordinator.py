@@ -16,6 +16,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from .assignment import cluster_shard
 from .cost import drain_grace_period
 from .models import Machine, Shortfall, Wire
 from .profiles import Profile
@@ -87,6 +88,11 @@ class Coordinator:
     # report from a retired shard is ignored; its number is never used again).
     retiring: set[int] = field(default_factory=set)
     retired: set[int] = field(default_factory=set)
+    # New clusters go home first (`home`); off: to the least-loaded shard (coordinator runs
+    # begun before the rule).
+    by_home: bool = True
+    # The shards the fleet was deployed with (0 … founding − 1; 0: as many as there are).
+    founding: int = 0
 
     def next_token(self) -> tuple[int, int]:
         """(coordinator_term, seq) for the next instruction (seed §11)."""
@@ -150,15 +156,37 @@ class Coordinator:
         return under[0][2], under[1][2]
 
     def assign(self, cluster: str, prefer: int | None = None) -> int:
-        """A cluster's shard: the least-loaded one (fewest clusters) on first contact, then
-        forever (seed §16). Among equally loaded shards the lowest number, or `prefer`."""
+        """A cluster's shard, chosen on first contact and kept forever (seed §16): its home
+        (`home`, the seed's "at random") while the fleet has the shards it was deployed with,
+        else the least-loaded one (fewest clusters; among equals the lowest number, or
+        `prefer`)."""
         shard = self.clusters.get(cluster)
         if shard is None:
             if not set(self.shards) - self.retiring:
                 raise ValueError("no shards: add one before assigning clusters")
-            shard = self._least_loaded(self._load(), prefer)
+            shard = self._place(cluster, self._load(), prefer)
             self.clusters[cluster] = shard
         return shard
+
+    def home(self, cluster: str) -> int:
+        """The shard the fleet's shards adopt the cluster's configured machines into at a
+        fresh start (assignment.machine_shard): `cluster_shard` over the founding shards."""
+        return cluster_shard(cluster, self.founding or len(self.shards))
+
+    def _place(self, cluster: str, load: Mapping[int, int], prefer: int | None) -> int:
+        """Where a new cluster goes, given clusters per member shard (`load`). Home, not the
+        least-loaded: a fleet started over machines that already serve clusters has adopted
+        each cluster's machines into its home, and a cluster sent anywhere else would find
+        none of them (its home would give them up after `max_silence_seconds`). Hashing
+        1 000 clusters over 4 shards leaves each within a few percent of the mean. Once
+        shards were added, split off or merged away, new clusters fill the least-loaded (a
+        shard added by hand is the one they go to first)."""
+        founding = self.founding or len(self.shards)
+        if self.by_home and not self.retired and all(s < founding for s in self.shards):
+            home = self.home(cluster)
+            if home in load:
+                return home
+        return self._least_loaded(load, prefer)
 
     def _load(self) -> dict[int, int]:
         """Clusters per member shard (merging ones are assigned nothing new)."""
@@ -177,7 +205,8 @@ class Coordinator:
     ) -> dict[str, int]:
         """Whose each of `clusters` is, for `shard`, which got their roll-ups without serving
         them yet. A cluster nobody has asked about is assigned now as `assign_cluster` would
-        (least-loaded), `shard` first among equals: the answer its sender would have had.
+        (home, else least-loaded, `shard` first among equals): the answer its sender would
+        have had.
         A cluster a running split or merge moves from its shard to `shard` (`moving`: donor →
         receiver) is `shard`'s already. NO_SHARD: no room in the map for it."""
         moving = moving or {}
@@ -192,7 +221,7 @@ class Coordinator:
                 if not load or not 0 < len(cluster) <= 253 or used + size > ASSIGNMENT_BYTES:
                     out[cluster] = NO_SHARD
                     continue
-                owner = self.clusters[cluster] = self._least_loaded(load, shard)
+                owner = self.clusters[cluster] = self._place(cluster, load, shard)
                 load[owner] += 1
                 used += size
             out[cluster] = shard if moving.get(owner) == shard else owner

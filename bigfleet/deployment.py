@@ -140,6 +140,11 @@ class Gateway(Spec):
 class Deployment(Spec):
     name: Name
     shards: Annotated[int, Field(ge=1, le=64)] = 1
+    # Transition workflows running at once in the whole fleet, shared equally by its shards:
+    # they share one Temporal server (workflows/outbox.py; past it, starts wait in the shards'
+    # pipelines). Four shards of 1 000 each had 3 600 running on a server that completed 7.5
+    # a second, and two of them configured nothing in 4 minutes.
+    max_in_flight: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
     cycle_seconds: Seconds = 10.0
     # Machines one configure (of a need) or drain (of a cluster, one grace and reason) workflow
     # carries; `escalate_drain` escalates a whole drain workflow, so 1 keeps a drain per machine.

@@ -56,6 +56,10 @@ def _selectors(where: dict[str, str]) -> str:
     return ", ".join(f"{k.replace('_', ' ')} {clip(v, 80)!r}" for k, v in where.items())
 
 
+# Runs begun before give a new cluster the least-loaded shard, never its home.
+HOME_PATCH = "clusters-go-home"
+
+
 @workflow.defn(name="Coordinator")
 class CoordinatorWorkflow(TakesSignals):
     @workflow.init
@@ -69,6 +73,7 @@ class CoordinatorWorkflow(TakesSignals):
             clusters=dict(state.get("clusters", {})),
             retiring=set(state.get("retiring", [])),
             retired=set(state.get("retired", [])),
+            founding=inp.shards,
         )
         self.members = FleetMembership(self.c, inp, state.get("membership", {}))
         # Running sagas, and finished ones until the receiver's next report shows their effect.
@@ -110,11 +115,13 @@ class CoordinatorWorkflow(TakesSignals):
     @workflow.update
     @guarded
     async def assign_cluster(self, raw: RawValue = NO_ARGUMENT) -> int:
-        """A cluster's shard: least-loaded on first contact, permanent after (seed §16).
-        Roll-up senders ask once (update-with-start) and then signal the shard directly."""
+        """A cluster's shard: its home, else the least-loaded, on first contact; permanent
+        after (seed §16; `Coordinator.assign`). Roll-up senders ask once (update-with-start)
+        and then signal the shard directly."""
         cluster = self.guard.arg(raw, ClusterName, "assign_cluster")
         await workflow.wait_condition(lambda: self.ready)
         self._room_for(cluster)
+        self.c.by_home = workflow.patched(HOME_PATCH)
         return self.c.assign(cluster)
 
     @assign_cluster.validator
@@ -135,6 +142,7 @@ class CoordinatorWorkflow(TakesSignals):
         question = self.guard.arg(raw, ClusterQuestion, "cluster_owners")
         await workflow.wait_condition(lambda: self.ready)
         moving = {m["donor"]: m["into"] for m in self.members.running.values()}
+        self.c.by_home = workflow.patched(HOME_PATCH)
         return self.c.owners(question.shard, question.clusters, moving)
 
     @cluster_owners.validator

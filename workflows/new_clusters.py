@@ -8,10 +8,10 @@ needs table has it, or it holds machines configured for it) is applied at once, 
 one of any other cluster waits here, and once a cycle the shard asks whose they are (the
 `cluster_owners` activity, which asks the coordinator's `cluster_owners` update): this
 shard's are applied, the others refused and recorded like any bad input. A cluster nobody has
-asked about is assigned on that question, as `assign_cluster` would (least-loaded; this shard
-first among equally loaded ones). With a deployment config that names operators, a cluster
-it gives no operator endpoint is refused before the coordinator is asked (the gateway's own
-check; workers/worker.py `known_cluster`).
+asked about is assigned on that question, as `assign_cluster` would (home, else least-loaded;
+this shard first among equally loaded ones). With a deployment config that names operators, a
+cluster it gives no operator endpoint is refused before the coordinator is asked (the
+gateway's own check; workers/worker.py `known_cluster`).
 
 No coordinator running (none started yet, or ended and not back): they are applied. The shard
 runs alone then (static stability); there is nobody to ask, and the coordinator that starts

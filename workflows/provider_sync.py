@@ -38,6 +38,8 @@ with workflow.unsafe.imports_passed_through():
 
 S = MachineState
 T = Transition
+# Runs begun before adopt a configured machine by rack or id, not into its cluster's home.
+BY_CLUSTER = "adopt-by-cluster"
 QUICK: dict[str, Any] = dict(
     start_to_close_timeout=timedelta(seconds=60),
     retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=10),
@@ -189,7 +191,9 @@ class ProviderSync:
             if len(page) < LIST_PAGE:
                 return out
 
-    async def share_page(self, provider: str, now: float, after: str) -> tuple[list[Machine], str]:
+    async def share_page(
+        self, provider: str, now: float, after: str, by_cluster: bool
+    ) -> tuple[list[Machine], str]:
         """This shard's machines of one page of a provider's listing (`provider_share`: only
         they enter the history), and the id the next page goes on after ("": the end)."""
         page: UnownedPage = await workflow.execute_activity(
@@ -200,6 +204,7 @@ class ProviderSync:
                 shard=self.cfg.shard,
                 shards=self.cfg.shards,
                 after=after,
+                by_cluster=by_cluster,
             ),
             task_queue=provider_task_queue(provider) + "-read",
             result_type=UnownedPage,
@@ -231,13 +236,14 @@ class ProviderSync:
         mid-transition included."""
         first = start.provider if start else 0
         own_share = workflow.patched("adopt-own-share")
+        by_cluster = workflow.patched(BY_CLUSTER)
         for i, provider in enumerate(self.cfg.providers[first:], start=first):
             after = start.after if start and i == first else ""
             now = workflow.now().timestamp()  # one listing for all its pages
             try:
                 while True:
                     if own_share:
-                        mine, after = await self.share_page(provider, now, after)
+                        mine, after = await self.share_page(provider, now, after, by_cluster)
                         done = not after
                     else:  # (runs begun before read every shard's machines)
                         page = await self.listing_page(provider, now, None, after, patient=True)
@@ -264,8 +270,9 @@ class ProviderSync:
             except ActivityError as err:
                 self.note(f"listing provider {provider} (owed since start)", err)
                 continue
-            shards = self.cfg.shards
-            self.shard.adopt([m for m in listed if machine_shard(m, shards) == self.cfg.shard], now)
+            shards, by_cluster = self.cfg.shards, workflow.patched(BY_CLUSTER)
+            mine = [m for m in listed if machine_shard(m, shards, by_cluster) == self.cfg.shard]
+            self.shard.adopt(mine, now)
             self.shard.reconcile_listing(listed, now, {provider})
             self.owed.discard(provider)
             await self.drop_owned_elsewhere()

@@ -1,6 +1,7 @@
 """The coordinator's pure planning (seed §6, §9): assignment, and shortfalls resolved idle
 first, then speculative quota, then cross-shard preemption only when neither exists."""
 
+from bigfleet.assignment import cluster_shard
 from bigfleet.coordinator import Coordinator
 from bigfleet.models import MachineState, Shortfall, from_wire
 from bigfleet.reports import MoveKind, Preemptible, ShardReport
@@ -30,12 +31,40 @@ def coordinator(*reports: ShardReport) -> Coordinator:
     return c
 
 
-def test_a_cluster_goes_to_the_least_loaded_shard_and_stays_there():
+def test_a_cluster_goes_home_and_stays_there():
+    """A new cluster goes to its home (`cluster_shard`: where a fresh fleet's shards adopt
+    the machines already configured for it), for good."""
     c = Coordinator(shards=[0, 1, 2])
-    c.clusters = {"a": 0, "b": 0, "c": 1}
-    assert c.assign("new") == 2
-    assert c.assign("newer") == 1
-    assert c.assign("new") == 2  # permanent
+    names = [f"cluster-{i}" for i in range(30)]
+    assert [c.assign(n) for n in names] == [cluster_shard(n, 3) for n in names]
+    first = c.clusters["cluster-0"]
+    c.shards.append(3)  # a split later: assignments stand
+    assert c.assign("cluster-0") == first
+
+
+def test_once_the_shards_change_new_clusters_go_to_the_least_loaded():
+    """Home is where a fresh fleet's shards adopt a cluster's machines; once a shard merges
+    away or one is added (by hand or a split), new clusters fill the least-loaded."""
+    home = cluster_shard("new", 3)
+    merging = Coordinator(shards=[0, 1, 2], founding=3, retiring={home})
+    assert merging.assign("new") != home
+    added = Coordinator(shards=[0, 1, 2, 3], founding=3, clusters={"a": 0, "b": 1, "c": 2})
+    assert added.assign("new") == 3  # the shard added by hand first
+    merged = Coordinator(shards=[0, 2], founding=3, retired={1}, clusters={"a": 0})
+    assert merged.assign("new") == 2
+    assert merged.assign("new") == 2  # permanent
+
+    plain = Coordinator(shards=[0, 1, 2], clusters={"a": 0, "b": 0, "c": 1}, by_home=False)
+    assert plain.assign("new") == 2  # runs begun before the rule: least-loaded
+    assert plain.assign("newer") == 1
+
+
+def test_a_thousand_clusters_all_go_home_and_stay_balanced():
+    c = Coordinator(shards=[0, 1, 2, 3])
+    names = [f"team-{i:04d}" for i in range(1000)]
+    assert all(c.assign(n) == cluster_shard(n, 4) for n in names)
+    load = [list(c.clusters.values()).count(s) for s in range(4)]
+    assert max(load) - min(load) <= 50, load  # within 10 % of the mean
 
 
 def test_idle_machines_move_before_speculative_quota():

@@ -534,44 +534,60 @@ def test_a_listing_page_travels_compact_and_comes_back_the_same():
 def test_a_shard_pages_through_its_own_share_of_a_listing_only():
     """`provider_share`: at start-up each shard adopts its share of a provider (the assignment
     rule). Its pages hold only its own machines — what enters its history — and together, for
-    every shard, they hold every machine exactly once, whatever the page size."""
+    every shard, they hold every machine exactly once, whatever the page size. By cluster (a
+    fresh fleet's shards), a machine configured for a cluster goes to the cluster's home,
+    where the coordinator sends the cluster's roll-ups."""
     import asyncio
 
     import activities.providers as acts_module
     from activities.membership import ShareRead
     from activities.providers import ProviderActivities
-    from bigfleet.assignment import machine_shard
+    from bigfleet.assignment import cluster_shard, machine_shard
 
     clock = Clock()
     aws = cloud(clock, count=250)
+    serving = {configured(aws, clock, f"team-{i}"): f"team-{i}" for i in range(12)}
     acts = ProviderActivities({"aws": aws})
     everything = {m.id for m in aws.list(ListFilter())}
 
-    async def share(shard: int, shards: int) -> list[list[str]]:
+    async def share(shard: int, shards: int, by_cluster: bool = False) -> list[list[str]]:
         pages, after = [], ""
         while True:
             page = await acts.share(
-                ShareRead(provider="aws", now=clock.now, shard=shard, shards=shards, after=after)
+                ShareRead(
+                    provider="aws",
+                    now=clock.now,
+                    shard=shard,
+                    shards=shards,
+                    after=after,
+                    by_cluster=by_cluster,
+                )
             )
             pages.append([m.id for m in page.page.machines()])
             after = page.after
             if not after:
                 return pages
 
-    def taken(shards: int) -> list[str]:
+    def taken(shards: int, by_cluster: bool = False) -> list[str]:
         ids: list[str] = []
         for shard in range(shards):
-            for page in asyncio.run(share(shard, shards)):
+            for page in asyncio.run(share(shard, shards, by_cluster)):
                 assert len(page) <= acts_module.LIST_PAGE
-                by_rule = {machine_shard(aws.get(mid), shards) for mid in page}
+                by_rule = {machine_shard(aws.get(mid), shards, by_cluster) for mid in page}
                 assert by_rule <= {shard}, f"shard {shard} was given {by_rule - {shard}}'s"
+                if by_cluster:
+                    homes = {cluster_shard(serving[mid], shards) for mid in page if mid in serving}
+                    assert homes <= {shard}
                 ids += page
         return ids
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(acts_module, "LIST_PAGE", 7)
         for shards in (1, 3, 4):
-            ids = taken(shards)
-            assert len(ids) == len(everything) and set(ids) == everything
+            for by_cluster in (False, True):
+                ids = taken(shards, by_cluster)
+                assert len(ids) == len(everything) and set(ids) == everything
+    # (What makes the by-cluster check count: by id, some would sit away from home.)
+    assert any(machine_shard(aws.get(m), 4) != cluster_shard(c, 4) for m, c in serving.items())
     with pytest.raises(Exception, match="shard: 4 is not one of 4 shards"):
         asyncio.run(share(4, 4))

@@ -123,8 +123,9 @@ async def test_audit_finds_and_repairs_double_owned_drifted_and_orphaned_machine
             what="shard 1 configuring the drifted machine again",
         )
 
-        # 4. Orphans: shard 1 restarted from its last snapshot (none: from scratch) owns none
-        # of its 4 configured machines: nobody does.
+        # 4. A shard restarted from its last snapshot (none: from scratch) adopts the
+        # machines configured for its cluster again (the cluster's home). Orphans: it then
+        # gives them up (a disown, as a repair sends one): nobody owns them.
         dead = (await shard1.describe()).run_id
         await shard1.terminate("test: the shard workflow vanished")
         revive = ["shard", "revive", "1", "--from-snapshot", "--address", address]
@@ -134,7 +135,18 @@ async def test_audit_finds_and_repairs_double_owned_drifted_and_orphaned_machine
             lambda d: d.run_id != dead and d.status == WorkflowExecutionStatus.RUNNING,
             timeout=20,
         )
-        await eventually(lambda: shard1.query("status"), lambda s: s["cycles"] >= 2, timeout=20)
+        status = await eventually(
+            lambda: shard1.query("status"), lambda s: s["cycles"] >= 2, timeout=20
+        )
+        assert status["machines"].get("CONFIGURED") == 4, status["machines"]
+        code, out = await audit(capsys, address)
+        assert code == 0 and kinds(out["report"]) == NONE, out["report"]
+        states1 = await query_retrying(lambda: shard1.query("machine_states", ids))
+        serving = [m for m, s in states1.items() if s == S.CONFIGURED.value]
+        term = (await client.get_workflow_handle(COORDINATOR_ID).query("status"))["term"]
+        for seq, machine in enumerate(serving, start=10**9 + 1):  # (one a time: its share)
+            let_go = Instruction(term=term, seq=seq, machine_ids=[machine])
+            assert await shard1.execute_update("disown", let_go) == [machine]
         code, out = await audit(capsys, address)
         report = out["report"]
         assert code == 3, report

@@ -10,6 +10,7 @@ chose. A coordinator `decommission` naming an unknown provider answered
 
 from __future__ import annotations
 
+import copy
 import json
 from types import SimpleNamespace
 from typing import Any
@@ -22,6 +23,7 @@ from temporalio.testing import WorkflowEnvironment
 from activities.coordination import CoordinationActivities
 from activities.operators import OperatorActivities
 from activities.wire import BootstrapCall, DecommissionRequest
+from bigfleet.assignment import cluster_shard
 from bigfleet.coordinator import NO_SHARD, ClusterQuestion, Coordinator
 from bigfleet.inputs import Rejected
 from bigfleet.models import ClusterCapacityNeeds, ListFilter, from_wire
@@ -57,55 +59,58 @@ async def test_a_shard_takes_roll_ups_only_for_clusters_assigned_to_it(
     dev_env: WorkflowEnvironment,
 ):
     client = dev_env.client
-    raw = gpu_fleet(2, {on_shard("rack", 0): 8}, ["a", "b"])
+    # Shard `w`, which the phantom is not assigned to (its home is the other), gets its
+    # roll-ups; clusters a and b are w's by home, c the other's.
+    w = 1 - cluster_shard(PHANTOM, 2)
+    a, b, c = on_shard("a", w), on_shard("b", w), on_shard("c", 1 - w)
+    raw = gpu_fleet(2, {on_shard("rack", w): 8}, [a, b])
     async with fleet_workers(client, raw) as sim:
         await start_coordinator(client)
         await start(client, raw)
-        shard0, shard1 = (client.get_workflow_handle(f"shard-{s}") for s in (0, 1))
+        shard0, shard1 = (client.get_workflow_handle(f"shard-{s}") for s in (w, 1 - w))
         coordinator = client.get_workflow_handle(COORDINATOR_ID)
-        await eventually(lambda: machines_of(client, 0), lambda m: m["SPECULATIVE"] == 8)
-        assert await assign_cluster(client, "a", 2) == 0
-        assert await assign_cluster(client, PHANTOM, 2) == 1  # the least loaded
+        await eventually(lambda: machines_of(client, w), lambda m: m["SPECULATIVE"] == 8)
+        assert await assign_cluster(client, a, 2) == w
+        assert await assign_cluster(client, PHANTOM, 2) == 1 - w  # its home
 
-        # The reproduction: straight to shard 0, which the cluster is not assigned to.
+        # The reproduction: straight to shard w, which the cluster is not assigned to.
         await shard0.signal("rollup", rollup(PHANTOM, 6))
-        # A cluster assigned to shard 0 is served as ever (asked about once: shard 0 did
+        # A cluster assigned to shard w is served as ever (asked about once: shard w did
         # not serve it yet).
-        await shard0.signal("rollup", rollup("a", 2))
+        await shard0.signal("rollup", rollup(a, 2))
         await eventually(
-            lambda: machines_of(client, 0), lambda m: m["CONFIGURED"] == 2, timeout=60,
+            lambda: machines_of(client, w), lambda m: m["CONFIGURED"] == 2, timeout=60,
             what="a's machines",
         )
         refused = await eventually(
             lambda: refusals(shard0), lambda r: PHANTOM in r, what="the phantom refused"
         )
-        assert f"{PHANTOM}' is not assigned to shard 0" in refused, refused
-        assert "assigns it to shard 1" in refused, refused
+        assert f"{PHANTOM}' is not assigned to shard {w}" in refused, refused
+        assert f"assigns it to shard {1 - w}" in refused, refused
 
         # First contact without asking: the coordinator's rule decides, as `assign_cluster`
-        # would have. Shards 0 and 1 hold one cluster each: shard 0 (the one asking) gets b;
-        # then shard 1 is the less loaded, and c sent to shard 0 is refused.
-        await shard0.signal("rollup", rollup("b", 0))
+        # would have: b is at home on shard w, and c sent to shard w is refused.
+        await shard0.signal("rollup", rollup(b, 0))
         await eventually(
-            lambda: shard0.query("status"), lambda s: "b" in s["clusters"], what="b taken"
+            lambda: shard0.query("status"), lambda s: b in s["clusters"], what="b taken"
         )
-        await shard0.signal("rollup", rollup("c", 1))
+        await shard0.signal("rollup", rollup(c, 1))
         refused = await eventually(
-            lambda: refusals(shard0), lambda r: "'c' is not assigned" in r, what="c refused"
+            lambda: refusals(shard0), lambda r: f"'{c}' is not assigned" in r, what="c refused"
         )
         status = await shard0.query("status")
         clusters = (await coordinator.query("status"))["clusters"]
         held = await shard0.query("rejections")
         other = await shard1.query("status")
 
-    assert sorted(status["clusters"]) == ["a", "b"]
-    assert clusters == {"a": 0, PHANTOM: 1, "b": 0, "c": 1}
+    assert sorted(status["clusters"]) == sorted([a, b])
+    assert clusters == {a: w, PHANTOM: 1 - w, b: w, c: 1 - w}
     assert held["counts"]["rollup"] == 2
     # Nothing was configured for the phantom, nor started for it.
     bound = {m.cluster for m in sim.providers["dc"].list(ListFilter())}
-    assert bound == {"a", None}
+    assert bound == {a, None}
     assert status["machines"].get("CONFIGURING", 0) == 0
-    assert not other["clusters"]  # nobody sent shard 1 anything
+    assert not other["clusters"]  # nobody sent the other shard anything
 
 
 async def test_a_decommission_of_nothing_is_refused(dev_env: WorkflowEnvironment):
@@ -177,11 +182,15 @@ async def test_bootstrap_metrics_carry_no_name_without_an_operator():
 
 def test_first_contact_goes_where_assign_cluster_would_send_it():
     c = Coordinator(term=1, shards=[0, 1, 2], clusters={"a": 0, "b": 1})
-    # Shard 2 holds none: a new cluster asked about by shard 0 is shard 2's.
-    assert c.owners(0, ["new"]) == {"new": 2}
-    # Now each holds one: the asking shard comes first among them.
-    assert c.owners(1, ["x"]) == {"x": 1}
-    assert c.clusters == {"a": 0, "b": 1, "new": 2, "x": 1}
+    twin = copy.deepcopy(c)
+    # A new cluster asked about by any shard goes where `assign_cluster` sends it: home.
+    assert c.owners(0, ["new", "x"]) == {"new": twin.assign("new"), "x": twin.assign("x")}
+    assert c.clusters == twin.clusters
+    assert {c.clusters["new"], c.clusters["x"]} == {cluster_shard(n, 3) for n in ("new", "x")}
+    # Runs begun before that rule: the least-loaded, the asking shard first among them.
+    old = Coordinator(term=1, shards=[0, 1, 2], clusters={"a": 0, "b": 1}, by_home=False)
+    assert old.owners(0, ["new"]) == {"new": 2}
+    assert old.owners(1, ["x"]) == {"x": 1}
     # Assigned already: as assigned, whoever asks; a split from 0 to 2 makes a 0's for 2.
     assert c.owners(2, ["a", "b"]) == {"a": 0, "b": 1}
     assert c.owners(2, ["a", "b"], moving={0: 2}) == {"a": 2, "b": 1}

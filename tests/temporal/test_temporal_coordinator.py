@@ -21,6 +21,7 @@ from activities.wire import (
     SagaInput,
     SagaResult,
 )
+from bigfleet.assignment import cluster_shard
 from bigfleet.models import ListFilter, from_wire
 from bigfleet.simulation.scenario import Scenario
 from tests.conftest import eventually, fleet_workers, query_retrying
@@ -292,24 +293,29 @@ async def test_a_failed_saga_step_leaves_every_machine_owned_once(dev_env: Workf
         assert sum((await machines_of(client, 1)).values()) == 0
 
 
-async def test_roll_up_senders_ask_the_coordinator_once_and_it_assigns_least_loaded(
+async def test_roll_up_senders_ask_the_coordinator_once_and_it_assigns_home(
     dev_env: WorkflowEnvironment, tmp_path
 ):
-    """Seed §16: a cluster goes to the least-loaded shard on its first roll-up, for good. The
-    first sender of a new fleet starts the coordinator (update-with-start); `bigfleet rollup
-    send --direct` asks it and signals the shard it names; a coordinator started from scratch
-    first learns which clusters the shards already serve."""
+    """Seed §16: a cluster goes to its home (a hash of its name, where a fresh fleet adopts its
+    machines) on its first roll-up, for good. The first sender of a new fleet starts the
+    coordinator (update-with-start); `bigfleet rollup send --direct` asks it and signals the
+    shard it names; a coordinator started from scratch first learns which clusters the
+    shards already serve."""
     client = dev_env.client
     raw = two_shard_fleet()
     async with fleet_workers(client, raw):
-        assert [await assign_cluster(client, c, 2) for c in ("a", "b", "a", "c")] == [0, 1, 0, 0]
+        names = ("a", "b", "a", "c", on_shard("x", 0))
+        assert [await assign_cluster(client, c, 2) for c in names] == [
+            cluster_shard(c, 2) for c in names
+        ]
         coordinator = await client.get_workflow_handle(COORDINATOR_ID).describe()
         assert coordinator.status == WorkflowExecutionStatus.RUNNING
 
         await start(client, raw)
         path = tmp_path / "rollup.yaml"
         need = {"requirements": REQ, "priority": 5, "count": 2}
-        path.write_text(yaml.safe_dump({"cluster": "d", "generation": 1, "needs": [need]}))
+        d = on_shard("d", 1)
+        path.write_text(yaml.safe_dump({"cluster": d, "generation": 1, "needs": [need]}))
         address = client.service_client.config.target_host
         code = await asyncio.to_thread(
             cli.main, ["rollup", "send", str(path), "--direct", "--address", address]
@@ -317,18 +323,19 @@ async def test_roll_up_senders_ask_the_coordinator_once_and_it_assigns_least_loa
         assert code == 0
         await eventually(  # (a cluster new to a shard waits for the coordinator's word)
             lambda: client.get_workflow_handle("shard-1").query("status"),
-            lambda s: "d" in s["clusters"],  # shard 1 had one cluster (b), shard 0 two
+            lambda s: d in s["clusters"],  # its home
         )
 
         await client.get_workflow_handle(COORDINATOR_ID).terminate("lost its memory")
-        await ask(client, 0, "e", 5, 1)  # a cluster shard 0 serves that nobody assigned
+        e = on_shard("e", 1)
+        await ask(client, 0, e, 5, 1)  # a cluster shard 0 serves that nobody assigned
         await eventually(
             lambda: client.get_workflow_handle("shard-0").query("status"),
-            lambda s: "e" in s["clusters"],
+            lambda s: e in s["clusters"],
         )
-        # From scratch: "d" and "e" are where the shards serve them, not least-loaded anew.
-        assert await assign_cluster(client, "d", 2) == 1
-        assert await assign_cluster(client, "e", 2) == 0
+        # From scratch: d and e are where the shards serve them, e not at its home anew.
+        assert await assign_cluster(client, d, 2) == 1
+        assert await assign_cluster(client, e, 2) == 0
         with pytest.raises(WorkflowUpdateFailedError) as bad:
             await assign_cluster(client, " ", 2)
         assert "cluster" in str(bad.value.cause)
