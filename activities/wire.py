@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from temporalio.common import SearchAttributeKey
@@ -330,6 +330,9 @@ class SnapshotRef(Model):
     parts: int
     size: int
     sha256: str
+    # How the parts hold the state: its JSON, or ("zlib") the JSON compressed, in base64.
+    # `size` and `sha256` are of what the parts hold.
+    encoding: Literal["json", "zlib"] = "json"
 
 
 class SnapshotPart(Model):

@@ -495,7 +495,7 @@ async def rounds(client: Any, args: argparse.Namespace, run: Run) -> None:
 async def shard_sample(shard: Any, i: int, run: Run) -> dict[str, Any]:
     """One shard's part of a sample: its `status` (the last answered one if this query goes
     unanswered) and its history's size."""
-    from workers.bench_history import size, status_of
+    from workers.bench_history import run_size, status_of
 
     try:  # a shard stuck in a failing workflow task answers no query
         run.last_status[i] = await asyncio.wait_for(status_of(shard), QUERY_TIMEOUT)
@@ -507,7 +507,7 @@ async def shard_sample(shard: Any, i: int, run: Run) -> dict[str, Any]:
     status = run.last_status[i]
     if fresh:
         run.cycle_ends[i].update(status.get("cycle_ends") or [])
-    run_id, events, nbytes = await size(shard)
+    run_id, events, nbytes, began = await run_size(shard)
     return {
         "cycles": status.get("cycles", 0),
         "cycle_ms": status.get("last_cycle_ms", 0.0) if fresh else 0.0,
@@ -516,6 +516,7 @@ async def shard_sample(shard: Any, i: int, run: Run) -> dict[str, Any]:
         "oldest_queued_seconds": status.get("oldest_queued_seconds", 0.0) if fresh else 0.0,
         "in_flight": status.get("in_flight", 0) if fresh else 0,
         "run_id": run_id,
+        "run_began": began,
         "events": events,
         "bytes": nbytes,
     }
@@ -658,6 +659,23 @@ def intervals(ends: set[float], first: float, last: float) -> list[float]:
     return [b - a for a, b in zip(inside, inside[1:], strict=False)]
 
 
+LONGEST = 3  # the longest intervals between cycles a shard's summary names
+
+
+def longest(ends: set[float], samples: list[dict[str, Any]], i: int) -> list[list[Any]]:
+    """Shard `i`'s LONGEST longest intervals between cycles: [seconds, when it began (seconds
+    into the run), whether a continue-as-new fell in it (a run the samples saw began inside
+    it)]. What a p99 over a few hundred intervals is made of."""
+    first, last = samples[0]["t"], samples[-1]["t"]
+    inside = sorted(t for t in ends if first <= t <= last)
+    gaps = sorted(zip(inside, inside[1:], strict=False), key=lambda g: g[0] - g[1])
+    began = {s["shards"][i]["run_began"] for s in samples}
+    return [
+        [round(b - a, 2), round(a - first, 1), any(a < t < b for t in began)]
+        for a, b in gaps[:LONGEST]
+    ]
+
+
 def p(values: list[float], q: float, digits: int) -> float | None:
     return round(percentile(values, q), digits) if values else None
 
@@ -678,6 +696,7 @@ def shard_summary(i: int, run: Run, closed: Closed, seconds: float) -> dict[str,
         "cycle_interval_p50_s": p(gaps, 50, 3),
         "cycle_interval_p99_s": p(gaps, 99, 3),
         "cycle_intervals": len(gaps),
+        "longest_intervals": longest(run.cycle_ends[i], run.samples, i),
         "decision_cycle_p50_ms": p(cycle_ms, 50, 1),
         "decision_cycle_p99_ms": p(cycle_ms, 99, 1),
         "configured_over_time": [
@@ -832,6 +851,11 @@ def render_shard(s: dict[str, Any]) -> list[str]:
         f"p99 {fmt(s['rollup_to_configured_p99_s'], '.2f', ' s')} ({s['configures']} configures)",
         f"  history         +{s['history_events_per_min']} events/min, "
         f"+{s['history_mb_per_min']:.2f} MB/min, {s['continues_as_new']} continues-as-new",
+        "  longest         "
+        + ", ".join(
+            f"{g:g} s at {at:g} s" + (" (continue-as-new)" if new else "")
+            for g, at, new in s["longest_intervals"]
+        ),
         f"  queued starts   max {s['queued_starts_max']}, oldest waited max "
         f"{s['oldest_queued_seconds_max']:g} s; in flight max {s['in_flight_max']}; "
         f"{s['status_unanswered']} status queries unanswered",

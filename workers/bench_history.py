@@ -59,8 +59,15 @@ async def status_of(shard: WorkflowHandle) -> dict[str, Any]:
 
 
 async def size(handle: WorkflowHandle) -> tuple[str, int, int]:
+    run_id, events, nbytes, _ = await run_size(handle)
+    return run_id, events, nbytes
+
+
+async def run_size(handle: WorkflowHandle) -> tuple[str, int, int, float]:
+    """The current run's id, history events and bytes, and when it started (Unix seconds)."""
     info = (await handle.describe()).raw_description.workflow_execution_info
-    return info.execution.run_id, info.history_length, info.history_size_bytes
+    began = info.start_time.seconds + info.start_time.nanos / 1e9
+    return info.execution.run_id, info.history_length, info.history_size_bytes, began
 
 
 async def measure(speculative: int, racks: int, reconciles: int, reconcile_seconds: float) -> None:

@@ -395,6 +395,7 @@ async def test_continue_as_new_keeps_needs_inventory_and_transitions(
         break
     if store:
         assert inp.state is None and inp.snapshot is not None and inp.snapshot.parts > 1
+        assert inp.snapshot.encoding == "zlib"  # compressed: read back, it is the state
         assert (tmp_path / inp.snapshot.key / "0.json").exists()
         assert len(list((tmp_path / "shard-0").iterdir())) <= 3  # older snapshots deleted
         # Parts are written two a workflow task (`snapshot_wave_bytes`), not all at once.

@@ -26,3 +26,18 @@ def test_serving_starts_from_a_fleet_that_serves_the_first_round():
     counts = Counter(m.cluster for m in serving)
     assert counts == {cluster_name(i): n for i, n in enumerate(first_counts(args)) if n}
     assert sum(counts.values()) == int(0.7 * args.machines)
+
+
+def test_a_shard_summary_names_its_longest_intervals_and_the_continues_as_new_in_them():
+    from workers.bench_fleet import longest
+
+    def sample(t: float, began: float) -> dict:
+        return {"t": t, "shards": [{"run_began": began}]}
+
+    samples = [sample(0, -50), sample(10, -50), sample(20, 13), sample(30, 13)]
+    ends = {1.0, 2.0, 3.0, 12.0, 19.5, 20.5, 21.0, 29.0, 40.0}  # (40: after the last sample)
+    assert longest(ends, samples, 0) == [
+        [9.0, 3.0, False],  # 3 → 12: within the first run
+        [8.0, 21.0, False],
+        [7.5, 12.0, True],  # 12 → 19.5: the second run began at 13
+    ]
