@@ -152,7 +152,7 @@ def coordinator_start(shards: int, plan_seconds: float | None = None) -> dict[st
 
 
 async def assign_cluster(client: Client, cluster: str, shards: int) -> int:
-    """The shard a cluster's roll-ups go to: the coordinator's answer (least-loaded on first
+    """The shard a cluster's roll-ups go to: the coordinator's answer (its home on first
     contact, permanent after), starting the coordinator if need be. Ask once, then signal the
     shard directly; ask again only if the shard is gone (a split or merge moved the cluster)."""
     return await client.execute_update_with_start_workflow(

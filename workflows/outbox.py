@@ -148,6 +148,9 @@ class Outbox:
         self.sending = False
         self.kicked = False
         self.holding = False  # a continue-as-new waits: the pump ends with its current wave
+        # The cycle before a continue-as-new: notices go out, starts wait (they travel in the
+        # snapshot; a wave out then is one the continue-as-new would wait for).
+        self.quiet = False
 
     def state(self) -> list[list[Any]]:
         return [[k, until] for k, until in self.in_flight.items()]
@@ -359,13 +362,16 @@ class Outbox:
             failed = False
             budget = self.cfg.max_starts_per_cycle  # (a kick: a cycle's worth)
             sent = False
-            while not failed and ((self.queue and budget and self.room()) or self.notices):
+            while not failed and (
+                (self.queue and budget and self.room() and not self.quiet) or self.notices
+            ):
                 if self.holding and sent:
                     break
                 sent = True
                 self.sending = True
                 try:
-                    entries, wave = self._next_wave(budget) if self.queue and budget else ([], [])
+                    starting_any = self.queue and budget and not self.quiet
+                    entries, wave = self._next_wave(budget) if starting_any else ([], [])
                     budget -= len(entries)
                     starting = asyncio.ensure_future(self._start(wave)) if entries else None
                     told = self._next_notices()

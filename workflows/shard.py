@@ -369,17 +369,21 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         # A run continued from another decides at once: the last cycle was before the state
         # was written and read back (a loaded server takes seconds), not a cycle ago.
         at_once = not self.fresh and self.background and workflow.patched("first-cycle-at-once")
+        # The cycle before a continue-as-new starts nothing it would wait for (`_quiet_first`).
+        closing = False
         while True:
             if at_once:
                 at_once = False
             else:
-                await self._next_cycle()
+                await self._next_cycle(closing)
             if self.revive:
                 self.revive = False
                 await self._after_revival()
             now = workflow.now().timestamp()
             self._fold_results(now)
-            if self.background:
+            if self.background and closing:
+                pass  # (forwards, and the question of whose new clusters are, wait a cycle)
+            elif self.background:
                 if self.forward and self.mailbox:  # (one at a time: continue-as-new waits)
                     if self.forwarding is None or self.forwarding.done():
                         self.forwarding = asyncio.ensure_future(self._forward())
@@ -388,7 +392,8 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             else:
                 await self._forward()
             # New clusters' roll-ups: this shard's?
-            await self.new_clusters.settle(wait=not self.background)
+            if not closing:
+                await self.new_clusters.settle(wait=not self.background)
             if self.steps.retired:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 return
@@ -402,15 +407,18 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
                     self._drop_unwanted_creates()
                 decision = self._cycle(now)
             self.cycle_ends.append(now)
-            report = self.report_due(now)
+            report = None if closing else self.report_due(now)
             if self.cfg.shadow:
                 # Nothing is started, nobody is told: the providers' listing replaces the
                 # decision's transitions (workflows/shadow.py).
                 self.pipeline = []
                 await self.shadow.follow()
             elif self.background:
-                self._queue(decision, now)
-                if self.mailbox and (self.collecting is None or self.collecting.done()):
+                self.outbox.quiet = closing
+                self._queue(decision, now, chores=not closing)
+                if closing:
+                    pass  # (the results wait in the mailbox for the next run)
+                elif self.mailbox and (self.collecting is None or self.collecting.done()):
                     self.collecting = asyncio.ensure_future(self._collect())
             else:
                 next_reconcile = await self._act(decision, now, next_reconcile)
@@ -420,12 +428,45 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
                 self.reporting = asyncio.ensure_future(self.send_report(report))
             cycles_this_run += 1
             machine_cycles += len(self.shard.inventory)
-            if (
+            due = (
                 self._history_full()
                 or cycles_this_run >= self.cfg.max_cycles_per_run
                 or self._replay_budget_spent(machine_cycles)
-            ) and self._may_continue_as_new():
+            ) and self._may_continue_as_new()
+            if due and not closing and self._quiet_first():
+                closing = self.outbox.holding = True  # (its current wave is its last)
+            elif due:
+                closing = False
                 await self._continue_as_new()  # returns if the store failed: next cycle
+                self.outbox.quiet = False
+            else:
+                closing = self.outbox.quiet = self.outbox.holding = False
+
+    def _settled(self) -> bool:
+        """Nothing of the shard's own out that a continue-as-new waits for: the pump's wave,
+        the chores, the question of whose new clusters are, and (with a mailbox) the take,
+        report and forward. Any of them coming back during that task would make Temporal
+        refuse it (UnhandledCommand), and the worker replay the whole run. Notices are not
+        waited for: a loaded transition worker took 3-6 s to answer a wave, and one that
+        answers during the short last task is rare."""
+        pump, box, asking = self.pumping, self.outbox, self.new_clusters.asking
+        outstanding = (self.collecting, self.reporting, self.forwarding) if self.mailbox else ()
+        return (
+            (pump is None or pump.done() or not (box.kicked or box.sending))
+            and (self.chores is None or self.chores.done())
+            and (asking is None or asking.done())
+            and all(f is None or f.done() for f in outstanding)
+        )
+
+    def _quiet_first(self) -> bool:
+        """Whether a continue-as-new comes after one more cycle that starts nothing it would
+        wait for: no take from the mailbox, no report, forward, question or chore, no wave of
+        starts (they travel in the snapshot; notices still go). That cycle comes once what is
+        out has come back (`_settled`), or at its time if sooner, and the continue-as-new
+        follows it at once. Waiting after the cycle instead made most of a 3 s interval
+        around each continue-as-new: a take still out took 1.6 s to come back on a loaded
+        server (issue 32). Runs begun before continue as new at once."""
+        return self.mailbox and workflow.patched("quiet-cycle-before-continue")
 
     async def _act(self, decision: Decision, now: float, next_reconcile: float) -> float:
         """Carry the decision out, and reconcile with the providers when it is time; returns
@@ -477,33 +518,35 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             limits[Transition.DELETE] = self.cfg.delete_batch
         return limits
 
-    async def _next_cycle(self) -> None:
+    async def _next_cycle(self, closing: bool = False) -> None:
         """Wait for the next cycle: `cycle_seconds`. A cycle that never waits on Temporal runs
         at the first activation past its time (a result, a roll-up, a start acknowledged) or at
         its timer, whichever comes first: a loaded server fires timers late (cycle timers
         18-21 s late at 1 000 transitions in flight, each polling on its own timer), while
-        signals and activity results keep arriving."""
+        signals and activity results keep arriving. The quiet cycle before a continue-as-new
+        (`closing`) comes as soon as nothing is out (`_settled`)."""
         if not self.background:
             await workflow.sleep(self.cfg.cycle_seconds)
             return
         due = workflow.now().timestamp() + self.cfg.cycle_seconds
         try:
             await workflow.wait_condition(
-                lambda: workflow.now().timestamp() >= due, timeout=self.cfg.cycle_seconds
+                lambda: workflow.now().timestamp() >= due or (closing and self._settled()),
+                timeout=self.cfg.cycle_seconds,
             )
         except TimeoutError:
             pass
 
-    def _queue(self, decision: Decision, now: float) -> None:
+    def _queue(self, decision: Decision, now: float, chores: bool = True) -> None:
         """The background cycle's `_act`: queue the decision's starts and notices in the
         outbox, and start the chores that are due (verify, catch up, reconcile) unless the
-        last ones are still out. Nothing here waits."""
+        last ones are still out (or `chores` is False). Nothing here waits."""
         self.outbox.push(batched(self._take_starts(decision), self._batch_limits()), now)
         self.outbox.tell(self.shard.operator_updates(decision, NOTICE_ITEMS))
         if self.pumping is None or self.pumping.done():  # (started, or restarted after a bug)
             self.pumping = asyncio.ensure_future(self.outbox.pump())
             self.pumping.add_done_callback(self._pump_stopped)
-        if self.chores is None or self.chores.done():
+        if chores and (self.chores is None or self.chores.done()):
             self.chores = asyncio.ensure_future(self._chores(decision, now))
 
     async def _chores(self, decision: Decision, now: float) -> None:
@@ -568,22 +611,9 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             # The outbox sends what the last cycle gave it, a chore ends, and the question of
             # whose new clusters are is answered and applied, first (a run of one cycle must
             # get something done).
-            pump, box, asking = self.pumping, self.outbox, self.new_clusters.asking
+            box, asking = self.outbox, self.new_clusters.asking
             box.holding = True  # (one wave at most: the rest travels in the snapshot)
-            # With a mailbox, little of the shard's own is out when it continues as new: a
-            # take, report or forward coming back during that task would make Temporal refuse
-            # it (UnhandledCommand), and the worker replay the whole run. Notices are not
-            # waited for: a loaded transition worker took 3-6 s to answer a wave, and one
-            # that answers during the short last task is rare.
-            outstanding = (
-                (self.collecting, self.reporting, self.forwarding) if self.mailbox else ()
-            )
-            await workflow.wait_condition(
-                lambda: (pump is None or pump.done() or not (box.kicked or box.sending))
-                and (self.chores is None or self.chores.done())
-                and (asking is None or asking.done())
-                and all(f is None or f.done() for f in outstanding)
-            )
+            await workflow.wait_condition(self._settled)
             if asking is not None:
                 await self.new_clusters.settle(wait=False)
             box.holding = False  # (if this run goes on: the store failed)
