@@ -151,6 +151,7 @@ class Outbox:
         # The cycle before a continue-as-new: notices go out, starts wait (they travel in the
         # snapshot; a wave out then is one the continue-as-new would wait for).
         self.quiet = False
+        self.starting = False  # a wave of starts is out (`busy`)
 
     def state(self) -> list[list[Any]]:
         return [[k, until] for k, until in self.in_flight.items()]
@@ -290,6 +291,12 @@ class Outbox:
             self.dropped_notices += 1
         self.kicked = True
 
+    def busy(self) -> bool:
+        """Whether the pump has something out a continue-as-new waits for: a wave, or a kick
+        it has not looked at; while `quiet`, only a wave of starts (notices are not waited
+        for, and a quiet cycle tells its own)."""
+        return self.starting if self.quiet else self.kicked or self.sending
+
     def queued(self) -> list[TransitionInput]:
         """The queued starts, in the order they would go."""
         return [entry[3] for entry in sorted(self.queue)]
@@ -374,6 +381,7 @@ class Outbox:
                     entries, wave = self._next_wave(budget) if starting_any else ([], [])
                     budget -= len(entries)
                     starting = asyncio.ensure_future(self._start(wave)) if entries else None
+                    self.starting = starting is not None
                     told = self._next_notices()
                     if told and self.batch_notices():
                         self._notify_all(told)
@@ -392,4 +400,4 @@ class Outbox:
                         # which a loaded server fires many seconds late.
                         await self._next_activation()
                 finally:
-                    self.sending = False
+                    self.sending = self.starting = False

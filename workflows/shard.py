@@ -68,6 +68,8 @@ ROLLUPS_BYTES = 1_900_000  # a `rollups` signal's payload (Temporal refuses one 
 CYCLE_ENDS = 64  # when the last cycles ran, kept for `status` (the intervals between them)
 LATE_INLINE_BYTES = 1_000_000  # results and roll-ups a continue-as-new's input carries
 LATE_ROUNDS = 3  # writes of what arrives while the state is written, at most
+# Quiet cycles a due continue-as-new waits through at most for what is out (`_quiet_first`).
+QUIET_CYCLES = 10
 RUN_GROWTH_BYTES = 6_000_000  # history a run's cycles add before it continues as new
 RUN_GROWTH_EVENTS = 8_000  # or events (Temporal's own suggestion comes at 4 MB / 4 096)
 # Taking from the mailbox: quick tries; a take that failed is tried again next cycle.
@@ -369,8 +371,8 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         # A run continued from another decides at once: the last cycle was before the state
         # was written and read back (a loaded server takes seconds), not a cycle ago.
         at_once = not self.fresh and self.background and workflow.patched("first-cycle-at-once")
-        # The cycle before a continue-as-new starts nothing it would wait for (`_quiet_first`).
-        closing = False
+        # The cycles before a continue-as-new start nothing it would wait for (`_quiet_first`).
+        closing, quiet_cycles = False, 0
         while True:
             if at_once:
                 at_once = False
@@ -433,14 +435,16 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
                 or cycles_this_run >= self.cfg.max_cycles_per_run
                 or self._replay_budget_spent(machine_cycles)
             ) and self._may_continue_as_new()
-            if due and not closing and self._quiet_first():
+            if due and quiet_cycles < QUIET_CYCLES and not self._settled() and self._quiet_first():
                 closing = self.outbox.holding = True  # (its current wave is its last)
+                quiet_cycles += 1
             elif due:
-                closing = False
+                closing, quiet_cycles = False, 0
                 await self._continue_as_new()  # returns if the store failed: next cycle
                 self.outbox.quiet = False
             else:
                 closing = self.outbox.quiet = self.outbox.holding = False
+                quiet_cycles = 0
 
     def _settled(self) -> bool:
         """Nothing of the shard's own out that a continue-as-new waits for: the pump's wave,
@@ -452,20 +456,22 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         pump, box, asking = self.pumping, self.outbox, self.new_clusters.asking
         outstanding = (self.collecting, self.reporting, self.forwarding) if self.mailbox else ()
         return (
-            (pump is None or pump.done() or not (box.kicked or box.sending))
+            (pump is None or pump.done() or not box.busy())
             and (self.chores is None or self.chores.done())
             and (asking is None or asking.done())
             and all(f is None or f.done() for f in outstanding)
         )
 
     def _quiet_first(self) -> bool:
-        """Whether a continue-as-new comes after one more cycle that starts nothing it would
-        wait for: no take from the mailbox, no report, forward, question or chore, no wave of
-        starts (they travel in the snapshot; notices still go). That cycle comes once what is
-        out has come back (`_settled`), or at its time if sooner, and the continue-as-new
-        follows it at once. Waiting after the cycle instead made most of a 3 s interval
-        around each continue-as-new: a take still out took 1.6 s to come back on a loaded
-        server (issue 32). Runs begun before continue as new at once."""
+        """Whether a continue-as-new that is due, with something of the shard's still out,
+        waits for it through quiet cycles: cycles that start nothing it would wait for (no take
+        from the mailbox, no report, forward, question or chore, no wave of starts: those
+        travel in the snapshot; notices still go). A quiet cycle comes once what is out has
+        come back (`_settled`), or at its time if sooner; the continue-as-new follows the
+        first one that ends with nothing out, or the QUIET_CYCLES-th. Waiting after the
+        cycle instead made most of a 3-4 s interval around each continue-as-new: a take or a
+        wave of starts still out took 1.6-2.6 s to come back on a loaded server (issue 32).
+        Runs begun before continue as new at once."""
         return self.mailbox and workflow.patched("quiet-cycle-before-continue")
 
     async def _act(self, decision: Decision, now: float, next_reconcile: float) -> float:

@@ -13,7 +13,7 @@ import asyncio
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from activities.starter import StarterActivities
@@ -162,3 +162,48 @@ async def test_a_run_continued_from_another_decides_as_soon_as_its_state_is_back
             what="three cycles of an hourly shard within a minute",
         )
     assert seen["cycles"] >= 3
+
+
+async def test_a_run_continues_as_new_with_nothing_out_and_loses_no_result(
+    dev_env: WorkflowEnvironment,
+):
+    """A continue-as-new refused because something of the shard's came back during its task
+    (UnhandledCommand) makes the worker replay the whole run. The cycle before it is quiet
+    (it comes once what is out is back, and starts nothing): every run of a busy shard ends
+    with no failed workflow task and nothing of its own out, and every machine it asked for
+    is configured, its results carried from run to run."""
+    client = dev_env.client
+    async with fleet_workers(client, fleet()) as sim:
+        await ensure_shards(client, sim.fleet, max_cycles_per_run=2)
+        await send(client, rollup("low", 1, 6, 1))
+        await eventually(
+            lambda: status(client),
+            lambda st: st["machines"].get("CONFIGURED", 0) == 6,
+            timeout=90,
+            what="six machines configured",
+        )
+        runs = [wf async for wf in client.list_workflows('WorkflowId = "shard-0"')]
+        continued = [w for w in runs if w.status is WorkflowExecutionStatus.CONTINUED_AS_NEW]
+        assert len(continued) >= 2
+        for wf in continued:
+            handle = client.get_workflow_handle("shard-0", run_id=wf.run_id)
+            events = [e async for e in handle.fetch_history_events()]
+            failed = [e for e in events if e.HasField("workflow_task_failed_event_attributes")]
+            assert not failed, failed[0].workflow_task_failed_event_attributes.cause
+            scheduled = {
+                e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
+                for e in events
+                if e.HasField("activity_task_scheduled_event_attributes")
+            }
+            closed = {
+                attrs.scheduled_event_id
+                for e in events
+                for attrs in (
+                    e.activity_task_completed_event_attributes,
+                    e.activity_task_failed_event_attributes,
+                    e.activity_task_timed_out_event_attributes,
+                )
+                if attrs.scheduled_event_id
+            }
+            out = {n for i, n in scheduled.items() if i not in closed} - {"notify_operators"}
+            assert not out, f"run {wf.run_id} continued as new with {out} out"
