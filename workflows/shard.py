@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -89,6 +90,10 @@ def _fits(results: list[TransitionResult], rollups: list[dict[str, Any]]) -> boo
     return size <= LATE_INLINE_BYTES
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 @workflow.defn(name="Shard")
 class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, TakesSignals):
     @workflow.init
@@ -118,6 +123,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         self.shadow = ShadowSync(self.shard, self.cfg, self.providers, self._note_failure)
         self.store = SnapshotStore(self.cfg)
         self.outbox = Outbox(self.cfg, self._note_failure)
+        self.cycle_ends: deque[float] = deque(maxlen=CYCLE_ENDS)  # (workflow time; `status`)
         self._restore(inp.state, inp.joining)
         self.forward: dict[str, dict[str, Any]] = {}
         self.results: list[TransitionResult] = list(inp.results)
@@ -125,7 +131,6 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         self.revive = False  # `revived` arrived: catch up with the providers next cycle
         self.revived_run = False  # (once per run)
         self.last_cycle_ms = 0.0
-        self.cycle_ends: deque[float] = deque(maxlen=CYCLE_ENDS)  # (workflow time; `status`)
         # A cycle that never waits (workflows/outbox.py; set in `run`): its outside chores
         # (verify, reconcile, reports) run beside it, one of each at a time.
         self.background = False
@@ -148,6 +153,9 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             self.guard.rejections.absorb(state.get("guard"))
             self.providers.owed = set(state.get("owed_providers", []))
             self.outbox.restore(state.get("in_flight"))
+            ends = state.get("cycle_ends")
+            if isinstance(ends, list):  # (the last run's; anyone may start a shard with any)
+                self.cycle_ends.extend(float(t) for t in ends[-CYCLE_ENDS:] if _number(t))
         self.steps = InstructionSteps(self.shard, self.cfg, self.inputs, state or {})
         if self.cfg.shadow:
             self.shadow.restore((state or {}).get("shadow"))
@@ -630,6 +638,11 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         state.update(self.steps.state())
         state["guard"] = self.guard.rejections.state()
         state["owed_providers"] = sorted(self.providers.owed)
+        # The last cycles' ends, so `status` shows the interval across the continue-as-new
+        # (a benchmark sampling `status` every few seconds saw the old run's last cycles
+        # only if it asked between them and the continue-as-new). Runs begun before: none.
+        if workflow.patched("cycle-ends-carried"):
+            state["cycle_ends"] = list(self.cycle_ends)
         if self.outbox.in_flight and workflow.patched("in-flight-bound"):
             state["in_flight"] = self.outbox.state()  # (runs begun before: their state as it was)
         if self.cfg.shadow:

@@ -171,7 +171,8 @@ async def test_a_run_continues_as_new_with_nothing_out_and_loses_no_result(
     (UnhandledCommand) makes the worker replay the whole run. The cycle before it is quiet
     (it comes once what is out is back, and starts nothing): every run of a busy shard ends
     with no failed workflow task and nothing of its own out, and every machine it asked for
-    is configured, its results carried from run to run."""
+    is configured, its results carried from run to run. Its `status` shows the last cycles'
+    ends across continues-as-new (what a benchmark measures intervals with)."""
     client = dev_env.client
     async with fleet_workers(client, fleet()) as sim:
         await ensure_shards(client, sim.fleet, max_cycles_per_run=2)
@@ -182,6 +183,10 @@ async def test_a_run_continues_as_new_with_nothing_out_and_loses_no_result(
             timeout=90,
             what="six machines configured",
         )
+        # `status` shows the last cycles across continues-as-new, the last run's too.
+        began = (await client.get_workflow_handle("shard-0").describe()).start_time.timestamp()
+        ends = (await status(client))["cycle_ends"]
+        assert min(ends) < began < max(ends), (ends, began)
         runs = [wf async for wf in client.list_workflows('WorkflowId = "shard-0"')]
         continued = [w for w in runs if w.status is WorkflowExecutionStatus.CONTINUED_AS_NEW]
         assert len(continued) >= 2
