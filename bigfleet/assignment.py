@@ -8,8 +8,9 @@ different moments still agree. The simulator and the shard workflows use the sam
 
 A machine already configured (or draining) for a cluster goes, at adoption, to that cluster's
 home: `cluster_shard`, the shard the coordinator gives the cluster on first contact
-(`Coordinator.assign`). So a fleet of shards started over machines that already serve clusters keeps every cluster's
-machines on the shard its roll-ups go to (docs/operations.md, "Starting over a running fleet").
+(`Coordinator.assign`). So a fleet of shards started over machines that already serve
+clusters keeps every cluster's machines on the shard its roll-ups go to (docs/operations.md,
+"Starting over a running fleet").
 """
 
 from __future__ import annotations
