@@ -4,7 +4,6 @@ mailbox started first if it does not run yet (a new shard, or one whose mailbox 
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 from temporalio import activity
@@ -20,7 +19,6 @@ from activities.wire import (
 )
 
 CLOSING_TRIES = 5  # a take that meets the mailbox continuing as new tries again this often
-TAKE_HOLD_SECONDS = 10.0  # a take is handed back this long after it was taken, at most
 
 
 class MailboxActivities:
@@ -28,18 +26,9 @@ class MailboxActivities:
         self.client = client
 
     @activity.defn(name="mailbox_take")
-    async def take(self, shard: int, until: float = 0.0) -> list[TransitionResult]:
+    async def take(self, shard: int) -> list[TransitionResult]:
         """The results shard `shard`'s transitions left in its mailbox, oldest first, a batch
-        of at most the mailbox's TAKE_BYTES; handed back at `until` (Unix time: the shard's
-        next cycle), at most TAKE_HOLD_SECONDS from now, so that their arrival wakes the
-        shard for it (workflows/shard.py `_collect`)."""
-        taken = await self._take(shard)
-        hold = min(until - time.time(), TAKE_HOLD_SECONDS)
-        if hold > 0:
-            await asyncio.sleep(hold)
-        return taken
-
-    async def _take(self, shard: int) -> list[TransitionResult]:
+        of at most the mailbox's TAKE_BYTES."""
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
             "ShardMailbox",
             MailboxInput(shard=shard),

@@ -120,16 +120,17 @@ class NewClusters:
             f"for the coordinator's answer already; send it again"
         )
 
-    async def settle(self, wait: bool = True) -> None:
+    async def settle(self, wait: bool = True, ask: bool = True) -> None:
         """The loop's step: ask whose the waiting roll-ups' clusters are (one question at a
         time), and apply or refuse them by the answer. `wait=False` (a shard whose cycle never
-        waits: workflows/outbox.py) looks for the answer at the next cycles instead."""
+        waits: workflows/outbox.py) looks for the answer at the next cycles instead; `ask=False`
+        (a quiet cycle before a continue-as-new) applies an answer that came, asks nothing."""
         owner = self.owner
         if not owner.early_rollups or not workflow.patched(PATCH):
             return
         now = workflow.now().timestamp()
         if self.asking is None:
-            if now < self.ask_after:
+            if now < self.ask_after or not ask:
                 return
             clusters = sorted({str(raw["cluster"]) for raw in owner.early_rollups})[:MAX_ASKED]
             self.asked = set(clusters)

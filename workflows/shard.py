@@ -401,9 +401,8 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
                     asyncio.ensure_future(self._forward())
             else:
                 await self._forward()
-            # New clusters' roll-ups: this shard's?
-            if not closing:
-                await self.new_clusters.settle(wait=not self.background)
+            # New clusters' roll-ups: this shard's? (A quiet cycle asks nothing new.)
+            await self.new_clusters.settle(wait=not self.background, ask=not closing)
             if self.steps.retired:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 return
@@ -573,18 +572,10 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
     async def _collect(self) -> None:
         """Take the results waiting in the mailbox; they are folded in from the next cycle on,
         as signalled ones are (`transition_done`: the same bounds)."""
-        # The take comes back when the next cycle is due (at most TAKE_HOLD_SECONDS later):
-        # its completion wakes the shard then. A loaded server fires timers late (the
-        # shard's 1 s cycle timer up to 9-10 s late with 4 shards on the dev server), and
-        # since results wait in the mailbox nothing else woke it (issue 32). Runs begun
-        # before take at once and wait on the timer alone.
-        args: list[Any] = [self.cfg.shard]
-        if workflow.patched("take-is-the-clock"):
-            args.append(workflow.now().timestamp() + self.cfg.cycle_seconds)
         try:
             taken: list[TransitionResult] = await workflow.execute_activity(
                 "mailbox_take",
-                args=args,
+                self.cfg.shard,
                 task_queue=SHARD_TASK_QUEUE,
                 result_type=list[TransitionResult],
                 **QUICK_TAKE,
