@@ -148,7 +148,7 @@ class Outbox:
         self.sending = False
         self.kicked = False
         self.holding = False  # a continue-as-new waits: the pump ends with its current wave
-        # The cycle before a continue-as-new: notices go out, starts wait (they travel in the
+        # The quiet cycles before a continue-as-new: notices go out, starts wait (they travel in the
         # snapshot; a wave out then is one the continue-as-new would wait for).
         self.quiet = False
         self.starting = False  # a wave of starts is out (`busy`)
