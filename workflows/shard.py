@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -39,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
         shard_workflow_id,
     )
     from bigfleet.engine import Decision
-    from bigfleet.inputs import SIGNAL_BYTES, Rejected, json_size
+    from bigfleet.inputs import SIGNAL_BYTES, Rejected, json_size, number
     from bigfleet.models import (
         MachineState,
         Transition,
@@ -88,10 +87,6 @@ def _fits(results: list[TransitionResult], rollups: list[dict[str, Any]]) -> boo
         if size > LATE_INLINE_BYTES:
             return False
     return size <= LATE_INLINE_BYTES
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @workflow.defn(name="Shard")
@@ -154,8 +149,11 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             self.providers.owed = set(state.get("owed_providers", []))
             self.outbox.restore(state.get("in_flight"))
             ends = state.get("cycle_ends")
-            if isinstance(ends, list):  # (the last run's; anyone may start a shard with any)
-                self.cycle_ends.extend(float(t) for t in ends[-CYCLE_ENDS:] if _number(t))
+            for t in ends[-CYCLE_ENDS:] if isinstance(ends, list) else []:
+                try:  # (the last run's; anyone may start a shard with any input)
+                    self.cycle_ends.append(number(t, "cycle_ends"))
+                except Rejected:
+                    pass
         self.steps = InstructionSteps(self.shard, self.cfg, self.inputs, state or {})
         if self.cfg.shadow:
             self.shadow.restore((state or {}).get("shadow"))

@@ -18,8 +18,7 @@ from activities.wire import SHARD_TASK_QUEUE, MailboxInput, TransitionResult
 from bigfleet.inputs import json_size
 from bigfleet.models import Transition, from_wire
 from tests.conftest import eventually, fleet_workers
-from tests.temporal.test_shard_backlog import fleet, rollup, send
-from tests.temporal.test_temporal_shard import status
+from tests.temporal.test_shard_backlog import configured, fleet, rollup, send
 from workers.worker import ensure_shards
 from workflows.mailbox import PENDING_BYTES, RUN_EVENTS
 
@@ -46,12 +45,7 @@ async def test_results_reach_the_shard_through_its_mailbox(dev_env: WorkflowEnvi
     async with fleet_workers(client, fleet()) as sim:
         await ensure_shards(client, sim.fleet)
         await send(client, rollup("low", 1, 3, 1))
-        await eventually(
-            lambda: status(client),
-            lambda st: st["machines"].get("CONFIGURED", 0) == 3,
-            timeout=60,
-            what="three machines configured",
-        )
+        await configured(client, 3)
         to_shard = await kinds(client, "shard-0", "signal")
         to_mailbox = await kinds(client, "shard-0-mailbox", "signal")
         taken = await kinds(client, "shard-0", "activity")

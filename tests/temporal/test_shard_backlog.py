@@ -70,6 +70,16 @@ def fleet() -> Scenario:
     )
 
 
+async def configured(client: Client, count: int, timeout: float = 60) -> dict[str, Any]:
+    """Shard 0's status once it holds `count` machines CONFIGURED."""
+    return await eventually(
+        lambda: status(client),
+        lambda st: st["machines"].get("CONFIGURED", 0) == count,
+        timeout=timeout,
+        what=f"{count} machines configured",
+    )
+
+
 def rollup(cluster: str, generation: int, count: int, priority: int) -> dict[str, Any]:
     need = {"requirements": [], "priority": priority, "count": count}
     return {"cluster": cluster, "generation": generation, "needs": [need] if count else []}
@@ -177,12 +187,7 @@ async def test_a_run_continues_as_new_with_nothing_out_and_loses_no_result(
     async with fleet_workers(client, fleet()) as sim:
         await ensure_shards(client, sim.fleet, max_cycles_per_run=2)
         await send(client, rollup("low", 1, 6, 1))
-        await eventually(
-            lambda: status(client),
-            lambda st: st["machines"].get("CONFIGURED", 0) == 6,
-            timeout=90,
-            what="six machines configured",
-        )
+        await configured(client, 6, timeout=90)
         # `status` shows the last cycles across continues-as-new, the last run's too.
         began = (await client.get_workflow_handle("shard-0").describe()).start_time.timestamp()
         ends = (await status(client))["cycle_ends"]
