@@ -14,6 +14,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.wire import (
     SHARD_TASK_QUEUE,
     MailboxInput,
+    MailboxTake,
+    TakenResults,
     TransitionResult,
     mailbox_workflow_id,
 )
@@ -25,10 +27,27 @@ class MailboxActivities:
     def __init__(self, client: Client) -> None:
         self.client = client
 
+    def all(self) -> list[Any]:
+        return [self.take, self.take_after]
+
     @activity.defn(name="mailbox_take")
     async def take(self, shard: int) -> list[TransitionResult]:
         """The results shard `shard`'s transitions left in its mailbox, oldest first, a batch
-        of at most the mailbox's TAKE_BYTES."""
+        of at most the mailbox's TAKE_BYTES; they leave it (runs begun before `take_after`)."""
+        taken: list[TransitionResult] = await self._update(
+            shard, "take", None, list[TransitionResult]
+        )
+        return taken
+
+    @activity.defn(name="mailbox_take_after")
+    async def take_after(self, ask: MailboxTake) -> TakenResults:
+        """The results that follow those the shard has (`ask.after`), oldest first, a batch
+        of at most the mailbox's TAKE_BYTES; those it has leave the mailbox."""
+        taken: TakenResults = await self._update(ask.shard, "take_after", ask, TakenResults)
+        return taken
+
+    async def _update(self, shard: int, update: str, arg: Any, result_type: Any) -> Any:
+        """Run `update` on shard `shard`'s mailbox, started first if it does not run."""
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
             "ShardMailbox",
             MailboxInput(shard=shard),
@@ -38,12 +57,12 @@ class MailboxActivities:
         )
         for attempt in range(CLOSING_TRIES):
             try:
-                taken: list[TransitionResult] = (
-                    await self.client.execute_update_with_start_workflow(
-                        "take", start_workflow_operation=start, result_type=list[TransitionResult]
-                    )
+                return await self.client.execute_update_with_start_workflow(
+                    update,
+                    args=[] if arg is None else [arg],
+                    start_workflow_operation=start,
+                    result_type=result_type,
                 )
-                return taken
             except RPCError as err:
                 # The mailbox is continuing as new: the next run takes the update soon.
                 if err.status != RPCStatusCode.RESOURCE_EXHAUSTED or attempt + 1 == CLOSING_TRIES:

@@ -121,6 +121,26 @@ class MailboxInput(Model):
 
     shard: int = Field(ge=0)
     results: list[TransitionResult] = Field(default_factory=list)
+    first: int = Field(default=0, ge=0)  # the number of results[0] (they are numbered in order)
+
+
+class MailboxTake(Model):
+    """A shard's take from its mailbox (`take_after`): it has every result up to number
+    `after` of the mailbox `chain` (its first run's id), which lets them go and answers those
+    that follow. Taking again with the same `after` answers them again: a batch whose answer
+    was lost (a worker killed as it came back) is not lost with it."""
+
+    shard: int = Field(ge=0)
+    after: int = Field(default=-1, ge=-1)
+    chain: str = Field(default="", max_length=200)
+
+
+class TakenResults(Model):
+    """A batch from the mailbox: `results` numbered from `first`, of the mailbox `chain`."""
+
+    results: list[TransitionResult] = Field(default_factory=list)
+    first: int = Field(default=0, ge=0)
+    chain: str = ""
 
 
 class ProviderCall(Model):

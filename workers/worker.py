@@ -458,7 +458,7 @@ def shard_workers(
                 shard_clients.clusters,
                 shard_clients.revive_shard,
                 TermActivities(client).coordinator_term,
-                MailboxActivities(client).take,
+                *MailboxActivities(client).all(),
                 *CoordinationActivities(client, known).all(),
             ],
             workflow_runner=RUNNER,

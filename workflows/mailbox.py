@@ -10,11 +10,17 @@ wait here; the shard takes them with an activity of its own, which it lets finis
 continues as new. The mailbox continues as new too, but it is small: a replay is a few
 hundred results, and those that wait travel in its input.
 
+A result stays until the shard says it has it. Results are numbered as they come, and each take
+(`take_after`) names the last one the shard received: those go, the ones after it are answered.
+A take whose answer was lost (its worker killed as the answer came back) is answered again by the
+next. A take that emptied the mailbox as it answered lost such a batch, and its machines stayed
+in their transition in the shard for good. Runs of the shard begun before still use `take`.
+
 Bounded: it holds at most PENDING_BYTES of results (a shard that stopped taking them loses the
 rest, and reconciles with its providers), a batch taken is at most TAKE_BYTES, and a run ends
 past RUN_EVENTS events or RUN_BYTES of history. Anyone with access to the namespace can signal
-it or take from it, as they can signal the shard itself; a result taken by someone else is
-found again by the shard's reconcile with the providers.
+it or take from it, as they can signal the shard itself; a take that does not name the
+mailbox's chain lets nothing go.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from temporalio import workflow
 from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
-    from activities.wire import MailboxInput, TransitionResult
+    from activities.wire import MailboxInput, MailboxTake, TakenResults, TransitionResult
     from bigfleet.inputs import Rejected, json_size
     from workflows.guard import NO_ARGUMENT, Guard, TakesSignals, accepts, guarded
 
@@ -43,6 +49,10 @@ class ShardMailbox(TakesSignals):
         self.guard = Guard(self, "ShardMailbox")
         self.results: list[tuple[int, TransitionResult]] = []
         self.held = 0
+        # Results are numbered in the order they came: results[0] is number `first`, in the
+        # mailbox `chain` (its first run: a mailbox started again numbers from 0 again).
+        self.first = inp.first
+        self.chain = workflow.info().first_execution_run_id
         for result in inp.results[:10_000]:  # (what the last run held: within the bounds)
             try:
                 self._hold(result)
@@ -76,15 +86,38 @@ class ShardMailbox(TakesSignals):
     def take(self, raw: RawValue = NO_ARGUMENT) -> list[TransitionResult]:
         """The results held, oldest first, up to TAKE_BYTES (the rest stay for the next
         take); they leave the mailbox."""
+        out = self._batch()
+        self._let_go(len(out))
+        return out
+
+    def _batch(self) -> list[TransitionResult]:
+        """The oldest results held, up to TAKE_BYTES (one at least)."""
         taken, size = 0, 0
         for item_size, _ in self.results:
             if taken and size + item_size > TAKE_BYTES:
                 break
             taken, size = taken + 1, size + item_size
-        out = [r for _, r in self.results[:taken]]
-        del self.results[:taken]
-        self.held -= size
-        return out
+        return [r for _, r in self.results[:taken]]
+
+    def _let_go(self, n: int) -> None:
+        self.held -= sum(size for size, _ in self.results[:n])
+        del self.results[:n]
+        self.first += n
+
+    @workflow.update
+    @guarded
+    def take_after(self, raw: RawValue = NO_ARGUMENT) -> TakenResults:
+        """The shard's take (`MailboxTake`): the results it has (up to `after`, of this chain)
+        go, and those that follow are answered, oldest first, up to TAKE_BYTES. They stay until
+        a take says it has them: a batch whose answer was lost is answered again."""
+        ask: MailboxTake = self.guard.arg(raw, MailboxTake, "take_after")
+        if ask.chain == self.chain:
+            self._let_go(max(0, min(ask.after - self.first + 1, len(self.results))))
+        return TakenResults(results=self._batch(), first=self.first, chain=self.chain)
+
+    @take_after.validator
+    def _take_after_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
+        self.guard.arg(raw, MailboxTake, "take_after")
 
     @take.validator
     def _take_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
@@ -106,5 +139,5 @@ class ShardMailbox(TakesSignals):
         )
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(
-            MailboxInput(shard=inp.shard, results=[r for _, r in self.results])
+            MailboxInput(shard=inp.shard, results=[r for _, r in self.results], first=self.first)
         )

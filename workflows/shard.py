@@ -30,9 +30,11 @@ with workflow.unsafe.imports_passed_through():
     from activities.wire import (
         SHARD_TASK_QUEUE,
         AdoptCursor,
+        MailboxTake,
         ShardConfig,
         ShardInput,
         SnapshotRef,
+        TakenResults,
         TransitionInput,
         TransitionResult,
         shard_workflow_id,
@@ -72,11 +74,23 @@ LATE_ROUNDS = 3  # writes of what arrives while the state is written, at most
 QUIET_CYCLES = 10
 RUN_GROWTH_BYTES = 6_000_000  # history a run's cycles add before it continues as new
 RUN_GROWTH_EVENTS = 8_000  # or events (Temporal's own suggestion comes at 4 MB / 4 096)
-# Taking from the mailbox: quick tries; a take that failed is tried again next cycle.
+# Taking from the mailbox: quick tries; a take that failed is tried again next cycle. Runs
+# with ACKED_TAKE say what they have, and the mailbox lets results go only then.
+ACKED_TAKE = "acked-take"
 QUICK_TAKE: dict[str, Any] = dict(
     start_to_close_timeout=timedelta(seconds=30),
     retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2),
 )
+
+
+def _taken(state: object) -> tuple[str, int]:
+    """The last result taken, as the last run saved it (anyone may start a shard with any
+    input: what is not a chain and a number is no result taken)."""
+    if isinstance(state, list) and len(state) == 2:
+        chain, after = state
+        if isinstance(chain, str) and type(after) is int and after >= -1:
+            return chain[:200], after
+    return "", -1
 
 
 def _fits(results: list[TransitionResult], rollups: list[dict[str, Any]]) -> bool:
@@ -135,6 +149,8 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         # Results taken from the shard's mailbox (workflows/mailbox.py; set in `run`).
         self.mailbox = False
         self.collecting: asyncio.Future[None] | None = None
+        # The last result taken: its mailbox chain and number (the next take lets it go).
+        self.taken: tuple[str, int] = ("", -1)
         self.forwarding: asyncio.Future[None] | None = None
         self.next_reconcile = 0.0
         self.base_history = (0, 0)  # history bytes and events before the first cycle
@@ -148,6 +164,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             self.guard.rejections.absorb(state.get("guard"))
             self.providers.owed = set(state.get("owed_providers", []))
             self.outbox.restore(state.get("in_flight"))
+            self.taken = _taken(state.get("taken"))
             ends = state.get("cycle_ends")
             for t in ends[-CYCLE_ENDS:] if isinstance(ends, list) else []:
                 try:  # (the last run's; anyone may start a shard with any input)
@@ -571,13 +588,16 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         """Take the results waiting in the mailbox; they are folded in from the next cycle on,
         as signalled ones are (`transition_done`: the same bounds)."""
         try:
-            taken: list[TransitionResult] = await workflow.execute_activity(
-                "mailbox_take",
-                self.cfg.shard,
-                task_queue=SHARD_TASK_QUEUE,
-                result_type=list[TransitionResult],
-                **QUICK_TAKE,
-            )
+            if workflow.patched(ACKED_TAKE):
+                taken = await self._take_after()
+            else:  # (runs begun before: a batch leaves the mailbox as it is answered)
+                taken = await workflow.execute_activity(
+                    "mailbox_take",
+                    self.cfg.shard,
+                    task_queue=SHARD_TASK_QUEUE,
+                    result_type=list[TransitionResult],
+                    **QUICK_TAKE,
+                )
         except ActivityError as err:  # (tried again next cycle: what it did not take waits)
             self._note_failure("taking results from the mailbox", err)
             return
@@ -586,6 +606,21 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
                 self.transition_done(result)
             except Rejected as err:
                 self.guard.reject("transition_done", str(err))
+
+    async def _take_after(self) -> list[TransitionResult]:
+        """The results after the last one taken; the mailbox lets that one and those before it
+        go. A take whose answer was lost (its worker killed) is answered again by the next."""
+        chain, after = self.taken
+        batch: TakenResults = await workflow.execute_activity(
+            "mailbox_take_after",
+            MailboxTake(shard=self.cfg.shard, after=after, chain=chain),
+            task_queue=SHARD_TASK_QUEUE,
+            result_type=TakenResults,
+            **QUICK_TAKE,
+        )
+        if batch.chain != chain or batch.results:  # (a mailbox started again: from its first)
+            self.taken = (batch.chain, batch.first + len(batch.results) - 1)
+        return batch.results
 
     def _pump_stopped(self, pumping: asyncio.Future[None]) -> None:
         """A bug in the outbox is logged; the next cycle starts it again."""
@@ -640,6 +675,8 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         # only if it asked between them and the continue-as-new). Runs begun before: none.
         if workflow.patched("cycle-ends-carried"):
             state["cycle_ends"] = list(self.cycle_ends)
+        if self.taken[0]:  # (runs begun before acked takes: none)
+            state["taken"] = list(self.taken)
         if self.outbox.in_flight and workflow.patched("in-flight-bound"):
             state["in_flight"] = self.outbox.state()  # (runs begun before: their state as it was)
         if self.cfg.shadow:

@@ -88,6 +88,22 @@ ROUNDS = [
 FINAL = ROUNDS[-1]
 
 
+async def shard_views(client: Any) -> list[Any]:
+    """What each shard says of itself and its clusters (for a failure's message)."""
+    out: list[Any] = []
+    for shard in range(FLEET["shards"]):
+        handle = client.get_workflow_handle(f"shard-{shard}")
+        try:
+            status = await handle.query("status")
+            views = [await handle.query("cluster", c) for c in KIND]
+        except Exception as err:  # (a failure's message: what could be read)
+            out.append({"shard": shard, "error": str(err)[:300]})
+            continue
+        keep = ("machines", "failures", "in_flight", "queued_starts", "cycles", "outbox")
+        out.append({"shard": shard, **{k: status.get(k) for k in keep}, "clusters": views})
+    return out
+
+
 def rollup(cluster: str, count: int) -> dict[str, Any]:
     need = {
         "requirements": [
@@ -186,7 +202,8 @@ async def test_a_fleet_converges_after_its_worker_and_server_are_killed(tmp_path
             await asyncio.sleep(2.0)
         else:
             raise AssertionError(
-                f"not converged: {last}\n" + "\n".join(p.tail() for p in procs)
+                f"not converged: {last}\naudits: {seen}\nshards: {await shard_views(client)}\n"
+                + "\n".join(p.tail() for p in procs)
             )
         converged = time.monotonic()
         for cluster, count in FINAL.items():

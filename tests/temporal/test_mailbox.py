@@ -14,7 +14,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from activities.mailbox import MailboxActivities
-from activities.wire import SHARD_TASK_QUEUE, MailboxInput, TransitionResult
+from activities.wire import SHARD_TASK_QUEUE, MailboxInput, MailboxTake, TransitionResult
 from bigfleet.inputs import json_size
 from bigfleet.models import Transition, from_wire
 from tests.conftest import eventually, fleet_workers
@@ -51,7 +51,70 @@ async def test_results_reach_the_shard_through_its_mailbox(dev_env: WorkflowEnvi
         taken = await kinds(client, "shard-0", "activity")
     assert "transition_done" not in to_shard
     assert to_mailbox.count("transition_done") >= 2  # (the creates and the configures)
-    assert "mailbox_take" in taken
+    assert "mailbox_take_after" in taken
+
+
+async def test_a_take_whose_answer_is_lost_loses_no_result(dev_env: WorkflowEnvironment):
+    """Someone takes from shard 0's mailbox all along and throws the answers away (as a worker
+    killed while its take came back would): the shard still gets every result, and the
+    machines it creates are configured."""
+    client = dev_env.client
+    takes = MailboxActivities(client)
+    async with fleet_workers(client, fleet()) as sim:
+        await ensure_shards(client, sim.fleet)
+        stolen: list[TransitionResult] = []
+        done = asyncio.Event()
+
+        async def steal() -> None:
+            while not done.is_set():
+                stolen.extend((await takes.take_after(MailboxTake(shard=0))).results)
+                await asyncio.sleep(0.05)
+
+        thief = asyncio.create_task(steal())
+        try:
+            await send(client, rollup("low", 1, 3, 1))
+            await configured(client, 3)
+        finally:
+            done.set()
+            await thief
+    assert {r.transition for r in stolen} >= {Transition.CREATE, Transition.CONFIGURE}
+
+
+async def test_the_mailbox_answers_a_take_again_until_it_is_told_it_was_received(
+    dev_env: WorkflowEnvironment,
+):
+    client = dev_env.client
+    takes = MailboxActivities(client)
+    async with fleet_workers(client, fleet(), roles=["shards"]):
+        handle = await client.start_workflow(
+            "ShardMailbox", MailboxInput(shard=9), id="shard-9-mailbox",
+            task_queue=SHARD_TASK_QUEUE,
+        )  # fmt: skip
+        for i in range(5):
+            await handle.signal("transition_done", result(i))
+        first = await takes.take_after(MailboxTake(shard=9))
+        again = await takes.take_after(MailboxTake(shard=9))  # (the first answer was lost)
+        assert again == first and first.first == 0
+        assert [r.unavailable[0] for r in first.results] == [f"m-{i:05d}" for i in range(5)]
+        # Another mailbox's numbers let nothing go; its own do, up to the number given.
+        other = await takes.take_after(MailboxTake(shard=9, after=3, chain="another"))
+        assert other == first
+        part = await takes.take_after(MailboxTake(shard=9, after=2, chain=first.chain))
+        assert part.first == 3 and [r.unavailable[0] for r in part.results] == [
+            "m-00003", "m-00004",
+        ]  # fmt: skip
+        await handle.signal("transition_done", result(5))
+        rest = await takes.take_after(MailboxTake(shard=9, after=4, chain=first.chain))
+        assert rest.first == 5 and [r.unavailable[0] for r in rest.results] == ["m-00005"]
+        assert (await handle.query("held_results"))["results"] == 1
+        # Malformed takes are refused, naming what is wrong, and let nothing go.
+        for bad in ("an argument", {"shard": 9, "after": "all"}, {"shard": 9, "after": -5}):
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await handle.execute_update("take_after", bad)
+            assert "take_after" in str(refused.value.cause)
+        done = await takes.take_after(MailboxTake(shard=9, after=5, chain=first.chain))
+        assert done.results == [] and done.first == 6
+        assert await handle.query("held_results") == {"results": 0, "bytes": 0}
 
 
 async def test_the_mailbox_refuses_bad_input_and_holds_no_more_than_its_bound(
@@ -113,6 +176,11 @@ async def test_the_mailbox_keeps_what_it_holds_across_its_continue_as_new(
             mailbox.describe, lambda d: d.run_id != first, timeout=60, what="a new run"
         )
         taken = await MailboxActivities(client).take(8)
+        # What the next run holds is numbered on from where the first left off.
+        await mailbox.signal("transition_done", result(sent))
+        after = await MailboxActivities(client).take_after(MailboxTake(shard=8))
+    assert after.first == sent and after.chain == first
+    assert [r.unavailable[0] for r in after.results] == [f"m-{sent:05d}"]
     assert sorted(r.unavailable[0] for r in taken) == [f"m-{i:05d}" for i in range(sent)]
     assert {r.transition for r in taken} == {Transition.DELETE}
     assert all(isinstance(r, TransitionResult) for r in taken)
