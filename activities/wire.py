@@ -282,6 +282,9 @@ class ShardConfig(Model):
     cycle_seconds: float = 10.0
     report_seconds: float = 30.0
     reconcile_seconds: float = 30.0
+    # A machine failed for its transition's time is read back from its provider (at a
+    # reconcile) if no result of that transition came back within this (it was lost).
+    unstick_seconds: float = Field(default=600.0, ge=0)
     max_cycles_per_run: int = 500
     policy: dict[str, Any] = Field(default_factory=dict)
     transition_poll_seconds: float = 5.0

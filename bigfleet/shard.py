@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from .engine import Decision, FastEngine
-from .engine.common import Actions
+from .engine.common import TIMED_OUT, Actions
 from .held import NONE16
 from .inputs import clip, explain
 from .inventory import CODE, GONE, Inventory, MachineNotFound
@@ -182,6 +182,18 @@ class Shard:
                 if m.cluster and m.state in SERVING and m.cluster not in known:
                     self.unheard.setdefault(m.cluster, now)
         return len(fresh)
+
+    def timed_out(self, before: float, limit: int) -> list[str]:
+        """Machines failed for their transition's time (`Decision.timed_out`) before `before`
+        that are failed still: no result of their transition came back since (at most
+        `limit`, oldest first)."""
+        inv = self.inventory
+        rows = [
+            r
+            for r, error in inv.last_error.items()
+            if error == TIMED_OUT and inv.since[r] <= before and inv.state_of(r) is S.FAILED
+        ]
+        return [inv.machine_id(r) for r in sorted(rows, key=lambda r: int(inv.since[r]))[:limit]]
 
     def release(self, machine_ids: Iterable[str]) -> list[Machine]:
         """Give machines up (to another shard); a drained transfer leaves from the handoff."""

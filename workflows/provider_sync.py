@@ -368,3 +368,25 @@ class ProviderSync:
                     inv.missed[inv.row(m.id)] = 0
                 else:
                     self.shard.observe(m, now)
+
+    async def unstick(self, stuck: list[str], now: float) -> None:
+        """Machines the shard failed for their transition's time (`Shard.timed_out`) that no
+        result came back for since: their transition's answer was lost on the way (seed §9: a
+        shard watches transitional states for ones stuck too long). Their provider is asked
+        what they are and its word taken; one it no longer has is given up."""
+        inv = self.shard.inventory
+        asked: dict[str, list[str]] = {}
+        for mid in stuck:
+            asked.setdefault(inv.profile_of(inv.row(mid)).provider, []).append(mid)
+        for provider, ids in sorted(asked.items()):
+            machines: list[Machine] = await workflow.execute_activity(
+                "provider_get",
+                ProviderRead(provider=provider, machine_ids=ids, now=now, missing_ok=True),
+                task_queue=provider_task_queue(provider) + "-read",
+                result_type=list[Machine],
+                **PERIODIC,
+            )
+            for m in machines:
+                self.shard.observe(m, now)
+            answered = {m.id for m in machines}
+            self.shard.release([mid for mid in ids if mid not in answered])

@@ -77,6 +77,8 @@ RUN_GROWTH_EVENTS = 8_000  # or events (Temporal's own suggestion comes at 4 MB 
 # Taking from the mailbox: quick tries; a take that failed is tried again next cycle. Runs
 # with ACKED_TAKE say what they have, and the mailbox lets results go only then.
 ACKED_TAKE = "acked-take"
+UNSTICK = "unstick-timed-out"  # runs begun before leave a machine stuck in its transition
+UNSTICK_MAX = 200  # machines failed for their transition's time read back at one reconcile
 QUICK_TAKE: dict[str, Any] = dict(
     start_to_close_timeout=timedelta(seconds=30),
     retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2),
@@ -523,6 +525,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             "reconciling with the providers",
             partial(self._reconcile_failed, now),
             partial(self._capacity, now),
+            partial(self._unstick, now),
         ):
             next_reconcile = now + self.cfg.reconcile_seconds
         return next_reconcile
@@ -788,6 +791,14 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
 
     async def _reconcile_failed(self, now: float) -> None:
         self.pipeline += await self.providers.reconcile_failed(now)
+
+    async def _unstick(self, now: float) -> None:
+        """Machines failed for their transition's time that no result came back for within
+        `unstick_seconds` are read from their providers (`ProviderSync.unstick`; runs begun
+        before leave them failed)."""
+        stuck = self.shard.timed_out(now - self.cfg.unstick_seconds, UNSTICK_MAX)
+        if stuck and workflow.patched(UNSTICK):
+            await self.providers.unstick(stuck, now)
 
     async def _capacity(self, now: float) -> None:
         # Mid-split or merging away: the split decides where capacity goes.

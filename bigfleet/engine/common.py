@@ -131,6 +131,9 @@ class PhaseClock:
         spent, self.spent = dict(self.spent), defaultdict(float)
         return spent
 
+# The error of a machine the engine failed for its transition's time (`Decision.timed_out`).
+TIMED_OUT = "transition timed out"
+
 
 @dataclass
 class Decision:

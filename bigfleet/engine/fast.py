@@ -20,7 +20,7 @@ from ..models import ConfigureAction, CreateAction, MachineState, VerifyAction, 
 from ..needs import Need
 from ..policy import Policy
 from .claims import CONFIGURED_SLOT, ClusterClaims, claim_cluster, same_needs
-from .common import Decision, EngineMemory, PhaseClock, age_shortfalls
+from .common import TIMED_OUT, Decision, EngineMemory, PhaseClock, age_shortfalls
 from .consolidate import consolidate
 from .cycle import CycleState, merged_moves
 from .phase1 import Assignment, assign_free_capacity
@@ -364,7 +364,7 @@ class FastEngine:
         for target, cluster, moved, codes in runs:
             inv.move_many(moved, target, now, cluster=cluster, cluster_codes=codes)
         for mid in decision.timed_out:
-            inv.move(row(mid), S.FAILED, now, error="transition timed out")
+            inv.move(row(mid), S.FAILED, now, error=TIMED_OUT)
         self.clock.lap("apply")
 
 

@@ -126,3 +126,25 @@ def test_machines_of_a_provider_that_did_not_answer_are_kept_as_they_were():
     assert [inv.machine_id(r) for r in inv.live_rows().tolist()] == ["v-0"]
     # Once the other answers, and lists nothing, its machine goes too.
     assert shard.reconcile_listing([], 200, {vm.provider})["gone"] == 1
+
+
+def test_a_machine_failed_for_its_time_waits_to_be_read_back_until_its_provider_answers():
+    """`Shard.timed_out`: what a shard asks its providers about when a transition's result
+    never came back (workflows/provider_sync.py `unstick`): machines the engine failed for
+    their transition's time, from the oldest, once they have waited; not those a provider
+    failed, nor those read back since."""
+    shard = Shard(0)
+    stuck = machine("g-0", GPU, S.CONFIGURING, "research", since=1000)
+    later = machine("g-1", GPU, S.CONFIGURING, "research", since=1100)
+    broken = machine("g-2", GPU, S.FAILED).model_copy(update={"last_error": "BMC unreachable"})
+    shard.adopt([stuck, later, broken], 1000)
+    limit = shard.policy.transition_timeouts()[S.CONFIGURING]
+    shard.cycle(1000 + limit + 1)
+    assert shard.timed_out(1000 + limit, 10) == []  # (failed just now: not before)
+    shard.cycle(1100 + limit + 1)
+    assert shard.timed_out(2000 + limit, 10) == ["g-0", "g-1"]
+    assert shard.timed_out(2000 + limit, 1) == ["g-0"]
+    # Its provider says it was configured after all: it is no longer asked about.
+    shard.observe(machine("g-0", GPU, S.CONFIGURED, "research"), 2000 + limit)
+    assert shard.timed_out(3000 + limit, 10) == ["g-1"]
+    assert shard.inventory.state_of(shard.inventory.row("g-0")) is S.CONFIGURED

@@ -17,6 +17,7 @@ from activities.mailbox import MailboxActivities
 from activities.wire import SHARD_TASK_QUEUE, MailboxInput, MailboxTake, TransitionResult
 from bigfleet.inputs import json_size
 from bigfleet.models import Transition, from_wire
+from bigfleet.policy import Policy
 from tests.conftest import eventually, fleet_workers
 from tests.temporal.test_shard_backlog import configured, fleet, rollup, send
 from workers.worker import ensure_shards
@@ -78,6 +79,42 @@ async def test_a_take_whose_answer_is_lost_loses_no_result(dev_env: WorkflowEnvi
             done.set()
             await thief
     assert {r.transition for r in stolen} >= {Transition.CREATE, Transition.CONFIGURE}
+
+
+async def test_machines_whose_results_are_all_lost_are_read_back_past_their_timeout(
+    dev_env: WorkflowEnvironment,
+):
+    """Someone empties shard 0's mailbox with the destructive `take` of runs begun before
+    acked takes: every result is lost. The shard fails each machine when its transition's
+    time is up, then reads it back from its provider (`unstick_seconds` later), and gets its
+    machines configured all the same."""
+    client = dev_env.client
+    takes = MailboxActivities(client)
+    policy = {"transition_timeout_seconds": {"CREATING": 8, "CONFIGURING": 8}}
+    lossy = fleet().model_copy(update={"policy": from_wire(Policy, policy)})
+    async with fleet_workers(client, lossy) as sim:
+        await ensure_shards(
+            client, sim.fleet, reconcile_seconds=2.0, transition_poll_seconds=0.5,
+            unstick_seconds=2.0,
+        )  # fmt: skip
+        eaten: list[TransitionResult] = []
+        done = asyncio.Event()
+
+        async def eat() -> None:
+            while not done.is_set():
+                eaten.extend(await takes.take(0))
+                await asyncio.sleep(0.05)
+
+        thief = asyncio.create_task(eat())
+        try:
+            await send(client, rollup("low", 1, 3, 1))
+            await configured(client, 3, timeout=120)
+        finally:
+            done.set()
+            await thief
+        history = await kinds(client, "shard-0", "activity")
+    assert {r.transition for r in eaten} >= {Transition.CREATE, Transition.CONFIGURE}
+    assert "provider_get" in history
 
 
 async def test_the_mailbox_answers_a_take_again_until_it_is_told_it_was_received(
