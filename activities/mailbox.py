@@ -4,6 +4,8 @@ mailbox started first if it does not run yet (a new shard, or one whose mailbox 
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from typing import Any
 
 from temporalio import activity
@@ -21,6 +23,7 @@ from activities.wire import (
 )
 
 CLOSING_TRIES = 5  # a take that meets the mailbox continuing as new tries again this often
+TAKE_HOLD_SECONDS = 10.0  # a take waits this long at most for its time (`MailboxTake.at`)
 
 
 class MailboxActivities:
@@ -42,7 +45,12 @@ class MailboxActivities:
     @activity.defn(name="mailbox_take_after")
     async def take_after(self, ask: MailboxTake) -> TakenResults:
         """The results that follow those the shard has (`ask.after`), oldest first, a batch
-        of at most the mailbox's TAKE_BYTES; those it has leave the mailbox."""
+        of at most the mailbox's TAKE_BYTES; those it has leave the mailbox. Taken at
+        `ask.at` (at most TAKE_HOLD_SECONDS from now): the answer comes when the shard's next
+        cycle is due, with what arrived until then."""
+        hold = ask.at - time.time()
+        if math.isfinite(hold) and hold > 0:
+            await asyncio.sleep(min(hold, TAKE_HOLD_SECONDS))
         taken: TakenResults = await self._update(ask.shard, "take_after", ask, TakenResults)
         return taken
 
