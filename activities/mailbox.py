@@ -23,6 +23,7 @@ from activities.wire import (
 )
 
 CLOSING_TRIES = 5  # a take that meets the mailbox continuing as new tries again this often
+AGAIN = (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.FAILED_PRECONDITION)
 TAKE_HOLD_SECONDS = 10.0  # a take waits this long at most for its time (`MailboxTake.at`)
 
 
@@ -72,8 +73,10 @@ class MailboxActivities:
                     result_type=result_type,
                 )
             except RPCError as err:
-                # The mailbox is continuing as new: the next run takes the update soon.
-                if err.status != RPCStatusCode.RESOURCE_EXHAUSTED or attempt + 1 == CLOSING_TRIES:
+                # The mailbox is continuing as new (RESOURCE_EXHAUSTED), or a signal came as it
+                # did and its task is tried again (FAILED_PRECONDITION, "unexpected workflow
+                # task failure"): the update goes through soon.
+                if err.status not in AGAIN or attempt + 1 == CLOSING_TRIES:
                     raise
                 await asyncio.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")
