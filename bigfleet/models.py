@@ -251,6 +251,79 @@ class NodeHealth(Wire):
     machine_ids: list[str] = Field(default_factory=list)
 
 
+class BudgetReason(StrEnum):
+    """What a disruption budget bounds (docs/operations.md, "Bounding disruption"): starting
+    consolidation moves toward cheaper capacity, draining excess machines (a consolidation's
+    replaced machine among them), draining machines to hand them to another shard, and
+    draining machines for a higher priority."""
+
+    CONSOLIDATION = "consolidation"
+    EXCESS = "excess"
+    TRANSFER = "transfer"
+    PREEMPT = "preempt"
+
+
+MAX_BUDGET_SECONDS = 366 * 86400.0  # a scheduled budget's window, at most
+
+
+class DisruptionBudget(Wire):
+    """At most `machines` of a cluster's machines ("3", or "10%" of them, rounded up) may be
+    disrupted at once for `reasons` (all four if empty): machines draining count against it.
+    With a `schedule` (5-field cron, UTC) it holds only for `duration_seconds` after each
+    time the schedule fires; several budgets: the most restrictive that holds."""
+
+    machines: Annotated[str, Field(pattern=r"^[0-9]{1,9}%?$")]
+    reasons: list[BudgetReason] = Field(default_factory=list, max_length=4)
+    schedule: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    duration_seconds: (
+        Annotated[float, Field(gt=0, le=MAX_BUDGET_SECONDS, allow_inf_nan=False)] | None
+    ) = None
+
+    @field_validator("machines")
+    @classmethod
+    def _at_most_all(cls, value: str) -> str:
+        if value.endswith("%") and int(value[:-1]) > 100:
+            raise ValueError(f"machines: {value} is over 100%")
+        return value
+
+    @field_validator("schedule")
+    @classmethod
+    def _a_schedule(cls, value: str | None) -> str | None:
+        if value is not None:
+            from .schedule import Cron  # (stdlib only: no cycle)
+
+            Cron.parse(value)  # (a ValueError naming its field)
+        return value
+
+    @model_validator(mode="after")
+    def _window(self) -> DisruptionBudget:
+        if (self.schedule is None) != (self.duration_seconds is None):
+            raise ValueError("schedule and duration_seconds: give both or neither")
+        return self
+
+    def limit(self, machines: int) -> int:
+        """How many of a cluster's `machines` may be disrupted at once under this budget."""
+        if self.machines.endswith("%"):
+            return -(-machines * int(self.machines[:-1]) // 100)  # (rounded up)
+        return int(self.machines)
+
+
+class DoNotDisrupt(Wire):
+    """A machine its cluster's operator asks BigFleet not to take voluntarily until `until`
+    (unix seconds; the policy caps how far ahead: `max_do_not_disrupt_seconds`)."""
+
+    machine_id: Name
+    until: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class Disruption(Wire):
+    """What a cluster's operator bounds of BigFleet's voluntary moves (its roll-up's
+    `disruption`; unset: the deployment's `policy.disruption_budgets`)."""
+
+    budgets: list[DisruptionBudget] = Field(default_factory=list, max_length=32)
+    do_not_disrupt: list[DoNotDisrupt] = Field(default_factory=list, max_length=10_000)
+
+
 MAX_GENERATION = 2**53 - 1
 """The largest roll-up generation: the largest integer every JSON reader keeps exactly (a
 roll-up crosses JSON at every hop, and JavaScript or jq round anything larger). A counter, unix
@@ -272,6 +345,7 @@ class ClusterCapacityNeeds(Wire):
     generation: Annotated[int, Field(ge=0)]
     needs: list[CapacityNeed] = Field(default_factory=list)
     health: NodeHealth | None = None
+    disruption: Disruption | None = None
 
     @field_validator("generation")
     @classmethod

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .models import CapacityType, MachineState
+from .models import CapacityType, DisruptionBudget, MachineState
 
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=True)]
 
@@ -76,6 +76,15 @@ class Policy(BaseModel):
     # of before (a shard run begun before it replays with it off).
     fleet_cost: bool = True
     displace_gap: Annotated[int, Field(ge=1, le=1_000_000)] = 900_000
+
+    # Bounding disruption (docs/operations.md): the budgets of a cluster whose roll-up sets
+    # none (none: BigFleet's voluntary moves are bounded by priority and cost alone)...
+    disruption_budgets: list[DisruptionBudget] = Field(default_factory=list, max_length=32)
+    # ...a preemption this many priority points above its victim or more ignores budgets and
+    # do-not-disrupt marks (seed §5: priority is the only throttle, above this gap)...
+    disruption_override_gap: Annotated[int, Field(ge=1)] = 1_000_000
+    # ...and a do-not-disrupt mark holds at most this long from when it is received.
+    max_do_not_disrupt_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 86400.0
 
     def idle_timeout(self, capacity_type: CapacityType) -> float:
         """How long an idle machine of this capacity type is held: a type the policy's map

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from .disruption import DisruptionBook
 from .engine import Decision, FastEngine
 from .engine.common import TIMED_OUT, Actions
 from .held import NONE16
@@ -83,6 +84,8 @@ class Shard:
         # silent one does. False: as before (a run begun earlier replays as it ran).
         self.unheard: dict[str, float] = {}
         self.keep_unheard = True
+        # What each cluster's operator bounds of BigFleet's voluntary moves (issue 33).
+        self.disruption = DisruptionBook(self.policy)
 
     def token(self) -> FencingToken:
         """The fencing token for the next provider call (seed §11)."""
@@ -146,8 +149,10 @@ class Shard:
             reason = f"roll-up from cluster {clip(cluster, 80)} rejected: {why}"
             self.rejections.append(reason)
             return reason
-        if self.needs.apply(rollup, now) and rollup.health is not None:
-            self.reconcile_health(rollup.cluster, rollup.health)
+        if self.needs.apply(rollup, now):
+            self.disruption.take(rollup.cluster, rollup.disruption, now)
+            if rollup.health is not None:
+                self.reconcile_health(rollup.cluster, rollup.health)
         return None
 
     def reconcile_health(self, cluster: str, health: NodeHealth) -> None:
@@ -334,9 +339,17 @@ class Shard:
         self.needs.expire(now)
         self.refusals = {k: v for k, v in self.refusals.items() if v[0] > now}
         needs = [n for n in self.needs if (n.cluster, n.priority) not in self.refusals]
+        bounds = self.disruption
+        if bounds.clusters:
+            bounds.forget(set(self.needs.clusters()))
+        frozen = frozenset(bounds.frozen(self.inventory, now))
+        if frozen != self.engine.memory.frozen:
+            self.engine.memory.frozen = frozen
+            self.inventory.version += 1  # (an earlier cycle's outcome is not repeated across it)
         decision = self.engine.decide(needs, now)
         if self.unheard:
             decision = self._spare_unheard(decision, now)
+        decision = bounds.hold(decision, self.inventory, now)
         self.engine.apply(decision, now)
         decision.shortfalls.extend(self._refused_shortfalls(now))
         self.last = decision

@@ -126,6 +126,8 @@ def shard_state(shard: Shard) -> dict[str, Any]:
     }
     if shard.unheard:  # (only then: a state's size decides its snapshot's parts)
         state["unheard"] = shard.unheard
+    if shard.disruption.clusters:  # (likewise)
+        state["disruption"] = shard.disruption.state()
     return state
 
 
@@ -152,4 +154,5 @@ def restore_shard(state: dict[str, Any], shard: Shard) -> Shard:
     shard.moved = dict(state.get("moved", {}))
     shard.decommissioned = set(state.get("decommissioned", []))
     shard.unheard = dict(state.get("unheard", {}))
+    shard.disruption.restore(state.get("disruption"))
     return shard

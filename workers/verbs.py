@@ -429,6 +429,38 @@ async def run_cluster(args: argparse.Namespace) -> int:
     return 0
 
 
+def _disruption_lines(d: dict[str, Any]) -> list[str]:
+    """Each budget of the cluster (its own, or the deployment's), whether it holds now, how
+    many more machines each reason may take now, the marks in force and what was held back."""
+    budgets = d.get("budgets") or []
+    lines = [
+        f"  disruption: {d['draining']} of {d['machines']} machines draining; "
+        + (f"{len(budgets)} budget(s) from the {d['source']}" if budgets else "no budget")
+    ]
+    for b in budgets:
+        when = (
+            f" for {b['duration_seconds']:g} s from each '{b['schedule']}'"
+            if b.get("schedule")
+            else ""
+        )
+        reasons = ", ".join(b.get("reasons") or ["every reason"])
+        holds = ", ".join(b["holds_now"]) or "nothing now"
+        lines.append(f"    {b['machines']} (= {b['limit']}) for {reasons}{when}: holds {holds}")
+    room = d.get("room") or {}
+    lines.append(
+        "    room now: "
+        + ", ".join(f"{r} {'unbounded' if n < 0 else n}" for r, n in room.items())
+    )
+    if d.get("do_not_disrupt"):
+        lines.append(f"    do-not-disrupt: {d['do_not_disrupt']} machine(s) marked")
+    held = d.get("held_back") or {}
+    if held:
+        lines.append(
+            "    held back last cycle: " + ", ".join(f"{r} {n}" for r, n in held.items())
+        )
+    return lines
+
+
 def render_cluster(view: dict[str, Any]) -> str:
     lines = [f"cluster {view['cluster']} (shard-{view['shard']})"]
     needs = view.get("needs") or []
@@ -454,6 +486,8 @@ def render_cluster(view: dict[str, Any]) -> str:
     lines.append(
         "  available: " + (", ".join(f"{k} {v}" for k, v in available.items()) or "none")
     )
+    if view.get("disruption"):  # (a shard from before issue 33 does not say)
+        lines += _disruption_lines(view["disruption"])
     if "spend" in view:  # (a shard from before issue 31 does not say)
         spend = view["spend"]
         if spend is None:

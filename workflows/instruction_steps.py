@@ -142,6 +142,10 @@ class InstructionSteps:
                 raise ApplicationError(
                     f"machine {clip(mid, 80)} is not a configured machine of this shard"
                 )
+        # Its clusters' disruption budgets and do-not-disrupt marks (bigfleet/disruption.py).
+        why = self.shard.disruption.refuse_transfer(ins.machine_ids, inv, now)
+        if why:
+            raise ApplicationError(clip(why, 300))
 
     def drain_for_transfer(
         self, ins: Instruction, now: float

@@ -338,9 +338,11 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
     def cluster(self, name: str) -> dict[str, Any]:
         self._not_restoring()
         spend = self.spend_now  # (the cluster's $/h by band, as of the last cycle)
+        now = workflow.now().timestamp()
         return {
             **self.shard.cluster_view(name),
             "spend": spend.of_cluster(name) if spend is not None else None,
+            "disruption": self.shard.disruption.view(name, self.shard.inventory, now),
         }
 
     @workflow.query

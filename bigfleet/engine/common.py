@@ -174,6 +174,9 @@ class EngineMemory:
     # Per need key: its count and since when it has had it (consolidation waits for stability).
     # Not in the shard's snapshot: after a restore every need counts as just changed.
     count_since: dict[str, tuple[int, float]] = field(default_factory=dict)
+    # Clusters whose disruption budget allows no consolidation move now (bigfleet/disruption.py;
+    # set by the shard before each cycle, not in its snapshot).
+    frozen: frozenset[str] = frozenset()
 
     def observe_counts(self, needs: list[Need], now: float) -> None:
         seen = self.count_since

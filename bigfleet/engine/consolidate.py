@@ -51,6 +51,7 @@ def consolidate(
         n
         for n in state.needs
         if n.key not in lost
+        and n.cluster not in memory.frozen
         and memory.stable(n, policy, now)
         and claims[n.cluster].settled_of(n, supply) is not None
     ]
