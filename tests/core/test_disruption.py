@@ -11,7 +11,7 @@ from bigfleet.models import ClusterCapacityNeeds, MachineState, from_wire
 from bigfleet.policy import Policy
 from bigfleet.shard import Shard
 from bigfleet.snapshot import restore_shard, shard_state
-from tests.fleet import bare_metal, need, rollup
+from tests.fleet import bare_metal, need, on_demand, rollup
 
 S = MachineState
 TUESDAY_10 = timegm((2026, 12, 8, 10, 0, 0))  # a Tuesday, 10:00 UTC
@@ -129,18 +129,22 @@ def test_above_the_override_gap_priority_is_the_only_throttle():
     assert len(drained(shard.cycle(TUESDAY_10), "preempt")) == 2
 
 
-def test_a_consolidation_budget_of_none_starts_no_consolidation_move():
-    shard = Shard(0, Policy())
-    assert shard.receive(
-        {**rollup("web", 1), "disruption": {"budgets": [{"machines": "0",
-                                                          "reasons": ["consolidation"]}]}},
-        TUESDAY_10,
-    ) is None  # fmt: skip
-    serving(shard, "web", 2, TUESDAY_10)
-    assert "web" in shard.disruption.frozen(shard.inventory, TUESDAY_10)
-    other = Shard(0, Policy())
-    serving(other, "web", 2, TUESDAY_10)
-    assert other.disruption.frozen(other.inventory, TUESDAY_10) == set()
+@pytest.mark.parametrize(("budget", "moves"), [(None, 4), ("0", 0), ("2", 4)])
+def test_a_consolidation_budget_of_none_starts_no_consolidation_move(budget, moves):
+    """Work on four on-demand machines ($6/h) would move to four idle bare-metal ones ($0/h);
+    a consolidation budget that allows none holds every move back (one that allows some lets
+    consolidation run at its own pace)."""
+    policy = Policy(consolidation_max_fraction=1.0, consolidation_stable_seconds=0)
+    shard = Shard(0, policy)
+    shard.adopt([on_demand(i, S.CONFIGURED, cluster="a") for i in range(4)]
+                + [bare_metal(i) for i in range(4)], TUESDAY_10)  # fmt: skip
+    raw = rollup("a", 1, need(4, 1000))
+    if budget is not None:
+        raw["disruption"] = {"budgets": [{"machines": budget, "reasons": ["consolidation"]}]}
+    assert shard.receive(raw, TUESDAY_10) is None
+    decision = shard.cycle(TUESDAY_10 + 1)
+    assert sum(decision.consolidations.values()) == moves
+    assert len([a for a in decision.actions if a.kind == "configure"]) == moves
 
 
 def test_bounds_survive_a_snapshot_and_go_with_a_roll_up_that_sets_none():
