@@ -122,6 +122,8 @@ class MailboxInput(Model):
     shard: int = Field(ge=0)
     results: list[TransitionResult] = Field(default_factory=list)
     first: int = Field(default=0, ge=0)  # the number of results[0] (they are numbered in order)
+    # The mailbox's chain of runs: its first run's id, carried on ("": this is the first run).
+    chain: str = Field(default="", max_length=200)
 
 
 class MailboxTake(Model):

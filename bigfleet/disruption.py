@@ -86,14 +86,24 @@ class DisruptionBook:
 
     # ---- roll-ups -------------------------------------------------------------------------
 
-    def take(self, cluster: str, disruption: Disruption | None, now: float) -> None:
+    def take(
+        self, cluster: str, disruption: Disruption | None, inventory: Inventory, now: float
+    ) -> None:
         """A roll-up's `disruption` replaces the cluster's last (unset: the policy's budgets,
-        no marks). A mark holds at most `max_do_not_disrupt_seconds` from now."""
+        no marks). A mark holds at most `max_do_not_disrupt_seconds` from now, and only for a
+        machine of the cluster (so what is kept is bounded by the shard's machines)."""
         if disruption is None:
             self.clusters.pop(cluster, None)
             return
         cap = now + self.policy.max_do_not_disrupt_seconds
-        marks = {m.machine_id: min(m.until, cap) for m in disruption.do_not_disrupt}
+
+        def mine(machine_id: str) -> bool:
+            row = inventory.ids.find(machine_id)
+            return row >= 0 and inventory.cluster_of(row) == cluster
+
+        marks = {
+            m.machine_id: min(m.until, cap) for m in disruption.do_not_disrupt if mine(m.machine_id)
+        }
         self.clusters[cluster] = ClusterBounds(
             budgets=list(disruption.budgets) if disruption.budgets else None,
             marks={mid: until for mid, until in marks.items() if until > now},

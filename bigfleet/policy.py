@@ -5,9 +5,9 @@ from __future__ import annotations
 from math import inf
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .models import CapacityType, DisruptionBudget, MachineState
+from .models import CapacityType, DisruptionBudget, MachineState, from_wire
 
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=True)]
 
@@ -85,6 +85,15 @@ class Policy(BaseModel):
     disruption_override_gap: Annotated[int, Field(ge=1)] = 1_000_000
     # ...and a do-not-disrupt mark holds at most this long from when it is received.
     max_do_not_disrupt_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 86400.0
+
+    @field_validator("disruption_budgets", mode="before")
+    @classmethod
+    def _budgets_as_json(cls, value: object) -> object:
+        """Budgets read as their JSON form (a deployment file's strings name reasons)."""
+        if isinstance(value, list):
+            return [b if isinstance(b, DisruptionBudget) else from_wire(DisruptionBudget, b)
+                    for b in value]  # fmt: skip
+        return value
 
     def idle_timeout(self, capacity_type: CapacityType) -> float:
         """How long an idle machine of this capacity type is held: a type the policy's map

@@ -40,7 +40,7 @@ def _value(text: str, field: str, lo: int, hi: int, names: dict[str, int]) -> in
     word = text.lower()
     if word in names:
         return names[word]
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):  # (not '²', which int() refuses)
         raise ValueError(f"schedule: {field}: {text!r} is not a number")
     value = int(text)
     if not lo <= value <= hi:
@@ -56,7 +56,7 @@ def _field(text: str, field: str, lo: int, hi: int, names: dict[str, int]) -> fr
             raise ValueError(f"schedule: {field}: {text!r} has an empty part")
         step = 1
         if slash:
-            if not step_text.isdigit() or int(step_text) == 0:
+            if not (step_text.isascii() and step_text.isdigit()) or int(step_text) == 0:
                 raise ValueError(f"schedule: {field}: step {step_text!r} is not a number over 0")
             step = int(step_text)
         if base == "*":

@@ -150,7 +150,7 @@ class Shard:
             self.rejections.append(reason)
             return reason
         if self.needs.apply(rollup, now):
-            self.disruption.take(rollup.cluster, rollup.disruption, now)
+            self.disruption.take(rollup.cluster, rollup.disruption, self.inventory, now)
             if rollup.health is not None:
                 self.reconcile_health(rollup.cluster, rollup.health)
         return None
@@ -276,8 +276,12 @@ class Shard:
             return False
         if machine.id in self.transfer_out and machine.state is S.IDLE:
             self.transfer_out.discard(machine.id)
-            inv.move(row, S.IDLE, now)
-            self.handoff[machine.id] = inv.remove(machine.id)
+            if have is S.DRAINING:
+                inv.move(row, S.IDLE, now)
+                self.handoff[machine.id] = inv.remove(machine.id)
+            else:  # (a result seen out of order: the provider's record is the truth)
+                inv.remove(machine.id)
+                self.handoff[machine.id] = machine
         elif (have, machine.state) in LEGAL:
             inv.move(row, machine.state, now, cluster=machine.cluster, error=machine.last_error)
         else:

@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
         Transition,
     )
     from bigfleet.shard import REFUSAL_BACKOFF_SECONDS, Shard
+    from bigfleet.states import IllegalTransition
 
 S = MachineState
 T = Transition
@@ -103,7 +104,11 @@ class TransitionInputs:
                 inv = self.shard.inventory
                 row = inv.ids.find(m.id)
                 destination = inv.cluster_of(row) if row >= 0 else None
-                self.shard.observe(m, now)
+                try:
+                    self.shard.observe(m, now)
+                except IllegalTransition as err:  # (a bug must not fail the workflow task)
+                    workflow.logger.error("result of %s not folded in: %s", result.transition, err)
+                    continue
                 if result.refused and result.cluster:
                     self.shard.refuse(
                         result.cluster,

@@ -52,7 +52,7 @@ class ShardMailbox(TakesSignals):
         # Results are numbered in the order they came: results[0] is number `first`, in the
         # mailbox `chain` (its first run: a mailbox started again numbers from 0 again).
         self.first = inp.first
-        self.chain = workflow.info().first_execution_run_id
+        self.chain = inp.chain or workflow.info().run_id
         for result in inp.results[:10_000]:  # (what the last run held: within the bounds)
             try:
                 self._hold(result)
@@ -139,5 +139,10 @@ class ShardMailbox(TakesSignals):
         )
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(
-            MailboxInput(shard=inp.shard, results=[r for _, r in self.results], first=self.first)
+            MailboxInput(
+                shard=inp.shard,
+                results=[r for _, r in self.results],
+                first=self.first,
+                chain=self.chain,
+            )
         )

@@ -693,7 +693,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         # only if it asked between them and the continue-as-new). Runs begun before: none.
         if workflow.patched("cycle-ends-carried"):
             state["cycle_ends"] = list(self.cycle_ends)
-        if self.taken[0]:  # (runs begun before acked takes: none)
+        if self.taken != ("", -1):  # (runs begun before acked takes: none)
             state["taken"] = list(self.taken)
         if self.outbox.in_flight and workflow.patched("in-flight-bound"):
             state["in_flight"] = self.outbox.state()  # (runs begun before: their state as it was)

@@ -4,7 +4,8 @@ Whatever arrives from outside is decoded into a dict and validated by the same s
 models the rest of BigFleet uses, so a bad field is named the same way whether it came in a
 signal, a YAML file or a gRPC message ("needs.0.count: Input should be greater than or equal to
 0"). Proto3 has no "unset" for scalars: an empty string or a zero enum is read as absent where
-the model has an absent form (a machine's cluster, a FAILED machine's failed_from).
+the model has an absent form (a machine's cluster, a FAILED machine's failed_from, a disruption
+budget's schedule and duration_seconds).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..models import (
     BootstrapBlob,
     BootstrapRequest,
     ClusterCapacityNeeds,
+    Disruption,
     FencingToken,
     ListFilter,
     Machine,
@@ -277,7 +279,24 @@ def rollup_dict(pb: rpb.ClusterCapacityNeeds) -> dict[str, Any]:
     data: dict[str, Any] = {"cluster": pb.cluster, "generation": pb.generation, "needs": needs}
     if pb.HasField("health"):
         data["health"] = {"machine_ids": list(pb.health.machine_ids)}
+    if pb.HasField("disruption"):
+        data["disruption"] = disruption_dict(pb.disruption)
     return data
+
+
+def disruption_dict(pb: rpb.Disruption) -> dict[str, Any]:
+    """A roll-up's `disruption` as the model reads it: a budget's empty schedule and zero
+    duration are unset, so "both or neither" judges what the sender set."""
+    budgets = []
+    for b in pb.budgets:
+        budget: dict[str, Any] = {"machines": b.machines, "reasons": list(b.reasons)}
+        if b.schedule:
+            budget["schedule"] = b.schedule
+        if b.duration_seconds != 0:
+            budget["duration_seconds"] = b.duration_seconds
+        budgets.append(budget)
+    marks = [{"machine_id": m.machine_id, "until": m.until} for m in pb.do_not_disrupt]
+    return {"budgets": budgets, "do_not_disrupt": marks}
 
 
 def rollup_from_proto(pb: rpb.ClusterCapacityNeeds) -> ClusterCapacityNeeds:
@@ -304,4 +323,23 @@ def rollup_to_proto(r: ClusterCapacityNeeds) -> rpb.ClusterCapacityNeeds:
             need.drain_seconds = n.drain_seconds
     if r.health is not None:
         pb.health.CopyFrom(rpb.NodeHealth(machine_ids=list(r.health.machine_ids)))
+    if r.disruption is not None:
+        pb.disruption.CopyFrom(disruption_to_proto(r.disruption))
     return pb
+
+
+def disruption_to_proto(d: Disruption) -> rpb.Disruption:
+    return rpb.Disruption(
+        budgets=[
+            rpb.DisruptionBudget(
+                machines=b.machines,
+                reasons=[str(r) for r in b.reasons],
+                schedule=b.schedule or "",
+                duration_seconds=b.duration_seconds or 0.0,
+            )
+            for b in d.budgets
+        ],
+        do_not_disrupt=[
+            rpb.DoNotDisrupt(machine_id=m.machine_id, until=m.until) for m in d.do_not_disrupt
+        ],
+    )

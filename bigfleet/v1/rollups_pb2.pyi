@@ -43,17 +43,47 @@ class NodeHealth(_message.Message):
     machine_ids: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, machine_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class DisruptionBudget(_message.Message):
+    __slots__ = ("machines", "reasons", "schedule", "duration_seconds")
+    MACHINES_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    DURATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    machines: str
+    reasons: _containers.RepeatedScalarFieldContainer[str]
+    schedule: str
+    duration_seconds: float
+    def __init__(self, machines: _Optional[str] = ..., reasons: _Optional[_Iterable[str]] = ..., schedule: _Optional[str] = ..., duration_seconds: _Optional[float] = ...) -> None: ...
+
+class DoNotDisrupt(_message.Message):
+    __slots__ = ("machine_id", "until")
+    MACHINE_ID_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    machine_id: str
+    until: float
+    def __init__(self, machine_id: _Optional[str] = ..., until: _Optional[float] = ...) -> None: ...
+
+class Disruption(_message.Message):
+    __slots__ = ("budgets", "do_not_disrupt")
+    BUDGETS_FIELD_NUMBER: _ClassVar[int]
+    DO_NOT_DISRUPT_FIELD_NUMBER: _ClassVar[int]
+    budgets: _containers.RepeatedCompositeFieldContainer[DisruptionBudget]
+    do_not_disrupt: _containers.RepeatedCompositeFieldContainer[DoNotDisrupt]
+    def __init__(self, budgets: _Optional[_Iterable[_Union[DisruptionBudget, _Mapping]]] = ..., do_not_disrupt: _Optional[_Iterable[_Union[DoNotDisrupt, _Mapping]]] = ...) -> None: ...
+
 class ClusterCapacityNeeds(_message.Message):
-    __slots__ = ("cluster", "generation", "needs", "health")
+    __slots__ = ("cluster", "generation", "needs", "health", "disruption")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     NEEDS_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
+    DISRUPTION_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     generation: int
     needs: _containers.RepeatedCompositeFieldContainer[CapacityNeed]
     health: NodeHealth
-    def __init__(self, cluster: _Optional[str] = ..., generation: _Optional[int] = ..., needs: _Optional[_Iterable[_Union[CapacityNeed, _Mapping]]] = ..., health: _Optional[_Union[NodeHealth, _Mapping]] = ...) -> None: ...
+    disruption: Disruption
+    def __init__(self, cluster: _Optional[str] = ..., generation: _Optional[int] = ..., needs: _Optional[_Iterable[_Union[CapacityNeed, _Mapping]]] = ..., health: _Optional[_Union[NodeHealth, _Mapping]] = ..., disruption: _Optional[_Union[Disruption, _Mapping]] = ...) -> None: ...
 
 class RollupAccepted(_message.Message):
     __slots__ = ("shard", "generation", "workflow_id")

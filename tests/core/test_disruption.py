@@ -90,6 +90,8 @@ def test_the_policy_holds_the_budgets_of_a_cluster_that_sets_none():
 
 def test_a_machine_marked_do_not_disrupt_is_not_drained_until_its_mark_expires():
     marks = [{"machine_id": f"gpu-{i:04d}", "until": TUESDAY_10 + 600} for i in range(10)]
+    # (A mark for a machine that is not the cluster's is not kept: marks stay bounded.)
+    marks.append({"machine_id": "gpu-9999", "until": TUESDAY_10 + 600})
     shard = shrinking({"do_not_disrupt": marks})
     assert drained(shard.cycle(TUESDAY_10)) == []
     assert shard.disruption.view("web", shard.inventory, TUESDAY_10)["do_not_disrupt"] == 10
@@ -223,3 +225,20 @@ def test_a_transfer_to_another_shard_is_refused_past_the_budget_or_for_a_marked_
                                                                        TUESDAY_10)  # fmt: skip
     shard.drain_for_transfer(["gpu-0000"], TUESDAY_10)  # (one drains: one more may)
     assert "allows 1 more" in book.refuse_transfer(["gpu-0001", "gpu-0002"], inv, TUESDAY_10)
+
+
+def test_the_policys_budgets_come_through_a_deployment_file_and_the_shards_config():
+    """A deployment's `policy.disruption_budgets` names reasons as strings (YAML), and the
+    shard workflow rebuilds its policy from the config's JSON: both read them."""
+    import json
+
+    from bigfleet.simulation.scenario import PolicyOverrides
+
+    raw = {"disruption_budgets": [{"machines": "10%", "reasons": ["excess", "preempt"],
+                                   "schedule": "@daily", "duration_seconds": 3600}]}  # fmt: skip
+    overrides = PolicyOverrides.model_validate(raw)
+    sent = json.loads(json.dumps(overrides.model_dump(mode="json", exclude_unset=True)))
+    policy = Policy(cycle_seconds=1, **sent)
+    assert [r.value for r in policy.disruption_budgets[0].reasons] == ["excess", "preempt"]
+    with pytest.raises(ValueError, match="machines"):
+        PolicyOverrides.model_validate({"disruption_budgets": [{"machines": "all"}]})

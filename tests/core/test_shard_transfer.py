@@ -47,3 +47,17 @@ def test_a_cancelled_transfer_gives_the_machines_back_to_the_shard():
     decision = shard.cycle(40)
     assert [a.machine_id for a in decision.actions if a.kind == "configure"] == ["g-0"]
     assert sum(shard.machines_by_state().values()) == 10
+
+
+def test_a_transfer_drain_result_after_an_older_configure_result_still_hands_the_machine_off():
+    """Results can come back twice or out of order (a mailbox answering a take again). An old
+    CONFIGURED result folded after the transfer's drain began put the machine back to
+    CONFIGURED, and the drain's IDLE then failed the shard's workflow task on an illegal
+    CONFIGURED -> IDLE move, again at every retry."""
+    shard = donor()
+    shard.drain_for_transfer(["g-0"], 20)
+    configured = shard.inventory.machine(shard.inventory.row("g-1"))
+    shard.observe(configured.model_copy(update={"id": "g-0"}), 21)  # (the old result)
+    drained(shard, ["g-0"], 22)
+    assert "g-0" in shard.handoff and "g-0" not in shard.transfer_out
+    assert shard.inventory.ids.find("g-0") < 0

@@ -28,9 +28,11 @@ import yaml
 from temporalio.testing import WorkflowEnvironment
 
 from bigfleet.deployment import hash_token
+from bigfleet.edge.convert import WireError, rollup_from_proto, rollup_to_proto
 from bigfleet.edge.devca import DevCA, make_dev_ca
 from bigfleet.edge.errors import error_info
 from bigfleet.edge.rollup_client import RollupSender
+from bigfleet.models import ClusterCapacityNeeds, from_wire
 from bigfleet.v1 import machine_pb2 as mpb
 from bigfleet.v1 import rollups_pb2 as rpb
 from tests.conftest import eventually, fleet_workers
@@ -448,6 +450,69 @@ def test_rollup_send_needs_a_gateway_or_direct_and_not_both(tmp_path: Path, caps
     assert main(["rollup", "send", str(path), "--gateway", "127.0.0.1:1",
                  "--token-file", missing]) == 2  # fmt: skip
     assert "--token-file: no such file" in capsys.readouterr().err
+
+
+def test_a_rollups_disruption_crosses_the_wire_and_back_unchanged():
+    """A roll-up's budgets (a scheduled one, one for some reasons) and do-not-disrupt marks
+    come back from their proto form as they went; a roll-up without them has none."""
+    rollup = from_wire(ClusterCapacityNeeds, {
+        "cluster": "web", "generation": 42,
+        "needs": [{"requirements": [], "priority": 7, "count": 1}],
+        "health": {"machine_ids": ["od-0042"]},
+        "disruption": {
+            "budgets": [
+                {"machines": "10%"},
+                {"machines": "0", "schedule": "0 9 * * mon-fri", "duration_seconds": 28800},
+                {"machines": "3", "reasons": ["consolidation", "excess"]},
+            ],
+            "do_not_disrupt": [{"machine_id": "od-0042", "until": 1796724000.5}],
+        },
+    })  # fmt: skip
+    pb = rpb.ClusterCapacityNeeds.FromString(rollup_to_proto(rollup).SerializeToString())
+    assert pb.HasField("disruption")
+    assert [b.schedule for b in pb.disruption.budgets] == ["", "0 9 * * mon-fri", ""]
+    assert list(pb.disruption.budgets[2].reasons) == ["consolidation", "excess"]
+    assert rollup_from_proto(pb) == rollup
+    plain = rollup.model_copy(update={"disruption": None})
+    assert not rollup_to_proto(plain).HasField("disruption")
+    assert rollup_from_proto(rollup_to_proto(plain)).disruption is None
+
+
+B0 = "disruption.budgets.0"
+BOTH = "schedule and duration_seconds: give both or neither"
+
+
+@pytest.mark.parametrize(
+    ("budget", "field", "says"),
+    [
+        ({"machines": "ten"}, f"{B0}.machines", "should match pattern"),
+        ({"machines": "101%"}, f"{B0}.machines", "101% is over 100%"),
+        ({"machines": "1", "reasons": ["whim"]}, f"{B0}.reasons.0", "'consolidation'"),
+        ({"machines": "1", "schedule": "0 9 * * *"}, B0, BOTH),
+        ({"machines": "1", "duration_seconds": 60}, B0, BOTH),
+        ({"machines": "1", "schedule": "0 25 * * *", "duration_seconds": 60},
+         f"{B0}.schedule", "hour: 25 is not in 0-23"),
+        ({"machines": "1", "schedule": "@daily", "duration_seconds": -1},
+         f"{B0}.duration_seconds", "greater than 0"),
+    ],
+)  # fmt: skip
+def test_a_malformed_disruption_budget_is_refused_naming_the_field(budget, field, says):
+    """The whole roll-up is refused, naming the budget's field (the gateway's INVALID_FIELD):
+    an empty schedule and a zero duration are unset, so a schedule alone has no duration."""
+    pb = rollup_pb("web", 1, 1)
+    pb.disruption.budgets.add(**budget)
+    with pytest.raises(ValueError) as err:
+        rollup_from_proto(pb)
+    assert isinstance(err.value, WireError) and err.value.field == field
+    assert f"{field}: " in str(err.value) and says in str(err.value)
+
+
+def test_a_do_not_disrupt_mark_without_a_number_is_refused_naming_the_field():
+    pb = rollup_pb("web", 1, 1)
+    pb.disruption.do_not_disrupt.add(machine_id="od-0042", until=float("nan"))
+    with pytest.raises(WireError) as err:
+        rollup_from_proto(pb)
+    assert err.value.field == "disruption.do_not_disrupt.0.until"
 
 
 async def test_an_oversized_rollup_is_refused_before_it_is_read_and_health_is_served():

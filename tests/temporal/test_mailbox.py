@@ -131,7 +131,7 @@ async def test_the_mailbox_answers_a_take_again_until_it_is_told_it_was_received
             await handle.signal("transition_done", result(i))
         first = await takes.take_after(MailboxTake(shard=9))
         again = await takes.take_after(MailboxTake(shard=9))  # (the first answer was lost)
-        assert again == first and first.first == 0
+        assert again == first and first.first == 0 and first.chain
         assert [r.unavailable[0] for r in first.results] == [f"m-{i:05d}" for i in range(5)]
         # Another mailbox's numbers let nothing go; its own do, up to the number given.
         other = await takes.take_after(MailboxTake(shard=9, after=3, chain="another"))
