@@ -389,4 +389,12 @@ class ProviderSync:
             for m in machines:
                 self.shard.observe(m, now)
             answered = {m.id for m in machines}
-            self.shard.release([mid for mid in ids if mid not in answered])
+            # (Still held and still failed: a result may have come while the provider answered.)
+            gone = [
+                mid
+                for mid in ids
+                if mid not in answered
+                and inv.ids.find(mid) >= 0
+                and inv.state_of(inv.ids.find(mid)) is S.FAILED
+            ]
+            self.shard.release(gone)
