@@ -51,6 +51,8 @@ R = BudgetReason
 # The drains a decision makes that a budget bounds, by the reason a budget names.
 BOUNDED = {DrainReason.EXCESS: R.EXCESS, DrainReason.PREEMPT: R.PREEMPT}
 MEMBERS = [CODE[s] for s in (S.CONFIGURING, S.CONFIGURED, S.DRAINING)]
+# A cluster's machines (configuring, configured or draining) and those draining, by name.
+Members = Callable[[str], tuple[int, int]]
 
 
 @lru_cache(maxsize=1024)
@@ -136,25 +138,28 @@ class DisruptionBook:
         """Whether any budget or mark could hold anything back."""
         return bool(self.policy.disruption_budgets) or bool(self.clusters)
 
-    def frozen(self, inventory: Inventory, now: float) -> set[str]:
-        """Clusters whose consolidation budget allows no move now."""
+    def frozen(self, inventory: Inventory, now: float, members: Members | None = None) -> set[str]:
+        """Clusters whose consolidation budget allows no move now (`members`: the cycle's
+        count of each cluster's machines, if it has one)."""
         if not self.bounded():
             return set()
-        members = _members(inventory)
+        members = members or _members(inventory)
         return {
             cluster
             for cluster in inventory.clusters.names
             if self.room(cluster, R.CONSOLIDATION, *members(cluster), now) == 0
         }
 
-    def hold(self, decision: Decision, inventory: Inventory, now: float) -> Decision:
+    def hold(
+        self, decision: Decision, inventory: Inventory, now: float, members: Members | None = None
+    ) -> Decision:
         """The decision without the drains its clusters' bounds hold back (counted in each
         cluster's `held`); the same decision if none is."""
         for bounds in self.clusters.values():
             bounds.held = Counter()
         if not self.bounded():
             return decision
-        members = _members(inventory)
+        members = members or _members(inventory)
         started: Counter[str] = Counter()  # drains this decision keeps, by cluster
         kept: list[Any] = []
         dropped = 0
@@ -209,6 +214,11 @@ class DisruptionBook:
 
     # ---- views and snapshots --------------------------------------------------------------
 
+    def members(self, inventory: Inventory) -> Members | None:
+        """The cycle's count of each cluster's machines, read once (None if nothing is
+        bounded: then nothing reads it)."""
+        return _members(inventory) if self.bounded() else None
+
     def view(self, cluster: str, inventory: Inventory, now: float) -> dict[str, Any]:
         """What `bigfleet cluster NAME` shows: each budget, whether it holds now and how many
         more it allows per reason, the marks in force, and what the last decision held back."""
@@ -261,7 +271,7 @@ class DisruptionBook:
             )
 
 
-def _members(inventory: Inventory) -> Callable[[str], tuple[int, int]]:
+def _members(inventory: Inventory) -> Members:
     """Per cluster: its machines (configuring, configured or draining), and those draining."""
     n = inventory.rows_used
     state, cluster = inventory.state[:n], inventory.cluster[:n]

@@ -346,14 +346,15 @@ class Shard:
         bounds = self.disruption
         if bounds.clusters:
             bounds.forget(set(self.needs.clusters()))
-        frozen = frozenset(bounds.frozen(self.inventory, now))
+        members = bounds.members(self.inventory)  # (one pass over the inventory a cycle)
+        frozen = frozenset(bounds.frozen(self.inventory, now, members))
         if frozen != self.engine.memory.frozen:
             self.engine.memory.frozen = frozen
             self.inventory.version += 1  # (an earlier cycle's outcome is not repeated across it)
         decision = self.engine.decide(needs, now)
         if self.unheard:
             decision = self._spare_unheard(decision, now)
-        decision = bounds.hold(decision, self.inventory, now)
+        decision = bounds.hold(decision, self.inventory, now, members)
         self.engine.apply(decision, now)
         decision.shortfalls.extend(self._refused_shortfalls(now))
         self.last = decision
