@@ -111,6 +111,38 @@ class HostRef(Wire):
     ref: Name
 
 
+class NoticeKind(StrEnum):
+    """What a provider warns of before it happens (docs/operations.md, "Notices and repair").
+
+    - `interruption`: the cloud takes the machine back at the deadline (EC2's spot
+      interruption warning: two minutes).
+    - `scheduled`: maintenance the provider will do to the machine at the deadline (EC2's
+      scheduled change: a retirement, a reboot).
+    - `rebalance`: the machine is at elevated risk (EC2's rebalance recommendation): no
+      deadline; it is the first of its cluster to be replaced.
+    - `unhealthy`: the provider's own health check says the machine is degraded (a BMC's
+      `Status.Health` Warning): it is repaired (drained and replaced) within the cluster's
+      `max_unhealthy`.
+    """
+
+    INTERRUPTION = "interruption"
+    SCHEDULED = "scheduled"
+    REBALANCE = "rebalance"
+    UNHEALTHY = "unhealthy"
+
+
+NOTICE_DETAIL_MAX = 200
+
+
+class Notice(Wire):
+    """A provider's warning about one machine: what, by when (unix seconds, 0 when it names
+    no time), and its own words (clipped)."""
+
+    kind: NoticeKind
+    deadline_unix: Annotated[int, Field(ge=0, le=2**40)] = 0
+    detail: Annotated[str, Field(max_length=NOTICE_DETAIL_MAX)] = ""
+
+
 class Machine(Wire):
     """A machine as a provider reports it (seed §7 `Machine`).
 
@@ -135,6 +167,7 @@ class Machine(Wire):
     last_error: str = ""
     cluster: str | None = None
     failed_from: MachineState | None = None
+    notice: Notice | None = None
 
     @model_validator(mode="after")
     def _no_host_no_cluster(self) -> Machine:
@@ -169,6 +202,7 @@ class ListFilter(Wire):
     zone: str = ""
     instance_type: str = ""
     max_results: Annotated[int, Field(ge=0, le=INT32_MAX)] = 0
+    noticed: bool = False  # only machines with a notice (`Machine.notice`)
 
 
 class FencingToken(Wire):
@@ -390,6 +424,7 @@ class DrainReason(StrEnum):
     TRANSFER = "transfer"
     FAILED = "failed"
     DECOMMISSION = "decommission"
+    NOTICE = "notice"  # the provider warned it will take the machine (`Notice`)
 
 
 class DeleteReason(StrEnum):
@@ -397,6 +432,7 @@ class DeleteReason(StrEnum):
     FAILED = "failed"
     UNHEALTHY = "unhealthy"
     DECOMMISSION = "decommission"
+    NOTICE = "notice"
 
 
 class CreateAction(Wire):

@@ -124,6 +124,11 @@ def machine_to_proto(m: Machine) -> mpb.Machine:
     )
     if m.host is not None:
         pb.host.CopyFrom(mpb.HostRef(provider=m.host.provider, ref=m.host.ref))
+    if m.notice is not None:
+        n = m.notice
+        pb.notice.CopyFrom(
+            mpb.Notice(kind=str(n.kind), deadline_unix=n.deadline_unix, detail=n.detail)
+        )
     return pb
 
 
@@ -149,6 +154,9 @@ def machine_dict(pb: mpb.Machine) -> dict[str, Any]:
     }
     if pb.HasField("host"):
         data["host"] = {"provider": pb.host.provider, "ref": pb.host.ref}
+    if pb.HasField("notice"):
+        n = pb.notice
+        data["notice"] = {"kind": n.kind, "deadline_unix": n.deadline_unix, "detail": n.detail}
     return data
 
 
@@ -174,6 +182,7 @@ def list_filter_to_proto(f: ListFilter, page_token: str = "") -> ppb.ListFilter:
         instance_type=f.instance_type,
         max_results=f.max_results,
         page_token=page_token,
+        noticed=f.noticed,
     )
 
 
@@ -183,6 +192,7 @@ def list_filter_from_proto(pb: ppb.ListFilter) -> ListFilter:
         "zone": pb.zone,
         "instance_type": pb.instance_type,
         "max_results": pb.max_results,
+        "noticed": pb.noticed,
     }
     return validated(ListFilter, data, "list filter")
 

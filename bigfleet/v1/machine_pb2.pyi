@@ -78,7 +78,7 @@ class Resources(_message.Message):
     def __init__(self, cpu: _Optional[float] = ..., memory_gib: _Optional[float] = ..., gpu: _Optional[int] = ...) -> None: ...
 
 class Machine(_message.Message):
-    __slots__ = ("id", "state", "host", "instance_type", "zone", "capacity_type", "price_per_hour", "interruption_probability", "resources", "labels", "transition_started_unix", "last_error", "cluster", "failed_from")
+    __slots__ = ("id", "state", "host", "instance_type", "zone", "capacity_type", "price_per_hour", "interruption_probability", "resources", "labels", "transition_started_unix", "last_error", "cluster", "failed_from", "notice")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +100,7 @@ class Machine(_message.Message):
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     FAILED_FROM_FIELD_NUMBER: _ClassVar[int]
+    NOTICE_FIELD_NUMBER: _ClassVar[int]
     id: str
     state: MachineState
     host: HostRef
@@ -114,7 +115,18 @@ class Machine(_message.Message):
     last_error: str
     cluster: str
     failed_from: MachineState
-    def __init__(self, id: _Optional[str] = ..., state: _Optional[_Union[MachineState, str]] = ..., host: _Optional[_Union[HostRef, _Mapping]] = ..., instance_type: _Optional[str] = ..., zone: _Optional[str] = ..., capacity_type: _Optional[str] = ..., price_per_hour: _Optional[float] = ..., interruption_probability: _Optional[float] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., transition_started_unix: _Optional[int] = ..., last_error: _Optional[str] = ..., cluster: _Optional[str] = ..., failed_from: _Optional[_Union[MachineState, str]] = ...) -> None: ...
+    notice: Notice
+    def __init__(self, id: _Optional[str] = ..., state: _Optional[_Union[MachineState, str]] = ..., host: _Optional[_Union[HostRef, _Mapping]] = ..., instance_type: _Optional[str] = ..., zone: _Optional[str] = ..., capacity_type: _Optional[str] = ..., price_per_hour: _Optional[float] = ..., interruption_probability: _Optional[float] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., transition_started_unix: _Optional[int] = ..., last_error: _Optional[str] = ..., cluster: _Optional[str] = ..., failed_from: _Optional[_Union[MachineState, str]] = ..., notice: _Optional[_Union[Notice, _Mapping]] = ...) -> None: ...
+
+class Notice(_message.Message):
+    __slots__ = ("kind", "deadline_unix", "detail")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_UNIX_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    deadline_unix: int
+    detail: str
+    def __init__(self, kind: _Optional[str] = ..., deadline_unix: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class FencingToken(_message.Message):
     __slots__ = ("shard_id", "shard_epoch", "seq")

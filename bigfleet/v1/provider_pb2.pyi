@@ -104,18 +104,20 @@ class TransitionAcks(_message.Message):
     def __init__(self, acks: _Optional[_Iterable[_Union[TransitionAck, _Mapping]]] = ...) -> None: ...
 
 class ListFilter(_message.Message):
-    __slots__ = ("states", "zone", "instance_type", "max_results", "page_token")
+    __slots__ = ("states", "zone", "instance_type", "max_results", "page_token", "noticed")
     STATES_FIELD_NUMBER: _ClassVar[int]
     ZONE_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_TYPE_FIELD_NUMBER: _ClassVar[int]
     MAX_RESULTS_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    NOTICED_FIELD_NUMBER: _ClassVar[int]
     states: _containers.RepeatedScalarFieldContainer[_machine_pb2.MachineState]
     zone: str
     instance_type: str
     max_results: int
     page_token: str
-    def __init__(self, states: _Optional[_Iterable[_Union[_machine_pb2.MachineState, str]]] = ..., zone: _Optional[str] = ..., instance_type: _Optional[str] = ..., max_results: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    noticed: bool
+    def __init__(self, states: _Optional[_Iterable[_Union[_machine_pb2.MachineState, str]]] = ..., zone: _Optional[str] = ..., instance_type: _Optional[str] = ..., max_results: _Optional[int] = ..., page_token: _Optional[str] = ..., noticed: _Optional[bool] = ...) -> None: ...
 
 class MachineList(_message.Message):
     __slots__ = ("machines", "next_page_token")
