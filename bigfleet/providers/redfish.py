@@ -6,7 +6,9 @@ cluster, a drain's grace, the highest fencing epoch per shard: kept only for cal
 bigfleet/providers/fencing.py) is a small JSON file, `state_path`, rewritten atomically after
 every change (one provider process per file).
 
-- Create claims a commissioned system (healthy, enabled): SPECULATIVE → IDLE at once.
+- Create claims a commissioned system (enabled, health OK): SPECULATIVE → IDLE at once. A
+  system whose BMC reports health Warning is not claimed (nor configured): a machine known to
+  be degraded is not handed out; it is claimable again once its BMC says OK.
 - Configure publishes the bootstrap blob (cloud-init user data) as a cloud-init NoCloud seed
   (nocloud.py): with `boot_method: virtual-media`, an ISO9660 image labelled `cidata` holding
   `user-data` (the blob) and `meta-data` (`instance-id: {machine id}-{digest[:16]}`, so a new
@@ -24,8 +26,16 @@ every change (one provider process per file).
   (ForceOff when forced, or when a graceful shutdown outlasts `power_off_seconds`), its media
   ejected and its seed removed: IDLE once the BMC reports it off. Delete is NotSupported.
 - Progress is observed: `get` and `list` read each system from its BMC and move it on (BigFleet
-  polls them while a transition runs). A CONFIGURED system found powered off, or one whose BMC
-  reports health Critical, is FAILED (from CONFIGURED) with `last_error`.
+  polls them while a transition runs). A CONFIGURED system found powered Off or PoweringOff
+  (BigFleet powers systems off only while DRAINING), or a CONFIGURING or CONFIGURED one whose
+  BMC reports health Critical, is FAILED with `last_error` naming the power state or health.
+- Health: a system's health is the worse of the BMC's `Status.Health` (the system itself) and
+  `Status.HealthRollup` (with its components: a DIMM, a fan, a power supply). A machine with a
+  host that is not FAILED (IDLE, CONFIGURING, CONFIGURED, DRAINING) whose health is Warning or
+  worse carries `notice` kind `unhealthy` (deadline 0, the BMC's words in `detail`): the shard
+  drains and replaces it within the cluster's `max_unhealthy`. It is read anew on every `get`
+  and `list` (kept as last known while the BMC does not answer): when the BMC says OK again the
+  notice is gone. `list` with `noticed` returns only machines that carry one.
 - A BMC that does not answer (or refuses the credentials): its machines stay listed in their
   last known state with `last_error` naming the BMC (the hosts may well still be serving: a BMC
   is out of band); it is not asked again for `bmc_retry_seconds`, and lifecycle calls on its
@@ -56,6 +66,7 @@ from sushy import exceptions as sushy_exc
 from .. import labels
 from ..epochs import latest_issued
 from ..models import (
+    NOTICE_DETAIL_MAX,
     BootstrapBlob,
     CapacityType,
     Dollars,
@@ -65,6 +76,8 @@ from ..models import (
     Machine,
     MachineState,
     Name,
+    Notice,
+    NoticeKind,
     Resources,
     TransitionAck,
 )
@@ -157,9 +170,10 @@ class BMCUnreachable(ProviderError):
 class Observed:
     """What a BMC said of one system just now."""
 
-    power: str  # sushy.PowerState value: "on", "off", "powering on", ...
-    health: str  # "OK", "Warning", "Critical" or "" when the BMC does not say
+    power: str  # sushy.PowerState value: "On", "Off", "PoweringOn", "PoweringOff", "Paused"
+    health: str  # Status.Health: "OK", "Warning", "Critical" or "" when the BMC does not say
     enabled: bool
+    health_rollup: str = ""  # Status.HealthRollup (the system with its components), as health
 
 
 @dataclass
@@ -346,6 +360,8 @@ class RedfishProvider:
                 machine = self._snapshot(system)
                 if filter.states and machine.state not in filter.states:
                     continue
+                if filter.noticed and machine.notice is None:
+                    continue
                 found.append(machine)
             found.sort(key=lambda m: m.id)
             return found[: filter.max_results] if filter.max_results else found
@@ -461,6 +477,9 @@ class RedfishProvider:
                     power=str(sys_.power_state.value) if sys_.power_state else "",
                     health=str(status.health.value) if status and status.health else "",
                     enabled=not (status and status.state and status.state.value != "Enabled"),
+                    health_rollup=(
+                        str(status.health_rollup.value) if status and status.health_rollup else ""
+                    ),
                 )
         except _Down:
             return None
@@ -531,11 +550,11 @@ class RedfishProvider:
         state = S(record["state"])
         on = seen.power == sushy.PowerState.ON.value
         off = seen.power == sushy.PowerState.OFF.value
-        critical = seen.health == "Critical"
+        critical = _health(seen)[0] == "Critical"
         changed = True
         if state is S.CONFIGURING:
             if critical:
-                self._fail(record, now, "the BMC reports health Critical")
+                self._fail(record, now, _health_words(seen))
             elif record.get("power_on_pending") and off:
                 try:
                     with self._talk(system.bmc) as root:
@@ -552,9 +571,10 @@ class RedfishProvider:
                 changed = False
         elif state is S.CONFIGURED:
             if critical:
-                self._fail(record, now, "the BMC reports health Critical")
-            elif off:
-                self._fail(record, now, "powered off unexpectedly (the BMC reports PowerState Off)")
+                self._fail(record, now, _health_words(seen))
+            elif off or seen.power == sushy.PowerState.POWERING_OFF.value:
+                why = f"powered off unexpectedly (the BMC reports PowerState {seen.power})"
+                self._fail(record, now, why)
             else:
                 changed = False
         elif state is S.DRAINING:
@@ -712,6 +732,10 @@ class RedfishProvider:
             if why:
                 errors.append(why)
         moving = state in (S.CONFIGURING, S.DRAINING, S.FAILED)
+        notice = None
+        if seen is not None and state in _NOTICED and _HEALTH_RANK.get(_health(seen)[0], 0):
+            detail = _health_words(seen)[:NOTICE_DETAIL_MAX]
+            notice = Notice(kind=NoticeKind.UNHEALTHY, detail=detail)
         return Machine(
             id=system.machine_id,
             state=state,
@@ -731,6 +755,7 @@ class RedfishProvider:
             last_error="; ".join(errors),
             cluster=record.get("cluster") if record else None,
             failed_from=S(record["failed_from"]) if record and record.get("failed_from") else None,
+            notice=notice,
         )
 
 
@@ -756,9 +781,27 @@ def _unfit(seen: Observed) -> str:
         return "the BMC no longer lists this system"
     if not seen.enabled:
         return "the BMC reports the system not Enabled"
-    if seen.health == "Critical":
-        return "the BMC reports health Critical"
+    if _HEALTH_RANK.get(_health(seen)[0], 0):  # Warning or Critical
+        return _health_words(seen)
     return ""
+
+
+_HEALTH_RANK = {"OK": 0, "Warning": 1, "Critical": 2}  # Redfish's Health, worst last
+_NOTICED = (S.IDLE, S.CONFIGURING, S.CONFIGURED, S.DRAINING)  # hosted and not FAILED
+
+
+def _health(seen: Observed) -> tuple[str, str]:
+    """The worse of the system's Health and HealthRollup, and which property said it ("" and
+    "Health" when the BMC reports neither)."""
+    rollup = _HEALTH_RANK.get(seen.health_rollup, -1) > _HEALTH_RANK.get(seen.health, -1)
+    return (seen.health_rollup, "HealthRollup") if rollup else (seen.health, "Health")
+
+
+def _health_words(seen: Observed) -> str:
+    level, which = _health(seen)
+    if which == "HealthRollup":
+        return f"the BMC reports health {level} (Status.HealthRollup: the system's components)"
+    return f"the BMC reports health {level} (Status.Health)"
 
 
 def _cd_drive(system: Any) -> Any:

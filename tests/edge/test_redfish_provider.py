@@ -8,11 +8,16 @@ emulator by a small HTTP media server in this process, as an operator's media se
 `media_dir`; they are read back with pycdlib, an ISO9660 reader independent of the writer
 (bigfleet/providers/nocloud.py), and with blkid (how cloud-init finds the disk) where present.
 
-Emulator limits met (so not shown here): its systems always report Status Enabled / Health OK
-(a Critical or disabled system is shown through the pure check instead), and it ignores
-BootSourceOverrideEnabled=Once (it reports Continuous). Its fake driver applies a power change
-1 to 11 s after the request; the launcher below pins that to the low end (1 s) so the module
-runs in seconds.
+Emulator limits met: its system template fixes Status at State Enabled, Health OK (and spells
+the rollup "HealthRollUp", which no Redfish client reads), and no request changes it; the fake
+driver never reports PoweringOff. So the launcher below, in the emulator's own process, renders
+each system's Status from fields of the fake driver's own record of it (`state`, `health`,
+`health_rollup`, kept in the emulator's state directory like its power state) and adds one route
+outside the Redfish tree, PATCH /lab/Systems/{id}, through which a test sets them (and the power
+state), as a failing DIMM or a pulled cable would on a real BMC. Everything else the provider
+reads is the emulator's own. It ignores BootSourceOverrideEnabled=Once (it reports Continuous).
+Its fake driver applies a power change 1 to 11 s after the request; the launcher pins that to
+the low end (1 s) so the module runs in seconds.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ import yaml
 
 from bigfleet.edge import conformance
 from bigfleet.edge.provider_server import ProviderService, serve_provider
-from bigfleet.models import BootstrapBlob, FencingToken, ListFilter, MachineState
+from bigfleet.models import BootstrapBlob, FencingToken, ListFilter, MachineState, NoticeKind
 from bigfleet.providers import nocloud
 from bigfleet.providers.base import (
     InvalidTransition,
@@ -50,18 +55,15 @@ from bigfleet.providers.base import (
     StaleFencingToken,
     UnissuedEpoch,
 )
-from bigfleet.providers.redfish import (
-    BMCUnreachable,
-    Observed,
-    RedfishConfig,
-    RedfishProvider,
-    _unfit,
-)
+from bigfleet.providers.redfish import BMCUnreachable, RedfishConfig, RedfishProvider
 from tests.procs import Proc, free_port
 
 S = MachineState
 LAUNCHER = """\
+import json
 import sys
+
+import flask
 from sushy_tools.emulator.resources.systems import fakedriver
 
 class _PromptHardware:  # the fake driver applies a power change randint(1, 11) s later: take 1
@@ -70,8 +72,41 @@ class _PromptHardware:  # the fake driver applies a power change randint(1, 11) 
         return low
 
 fakedriver.random = _PromptHardware()
-from sushy_tools.emulator.main import main
-sys.exit(main())
+from sushy_tools.emulator import main as emulator
+
+app = emulator.app
+_render = app.render_template
+
+
+def render(name, /, **params):  # a system's Status from the fake driver's record of it
+    text = _render(name, **params)
+    if name != "system.json" or app.feature_set != "full":
+        return text
+    system = app.systems._get(params["uuid"])
+    body = json.loads(text)
+    body["Status"] = {
+        "State": system.get("state", "Enabled"),
+        "Health": system.get("health", "OK"),
+        "HealthRollup": system.get("health_rollup", "OK"),
+    }
+    return json.dumps(body)
+
+
+app.render_template = render
+FIELDS = {"State": "state", "Health": "health", "HealthRollup": "health_rollup"}
+
+
+@app.route("/lab/Systems/<identity>", methods=["PATCH"])
+def lab_system(identity):  # what the hardware does on its own; not part of Redfish
+    body = flask.request.json
+    changes = {FIELDS[k]: v for k, v in body.get("Status", {}).items()}
+    if "PowerState" in body:
+        changes.update(power_state=body["PowerState"], pending_power=None)
+    app.systems._update(app.systems.uuid(identity), **changes)
+    return "", 204
+
+
+sys.exit(emulator.main())
 """
 BLOB = BootstrapBlob(
     user_data=b"#cloud-config\nruncmd: [kubeadm join --token t0k3n]\n", ttl_seconds=900
@@ -164,14 +199,22 @@ class Emulator:
         with urllib.request.urlopen(request, timeout=5) as reply:
             return json.loads(reply.read())
 
-    def post(self, path: str, body: dict[str, Any]) -> None:
+    def post(self, path: str, body: dict[str, Any], method: str = "POST") -> None:
         request = urllib.request.Request(
             f"{self.address}{path}",
             data=json.dumps(body).encode(),
             headers=self.headers,
-            method="POST",
+            method=method,
         )
         urllib.request.urlopen(request, timeout=5).read()
+
+    def hardware(self, system_id: str, **status: str) -> None:
+        """The system's own doing (the launcher's lab route): Status fields (State, Health,
+        HealthRollup) and PowerState, as the BMC will then report them."""
+        body: dict[str, Any] = {"Status": {k: v for k, v in status.items() if k != "PowerState"}}
+        if "PowerState" in status:
+            body["PowerState"] = status["PowerState"]
+        self.post(f"/lab/Systems/{system_id}", body, method="PATCH")
 
     def system(self, system_id: str) -> Any:
         return self.get(f"/redfish/v1/Systems/{system_id}")
@@ -186,7 +229,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     handler.log_message = lambda *a: None  # type: ignore[attr-defined]
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    emulators = [Emulator(tmp, "rack-a", systems("aaaaaaaa", 3))]
+    emulators = [Emulator(tmp, "rack-a", systems("aaaaaaaa", 5))]
     emulators.append(Emulator(tmp, "rack-b", systems("bbbbbbbb", 2), password="s3cret"))
     (tmp / "bmc-password").write_text("s3cret\n")
     try:
@@ -233,6 +276,13 @@ def wait_for(provider: RedfishProvider, machine_id: str, state: MachineState) ->
         time.sleep(0.2)
 
 
+def serve(provider: RedfishProvider, machine_id: str) -> None:
+    """Claim the system and configure it into cluster-a, until the BMC reports it on."""
+    provider.create([machine_id], token())
+    provider.configure(machine_id, BLOB, "cluster-a", token())
+    wait_for(provider, machine_id, S.CONFIGURED)
+
+
 def test_two_racks_and_a_bmc_that_does_not_answer(lab: dict[str, Any]) -> None:
     a, b = lab["a"], lab["b"]
     provider = RedfishProvider(
@@ -263,7 +313,7 @@ def test_two_racks_and_a_bmc_that_does_not_answer(lab: dict[str, Any]) -> None:
     assert ack.machine.state is S.IDLE
     with pytest.raises(BMCUnreachable):
         provider.create(["dc-lab-r3-node-9"], token())
-    assert len(provider.list(ListFilter())) == 6
+    assert len(provider.list(ListFilter())) == len(a.ids) + len(b.ids) + 1
 
 
 def test_claim_configure_drain_through_the_bmc(lab: dict[str, Any]) -> None:
@@ -351,7 +401,7 @@ def test_a_configured_system_powered_off_is_failed(lab: dict[str, Any]) -> None:
         assert time.monotonic() < deadline, machine
         time.sleep(0.2)
     assert machine.failed_from is S.CONFIGURED
-    assert "powered off unexpectedly" in machine.last_error
+    assert "powered off unexpectedly (the BMC reports PowerState Off)" in machine.last_error
     assert machine.cluster == "cluster-a"
 
     with pytest.raises(InvalidTransition):
@@ -419,11 +469,97 @@ def test_a_bmc_that_stops_answering_keeps_its_machines(lab: dict[str, Any]) -> N
     assert provider.get(mid).state is S.DRAINING
 
 
-def test_an_unhealthy_or_disabled_system_is_not_claimed() -> None:
-    # The emulator always reports Enabled / OK, so the rule is shown on its own.
-    assert _unfit(Observed(power="Off", health="OK", enabled=True)) == ""
-    assert "Critical" in _unfit(Observed(power="Off", health="Critical", enabled=True))
-    assert "not Enabled" in _unfit(Observed(power="Off", health="OK", enabled=False))
+def test_a_degraded_system_carries_an_unhealthy_notice(lab: dict[str, Any]) -> None:
+    a = lab["a"]
+    system_id = a.ids[3]
+    mid = f"dc-lab-r1-{system_id}"
+    provider = RedfishProvider(config(lab, "health.json", bmc(a.address, "r1")))
+    noticed = ListFilter(noticed=True)
+    try:
+        # A system known degraded is not handed out: not claimed while its BMC says Warning.
+        a.hardware(system_id, Health="Warning")
+        (listed,) = [m for m in provider.list(ListFilter()) if m.id == mid]
+        assert listed.state is S.SPECULATIVE and "health Warning" in listed.last_error
+        assert listed.notice is None  # not BigFleet's yet: nothing to repair
+        with pytest.raises(InvalidTransition, match="health Warning"):
+            provider.create([mid], token())
+        a.hardware(system_id, Health="OK")
+        serve(provider, mid)
+        assert provider.list(noticed) == []
+
+        # Degraded while serving: still CONFIGURED, with a notice for the shard to repair it.
+        a.hardware(system_id, Health="Warning")
+        (machine,) = provider.list(noticed)
+        assert machine.id == mid and machine.state is S.CONFIGURED
+        assert machine.cluster == "cluster-a" and not machine.last_error
+        assert machine.notice is not None
+        assert machine.notice.kind is NoticeKind.UNHEALTHY and machine.notice.deadline_unix == 0
+        assert "health Warning" in machine.notice.detail
+        assert provider.get(mid).notice == machine.notice
+
+        # The BMC says OK again: the notice is gone.
+        a.hardware(system_id, Health="OK")
+        assert provider.list(noticed) == []
+        assert provider.get(mid).notice is None
+
+        # A component's Warning (the rollup) counts as well: the worse of the two is the health.
+        a.hardware(system_id, HealthRollup="Warning")
+        (machine,) = provider.list(noticed)
+        assert machine.notice is not None and "HealthRollup" in machine.notice.detail
+        # The shard drains it: noticed while DRAINING and once IDLE, and not configured again.
+        draining = provider.drain(mid, 0.0, token()).machine
+        assert draining.state is S.DRAINING and draining.notice == machine.notice
+        idle = wait_for(provider, mid, S.IDLE)
+        assert idle.notice == machine.notice
+        with pytest.raises(InvalidTransition, match="HealthRollup"):
+            provider.configure(mid, BLOB, "cluster-a", token())
+        a.hardware(system_id, HealthRollup="OK")
+        assert provider.get(mid).notice is None
+        assert provider.configure(mid, BLOB, "cluster-a", token()).machine.notice is None
+        wait_for(provider, mid, S.CONFIGURED)
+    finally:
+        a.hardware(system_id, Health="OK", HealthRollup="OK")
+
+
+def test_critical_or_powered_off_while_configured_is_failed(lab: dict[str, Any]) -> None:
+    a = lab["a"]
+    system_id = a.ids[4]
+    mid = f"dc-lab-r1-{system_id}"
+    provider = RedfishProvider(config(lab, "critical.json", bmc(a.address, "r1")))
+    try:
+        a.hardware(system_id, Health="Critical")
+        with pytest.raises(InvalidTransition, match="health Critical"):
+            provider.create([mid], token())
+        a.hardware(system_id, Health="OK", State="Disabled")
+        with pytest.raises(InvalidTransition, match="not Enabled"):
+            provider.create([mid], token())
+        a.hardware(system_id, State="Enabled")
+        serve(provider, mid)
+
+        # Critical: FAILED (replaced as any failed machine), not a notice.
+        a.hardware(system_id, Health="Critical")
+        machine = provider.get(mid)
+        assert machine.state is S.FAILED and machine.failed_from is S.CONFIGURED
+        assert "health Critical" in machine.last_error and machine.notice is None
+        assert provider.list(ListFilter(noticed=True)) == []
+        assert [m.id for m in provider.list(ListFilter(states=[S.FAILED]))] == [mid]
+
+        # Repaired, drained back to IDLE, configured again.
+        a.hardware(system_id, Health="OK")
+        provider.drain(mid, 0.0, token(), force=True)
+        wait_for(provider, mid, S.IDLE)
+        provider.configure(mid, BLOB, "cluster-a", token())
+        wait_for(provider, mid, S.CONFIGURED)
+
+        # Shutting down with no drain asked (the OS halting, a button pressed): FAILED at once.
+        a.hardware(system_id, PowerState="PoweringOff")
+        machine = provider.get(mid)
+        assert machine.state is S.FAILED and machine.failed_from is S.CONFIGURED
+        assert "powered off unexpectedly (the BMC reports PowerState PoweringOff)" in (
+            machine.last_error
+        )
+    finally:
+        a.hardware(system_id, Health="OK", State="Enabled", PowerState="Off")
 
 
 def test_conformance_over_grpc(lab: dict[str, Any]) -> None:
