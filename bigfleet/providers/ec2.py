@@ -79,6 +79,15 @@ insufficient-capacity answer, blobs on their way, the last refusal of a step EC2
   family-to-quota table and the account's other instances; moto does not serve EC2's), so set
   each offering's `count` to what the quota allows. A launch beyond the quota answers
   VcpuLimitExceeded, treated as insufficient capacity.
+- Notices (issue 33): with `interruption_queue_url`, a List with `noticed` first reads the SQS
+  queue EventBridge puts EC2's warnings in (spot interruption, rebalance recommendation, AWS
+  Health scheduled change, state change; bigfleet/providers/ec2_notices.py) and tags each of the
+  provider's instances it names `bigfleet:notice` (kind, deadline, detail), so every Get and List
+  reports it as `Machine.notice`, a fresh provider object too, until the machine is deleted (its
+  slot SPECULATIVE again). A stop or termination BigFleet made itself (a configure, a drain, a
+  delete) is not a notice, nor is a stop of an instance that runs again. A notice EC2 will not
+  take as a tag (a terminated instance) is kept in memory (bounded); an earlier deadline
+  replaces a later one, and any deadline a rebalance notice.
 - Prices: from the config; spot ones are refreshed from the spot price history every
   `spot_price_seconds` (on List), or when `refresh_spot_prices()` is called.
 
@@ -89,8 +98,9 @@ IAM: exactly the EC2 actions called here: ec2:RunInstances, CreateTags, DeleteTa
 DescribeInstances, StopInstances, StartInstances, ModifyInstanceAttribute, TerminateInstances,
 CancelSpotInstanceRequests, DescribeSpotPriceHistory, DescribeAccountAttributes (and
 iam:PassRole for an instance profile), the mutating ones scoped to instances tagged
-`bigfleet:provider`; examples/ec2-iam-policy.json is that policy (a test keeps its actions equal
-to the calls made here).
+`bigfleet:provider`; with a queue, sqs:ReceiveMessage and sqs:DeleteMessage on it;
+examples/ec2-iam-policy.json is that policy (a test keeps its actions equal to the calls made
+here and in ec2_notices.py).
 """
 
 from __future__ import annotations
@@ -123,11 +133,13 @@ from ..models import (
     Machine,
     MachineState,
     Name,
+    Notice,
     Probability,
     Resources,
     TransitionAck,
 )
 from ..yamlfile import load_model
+from . import ec2_notices as notices
 from .base import (
     MAX_CREATE_BATCH,
     InvalidTransition,
@@ -151,6 +163,7 @@ T_CONFIGURE_AT, T_DRAIN_UNTIL, T_DELETING = (
     TAG + "drain-until",
     TAG + "deleting",
 )
+T_NOTICE = TAG + "notice"
 ICE_CODES = frozenset(
     {
         "InsufficientInstanceCapacity",
@@ -213,6 +226,8 @@ class Ec2Config(_Spec):
     sdk_max_attempts: Annotated[int, Field(ge=1, le=10)] = 2
     backoff_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
     backoff_cap_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 60.0
+    # The SQS queue EventBridge puts EC2's interruption and maintenance events in (issue 33).
+    interruption_queue_url: Annotated[str, Field(min_length=1)] | None = None
 
     @model_validator(mode="after")
     def _distinct(self) -> Ec2Config:
@@ -269,26 +284,19 @@ class Ec2Provider:
         session_or_client: Any = None,
         *,
         clock: Callable[[], float] = time.time,
+        sqs_client: Any = None,
     ) -> None:
         self.config = config
         self.name = config.name
         self._clock = clock
         self._lock = threading.RLock()
-        if session_or_client is not None and hasattr(session_or_client, "meta"):
-            self.client = session_or_client
-        else:
-            import boto3
-            from botocore.config import Config
-
-            session = session_or_client or boto3.session.Session()
-            self.client = session.client(
-                "ec2",
-                region_name=config.region,
-                endpoint_url=config.endpoint_url,
-                config=Config(
-                    retries={"mode": "standard", "max_attempts": config.sdk_max_attempts}
-                ),
-            )
+        given = session_or_client is not None and hasattr(session_or_client, "meta")
+        session = None if given else session_or_client
+        self.client = session_or_client if given else self._client("ec2", session)
+        self._queue: notices.NoticeQueue | None = None
+        if config.interruption_queue_url:
+            sqs = sqs_client or self._client("sqs", session)
+            self._queue = notices.NoticeQueue(sqs, config.interruption_queue_url, self.name)
         self._offerings = [
             _Offering(
                 o,
@@ -310,6 +318,20 @@ class Ec2Provider:
         self._prices: dict[str, float] = {}  # offering key -> spot price from EC2's history
         self._prices_due = 0.0  # when `spot_price_seconds` asks for the next refresh
         self._recent: dict[str, tuple[float, _Record]] = {}  # machine id -> its fresh launch
+        self._noticed: dict[str, Notice] = {}  # instance id -> a notice EC2 would not tag
+
+    def _client(self, service: str, session: Any) -> Any:
+        """A boto3 client of the config's region and endpoint (EC2's, and SQS's for notices)."""
+        import boto3
+        from botocore.config import Config
+
+        cfg = self.config
+        return (session or boto3.session.Session()).client(
+            service,
+            region_name=cfg.region,
+            endpoint_url=cfg.endpoint_url,
+            config=Config(retries={"mode": "standard", "max_attempts": cfg.sdk_max_attempts}),
+        )
 
     # -- the CapacityProvider calls ---------------------------------------------------------
 
@@ -492,7 +514,7 @@ class Ec2Provider:
                     InstanceIds=[record.instance_id],
                 )
                 record = self._refresh(record)
-            for memo in (self._blobs, self._errors):
+            for memo in (self._blobs, self._errors, self._noticed):
                 memo.pop(record.instance_id, None)
             return TransitionAck(operation_id=op, machine=self._machine(record))
 
@@ -532,6 +554,8 @@ class Ec2Provider:
     def list(self, filter: ListFilter) -> builtins.list[Machine]:
         with self._lock:
             self._refresh_prices_if_due()
+            if filter.noticed and self._queue is not None:
+                self._queue.poll(self._take_notices)
             offerings = [
                 o
                 for o in self._offerings
@@ -539,9 +563,74 @@ class Ec2Provider:
                 and (not filter.instance_type or o.spec.instance_type == filter.instance_type)
             ]
             states = set(filter.states)
-            found = [m for m in self._listing(offerings) if not states or m.state in states]
+            found = [
+                m
+                for m in self._listing(offerings)
+                if (not states or m.state in states) and (m.notice or not filter.noticed)
+            ]
             found.sort(key=lambda m: m.id)
             return found[: filter.max_results] if filter.max_results else found
+
+    # -- notices (ec2_notices.py) -----------------------------------------------------------
+
+    def notice_counts(self) -> dict[str, int]:
+        """Queue messages so far by outcome: applied, ignored, foreign, malformed, retry."""
+        return dict(self._queue.counts) if self._queue is not None else {}
+
+    def _take_notices(self, events: builtins.list[notices.Event]) -> builtins.list[str]:
+        """Tag the provider's instances the events name (one DescribeInstances per 200 ids);
+        an instance not this provider's (another provider, another account) is FOREIGN."""
+        ids = sorted({i for event in events for i in event.instance_ids})
+        records: dict[str, _Record] = {}
+        for at in range(0, len(ids), 200):
+            chunk = [{"Name": "instance-id", "Values": ids[at : at + 200]}]
+            for instance in self._describe([], chunk):
+                record = self._record(instance)
+                if record is not None:
+                    records[record.instance_id] = record
+        outcomes = []
+        for event in events:
+            mine = [records[i] for i in event.instance_ids if i in records]
+            found = {self._take_notice(record, event) for record in mine}
+            order = (notices.RETRY, notices.APPLIED, notices.IGNORED)
+            outcomes.append(next((o for o in order if o in found), notices.FOREIGN))
+        return outcomes
+
+    def _take_notice(self, record: _Record, event: notices.Event) -> str:
+        iid = record.instance_id
+        if not self._notice_stands(record, event):
+            return notices.IGNORED
+        tagged = notices.notice_from_tag(record.tags.get(T_NOTICE))
+        if notices.stronger(event.notice, tagged):  # not a repeat, nor weaker
+            notice = notices.strongest(event.notice, self._noticed.get(iid)) or event.notice
+            try:
+                self._tag(record, None, {T_NOTICE: notices.notice_tag(notice)})
+                self._noticed.pop(iid, None)
+            except RateLimited:  # the message stays in the queue, the notice in memory
+                notices.remember(self._noticed, iid, notice)
+                return notices.RETRY
+            except ClientError:  # EC2 will not tag it (terminated): memory keeps it
+                notices.remember(self._noticed, iid, notice)
+        return notices.APPLIED
+
+    def _notice_stands(self, record: _Record, event: notices.Event) -> bool:
+        """Not for a deleted machine; a stop or termination is no notice when BigFleet made it
+        (a drain, a configure, a delete) or when the instance runs again (a stale event)."""
+        if self._state_of(record)[0] is S.SPECULATIVE:
+            return False
+        if not event.state:
+            return True
+        tags, iid = record.tags, record.instance_id
+        if record.ec2_state in ("pending", "running"):
+            return False
+        if T_DELETING in tags or iid in self._external_deletes:
+            return False
+        ours = T_DRAIN_UNTIL in tags or tags.get(T_CONFIGURE) == "stopping"
+        return not (event.state in ("stopping", "stopped") and ours)
+
+    def _notice_of(self, record: _Record) -> Notice | None:
+        tagged = notices.notice_from_tag(record.tags.get(T_NOTICE))
+        return notices.strongest(tagged, self._noticed.get(record.instance_id))
 
     # -- offerings, slots and records -------------------------------------------------------
 
@@ -785,6 +874,7 @@ class Ec2Provider:
             last_error=error,
             cluster=cluster,
             failed_from=failed_from,
+            notice=self._notice_of(record),
         )
 
     def _state_of(self, record: _Record) -> tuple[MachineState, str]:

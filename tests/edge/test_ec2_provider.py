@@ -1,7 +1,8 @@
 """The EC2 provider (bigfleet/providers/ec2.py) against moto in server mode: a real HTTP endpoint
-in its own process (`python -m moto.server`), started once for the module, that boto3 talks to
-over the network. Each test uses its own provider name, so the instances of one are invisible to
-the others (every listing is filtered by the `bigfleet:provider` tag).
+in its own process (`python -m moto.server`, tests/edge/moto_server.py), started once for the
+module, that boto3 talks to over the network. Each test uses its own provider name, so the
+instances of one are invisible to the others (every listing is filtered by the
+`bigfleet:provider` tag).
 
 API calls are counted (and their parameters kept) with a botocore `before-call` hook on the
 client; EC2's refusals (InsufficientInstanceCapacity, RequestLimitExceeded) are injected with a
@@ -23,10 +24,7 @@ from __future__ import annotations
 import base64
 import datetime
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -50,47 +48,15 @@ from bigfleet.providers.base import (
     UnissuedEpoch,
 )
 from bigfleet.providers.ec2 import Ec2Config, Ec2Provider, _Record
-from tests.procs import ROOT, free_port
+from tests.edge import moto_server
+from tests.procs import ROOT
 
 S = MachineState
-REGION = "us-east-1"
+REGION = moto_server.REGION
+moto_url = moto_server.moto_url  # the fixture: moto in server mode, once for the module
 BLOB = BootstrapBlob(user_data=b"#!/bin/sh\necho join cluster-a\n", ttl_seconds=600)
 MUTATING = {"RunInstances", "CreateTags", "DeleteTags", "TerminateInstances", "StopInstances",
             "StartInstances", "ModifyInstanceAttribute", "CancelSpotInstanceRequests"}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def moto_url() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
-    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
-    try:
-        probe = boto3.client("ec2", region_name=REGION, endpoint_url=url)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                probe.describe_regions()
-                break
-            except Exception:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto server on {url} did not answer") from None
-                time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 class Hooks:
@@ -842,11 +808,14 @@ def test_every_ec2_state_and_tags_map_to_one_machine_state(
     assert error in machine.last_error and bool(error) == bool(machine.last_error)
 
 
-def test_the_iam_policy_allows_exactly_the_ec2_calls_the_provider_makes() -> None:
+def test_the_iam_policy_allows_exactly_the_calls_the_provider_makes() -> None:
     policy = json.loads((ROOT / "examples" / "ec2-iam-policy.json").read_text())
-    source = (ROOT / "bigfleet" / "providers" / "ec2.py").read_text()
-    called = {f"ec2:{name}" for name in re.findall(r'self\._call\(\s*"(\w+)"', source)}
+    called = set()
+    for module, service in (("ec2", "ec2"), ("ec2_notices", "sqs")):  # EC2, and the notice queue
+        source = (ROOT / "bigfleet" / "providers" / f"{module}.py").read_text()
+        called |= {f"{service}:{name}" for name in re.findall(r'self\._call\(\s*"(\w+)"', source)}
     assert "ec2:RunInstances" in called and "ec2:CancelSpotInstanceRequests" in called
+    assert {"sqs:ReceiveMessage", "sqs:DeleteMessage"} <= called
     allowed: set[str] = set()
     for statement in policy["Statement"]:
         assert statement["Effect"] == "Allow"
@@ -855,6 +824,8 @@ def test_the_iam_policy_allows_exactly_the_ec2_calls_the_provider_makes() -> Non
         allowed |= set(actions)
         resources = statement["Resource"]
         resources = [resources] if isinstance(resources, str) else resources
+        if any(a.startswith("sqs:") for a in actions):  # the one queue, never every queue
+            assert all(r.startswith("arn:aws:sqs:") and "*" not in r for r in resources), statement
         mutating = [a for a in actions if a.startswith("ec2:") and not a.startswith("ec2:Describe")]
         if not mutating:
             continue
@@ -863,5 +834,5 @@ def test_the_iam_policy_allows_exactly_the_ec2_calls_the_provider_makes() -> Non
         assert "*" not in resources, statement
         if any(r.endswith((":instance/*", ":spot-instances-request/*")) for r in resources):
             assert "bigfleet:provider" in json.dumps(statement.get("Condition", {})), statement
-    assert {a for a in allowed if a.startswith("ec2:")} == called
+    assert {a for a in allowed if a.startswith(("ec2:", "sqs:"))} == called
     assert "iam:PassRole" in allowed
