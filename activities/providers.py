@@ -180,6 +180,15 @@ class ProviderActivities:
         with provider_errors():
             return await offloaded(p, lambda: self._get(p, r))
 
+    @activity.defn(name="provider_noticed")
+    async def noticed(self, r: ProviderRead) -> list[Machine]:
+        """The provider's machines under a notice (`ListFilter.noticed`), the first `r.limit`
+        in id order: a shard reads them every `notice_seconds` and acts on its own."""
+        p = self._provider(r.provider, r.now)
+        with provider_errors():
+            found = await offloaded(p, lambda: p.list(ListFilter(noticed=True)))
+        return sorted(found, key=lambda m: m.id)[: r.limit]
+
     @staticmethod
     def _get(p: CapacityProvider, r: ProviderRead) -> list[Machine]:
         found = []

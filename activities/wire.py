@@ -290,6 +290,9 @@ class ShardConfig(Model):
     # A machine failed for its transition's time is read back from its provider (at a
     # reconcile) if no result of that transition came back within this (it was lost).
     unstick_seconds: float = Field(default=600.0, ge=0)
+    # Each provider is asked for its machines under a notice (`Machine.notice`) this often: a
+    # spot interruption warning comes 2 minutes ahead (bigfleet/notices.py).
+    notice_seconds: float = Field(default=10.0, gt=0)
     max_cycles_per_run: int = 500
     policy: dict[str, Any] = Field(default_factory=dict)
     transition_poll_seconds: float = 5.0

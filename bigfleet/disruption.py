@@ -42,6 +42,7 @@ from .models import (
     DrainReason,
     MachineState,
     from_wire,
+    share_of,
 )
 from .policy import Policy
 from .schedule import Cron
@@ -77,6 +78,7 @@ class ClusterBounds:
     budgets: list[DisruptionBudget] | None = None
     marks: dict[str, float] = field(default_factory=dict)
     held: Counter[str] = field(default_factory=Counter)
+    max_unhealthy: str | None = None  # (None: the policy's)
 
 
 class DisruptionBook:
@@ -109,6 +111,7 @@ class DisruptionBook:
         self.clusters[cluster] = ClusterBounds(
             budgets=list(disruption.budgets) if disruption.budgets else None,
             marks={mid: until for mid, until in marks.items() if until > now},
+            max_unhealthy=disruption.max_unhealthy,
         )
 
     def forget(self, known: set[str]) -> None:
@@ -121,6 +124,12 @@ class DisruptionBook:
         if own is not None and own.budgets is not None:
             return own.budgets
         return self.policy.disruption_budgets
+
+    def max_unhealthy(self, cluster: str, machines: int) -> int:
+        """How many of a cluster's `machines` may be unhealthy at once and still be repaired."""
+        own = self.clusters.get(cluster)
+        share = own.max_unhealthy if own is not None and own.max_unhealthy else None
+        return share_of(share or self.policy.max_unhealthy, machines)
 
     def marked(self, cluster: str, machine_id: str, now: float) -> bool:
         own = self.clusters.get(cluster)
@@ -143,7 +152,7 @@ class DisruptionBook:
         count of each cluster's machines, if it has one)."""
         if not self.bounded():
             return set()
-        members = members or _members(inventory)
+        members = members or count_members(inventory)
         return {
             cluster
             for cluster in inventory.clusters.names
@@ -159,7 +168,7 @@ class DisruptionBook:
             bounds.held = Counter()
         if not self.bounded():
             return decision
-        members = members or _members(inventory)
+        members = members or count_members(inventory)
         started: Counter[str] = Counter()  # drains this decision keeps, by cluster
         kept: list[Any] = []
         dropped = 0
@@ -188,7 +197,7 @@ class DisruptionBook:
         """Why draining these configured machines to hand them to another shard would break
         their clusters' bounds ("" if it would not): a marked machine, or more than a
         transfer budget allows now. The coordinator's saga is refused, and compensates."""
-        members = _members(inventory)
+        members = count_members(inventory)
         by_cluster = Counter(inventory.cluster_of(inventory.row(m)) or "" for m in machine_ids)
         for mid in machine_ids:
             cluster = inventory.cluster_of(inventory.row(mid)) or ""
@@ -217,12 +226,12 @@ class DisruptionBook:
     def members(self, inventory: Inventory) -> Members | None:
         """The cycle's count of each cluster's machines, read once (None if nothing is
         bounded: then nothing reads it)."""
-        return _members(inventory) if self.bounded() else None
+        return count_members(inventory) if self.bounded() else None
 
     def view(self, cluster: str, inventory: Inventory, now: float) -> dict[str, Any]:
         """What `bigfleet cluster NAME` shows: each budget, whether it holds now and how many
         more it allows per reason, the marks in force, and what the last decision held back."""
-        size, draining = _members(inventory)(cluster)
+        size, draining = count_members(inventory)(cluster)
         own = self.clusters.get(cluster)
         marks = own.marks if own is not None else {}
         budgets = []
@@ -254,6 +263,7 @@ class DisruptionBook:
                     else [x.model_dump(mode="json", exclude_none=True) for x in b.budgets]
                 ),
                 "marks": b.marks,
+                **({"max_unhealthy": b.max_unhealthy} if b.max_unhealthy else {}),
             }
             for cluster, b in self.clusters.items()
         }
@@ -268,10 +278,11 @@ class DisruptionBook:
                 if budgets is None
                 else [from_wire(DisruptionBudget, b) for b in budgets],
                 marks={str(k): float(v) for k, v in entry.get("marks", {}).items()},
+                max_unhealthy=entry.get("max_unhealthy"),
             )
 
 
-def _members(inventory: Inventory) -> Members:
+def count_members(inventory: Inventory) -> Members:
     """Per cluster: its machines (configuring, configured or draining), and those draining."""
     n = inventory.rows_used
     state, cluster = inventory.state[:n], inventory.cluster[:n]

@@ -36,6 +36,7 @@ _COLUMNS: dict[str, tuple[type, int]] = {
     "holder_reclamation": (np.float32, 0),
     "missed": (np.uint8, 0),
     "failed_from": (np.uint8, GONE),
+    "risk": (np.uint8, 0),  # 1: its provider recommends moving off it (a rebalance notice)
 }
 
 
@@ -87,6 +88,7 @@ class Inventory:
     holder_reclamation: np.ndarray
     missed: np.ndarray
     failed_from: np.ndarray
+    risk: np.ndarray
 
     def __init__(self, capacity: int = 1024) -> None:
         self.capacity = capacity
@@ -163,6 +165,7 @@ class Inventory:
         self.holder_reclamation[row] = 0
         self.missed[row] = 0
         self.failed_from[row] = GONE
+        self.risk[row] = 0
         self.cluster[row] = self.clusters.intern(m.cluster) if m.cluster else NONE16
         self.state[row] = CODE[m.state]
         if m.state is MachineState.FAILED:

@@ -11,7 +11,14 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
@@ -131,7 +138,7 @@ class NoticeKind(StrEnum):
     UNHEALTHY = "unhealthy"
 
 
-NOTICE_DETAIL_MAX = 200
+NOTICE_DETAIL_MAX = 120
 
 
 class Notice(Wire):
@@ -141,6 +148,14 @@ class Notice(Wire):
     kind: NoticeKind
     deadline_unix: Annotated[int, Field(ge=0, le=2**40)] = 0
     detail: Annotated[str, Field(max_length=NOTICE_DETAIL_MAX)] = ""
+
+    @field_validator("detail", mode="before")
+    @classmethod
+    def _clipped(cls, value: object) -> object:
+        """A provider's words are free text: a long one is cut, never the machine refused."""
+        if isinstance(value, str) and len(value) > NOTICE_DETAIL_MAX:
+            return value[: NOTICE_DETAIL_MAX - 1] + "…"
+        return value
 
 
 class Machine(Wire):
@@ -167,7 +182,8 @@ class Machine(Wire):
     last_error: str = ""
     cluster: str | None = None
     failed_from: MachineState | None = None
-    notice: Notice | None = None
+    # (Left out of the JSON when none: a record's size is what every listing and saga pays.)
+    notice: Notice | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @model_validator(mode="after")
     def _no_host_no_cluster(self) -> Machine:
@@ -300,25 +316,37 @@ class BudgetReason(StrEnum):
 MAX_BUDGET_SECONDS = 366 * 86400.0  # a scheduled budget's window, at most
 
 
+def _a_share(value: str) -> str:
+    if value.endswith("%") and int(value[:-1]) > 100:
+        raise ValueError(f"{value} is over 100%")
+    return value
+
+
+# Some of a cluster's machines: "3", or "10%" of them (rounded up; `share_of`).
+Share = Annotated[
+    str, Field(pattern=r"^[0-9]{1,9}%?$"), AfterValidator(_a_share)
+]
+
+
+def share_of(share: str, machines: int) -> int:
+    """How many of `machines` a `Share` is: a count, or a percentage rounded up."""
+    if share.endswith("%"):
+        return -(-machines * int(share[:-1]) // 100)
+    return int(share)
+
+
 class DisruptionBudget(Wire):
     """At most `machines` of a cluster's machines ("3", or "10%" of them, rounded up) may be
     disrupted at once for `reasons` (all four if empty): machines draining count against it.
     With a `schedule` (5-field cron, UTC) it holds only for `duration_seconds` after each
     time the schedule fires; several budgets: the most restrictive that holds."""
 
-    machines: Annotated[str, Field(pattern=r"^[0-9]{1,9}%?$")]
+    machines: Share
     reasons: list[BudgetReason] = Field(default_factory=list, max_length=4)
     schedule: Annotated[str, Field(min_length=1, max_length=200)] | None = None
     duration_seconds: (
         Annotated[float, Field(gt=0, le=MAX_BUDGET_SECONDS, allow_inf_nan=False)] | None
     ) = None
-
-    @field_validator("machines")
-    @classmethod
-    def _at_most_all(cls, value: str) -> str:
-        if value.endswith("%") and int(value[:-1]) > 100:
-            raise ValueError(f"machines: {value} is over 100%")
-        return value
 
     @field_validator("schedule")
     @classmethod
@@ -337,9 +365,7 @@ class DisruptionBudget(Wire):
 
     def limit(self, machines: int) -> int:
         """How many of a cluster's `machines` may be disrupted at once under this budget."""
-        if self.machines.endswith("%"):
-            return -(-machines * int(self.machines[:-1]) // 100)  # (rounded up)
-        return int(self.machines)
+        return share_of(self.machines, machines)
 
 
 class DoNotDisrupt(Wire):
@@ -356,6 +382,9 @@ class Disruption(Wire):
 
     budgets: list[DisruptionBudget] = Field(default_factory=list, max_length=32)
     do_not_disrupt: list[DoNotDisrupt] = Field(default_factory=list, max_length=10_000)
+    # More of the cluster's machines unhealthy at once than this stops their repair (and
+    # raises an escalation); unset: the deployment's `policy.max_unhealthy`.
+    max_unhealthy: Share | None = None
 
 
 MAX_GENERATION = 2**53 - 1
@@ -403,6 +432,8 @@ class Shortfall(Wire):
     interruption_penalty: Dollars = 0.0
     escalated: bool = False
     same: str | None = None  # a topology-confined need: never resolved across shards
+    # Not a lack of machines: the cluster's repair is held (bigfleet/notices.py), for a human.
+    repair_held: bool = False
 
 
 class BootstrapRequest(Wire):

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .models import CapacityType, DisruptionBudget, MachineState, from_wire
+from .models import CapacityType, DisruptionBudget, MachineState, Share, from_wire
 
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=True)]
 
@@ -85,6 +85,22 @@ class Policy(BaseModel):
     disruption_override_gap: Annotated[int, Field(ge=1)] = 1_000_000
     # ...and a do-not-disrupt mark holds at most this long from when it is received.
     max_do_not_disrupt_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 86400.0
+
+    # Notices and repair (docs/operations.md): a machine its provider warns will go (`Notice`)
+    # is drained with at most this grace (less when the notice's deadline is sooner) and
+    # replaced at once...
+    notice_grace_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 600.0
+    # ...a configured machine its cluster keeps leaving out of its health reports, which its
+    # provider says is up, is repaired (drained, replaced) after this many such verifies...
+    repair_after_verifies: Annotated[int, Field(ge=1, le=255)] = 2
+    # ...and more of a cluster's machines unhealthy at once than this ("3" or "20%" of its
+    # machines, rounded up; a roll-up's `disruption.max_unhealthy` overrides it) stops their
+    # repair and raises an escalation: a broken network or operator must not make BigFleet
+    # replace a whole cluster (Karpenter's node repair stops at 20 % too).
+    max_unhealthy: Share = "20%"
+    # Bare metal drained for a notice or repair (it is never deleted) waits this long out of
+    # the engine's reach before it may serve again.
+    quarantine_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 3600.0
 
     @field_validator("disruption_budgets", mode="before")
     @classmethod

@@ -37,6 +37,7 @@ from .models import (
     from_wire,
 )
 from .needs import NeedsTable
+from .notices import NoticeBook
 from .offers import Offers
 from .operators import OperatorUpdate, Reclaim, UpcomingNode
 from .policy import Policy
@@ -74,6 +75,8 @@ class Shard:
         self.moved: dict[str, int] = {}
         # Machines this shard took out of the fleet: never adopted again as new capacity.
         self.decommissioned: set[str] = set()
+        # Providers' notices and the repair of unhealthy machines (notices.py).
+        self.notices = NoticeBook(self.policy)
         # Splits, merges and decommissions (seed §16), on this shard's state.
         self.membership = Membership(self)
         self.offers = Offers()  # the report's offer samples, rebuilt when they change
@@ -102,6 +105,8 @@ class Shard:
             return self.leaving[machine_id].state.value
         if machine_id in self.decommissioned:
             return "DECOMMISSIONED"
+        if machine_id in self.notices.quarantined:
+            return S.IDLE.value
         row = self.inventory.ids.find(machine_id)
         return self.inventory.state_of(row).value if row >= 0 else "GONE"
 
@@ -115,7 +120,7 @@ class Shard:
         ids = [inv.machine_id(r) for r in rows.tolist()]
         if len(rows) == limit:
             return ids, int(rows[-1]) + 1
-        return ids + sorted(self.handoff), -1
+        return ids + sorted(self.handoff) + sorted(self.notices.quarantined), -1
 
     def speculative_ids(self, provider: str, start: int, limit: int) -> tuple[list[str], int]:
         """A page of this shard's speculative machines of `provider`, from inventory row
@@ -165,8 +170,11 @@ class Shard:
         rows = np.flatnonzero((inv.cluster[:n] == cidx) & (inv.state[:n] == CODE[S.CONFIGURED]))
         present = set(health.machine_ids)
         for r in rows.tolist():
-            if inv.machine_id(r) in present:
+            mid = inv.machine_id(r)
+            if mid in present:
                 inv.missed[r] = 0
+                if self.notices:
+                    self.notices.seen(mid)
             elif inv.missed[r] < 255:
                 inv.missed[r] += 1
 
@@ -271,6 +279,8 @@ class Shard:
             row = inv.row(machine.id)
         except MachineNotFound:
             return False
+        if machine.notice is not None or self.notices:
+            self.notices.note(machine.id, machine.notice, now)
         have = inv.state_of(row)
         if have is machine.state:
             return False
@@ -351,12 +361,15 @@ class Shard:
         if frozen != self.engine.memory.frozen:
             self.engine.memory.frozen = frozen
             self.inventory.version += 1  # (an earlier cycle's outcome is not repeated across it)
+        early, held = self.notices.act(self.inventory, bounds, members, self.transfer_out, now)
         decision = self.engine.decide(needs, now)
         if self.unheard:
             decision = self._spare_unheard(decision, now)
         decision = bounds.hold(decision, self.inventory, now, members)
         self.engine.apply(decision, now)
+        decision.actions.extend(early)
         decision.shortfalls.extend(self._refused_shortfalls(now))
+        decision.shortfalls.extend(held)
         self.last = decision
         self.cycles += 1
         return decision
@@ -417,10 +430,11 @@ class Shard:
     # ---- what people and operators ask ------------------------------------------------------
 
     def machines_by_state(self) -> dict[str, int]:
-        """Every machine the shard owns, those waiting in a transfer handoff counted idle."""
+        """Every machine the shard owns, those waiting in a transfer handoff or quarantine
+        counted idle."""
         totals = self.inventory.counts.sum(axis=1)
         out = {s.value: int(totals[CODE[s]]) for s in S}
-        out[S.IDLE.value] += len(self.handoff)
+        out[S.IDLE.value] += len(self.handoff) + len(self.notices.quarantined)
         for m in self.leaving.values():
             out[m.state.value] += 1
         return out

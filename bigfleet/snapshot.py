@@ -69,7 +69,8 @@ def restore_inventory(state: dict[str, Any]) -> Inventory:
     n = state["rows"]
     inv = Inventory(capacity=max(n, 16))
     for name, (dtype, _) in _COLUMNS.items():
-        getattr(inv, name)[:n] = _unpack(state["columns"][name], dtype)
+        if name in state["columns"]:  # (a column added since the snapshot keeps its fill)
+            getattr(inv, name)[:n] = _unpack(state["columns"][name], dtype)
     inv.ids.prefix[:n] = _unpack(state["id_prefix"], np.uint16)
     inv.ids.number[:n] = _unpack(state["id_number"], np.uint32)
     for text, width in state["id_prefixes"]:
@@ -128,6 +129,8 @@ def shard_state(shard: Shard) -> dict[str, Any]:
         state["unheard"] = shard.unheard
     if shard.disruption.clusters:  # (likewise)
         state["disruption"] = shard.disruption.state()
+    if shard.notices:  # (likewise)
+        state["notices"] = shard.notices.state()
     return state
 
 
@@ -155,4 +158,5 @@ def restore_shard(state: dict[str, Any], shard: Shard) -> Shard:
     shard.decommissioned = set(state.get("decommissioned", []))
     shard.unheard = dict(state.get("unheard", {}))
     shard.disruption.restore(state.get("disruption"))
+    shard.notices.restore(state.get("notices"))
     return shard

@@ -461,6 +461,28 @@ def _disruption_lines(d: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _health_lines(h: dict[str, Any]) -> list[str]:
+    """The cluster's machines under a provider's notice, and whether its repair is held."""
+    notices = h.get("notices") or {}
+    held = h.get("repair_held")
+    lines = [
+        "  health:    "
+        + (f"{len(notices)} machine(s) under notice" if notices else "no notice")
+        + (
+            f"; REPAIR HELD: {held['unhealthy']} unhealthy at once, max_unhealthy allows "
+            f"{held['allowed']} (escalated)"
+            if held
+            else ""
+        )
+    ]
+    for mid, n in list(notices.items())[:20]:
+        deadline = f" by {n['deadline_unix']}" if n.get("deadline_unix") else ""
+        lines.append(f"    {mid}: {n['kind']}{deadline} ({n.get('detail') or 'no detail'})")
+    if len(notices) > 20:
+        lines.append(f"    … and {len(notices) - 20} more (--json shows all)")
+    return lines
+
+
 def render_cluster(view: dict[str, Any]) -> str:
     lines = [f"cluster {view['cluster']} (shard-{view['shard']})"]
     needs = view.get("needs") or []
@@ -488,6 +510,8 @@ def render_cluster(view: dict[str, Any]) -> str:
     )
     if view.get("disruption"):  # (a shard from before issue 33 does not say)
         lines += _disruption_lines(view["disruption"])
+    if view.get("health"):  # (likewise)
+        lines += _health_lines(view["health"])
     if "spend" in view:  # (a shard from before issue 31 does not say)
         spend = view["spend"]
         if spend is None:

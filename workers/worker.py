@@ -502,6 +502,7 @@ def provider_workers(client: Client, sim: Fleet) -> list[Worker]:
                 task_queue=provider_task_queue(name) + "-read",
                 activities=[
                     acts.get,
+                    acts.noticed,
                     acts.list,
                     acts.share,
                     acts.capacity,

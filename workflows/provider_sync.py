@@ -40,6 +40,11 @@ S = MachineState
 T = Transition
 # Runs begun before adopt a configured machine by rack or id, not into its cluster's home.
 BY_CLUSTER = "adopt-by-cluster"
+# Runs begun before neither read providers' notices nor repair machines a verify found up
+# while their cluster did not see them (bigfleet/notices.py).
+NOTICES = "provider-notices"
+REPAIR = "repair-unseen"
+NOTICED_MAX = 2000  # machines under notice read from one provider at a time
 QUICK: dict[str, Any] = dict(
     start_to_close_timeout=timedelta(seconds=60),
     retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=10),
@@ -363,11 +368,41 @@ class ProviderSync:
                 **PERIODIC,
             )
             inv = self.shard.inventory
+            repair = workflow.patched(REPAIR)  # (runs begun before take "up" as healthy)
             for m in machines:
                 if m.state is S.CONFIGURED:
                     inv.missed[inv.row(m.id)] = 0
-                else:
-                    self.shard.observe(m, now)
+                    if repair:
+                        self.shard.notices.up(m.id)
+                self.shard.observe(m, now)
+
+    async def notices(self, now: float) -> None:
+        """Each provider's machines under a notice (`Machine.notice`, bigfleet/notices.py):
+        the shard's are observed (the notice, and their state with it); the notices of its
+        other machines of that provider have ended. A provider that does not answer is asked
+        again next time; the others are still read."""
+        inv = self.shard.inventory
+        for provider in self.cfg.providers:
+            try:
+                machines: list[Machine] = await workflow.execute_activity(
+                    "provider_noticed",
+                    ProviderRead(provider=provider, now=now, limit=NOTICED_MAX),
+                    task_queue=provider_task_queue(provider) + "-read",
+                    result_type=list[Machine],
+                    **PERIODIC,
+                )
+            except ActivityError as err:
+                self.note(f"reading the notices of provider {provider}", err)
+                continue
+            for m in machines:
+                self.shard.observe(m, now)
+            if len(machines) < NOTICED_MAX:  # (all of them: the rest have none)
+                theirs = {
+                    mid
+                    for mid in self.shard.notices.notes
+                    if (row := inv.ids.find(mid)) >= 0 and inv.profile_of(row).provider == provider
+                }
+                self.shard.notices.settle(theirs, {m.id for m in machines})
 
     async def unstick(self, stuck: list[str], now: float) -> None:
         """Machines the shard failed for their transition's time (`Shard.timed_out`) that no

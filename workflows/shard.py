@@ -57,7 +57,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.instructions import InstructionHandlers
     from workflows.new_clusters import NewClusters
     from workflows.outbox import NOTICE_ITEMS, Outbox
-    from workflows.provider_sync import ProviderSync
+    from workflows.provider_sync import NOTICES, ProviderSync
     from workflows.shadow import ShadowSync
     from workflows.shard_results import HISTORY_BYTES_REGARDLESS, TransitionResults
     from workflows.snapshot_store import SnapshotStore
@@ -157,6 +157,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         self.woken = False  # a take came back at its time: the next cycle is due
         self.forwarding: asyncio.Future[None] | None = None
         self.next_reconcile = 0.0
+        self.next_notices = 0.0
         self.base_history = (0, 0)  # history bytes and events before the first cycle
         self.started: dict[str, int] = {}
         # The last outside calls that failed after their retries (shown in `status`).
@@ -343,6 +344,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             **self.shard.cluster_view(name),
             "spend": spend.of_cluster(name) if spend is not None else None,
             "disruption": self.shard.disruption.view(name, self.shard.inventory, now),
+            "health": self.shard.notices.view(name, self.shard.inventory),
         }
 
     @workflow.query
@@ -508,6 +510,7 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         # Suspects stay suspect: a verify that failed is asked for again next cycle.
         verify = partial(self.providers.verify, decision, now)
         await self._survive("verifying silent machines", verify)
+        await self._notices(now)
         starts = self._take_starts(decision)
         if workflow.patched("batched-transitions"):  # (runs begun before start one per machine)
             starts = batched(starts, self._batch_limits())
@@ -592,7 +595,14 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
         await self._survive(
             "verifying silent machines", partial(self.providers.verify, decision, now)
         )
+        await self._notices(now)
         self.next_reconcile = await self._reconcile(now, self.next_reconcile)
+
+    async def _notices(self, now: float) -> None:
+        """Read the providers' notices when due (`notice_seconds`; runs begun before do not)."""
+        if now >= self.next_notices and workflow.patched(NOTICES):
+            self.next_notices = now + self.cfg.notice_seconds
+            await self.providers.notices(now)
 
     async def _collect(self) -> None:
         """Take the results waiting in the mailbox; they are folded in from the next cycle on,

@@ -515,7 +515,7 @@ class Conformance:
             raise Failed(f"ack shows {ack.machine.state}, expected {want}")
         return ack
 
-    def _list(self, page: int, **where: str) -> list[Machine]:
+    def _list(self, page: int, **where: Any) -> list[Machine]:
         machines: list[Machine] = []
         token, seen = "", set()
         for _ in range(MAX_PAGES):

@@ -306,7 +306,10 @@ def disruption_dict(pb: rpb.Disruption) -> dict[str, Any]:
             budget["duration_seconds"] = b.duration_seconds
         budgets.append(budget)
     marks = [{"machine_id": m.machine_id, "until": m.until} for m in pb.do_not_disrupt]
-    return {"budgets": budgets, "do_not_disrupt": marks}
+    out: dict[str, Any] = {"budgets": budgets, "do_not_disrupt": marks}
+    if pb.max_unhealthy:
+        out["max_unhealthy"] = pb.max_unhealthy
+    return out
 
 
 def rollup_from_proto(pb: rpb.ClusterCapacityNeeds) -> ClusterCapacityNeeds:
@@ -352,4 +355,5 @@ def disruption_to_proto(d: Disruption) -> rpb.Disruption:
         do_not_disrupt=[
             rpb.DoNotDisrupt(machine_id=m.machine_id, until=m.until) for m in d.do_not_disrupt
         ],
+        max_unhealthy=d.max_unhealthy or "",
     )

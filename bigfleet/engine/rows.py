@@ -113,8 +113,12 @@ class RowPicker:
         key *= width
         key += inv.profile[rows]
         rows, groups = _wanted(rows, number[key])
-        # Highest reclamation value first, then row.
+        # Highest reclamation value first, then row; machines at risk (a rebalance notice)
+        # last, so the tail a need gives up (excess, preemption) takes them first.
         order = np.argsort(-inv.holder_reclamation[rows], kind="stable")
+        risky = inv.risk[rows[order]]
+        if risky.any():
+            order = order[np.argsort(risky, kind="stable")]
         return _Grouped(rows[order], groups[order], [c * 65536 + p for c, p in pairs])
 
     def idle_rows(self) -> np.ndarray:

@@ -72,6 +72,9 @@ class TokenBucket:
         return (1 - self._tokens) / self.rate
 
 
+NOTICE_SECONDS = 120.0  # a spot interruption's warning comes this early (EC2's two minutes)
+
+
 class SimulatedCloudProvider(SimulatedProvider):
     """A cloud account-region: on-demand, spot and reserved quota as speculative machines."""
 
@@ -91,6 +94,7 @@ class SimulatedCloudProvider(SimulatedProvider):
         api_burst: float = 5.0,
         drain_latency: float = 60.0,
         timeouts: Mapping[MachineState, float] | None = None,
+        notice_seconds: float = NOTICE_SECONDS,
     ) -> None:
         super().__init__(
             name,
@@ -101,6 +105,7 @@ class SimulatedCloudProvider(SimulatedProvider):
             drain_latency=drain_latency,
             timeouts=timeouts,
             failure_rates=failure_rates,
+            notice_seconds=notice_seconds,
         )
         self.region = region
         self.rate_limited = 0

@@ -23,6 +23,8 @@ from ..models import (
     ListFilter,
     Machine,
     MachineState,
+    Notice,
+    NoticeKind,
     Transition,
     TransitionAck,
 )
@@ -61,6 +63,7 @@ _CORRECTS: dict[Transition, frozenset[MachineState]] = {
     T.DELETE: frozenset({S.CREATING, S.IDLE, S.CONFIGURED}),  # clean up a half-made or dead host
 }
 _INTERRUPTIBLE = frozenset({S.IDLE, S.CONFIGURED})
+_DOOMABLE = frozenset({S.IDLE, S.CONFIGURED, S.CONFIGURING, S.DRAINING})
 
 
 class SimulatedProvider:
@@ -84,8 +87,11 @@ class SimulatedProvider:
         drain_latency: float = 60.0,
         timeouts: Mapping[MachineState, float] | None = None,
         failure_rates: Mapping[Transition, float] | Mapping[str, float] | None = None,
+        notice_seconds: float = 0.0,
     ) -> None:
         self.name = name
+        # A spot interruption is announced this long before it comes (EC2: 2 minutes); 0: never.
+        self.notice_seconds = notice_seconds
         self.calls: Counter[str] = Counter()
         self.started: Counter[Transition] = Counter()
         self.fail_next: Counter[Transition] = Counter()
@@ -214,8 +220,20 @@ class SimulatedProvider:
             slot = self._slots.find(machine_id)
             if slot is None:
                 continue
-            if kind == "interrupt":
+            if kind == "notice":
                 if ref == slot.clock_generation and slot.state in _INTERRUPTIBLE:
+                    deadline = slot.interrupt_at
+                    slot.notice = Notice(
+                        kind=NoticeKind.INTERRUPTION,
+                        deadline_unix=math.ceil(deadline),
+                        detail=f"spot interruption at {deadline:.0f}",
+                    )
+                    self._changed.add(slot.id)
+                continue
+            if kind == "interrupt":
+                # Announced, it comes whatever the machine does meanwhile (drained, idle).
+                doomed = slot.notice is not None and slot.state in _DOOMABLE
+                if ref == slot.clock_generation and (slot.state in _INTERRUPTIBLE or doomed):
                     self._fail(slot, at, "spot interruption")
                 continue
             op = slot.op
@@ -355,6 +373,7 @@ class SimulatedProvider:
     def _fail(self, slot: Slot, at: float, error: str) -> None:
         origin = slot.state
         slot.op = None
+        slot.notice = None  # (what it warned of has come, or no longer matters)
         self._move(slot, S.FAILED, at)
         self.failed_from[slot.id] = origin
         slot.last_error = error
@@ -367,7 +386,9 @@ class SimulatedProvider:
         slot.state = state
         slot.since = at
         self._changed.add(slot.id)
-        if state in _INTERRUPTIBLE:
+        if state is S.SPECULATIVE:
+            slot.notice = None
+        if state in _INTERRUPTIBLE and slot.notice is None:  # (announced: its clock runs on)
             self._arm_interruption(slot, at)
 
     def _arm_interruption(self, slot: Slot, at: float) -> None:
@@ -380,6 +401,29 @@ class SimulatedProvider:
         luck = self._luck("interrupt", slot)
         delay = 0.0 if p >= 1 else luck.expovariate(-math.log1p(-p) / 3600.0)
         self._schedule(at + delay, "interrupt", slot.id, slot.clock_generation)
+        slot.interrupt_at = at + delay
+        if self.notice_seconds > 0:
+            self._schedule(
+                max(at, at + delay - self.notice_seconds), "notice", slot.id, slot.clock_generation
+            )
+
+    # -- trouble, for scenarios and tests ----------------------------------------------------
+
+    def warn(self, machine_id: str, notice: Notice | None) -> None:
+        """Put a notice on a machine (none: take it off), as a provider's health check would."""
+        slot = self._slots.find(machine_id)
+        if slot is None:
+            raise MachineNotFound(self.name, machine_id)
+        slot.notice = notice
+        self._changed.add(slot.id)
+
+    def power_off(self, machine_id: str, at: float, why: str) -> None:
+        """The machine dies (a rack loses power): a hosted one is FAILED with `why`."""
+        slot = self._slots.find(machine_id)
+        if slot is None:
+            raise MachineNotFound(self.name, machine_id)
+        if slot.state in _DOOMABLE:
+            self._fail(slot, at, why)
 
     def _schedule(self, at: float, kind: str, machine_id: str, ref: str | int) -> None:
         self._event_seq += 1

@@ -17,6 +17,7 @@ from ..models import (
     ListFilter,
     Machine,
     MachineState,
+    Notice,
     Resources,
     Transition,
 )
@@ -75,6 +76,8 @@ class Slot:
     since: float = 0.0  # when the current transitional or FAILED state began
     last_error: str = ""
     clock_generation: int = 0  # the interruption clock armed last; older ones are void
+    notice: Notice | None = None  # what the provider warns of (`Machine.notice`)
+    interrupt_at: float = 0.0  # when the armed interruption clock fires
 
 
 class SlotTable:
@@ -103,6 +106,8 @@ class SlotTable:
         for machine_id in sorted(self._by_id):
             slot = self._by_id[machine_id]
             if states and slot.state not in states:
+                continue
+            if filter.noticed and slot.notice is None:
                 continue
             if filter.zone and slot.pool.zone != filter.zone:
                 continue
@@ -149,4 +154,5 @@ def snapshot(slot: Slot, provider: str, failed_from: MachineState | None = None)
         last_error=slot.last_error,
         cluster=slot.cluster,
         failed_from=failed_from if slot.state is S.FAILED else None,
+        notice=slot.notice,
     )

@@ -33,6 +33,7 @@ def provider(spec: ProviderSpec, clock: Clock, seed: int) -> SimulatedProvider:
             delete_latency=spec.delete_latency,
             drain_latency=spec.drain_latency,
             failure_rates=spec.failure_rates,
+            notice_seconds=spec.notice_seconds,
         )
     return SimulatedBareMetalProvider(
         spec.name,

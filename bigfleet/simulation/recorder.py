@@ -118,20 +118,26 @@ class Recorder:
         inv = shard.inventory
         ids = action.machine_ids if action.kind == "create" else [action.machine_id]
         for mid in ids:
-            profile = inv.profile_of(inv.row(mid))
-            self.actions.append(
-                {
-                    "t": now,
-                    "kind": action.kind,
-                    "machine": mid,
-                    "cluster": getattr(action, "cluster", None),
-                    "provider": provider.name,
-                    "capacity_type": profile.capacity_type.value,
-                    "grace_seconds": getattr(action, "grace_seconds", None),
-                    "reason": _reason(action),
-                    "shard": shard.id,
-                }
-            )
+            row = inv.row(mid)
+            profile = inv.profile_of(row)
+            entry = {
+                "t": now,
+                "kind": action.kind,
+                "machine": mid,
+                "cluster": getattr(action, "cluster", None),
+                "provider": provider.name,
+                "capacity_type": profile.capacity_type.value,
+                "grace_seconds": getattr(action, "grace_seconds", None),
+                "reason": _reason(action),
+                "shard": shard.id,
+            }
+            notice = shard.notices.get(mid) if action.kind == "drain" else None
+            if notice is not None and notice.deadline_unix:
+                # How far ahead of the machine's end the shard acted (its replacement's start),
+                # and what the work on it said an interruption costs (seed: $ of lost work).
+                entry["ahead_seconds"] = max(0.0, notice.deadline_unix - now)
+                entry["penalty"] = float(inv.holder_interruption[row])
+            self.actions.append(entry)
 
     def settled(self, now: float, machine: Machine, flight: InFlight) -> None:
         if machine.state is S.CONFIGURED and flight.need and flight.cluster:
@@ -174,7 +180,8 @@ class Recorder:
                 }
             )
         for s in decision.shortfalls:
-            key = (s.cluster, s.priority, s.profile)
+            # (A held repair is one entry however its counts change: they are in its words.)
+            key = (s.cluster, s.priority, "repair held" if s.repair_held else s.profile)
             seen = self.shortfalls.setdefault(
                 key,
                 {
@@ -185,6 +192,7 @@ class Recorder:
                     "max_count": 0,
                     "max_age": 0,
                     "escalated": False,
+                    "repair_held": s.repair_held,
                 },
             )
             seen["last_t"] = now

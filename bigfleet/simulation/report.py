@@ -164,6 +164,7 @@ def report_of(run: Run) -> dict[str, Any]:
         },
         "time_to_capacity_by_priority_band": to_capacity,
         "moves_away_from_work": moves,
+        "notices_and_repair": notices_and_repair(rec),
         "job_waits_by_priority_band": job_wait_summary(run.job_waits),
         "in_cluster_moves": rec.in_cluster,
         "actions_by_kind": dict(kinds),
@@ -186,6 +187,53 @@ def report_of(run: Run) -> dict[str, Any]:
         "actions": rec.actions,
         "series": rec.series,
     }
+
+
+def notices_and_repair(rec: Recorder) -> dict[str, Any]:
+    """What the providers' notices saved, and what repair did (bigfleet/notices.py).
+
+    - `drained_ahead`: machines at work drained on a notice before their deadline; each one's
+      work left gracefully instead of being killed.
+    - `ahead_machine_seconds`: for those, the sum of (deadline - when the shard acted): the
+      head start their replacements got. Without notices each replacement starts only once the
+      machine is gone, and its cluster is a machine short meanwhile.
+    - `penalty_saved`: the interruption penalties (seed: dollars of lost work per interruption)
+      of the needs those machines served.
+    - `interrupted_at_work`: interruptions that still hit a machine at work (no notice, or
+      one that came too late to act on).
+    - `repaired`: unhealthy machines drained and replaced; `repair_held`: clusters whose
+      repair was held because more than `max_unhealthy` were unhealthy at once, with the most
+      unhealthy seen."""
+    ahead = [a for a in rec.actions if a["kind"] == "drain" and "ahead_seconds" in a]
+    held: dict[str, int] = {}
+    for s in rec.shortfalls.values():
+        if s.get("repair_held"):
+            held[s["cluster"]] = max(held.get(s["cluster"], 0), s["max_count"])
+    return {
+        "drained_ahead": len(ahead),
+        "ahead_machine_seconds": round(sum(a["ahead_seconds"] for a in ahead), 1),
+        "penalty_saved": round(sum(a["penalty"] for a in ahead), 2),
+        "interrupted_at_work": sum(
+            1
+            for f in rec.failures
+            if f["failed_from"] == "CONFIGURED" and f["error"] == "spot interruption"
+        ),
+        "repaired": sum(
+            1 for a in rec.actions if a["kind"] == "drain" and a["reason"] == "unhealthy"
+        ),
+        "repair_held": dict(sorted(held.items())),
+    }
+
+
+def _notices_line(n: dict[str, Any]) -> str:
+    held = ", ".join(f"{c} (up to {k} unhealthy)" for c, k in n["repair_held"].items())
+    return (
+        f"notices: {n['drained_ahead']} machines drained ahead of their end "
+        f"({n['ahead_machine_seconds']:,.0f} machine-seconds of head start, "
+        f"${n['penalty_saved']:,.2f} of interruption penalty saved), "
+        f"{n['interrupted_at_work']} interrupted at work; repair: {n['repaired']} replaced"
+        + (f", held for {held}" if held else "")
+    )
 
 
 def moves_away_from_work(rec: Recorder) -> dict[str, int]:
@@ -255,6 +303,7 @@ def render_text(report: dict[str, Any], log_lines: int = 20) -> str:
         f"cost per useful machine-hour: {'-' if per_useful is None else f'${per_useful:,.2f}'}"
         f" ({report['summary']['useful_machine_hours']:,.1f} useful machine-hours)",
         "machines taken from work: " + ", ".join(f"{k} {v}" for k, v in moves.items()),
+        _notices_line(report["notices_and_repair"]),
         f"machines moved for cost: {report['summary']['consolidations']} toward cheaper capacity"
         f" (consolidations), {report['summary']['cost_moves']} for the fleet's bill (cost moves)",
         "actions: " + ", ".join(f"{k} {v}" for k, v in sorted(report["actions_by_kind"].items())),

@@ -50,6 +50,8 @@ class CloudProviderSpec(Spec):
     )
     quota: list[QuotaSpec]
     quota_changes: list[QuotaChange] = Field(default_factory=list)
+    # A spot interruption is announced this long before it comes (EC2: 2 minutes); 0: never.
+    notice_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 120.0
 
 
 class BareMetalProviderSpec(Spec):

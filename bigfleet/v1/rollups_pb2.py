@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from bigfleet.v1 import machine_pb2 as bigfleet_dot_v1_dot_machine__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x62igfleet/v1/rollups.proto\x12\x0b\x62igfleet.v1\x1a\x19\x62igfleet/v1/machine.proto\"/\n\x0eTopologySpread\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x10\n\x08max_skew\x18\x02 \x01(\x05\"\xc8\x02\n\x0c\x43\x61pacityNeed\x12:\n\x0crequirements\x18\x01 \x03(\x0b\x32$.bigfleet.v1.NodeSelectorRequirement\x12)\n\tresources\x18\x02 \x01(\x0b\x32\x16.bigfleet.v1.Resources\x12\x10\n\x08priority\x18\x03 \x01(\x05\x12\r\n\x05\x63ount\x18\x04 \x01(\x05\x12\x11\n\x04same\x18\x05 \x01(\tH\x00\x88\x01\x01\x12+\n\x06spread\x18\x06 \x03(\x0b\x32\x1b.bigfleet.v1.TopologySpread\x12\x1c\n\x14interruption_penalty\x18\x07 \x01(\x01\x12\x1b\n\x13reclamation_penalty\x18\x08 \x01(\x01\x12\x1a\n\rdrain_seconds\x18\t \x01(\x01H\x01\x88\x01\x01\x42\x07\n\x05_sameB\x10\n\x0e_drain_seconds\"!\n\nNodeHealth\x12\x13\n\x0bmachine_ids\x18\x01 \x03(\t\"a\n\x10\x44isruptionBudget\x12\x10\n\x08machines\x18\x01 \x01(\t\x12\x0f\n\x07reasons\x18\x02 \x03(\t\x12\x10\n\x08schedule\x18\x03 \x01(\t\x12\x18\n\x10\x64uration_seconds\x18\x04 \x01(\x01\"1\n\x0c\x44oNotDisrupt\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\r\n\x05until\x18\x02 \x01(\x01\"o\n\nDisruption\x12.\n\x07\x62udgets\x18\x01 \x03(\x0b\x32\x1d.bigfleet.v1.DisruptionBudget\x12\x31\n\x0e\x64o_not_disrupt\x18\x02 \x03(\x0b\x32\x19.bigfleet.v1.DoNotDisrupt\"\xbb\x01\n\x14\x43lusterCapacityNeeds\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12(\n\x05needs\x18\x03 \x03(\x0b\x32\x19.bigfleet.v1.CapacityNeed\x12\'\n\x06health\x18\x04 \x01(\x0b\x32\x17.bigfleet.v1.NodeHealth\x12+\n\ndisruption\x18\x05 \x01(\x0b\x32\x17.bigfleet.v1.Disruption\"H\n\x0eRollupAccepted\x12\r\n\x05shard\x18\x01 \x01(\x05\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x13\n\x0bworkflow_id\x18\x03 \x01(\t2Q\n\x07Rollups\x12\x46\n\x04Send\x12!.bigfleet.v1.ClusterCapacityNeeds\x1a\x1b.bigfleet.v1.RollupAcceptedb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x62igfleet/v1/rollups.proto\x12\x0b\x62igfleet.v1\x1a\x19\x62igfleet/v1/machine.proto\"/\n\x0eTopologySpread\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x10\n\x08max_skew\x18\x02 \x01(\x05\"\xc8\x02\n\x0c\x43\x61pacityNeed\x12:\n\x0crequirements\x18\x01 \x03(\x0b\x32$.bigfleet.v1.NodeSelectorRequirement\x12)\n\tresources\x18\x02 \x01(\x0b\x32\x16.bigfleet.v1.Resources\x12\x10\n\x08priority\x18\x03 \x01(\x05\x12\r\n\x05\x63ount\x18\x04 \x01(\x05\x12\x11\n\x04same\x18\x05 \x01(\tH\x00\x88\x01\x01\x12+\n\x06spread\x18\x06 \x03(\x0b\x32\x1b.bigfleet.v1.TopologySpread\x12\x1c\n\x14interruption_penalty\x18\x07 \x01(\x01\x12\x1b\n\x13reclamation_penalty\x18\x08 \x01(\x01\x12\x1a\n\rdrain_seconds\x18\t \x01(\x01H\x01\x88\x01\x01\x42\x07\n\x05_sameB\x10\n\x0e_drain_seconds\"!\n\nNodeHealth\x12\x13\n\x0bmachine_ids\x18\x01 \x03(\t\"a\n\x10\x44isruptionBudget\x12\x10\n\x08machines\x18\x01 \x01(\t\x12\x0f\n\x07reasons\x18\x02 \x03(\t\x12\x10\n\x08schedule\x18\x03 \x01(\t\x12\x18\n\x10\x64uration_seconds\x18\x04 \x01(\x01\"1\n\x0c\x44oNotDisrupt\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\r\n\x05until\x18\x02 \x01(\x01\"\x86\x01\n\nDisruption\x12.\n\x07\x62udgets\x18\x01 \x03(\x0b\x32\x1d.bigfleet.v1.DisruptionBudget\x12\x31\n\x0e\x64o_not_disrupt\x18\x02 \x03(\x0b\x32\x19.bigfleet.v1.DoNotDisrupt\x12\x15\n\rmax_unhealthy\x18\x03 \x01(\t\"\xbb\x01\n\x14\x43lusterCapacityNeeds\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12(\n\x05needs\x18\x03 \x03(\x0b\x32\x19.bigfleet.v1.CapacityNeed\x12\'\n\x06health\x18\x04 \x01(\x0b\x32\x17.bigfleet.v1.NodeHealth\x12+\n\ndisruption\x18\x05 \x01(\x0b\x32\x17.bigfleet.v1.Disruption\"H\n\x0eRollupAccepted\x12\r\n\x05shard\x18\x01 \x01(\x05\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x13\n\x0bworkflow_id\x18\x03 \x01(\t2Q\n\x07Rollups\x12\x46\n\x04Send\x12!.bigfleet.v1.ClusterCapacityNeeds\x1a\x1b.bigfleet.v1.RollupAcceptedb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,12 +42,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DISRUPTIONBUDGET']._serialized_end=581
   _globals['_DONOTDISRUPT']._serialized_start=583
   _globals['_DONOTDISRUPT']._serialized_end=632
-  _globals['_DISRUPTION']._serialized_start=634
-  _globals['_DISRUPTION']._serialized_end=745
-  _globals['_CLUSTERCAPACITYNEEDS']._serialized_start=748
-  _globals['_CLUSTERCAPACITYNEEDS']._serialized_end=935
-  _globals['_ROLLUPACCEPTED']._serialized_start=937
-  _globals['_ROLLUPACCEPTED']._serialized_end=1009
-  _globals['_ROLLUPS']._serialized_start=1011
-  _globals['_ROLLUPS']._serialized_end=1092
+  _globals['_DISRUPTION']._serialized_start=635
+  _globals['_DISRUPTION']._serialized_end=769
+  _globals['_CLUSTERCAPACITYNEEDS']._serialized_start=772
+  _globals['_CLUSTERCAPACITYNEEDS']._serialized_end=959
+  _globals['_ROLLUPACCEPTED']._serialized_start=961
+  _globals['_ROLLUPACCEPTED']._serialized_end=1033
+  _globals['_ROLLUPS']._serialized_start=1035
+  _globals['_ROLLUPS']._serialized_end=1116
 # @@protoc_insertion_point(module_scope)

@@ -64,12 +64,14 @@ class DoNotDisrupt(_message.Message):
     def __init__(self, machine_id: _Optional[str] = ..., until: _Optional[float] = ...) -> None: ...
 
 class Disruption(_message.Message):
-    __slots__ = ("budgets", "do_not_disrupt")
+    __slots__ = ("budgets", "do_not_disrupt", "max_unhealthy")
     BUDGETS_FIELD_NUMBER: _ClassVar[int]
     DO_NOT_DISRUPT_FIELD_NUMBER: _ClassVar[int]
+    MAX_UNHEALTHY_FIELD_NUMBER: _ClassVar[int]
     budgets: _containers.RepeatedCompositeFieldContainer[DisruptionBudget]
     do_not_disrupt: _containers.RepeatedCompositeFieldContainer[DoNotDisrupt]
-    def __init__(self, budgets: _Optional[_Iterable[_Union[DisruptionBudget, _Mapping]]] = ..., do_not_disrupt: _Optional[_Iterable[_Union[DoNotDisrupt, _Mapping]]] = ...) -> None: ...
+    max_unhealthy: str
+    def __init__(self, budgets: _Optional[_Iterable[_Union[DisruptionBudget, _Mapping]]] = ..., do_not_disrupt: _Optional[_Iterable[_Union[DoNotDisrupt, _Mapping]]] = ..., max_unhealthy: _Optional[str] = ...) -> None: ...
 
 class ClusterCapacityNeeds(_message.Message):
     __slots__ = ("cluster", "generation", "needs", "health", "disruption")

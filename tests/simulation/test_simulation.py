@@ -267,8 +267,9 @@ def test_configure_failures_are_retried_and_leave_no_machine_failed():
 
 
 def test_spot_interruptions_are_replaced_and_the_need_is_satisfied_again():
+    """Without warning (`notice_seconds: 0`): the machine fails at work, and is replaced."""
     raw = scenario(
-        [cloud(quota("spot", 40, 0.3, interruption=0.5))],
+        [cloud(quota("spot", 40, 0.3, interruption=0.5), notice_seconds=0)],
         [cluster("web", (0, [need(900000, 6, interruption_penalty=0.5)]))],
         4 * 3600,
         seed=2,
@@ -287,6 +288,32 @@ def test_spot_interruptions_are_replaced_and_the_need_is_satisfied_again():
             assert 6 in after, (f, after)
     assert need_of(report, "web")["satisfied"] == 6
     assert "FAILED" not in shard_states(sim)
+    assert report["notices_and_repair"]["drained_ahead"] == 0
+
+
+def test_spot_interruption_warnings_drain_the_machine_and_start_its_replacement_first():
+    """EC2's two minutes' warning (the simulated cloud's default): the shard drains the doomed
+    machine within the time left and replaces it before it goes; the same run without warnings
+    loses every interrupted machine at work."""
+    def run(notice: float) -> dict:
+        raw = scenario(
+            [cloud(quota("spot", 40, 0.3, interruption=0.5), notice_seconds=notice)],
+            [cluster("web", (0, [need(900000, 6, interruption_penalty=4.0)]))],
+            4 * 3600,
+            seed=2,
+            sample_seconds=60,
+        )
+        return simulate(raw)[1]
+
+    warned, blind = run(120), run(0)
+    n = warned["notices_and_repair"]
+    assert n["drained_ahead"] >= 3
+    assert n["interrupted_at_work"] < blind["notices_and_repair"]["interrupted_at_work"]
+    drains = [a for a in warned["actions"] if a["kind"] == "drain" and a["reason"] == "notice"]
+    assert all(0 < a["grace_seconds"] <= 120 for a in drains)
+    assert 0 < n["ahead_machine_seconds"] <= 120 * n["drained_ahead"]
+    assert n["penalty_saved"] == 4.0 * n["drained_ahead"]
+    assert need_of(warned, "web")["satisfied"] == 6
 
 
 # ---- seed §10: quota shrinks never remove running machines -----------------------------------
