@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import string
+import threading
 from typing import Annotated, Protocol, runtime_checkable
 
 import yaml
@@ -151,6 +152,11 @@ class SimulatedOperator:
         self.requests: list[BootstrapRequest] = []
         self.updates: list[OperatorUpdate] = []
         self._rng = random.Random(seed)
+        # The nodes that joined the cluster, as its API server would list them (in order):
+        # each machine it bootstrapped, until BigFleet says it reclaims it. What it reports as
+        # node health in its roll-ups (seed §9).
+        self.nodes: dict[str, None] = {}
+        self._nodes_lock = threading.Lock()  # (a gRPC server's threads call in)
 
     def generate_bootstrap(self, request: BootstrapRequest) -> BootstrapBlob:
         self.requests.append(request)
@@ -161,12 +167,27 @@ class SimulatedOperator:
             if not requirement_matches(req, labels):
                 raise BootstrapRefused(self.cluster, "no node this operator makes has it", req)
         user_data = self._cloud_init(request.machine_id, labels, self._join_token())
+        with self._nodes_lock:
+            self.nodes[request.machine_id] = None
         return BootstrapBlob(user_data=user_data.encode(), ttl_seconds=BOOTSTRAP_TTL_SECONDS)
 
     def notify(self, update: OperatorUpdate) -> None:
         if update.cluster != self.cluster:
             raise ValueError(f"operator of {self.cluster} sent an update for {update.cluster}")
         self.updates.append(update)
+        with self._nodes_lock:
+            for reclaim in update.reclaims:
+                self.nodes.pop(reclaim.machine_id, None)
+
+    def node_ids(self) -> list[str]:
+        """The cluster's nodes now, in the order they joined."""
+        with self._nodes_lock:
+            return list(self.nodes)
+
+    def rejoin(self, machine_ids: list[str]) -> None:
+        """Nodes that joined before a restart (kept by whoever runs the operator)."""
+        with self._nodes_lock:
+            self.nodes.update(dict.fromkeys(machine_ids))
 
     def _node_labels(self, request: BootstrapRequest) -> dict[str, str]:
         """The machine's own labels, plus a value for every In it lacks, plus the kubelet's."""

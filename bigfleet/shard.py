@@ -178,6 +178,16 @@ class Shard:
             elif inv.missed[r] < 255:
                 inv.missed[r] += 1
 
+    def verified_up(self, machine_id: str, repair: bool = True) -> None:
+        """A verify found a machine its cluster stopped reporting up at its provider: it is
+        verified again only after more missed reports, and, with `repair`, repaired after
+        `repair_after_verifies` such verifies (notices.py)."""
+        row = self.inventory.ids.find(machine_id)
+        if row >= 0:
+            self.inventory.missed[row] = 0
+            if repair:
+                self.notices.up(machine_id)
+
     def refuse(self, cluster: str, priority: int, reason: str, until: float) -> None:
         """The operator refused to bootstrap for this need (seed §13): it is unsatisfiable for
         a while, and shows as a shortfall instead of being retried every cycle."""

@@ -43,6 +43,9 @@ class Operators:
     errors: int = 0
     send: Send | None = None
     only: Collection[str] | None = None
+    # A cluster's nodes that are Ready (machine ids), sent as the roll-up's node health
+    # (seed §9); none: the roll-ups carry no health.
+    health: Callable[[str], list[str]] | None = None
 
     def __post_init__(self) -> None:
         if self.send is None:
@@ -94,11 +97,13 @@ class Operators:
         assert self.send is not None
         at, needs = c.timeline[index]
         c.generation = max(c.generation + 1, time.time_ns() // 1_000_000)
-        rollup = {
+        rollup: dict[str, Any] = {
             "cluster": c.name,
             "generation": c.generation,
             "needs": [n.model_dump(mode="json") for n in needs],
         }
+        if self.health is not None:
+            rollup["health"] = {"machine_ids": self.health(c.name)}
         try:
             where = await self.send(c.name, rollup)
         except Exception as err:

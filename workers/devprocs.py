@@ -214,6 +214,7 @@ class DevProcesses:
                 "--cluster", ",".join(clusters),
                 "--listen", f"127.0.0.1:{operator_port}",
                 "--gateway", f"127.0.0.1:{gateway_port}",
+                "--state-file", str(self.state_dir / "operator-nodes.json"),
                 "--tls-dir", str(tls),
                 *server_tls,
                 echo=True,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,16 @@ def register(verbs: argparse._SubParsersAction) -> None:
         help="comma list of the clusters to serve (default: every cluster of the fleet file)",
     )  # fmt: skip
     s.add_argument("--listen", required=True, metavar="HOST:PORT", help="where to serve")
+    s.add_argument(
+        "--no-health", action="store_true",
+        help="send no node health in the roll-ups (default: each cluster's nodes, the machines "
+        "it bootstrapped that BigFleet has not reclaimed)",
+    )  # fmt: skip
+    s.add_argument(
+        "--state-file", metavar="FILE",
+        help="keep each cluster's nodes here across restarts (default: in memory only: after a "
+        "restart the nodes joined before are missing from the health reports)",
+    )  # fmt: skip
     s.add_argument(
         "--gateway", metavar="HOST:PORT",
         help="the roll-up gateway to send roll-ups to (default: none are sent)",
@@ -138,6 +149,35 @@ def gateway_credentials(args: argparse.Namespace, clusters: list[str]) -> dict[s
     return creds
 
 
+class OperatorNodes:
+    """Each simulated operator's nodes (`SimulatedOperator.nodes`), reported as its roll-up's
+    node health; kept in `path` (JSON) across restarts when given, written when they change."""
+
+    def __init__(self, ops: dict[str, Any], path: Path | None) -> None:
+        self.ops, self.path = ops, path
+        self.saved: dict[str, list[str]] = {}
+        if path is not None and path.exists():
+            try:
+                kept = json.loads(path.read_text())
+            except (OSError, ValueError) as err:
+                print(f"bigfleet operator: {path} unreadable ({err}): starting with no nodes",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                kept = {}
+            for name, ids in (kept if isinstance(kept, dict) else {}).items():
+                if name in ops and isinstance(ids, list):
+                    ops[name].rejoin([str(i) for i in ids])
+            self.saved = {n: op.node_ids() for n, op in ops.items()}
+
+    def ready(self, cluster: str) -> list[str]:
+        ids = self.ops[cluster].node_ids()
+        if self.path is not None and self.saved.get(cluster) != ids:
+            self.saved[cluster] = ids
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.saved))
+            tmp.replace(self.path)
+        return ids
+
+
 def gateway_send(endpoint: str, creds: dict[str, Any]) -> tuple[Any, list[Any]]:
     """The `send` of workers/devoperators.py through the gateway (one sender per cluster, each
     with its own credentials), and the senders (to close)."""
@@ -209,7 +249,9 @@ async def run_operator_serve(args: argparse.Namespace) -> int:
         if how == "no credentials":
             print("bigfleet operator: warning: the gateway will refuse roll-ups sent without "
                   "credentials (--tls-dir or --token-dir)", file=sys.stderr, flush=True)
-        played = Operators(None, fleet, send=send, only=set(chosen))
+        nodes = OperatorNodes(ops, Path(args.state_file) if args.state_file else None)
+        health = None if args.no_health else nodes.ready
+        played = Operators(None, fleet, send=send, only=set(chosen), health=health)
         player = asyncio.create_task(played.run(stop))
     try:
         await stop.wait()

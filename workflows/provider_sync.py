@@ -367,13 +367,10 @@ class ProviderSync:
                 result_type=list[Machine],
                 **PERIODIC,
             )
-            inv = self.shard.inventory
             repair = workflow.patched(REPAIR)  # (runs begun before take "up" as healthy)
             for m in machines:
                 if m.state is S.CONFIGURED:
-                    inv.missed[inv.row(m.id)] = 0
-                    if repair:
-                        self.shard.notices.up(m.id)
+                    self.shard.verified_up(m.id, repair)
                 self.shard.observe(m, now)
 
     async def notices(self, now: float) -> None:

@@ -95,8 +95,11 @@ class Executor:
             elif action.kind == "delete":
                 provider.delete(action.machine_id, self.shard.token())
                 self.in_flight[action.machine_id] = InFlight(T.DELETE, None, None, 0, [])
-            else:
-                self.observe(provider.get(action.machine_id), now)
+            else:  # (verify)
+                machine = provider.get(action.machine_id)
+                if machine.state is S.CONFIGURED:
+                    self.shard.verified_up(machine.id)
+                self.observe(machine, now)
         except RateLimited as limited:
             self.recorder.rate_limited(action.provider)
             self.retry.append((now + limited.retry_after, action))

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..assignment import machine_shard
 from ..coordinator import Coordinator
-from ..models import CapacityNeed, ClusterCapacityNeeds, ListFilter, MachineState
+from ..models import CapacityNeed, ClusterCapacityNeeds, ListFilter, MachineState, NodeHealth
 from ..providers.cloud import SimulatedCloudProvider
 from ..shard import Shard
 from . import fleet as simulated
@@ -19,6 +19,7 @@ from .rebalance import Rebalancer
 from .recorder import Recorder
 from .report import build_report
 from .scenario import CloudProviderSpec, Scenario
+from .trouble import Trouble
 from .workload import rollups_from_trace
 
 S = MachineState
@@ -52,6 +53,9 @@ class Simulation:
         # The coordinator rebalances between shards, splits and merges them, as in production.
         self.rebalancer = Rebalancer(self)
         self.generation: dict[str, int] = {}
+        # Failing racks, and the node health operators report (trouble.py).
+        self.trouble = Trouble(scenario.rack_failures, self.providers)
+        self.seen: dict[str, list[str]] | None = None  # (health to send with the next roll-ups)
 
     # ---- set-up -----------------------------------------------------------------------------
 
@@ -88,7 +92,7 @@ class Simulation:
 
     def run(self) -> dict[str, Any]:
         sc = self.scenario
-        next_cycle, next_sample = 0.0, 0.0
+        next_cycle, next_sample, next_health = 0.0, 0.0, 0.0
         decommissions = sorted(sc.decommissions, key=lambda d: d.at)
         quota_changes = sorted(
             (c.at, spec.name, c)
@@ -107,11 +111,14 @@ class Simulation:
             candidates += [
                 t for p in self.providers.values() if (t := p.next_event_at()) is not None
             ]
+            if (trouble := self.trouble.next_at()) is not None:
+                candidates.append(trouble)
             t = min(candidates)
             if t > sc.duration_seconds:
                 break
             self._bill(t - self.now)
             self.now = t
+            self.trouble.apply(t)
             self._observe_providers()
             while quota_changes and quota_changes[0][0] <= t:
                 _, name, change = quota_changes.pop(0)
@@ -124,9 +131,13 @@ class Simulation:
                 self._deliver(cluster, needs)
             if t >= next_cycle:
                 self._close_loops(t)
+                if sc.health_seconds and t >= next_health:
+                    self.seen = self.trouble.health()
+                    next_health = t + sc.health_seconds
                 # Operators re-send their roll-up every cycle; unchanged ones cost nothing.
                 for cluster, needs in self.latest.items():
                     self._deliver(cluster, needs)
+                self.seen = None
                 sample = t >= next_sample
                 for shard, executor in zip(self.shards, self.executors, strict=True):
                     decision = shard.cycle(t)
@@ -179,8 +190,11 @@ class Simulation:
 
     def _deliver(self, cluster: str, needs: list[CapacityNeed]) -> None:
         self.generation[cluster] = self.generation.get(cluster, 0) + 1
+        health = None
+        if self.seen is not None:
+            health = NodeHealth(machine_ids=self.seen.get(cluster, []))
         rollup = ClusterCapacityNeeds(
-            cluster=cluster, generation=self.generation[cluster], needs=needs
+            cluster=cluster, generation=self.generation[cluster], needs=needs, health=health
         )
         shard = self.coordinator.assign(cluster)
         reason = self.shards[shard].receive(rollup, self.now)

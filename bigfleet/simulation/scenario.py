@@ -134,6 +134,18 @@ class ClusterSpec(Spec):
         return self
 
 
+class RackFailure(Spec):
+    """At `at`, rack `rack` of provider `provider` fails, for `duration_seconds` (none: for
+    good): `power` (its machines die), `network` (up, but their clusters stop seeing them) or
+    `degraded` (their provider's health check warns). bigfleet/simulation/trouble.py."""
+
+    at: Annotated[float, Field(ge=0)]
+    provider: Name
+    rack: Name
+    kind: Literal["power", "network", "degraded"]
+    duration_seconds: Seconds | None = None
+
+
 class TimedDecommission(DecommissionRequest):
     """At `at`, take `count` machines of `provider` out of the fleet (seed §16)."""
 
@@ -167,6 +179,10 @@ class Scenario(Spec):
     # The coordinator's shard splits and merges, and decommissions along the way (seed §16).
     membership: MembershipThresholds = Field(default_factory=MembershipThresholds)
     decommissions: list[TimedDecommission] = Field(default_factory=list)
+    # The clusters' operators put their nodes' health in their roll-ups this often (0: never;
+    # seed §9 says 30 s), and racks fail (issue 33).
+    health_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    rack_failures: list[RackFailure] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique_names(self) -> Scenario:
@@ -177,6 +193,10 @@ class Scenario(Spec):
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
                 raise ValueError(f"{kind} names must be unique: {', '.join(dupes)}")
+        providers = {p.name for p in self.providers}
+        for i, f in enumerate(self.rack_failures):
+            if f.provider not in providers:
+                raise ValueError(f"rack_failures.{i}.provider: no provider named {f.provider}")
         return self
 
     def make_policy(self) -> Policy:

@@ -168,8 +168,7 @@ def test_a_machine_its_cluster_does_not_see_but_its_provider_says_is_up_is_repai
         if actions(decision, "drain", "unhealthy"):
             break
         for mid in actions(decision, "verify"):
-            shard.notices.up(mid)  # the provider answers: CONFIGURED, up
-            shard.inventory.missed[shard.inventory.row(mid)] = 0
+            shard.verified_up(mid)  # the provider answers: CONFIGURED, up
             verified += 1
     assert actions(decision, "drain", "unhealthy") == ["gpu-0004"]
     assert verified == 2
@@ -195,8 +194,7 @@ def test_an_operator_that_reports_no_node_makes_nothing_be_replaced():
         health(shard, "batch", g, set(), t)
         decision = shard.cycle(t)
         for mid in actions(decision, "verify"):
-            shard.notices.up(mid)
-            shard.inventory.missed[shard.inventory.row(mid)] = 0
+            shard.verified_up(mid)
         assert actions(decision, "drain") == []
     held = [s for s in decision.shortfalls if s.repair_held]
     assert [(s.cluster, s.count) for s in held] == [("web", 10)]

@@ -151,3 +151,57 @@ def test_notify_records_what_bigfleet_decided():
 def test_an_update_with_a_negative_grace_is_rejected():
     with pytest.raises(ValidationError, match="grace_seconds"):
         Reclaim(machine_id="m-2", grace_seconds=-1)
+
+
+def test_its_nodes_are_the_machines_it_bootstrapped_until_they_are_reclaimed():
+    """What the operator reports as node health (seed §9): the machines that joined."""
+    op = operator()
+    for i in (1, 2, 3):
+        op.generate_bootstrap(request().model_copy(update={"machine_id": f"m-{i}"}))
+    with pytest.raises(BootstrapRefused):
+        op.generate_bootstrap(request(cluster="c2").model_copy(update={"machine_id": "m-9"}))
+    op.notify(OperatorUpdate(cluster="c1", reclaims=[Reclaim(machine_id="m-2", grace_seconds=60)]))
+    assert op.node_ids() == ["m-1", "m-3"]
+
+
+def test_the_dev_operator_keeps_its_nodes_across_a_restart(tmp_path):
+    from workers.operator_verbs import OperatorNodes
+
+    path = tmp_path / "nodes.json"
+    first = {"c1": operator()}
+    first["c1"].generate_bootstrap(request())
+    assert OperatorNodes(first, path).ready("c1") == [request().machine_id]
+    again = {"c1": operator()}
+    assert OperatorNodes(again, path).ready("c1") == [request().machine_id]
+    path.write_text("{not json")
+    assert OperatorNodes({"c1": operator()}, path).ready("c1") == []  # (said, not fatal)
+
+
+def test_the_dev_operators_roll_ups_carry_their_node_health(tmp_path):
+    import asyncio
+
+    from bigfleet.simulation.scenario import load
+    from workers.devoperators import Operators
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "f", "duration_seconds": 60, "cycle_seconds": 0.05, "providers": [],
+        "clusters": [{"name": "c1", "rollups": [{"at": 0, "needs": []}]}],
+    }))  # fmt: skip
+    sent: list[dict] = []
+
+    async def send(cluster: str, rollup: dict) -> str:
+        sent.append(rollup)
+        return "here"
+
+    async def play() -> None:
+        stop = asyncio.Event()
+        ops = Operators(None, load(path), send=send, health=lambda c: [f"{c}-node-1"])
+        task = asyncio.create_task(ops.run(stop))
+        while len(sent) < 2:
+            await asyncio.sleep(0.01)
+        stop.set()
+        await task
+
+    asyncio.run(asyncio.wait_for(play(), 10))
+    assert all(r["health"] == {"machine_ids": ["c1-node-1"]} for r in sent)
