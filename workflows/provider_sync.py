@@ -371,13 +371,16 @@ class ProviderSync:
             for m in machines:
                 if m.state is S.CONFIGURED:
                     self.shard.verified_up(m.id, repair)
-                self.shard.observe(m, now)
+                    self.shard.notices.note(m.id, m.notice, now)
+                else:
+                    self.shard.observe(m, now)
 
     async def notices(self, now: float) -> None:
         """Each provider's machines under a notice (`Machine.notice`, bigfleet/notices.py):
-        the shard's are observed (the notice, and their state with it); the notices of its
-        other machines of that provider have ended. A provider that does not answer is asked
-        again next time; the others are still read."""
+        the shard takes the notices of its own; the notices of its other machines of that
+        provider have ended. Only the notice: a machine's state comes from its transition's
+        result (a read taken while a drain starts would undo it). A provider that does not
+        answer is asked again next time; the others are still read."""
         inv = self.shard.inventory
         for provider in self.cfg.providers:
             try:
@@ -392,7 +395,8 @@ class ProviderSync:
                 self.note(f"reading the notices of provider {provider}", err)
                 continue
             for m in machines:
-                self.shard.observe(m, now)
+                if inv.ids.find(m.id) >= 0:
+                    self.shard.notices.note(m.id, m.notice, now)
             if len(machines) < NOTICED_MAX:  # (all of them: the rest have none)
                 theirs = {
                     mid
