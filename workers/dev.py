@@ -130,9 +130,9 @@ async def _run_dev(args: argparse.Namespace) -> int:
         if not port_free(p):
             raise CliError(f"port {p} ({what}) is in use: another `bigfleet dev` or Temporal?")
     if args.fresh:
-        for suffix in ("", "-wal", "-shm"):
+        for name in ("temporal.db", "temporal.db-wal", "temporal.db-shm", "operator-nodes.json"):
             with contextlib.suppress(FileNotFoundError):
-                (state_dir / f"temporal.db{suffix}").unlink()
+                (state_dir / name).unlink()
         shutil.rmtree(state_dir / "providers", ignore_errors=True)
         shutil.rmtree(state_dir / "snapshots", ignore_errors=True)
     resumed = (state_dir / "temporal.db").exists()
