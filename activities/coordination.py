@@ -5,6 +5,7 @@ coordinator's decommission check."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -13,7 +14,14 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.wire import COORDINATOR_ID, ShardConfig, shard_workflow_id
+from activities.wire import (
+    COORDINATOR_ID,
+    MACHINE_IDS,
+    TRANSITION,
+    EscalateDrains,
+    ShardConfig,
+    shard_workflow_id,
+)
 from bigfleet.coordinator import ClusterOwners, ClusterQuestion
 from bigfleet.inputs import clip
 
@@ -34,7 +42,28 @@ class CoordinationActivities:
         self.known_cluster = known_cluster
 
     def all(self) -> list[Any]:
-        return [self.cluster_owners, self.shard_providers]
+        return [self.cluster_owners, self.shard_providers, self.escalate_drains]
+
+    @activity.defn(name="escalate_drains")
+    async def escalate_drains(self, ask: EscalateDrains) -> int:
+        """Signal `escalate_drain` to each running drain workflow of the machines (found by
+        their search attributes, 50 machines a query); how many workflows were signalled. A
+        drain that ended meanwhile is not found: nothing to do."""
+        signalled: set[str] = set()
+        for i in range(0, len(ask.machine_ids), 50):
+            ids = ", ".join(json.dumps(m) for m in ask.machine_ids[i : i + 50])
+            query = (
+                f'{MACHINE_IDS.name} IN ({ids}) AND {TRANSITION.name} = "drain" '
+                'AND ExecutionStatus = "Running"'
+            )
+            async for wf in self.client.list_workflows(query):
+                if wf.id in signalled:
+                    continue
+                await self.client.get_workflow_handle(wf.id, run_id=wf.run_id).signal(
+                    "escalate_drain", ask.grace_seconds
+                )
+                signalled.add(wf.id)
+        return len(signalled)
 
     @activity.defn(name="cluster_owners")
     async def cluster_owners(self, question: ClusterQuestion) -> ClusterOwners:

@@ -498,7 +498,17 @@ class CoordinatorInput(Model):
     plan_seconds: float = 30.0
     missing_after_seconds: float = 30.0
     max_rounds_per_run: int = 500
+    # A preemption drain that blocks an escalated shortfall is escalated to this grace, the
+    # floor: no workload is given less by it (bigfleet/blocked.py).
+    drain_floor_seconds: float = Field(default=60.0, ge=0)
     state: dict[str, Any] | None = None
+
+
+class EscalateDrains(Model):
+    """The running drain workflows of these machines are escalated to `grace_seconds`."""
+
+    machine_ids: list[str] = Field(max_length=4096)
+    grace_seconds: float = Field(ge=0)
 
 
 class CoordinatorTerm(Model):

@@ -93,6 +93,9 @@ class Coordinator:
     by_home: bool = True
     # The shards the fleet was deployed with (0 … founding − 1; 0: as many as there are).
     founding: int = 0
+    # Blocked preemption drains already escalated (bigfleet/blocked.py): each is escalated
+    # once; kept while a shortfall still names it.
+    escalated_drains: set[str] = field(default_factory=set)
 
     def next_token(self) -> tuple[int, int]:
         """(coordinator_term, seq) for the next instruction (seed §11)."""
@@ -270,6 +273,15 @@ class Coordinator:
     def escalations(self) -> list[tuple[int, Shortfall]]:
         """Shortfalls unresolved for more than 5 cycles: for a human."""
         return [(s, sf) for s, sf in self.fleet_shortfalls() if sf.escalated]
+
+    def drains_to_escalate(self) -> list[str]:
+        """The preemption drains escalated shortfalls wait on (seed §7: "escalate the drain"),
+        not escalated before: each is escalated once, down to the policy's floor."""
+        named = {mid for _, sf in self.escalations() for mid in sf.blocked_drains}
+        self.escalated_drains &= named
+        fresh = sorted(named - self.escalated_drains)
+        self.escalated_drains.update(fresh)
+        return fresh
 
     def shared_shortfalls(self) -> list[str]:
         """Profiles every reporting shard is short of: time to buy capacity, not to rebalance."""

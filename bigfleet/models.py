@@ -434,6 +434,9 @@ class Shortfall(Wire):
     same: str | None = None  # a topology-confined need: never resolved across shards
     # Not a lack of machines: the cluster's repair is held (bigfleet/notices.py), for a human.
     repair_held: bool = False
+    # The preemption drains the need has waited on too long (bigfleet/blocked.py): the
+    # coordinator may shorten their grace once the shortfall is escalated.
+    blocked_drains: list[str] = Field(default_factory=list, max_length=64)
 
 
 class BootstrapRequest(Wire):

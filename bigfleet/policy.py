@@ -101,6 +101,10 @@ class Policy(BaseModel):
     # Bare metal drained for a notice or repair (it is never deleted) waits this long out of
     # the engine's reach before it may serve again.
     quarantine_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 3600.0
+    # A preemption drain still running this long after it started blocks its preemptor: the
+    # need it is for is reported short (seed §7 "Slow drains under priority pressure"), aged
+    # and escalated like any shortfall; the coordinator then shortens the drain's grace.
+    blocked_drain_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 300.0
 
     @field_validator("disruption_budgets", mode="before")
     @classmethod

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from .blocked import BlockedDrains
 from .disruption import DisruptionBook
 from .engine import Decision, FastEngine
 from .engine.common import TIMED_OUT, Actions
@@ -77,6 +78,8 @@ class Shard:
         self.decommissioned: set[str] = set()
         # Providers' notices and the repair of unhealthy machines (notices.py).
         self.notices = NoticeBook(self.policy)
+        # Preemption drains that block their preemptor when slow (blocked.py).
+        self.blocked = BlockedDrains(self.policy)
         # Splits, merges and decommissions (seed §16), on this shard's state.
         self.membership = Membership(self)
         self.offers = Offers()  # the report's offer samples, rebuilt when they change
@@ -380,6 +383,9 @@ class Shard:
         decision.actions.extend(early)
         decision.shortfalls.extend(self._refused_shortfalls(now))
         decision.shortfalls.extend(held)
+        if decision.preemptions:
+            self.blocked.started(decision.preemptions, now)
+        decision.shortfalls.extend(self.blocked.shortfalls(self.inventory, self.needs, now))
         self.last = decision
         self.cycles += 1
         return decision

@@ -131,6 +131,8 @@ def shard_state(shard: Shard) -> dict[str, Any]:
         state["disruption"] = shard.disruption.state()
     if shard.notices:  # (likewise)
         state["notices"] = shard.notices.state()
+    if shard.blocked.drains:  # (likewise)
+        state["blocked"] = shard.blocked.state()
     return state
 
 
@@ -159,4 +161,5 @@ def restore_shard(state: dict[str, Any], shard: Shard) -> Shard:
     shard.unheard = dict(state.get("unheard", {}))
     shard.disruption.restore(state.get("disruption"))
     shard.notices.restore(state.get("notices"))
+    shard.blocked.restore(state.get("blocked"))
     return shard

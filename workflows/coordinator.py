@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.wire import (
         CoordinatorInput,
         DecommissionRequest,
+        EscalateDrains,
         MembershipResult,
         SagaInput,
     )
@@ -58,6 +59,7 @@ def _selectors(where: dict[str, str]) -> str:
 
 # Runs begun before give a new cluster the least-loaded shard, never its home.
 HOME_PATCH = "clusters-go-home"
+ESCALATE_PATCH = "escalate-blocked-drains"
 
 
 @workflow.defn(name="Coordinator")
@@ -74,6 +76,7 @@ class CoordinatorWorkflow(TakesSignals):
             retiring=set(state.get("retiring", [])),
             retired=set(state.get("retired", [])),
             founding=inp.shards,
+            escalated_drains=set(state.get("escalated_drains", [])),
         )
         self.members = FleetMembership(self.c, inp, state.get("membership", {}))
         # Running sagas, and finished ones until the receiver's next report shows their effect.
@@ -330,6 +333,7 @@ class CoordinatorWorkflow(TakesSignals):
                     "sagas": self.sagas,
                     "retiring": sorted(self.c.retiring),
                     "retired": sorted(self.c.retired),
+                    "escalated_drains": sorted(self.c.escalated_drains),
                     "membership": self.members.running,
                     "guard": self.guard.rejections.state(),
                 }
@@ -438,7 +442,31 @@ class CoordinatorWorkflow(TakesSignals):
                     move.cluster,
                     move.grace_seconds,
                 )
+        if workflow.patched(ESCALATE_PATCH):  # (runs begun before escalate nothing)
+            await self._escalate_blocked(inp)
         await self.members.round()
+
+    async def _escalate_blocked(self, inp: CoordinatorInput) -> None:
+        """Seed §7: a slow preemption drain whose preemptor's shortfall is escalated has its
+        grace shortened to the floor (`drain_floor_seconds`); the drain itself runs on."""
+        drains = self.c.drains_to_escalate()
+        if not drains:
+            return
+        try:
+            n: int = await workflow.execute_activity(
+                "escalate_drains",
+                EscalateDrains(machine_ids=drains, grace_seconds=inp.drain_floor_seconds),
+                result_type=int,
+                **STEP,
+            )
+        except ActivityError as err:
+            self.c.escalated_drains.difference_update(drains)  # (tried again next round)
+            workflow.logger.warning("escalating blocked drains failed: %s", err)
+            return
+        workflow.logger.info(
+            "escalated %d drain workflow(s) of %d blocked machine(s) to grace %s s",
+            n, len(drains), inp.drain_floor_seconds,
+        )  # fmt: skip
 
     async def _start_saga(
         self,

@@ -53,6 +53,7 @@ class Recorder:
         self.shortfalls: dict[tuple[str, int, str], dict[str, Any]] = {}
         self.errors: list[tuple[float, str]] = []
         self.failures: list[dict[str, Any]] = []
+        self.held_back: Counter[str] = Counter()  # machine-cycles, by reason
         self.rate_limits: Counter[str] = Counter()
         self.cost: dict[str, float] = dict.fromkeys(CAPACITY_TYPES, 0.0)
         self.idle_machine_hours = 0.0
@@ -165,6 +166,8 @@ class Recorder:
 
     def cycle(self, now: float, shard: Shard, decision: Decision, sample: bool) -> None:
         self.consolidations += sum(decision.consolidations.values())
+        for bounds in shard.disruption.clusters.values():  # (what budgets and marks held back)
+            self.held_back.update(bounds.held)
         # `cost_moves` is newer than `consolidations`: an engine without it moves nothing for it.
         self.cost_moves += sum(getattr(decision, "cost_moves", {}).values())
         for p in decision.preemptions:
@@ -334,6 +337,7 @@ def merge_recorders(recorders: list[Recorder]) -> Recorder:
         out.shortfalls.update(r.shortfalls)
         out.needs.update(r.needs)
         out.rate_limits.update(r.rate_limits)
+        out.held_back.update(r.held_back)
         out.idle_machine_hours += r.idle_machine_hours
         out.consolidations += r.consolidations
         out.cost_moves += r.cost_moves

@@ -165,6 +165,8 @@ def report_of(run: Run) -> dict[str, Any]:
         "time_to_capacity_by_priority_band": to_capacity,
         "moves_away_from_work": moves,
         "notices_and_repair": notices_and_repair(rec),
+        # Machine-cycles a disruption budget or mark held back, by reason (docs/operations.md).
+        "disruption_held_back": dict(sorted(rec.held_back.items())),
         "job_waits_by_priority_band": job_wait_summary(run.job_waits),
         "in_cluster_moves": rec.in_cluster,
         "actions_by_kind": dict(kinds),
@@ -304,6 +306,8 @@ def render_text(report: dict[str, Any], log_lines: int = 20) -> str:
         f" ({report['summary']['useful_machine_hours']:,.1f} useful machine-hours)",
         "machines taken from work: " + ", ".join(f"{k} {v}" for k, v in moves.items()),
         _notices_line(report["notices_and_repair"]),
+        "held back by disruption budgets and marks (machine-cycles): "
+        + (", ".join(f"{k} {v}" for k, v in report["disruption_held_back"].items()) or "none"),
         f"machines moved for cost: {report['summary']['consolidations']} toward cheaper capacity"
         f" (consolidations), {report['summary']['cost_moves']} for the fleet's bill (cost moves)",
         "actions: " + ", ".join(f"{k} {v}" for k, v in sorted(report["actions_by_kind"].items())),

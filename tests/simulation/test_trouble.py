@@ -86,3 +86,22 @@ def test_a_rack_failure_naming_no_provider_is_refused(tmp_path):
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(ScenarioError, match=r"rack_failures\.0\.provider"):
         load(path)
+
+
+def test_the_report_counts_what_disruption_budgets_held_back():
+    from tests.simulation.scenarios import cloud, cluster, need, quota, scenario, simulate
+
+    def run(budgets: list) -> dict:
+        raw = scenario(
+            [cloud(quota("on-demand", 10, 1.0))],
+            [cluster("web", (0, [need(900000, 6)]), (600, [need(900000, 2)]))],
+            1800,
+        )
+        raw["policy"] = {"disruption_budgets": budgets, "excess_grace_seconds": 60}
+        return simulate(raw)[1]
+
+    free, bounded = run([]), run([{"machines": "1", "reasons": ["excess"]}])
+    assert free["disruption_held_back"] == {}
+    assert bounded["disruption_held_back"]["excess"] > 0
+    excess = [a["t"] for a in bounded["actions"] if a["kind"] == "drain"]
+    assert len(excess) == 4 and len(set(excess)) == 4  # one at a time, as the budget says

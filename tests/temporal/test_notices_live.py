@@ -34,14 +34,20 @@ def fleet(machines: int, **policy: Any) -> Scenario:
             "name": "dc", "kind": "bare-metal", "configure_latency": 1, "drain_latency": 1,
             "racks": [{"rack": "r1", "zone": "ams-1", "instance_type": GPU, "count": machines}],
         }],
-        "clusters": [{"name": "a"}],
+        "clusters": [{"name": "a"}, {"name": "b"}],
     })  # fmt: skip
 
 
-def rollup(generation: int, count: int, seen: list[str] | None = None) -> dict[str, Any]:
+def rollup(
+    generation: int,
+    count: int,
+    seen: list[str] | None = None,
+    cluster: str = "a",
+    priority: int = 500_000,
+) -> dict[str, Any]:
     need = {"requirements": [{"key": L.INSTANCE_TYPE, "operator": "In", "values": [GPU]}],
-            "priority": 500_000, "count": count}  # fmt: skip
-    out: dict[str, Any] = {"cluster": "a", "generation": generation, "needs": [need]}
+            "priority": priority, "count": count}  # fmt: skip
+    out: dict[str, Any] = {"cluster": cluster, "generation": generation, "needs": [need]}
     if seen is not None:
         out["health"] = {"machine_ids": seen}
     return out
@@ -156,3 +162,44 @@ async def test_repair_of_an_unseen_machine_and_the_short_circuit_of_a_silent_ope
     assert held["health"]["repair_held"]["allowed"] == 1
     assert [s["cluster"] for s in st["shortfalls"] if s.get("repair_held")] == ["a"]
     assert len(still) == 5 and lost not in still  # nothing more drained
+
+
+async def test_the_coordinator_shortens_a_slow_drain_that_blocks_a_higher_priority(
+    dev_env: WorkflowEnvironment,
+):
+    """Seed §7: b (1 000 000) preempts a (900 000); the gap of 100 000 drains with 10 min of
+    grace, and the machines take all of it. Past `blocked_drain_seconds` b is short, the
+    shortfall ages and is escalated, and the coordinator escalates the drains to its floor
+    (0 here): b is served in seconds instead of 10 minutes."""
+    from activities.wire import SHARD_TASK_QUEUE, CoordinatorInput
+    from workflows.coordinator import CoordinatorWorkflow
+    from workflows.sagas import COORDINATOR_ID
+
+    client = dev_env.client
+    raw = fleet(4, blocked_drain_seconds=2, escalate_after_cycles=2)
+    raw = raw.model_copy(
+        update={"providers": [raw.providers[0].model_copy(update={"drain_latency": 600})]}
+    )
+    await client.start_workflow(
+        CoordinatorWorkflow.run,
+        CoordinatorInput(shards=1, plan_seconds=1, drain_floor_seconds=0),
+        id=COORDINATOR_ID,
+        task_queue=SHARD_TASK_QUEUE,
+    )
+    async with fleet_workers(client, raw) as sim:
+        await ensure_shards(client, sim.fleet, report_seconds=1.0, **FAST)
+        await shard(client).signal("rollup", rollup(1, 4, priority=900_000))
+        await eventually(lambda: configured_for_a(sim), lambda ids: len(ids) == 4, what="a")
+        await shard(client).signal("rollup", rollup(1, 4, cluster="b", priority=1_000_000))
+
+        def configured_for_b() -> list[str]:
+            return [
+                m.id for m in sim.providers["dc"].list(ListFilter(states=[S.CONFIGURED]))
+                if m.cluster == "b"
+            ]  # fmt: skip
+
+        await eventually(configured_for_b, lambda ids: len(ids) == 4, timeout=90, what="b")
+        drains = [wf async for wf in client.list_workflows('BigFleetTransition = "drain"')]
+        inputs = [await transition_input(client, wf) for wf in drains]
+    assert {(i.reason, i.grace_seconds) for i in inputs} == {("preempt", 600.0)}
+    assert sum(len(i.machine_ids) for i in inputs) == 4
