@@ -183,11 +183,14 @@ class ProviderActivities:
     @activity.defn(name="provider_noticed")
     async def noticed(self, r: ProviderRead) -> list[Machine]:
         """The provider's machines under a notice (`ListFilter.noticed`), the first `r.limit`
-        in id order: a shard reads them every `notice_seconds` and acts on its own."""
+        in id order: a shard reads them every `notice_seconds` and acts on its own. (A
+        provider from before notices ignores the filter and lists everything: only the
+        machines carrying a notice are answered.)"""
         p = self._provider(r.provider, r.now)
         with provider_errors():
             found = await offloaded(p, lambda: p.list(ListFilter(noticed=True)))
-        return sorted(found, key=lambda m: m.id)[: r.limit]
+        noticed = [m for m in found if m.notice is not None]
+        return sorted(noticed, key=lambda m: m.id)[: r.limit]
 
     @staticmethod
     def _get(p: CapacityProvider, r: ProviderRead) -> list[Machine]:

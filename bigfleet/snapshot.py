@@ -37,11 +37,18 @@ def _unpack(text: str, dtype: Any) -> np.ndarray:
     return np.frombuffer(zlib.decompress(base64.b64decode(text)), dtype=dtype).copy()
 
 
+# Columns the shard derives again each cycle (`risk`, from its notices): not in the snapshot,
+# whose size decides how many parts it is written in (a replayed run must write as many).
+DERIVED = frozenset({"risk"})
+
+
 def inventory_state(inv: Inventory) -> dict[str, Any]:
     n = inv.rows_used
     return {
         "rows": n,
-        "columns": {name: _pack(getattr(inv, name)[:n]) for name in _COLUMNS},
+        "columns": {
+            name: _pack(getattr(inv, name)[:n]) for name in _COLUMNS if name not in DERIVED
+        },
         "id_prefix": _pack(inv.ids.prefix[:n]),
         "id_number": _pack(inv.ids.number[:n]),
         "id_prefixes": [list(p) for p in inv.ids._prefixes],

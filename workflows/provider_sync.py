@@ -44,6 +44,7 @@ BY_CLUSTER = "adopt-by-cluster"
 # while their cluster did not see them (bigfleet/notices.py).
 NOTICES = "provider-notices"
 REPAIR = "repair-unseen"
+CARRY_NOTICES = "carry-notices"  # (their state across continue-as-new, workflows/shard.py)
 NOTICED_MAX = 2000  # machines under notice read from one provider at a time
 QUICK: dict[str, Any] = dict(
     start_to_close_timeout=timedelta(seconds=60),
@@ -54,6 +55,12 @@ QUICK: dict[str, Any] = dict(
 PERIODIC: dict[str, Any] = dict(
     start_to_close_timeout=timedelta(seconds=60),
     retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3),
+)
+# The read of notices: once, briefly (it comes again in `notice_seconds`; a provider that
+# does not answer must not hold up the verifies and reconciles that follow it).
+GLANCE: dict[str, Any] = dict(
+    start_to_close_timeout=timedelta(seconds=20),
+    retry_policy=RetryPolicy(maximum_attempts=1),
 )
 # Reads a shard cannot start without (its machines): tried until they answer.
 PATIENT: dict[str, Any] = dict(
@@ -389,7 +396,7 @@ class ProviderSync:
                     ProviderRead(provider=provider, now=now, limit=NOTICED_MAX),
                     task_queue=provider_task_queue(provider) + "-read",
                     result_type=list[Machine],
-                    **PERIODIC,
+                    **GLANCE,
                 )
             except ActivityError as err:
                 self.note(f"reading the notices of provider {provider}", err)

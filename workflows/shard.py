@@ -57,7 +57,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.instructions import InstructionHandlers
     from workflows.new_clusters import NewClusters
     from workflows.outbox import NOTICE_ITEMS, Outbox
-    from workflows.provider_sync import NOTICES, ProviderSync
+    from workflows.provider_sync import CARRY_NOTICES, NOTICES, ProviderSync
     from workflows.shadow import ShadowSync
     from workflows.shard_results import HISTORY_BYTES_REGARDLESS, TransitionResults
     from workflows.snapshot_store import SnapshotStore
@@ -695,6 +695,11 @@ class ShardWorkflow(InstructionHandlers, AuditHandlers, TransitionResults, Takes
             self.outbox.clear()
         self._fold_results(workflow.now().timestamp())
         state = shard_state(self.shard)
+        # Notices, repair and blocked drains (bigfleet/notices.py, blocked.py) are carried by
+        # runs begun after them: a run begun before replays with a snapshot of its old size.
+        if ("notices" in state or "blocked" in state) and not workflow.patched(CARRY_NOTICES):
+            state.pop("notices", None)
+            state.pop("blocked", None)
         state.update(self.steps.state())
         state["guard"] = self.guard.rejections.state()
         state["owed_providers"] = sorted(self.providers.owed)
