@@ -36,6 +36,8 @@ class Supply(Protocol):
 
     def take(self, pool: dict[int, int], p: int, n: int) -> None: ...
 
+    def give(self, pool: dict[int, int], p: int, n: int) -> None: ...
+
     def preempt(self, i: int, n: int) -> None: ...
 
 
@@ -106,7 +108,7 @@ def yield_for_cost(
     for a in sorted(bought, key=lambda a: -state.supply.supply_rank(need)[a.profile]):
         n = min(give, a.count)
         a.count -= n
-        state.spec_left[a.profile] += n
+        supply.give(state.spec_left, a.profile, n)  # (free again, for the needs after it)
         state.demand[profiles[a.profile].name] -= n
         give -= n
     return given, took, hit

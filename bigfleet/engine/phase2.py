@@ -183,6 +183,13 @@ class _ShortSupply:
         if self.incoming is not None:
             self.incoming[p] -= n
 
+    def give(self, pool: dict[int, int], p: int, n: int) -> None:
+        """`n` machines of profile `p` back in `pool` (a purchase undone), in step with
+        `incoming` as `take` is: a `Same` need after it counts them."""
+        pool[p] = pool.get(p, 0) + n
+        if self.incoming is not None:
+            self.incoming[p] += n
+
     def preempt(self, i: int, n: int) -> None:
         """`n` machines of the victim pool's entry `i` preempted."""
         held = self.held

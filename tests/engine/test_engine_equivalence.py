@@ -5,7 +5,7 @@ consolidations toward cheaper capacity."""
 import random
 from collections import Counter
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bigfleet import labels as L
@@ -69,11 +69,8 @@ def run_both(seed, machines, clusters, needs, scale, cycles):
         ref.apply(b, now)
 
 
-# Derandomized: CI runs the same examples every time. A random search found one difference,
-# not fixed yet (the closing note of issue 33): the consolidation test with seed=268,
-# machines=81, clusters=3, needs=3, scale=20, cycles=2, displace_gap=100 000 — at cycle 2 the
-# reference earmarks 2 draining machines for a `Same` need (c002#2) after a displacement took
-# draining ones, where the fast engine reports it 2 short.
+# Derandomized: CI runs the same examples every time (a random search that finds an old
+# difference must not fail an unrelated change); what a search found is kept as an @example.
 PROPERTY = settings(
     max_examples=60,
     deadline=None,
@@ -192,6 +189,11 @@ def run_consolidation(seed, machines, clusters, needs, scale, cycles, policy):
     stable=st.sampled_from([0.0, 20.0]),
     gap=st.sampled_from([100_000, 900_000]),
 )
+# Found by a random search: a purchase undone by displacement freed speculative machines the
+# fast engine's `Same` wait did not count (its column of incoming supply was not given them
+# back); the reference did.
+@example(seed=268, machines=81, clusters=3, needs=3, scale=20, cycles=2, min_saving=0.5,
+         horizon=1.0, fraction=0.0, stable=0.0, gap=100_000)  # fmt: skip
 def test_fast_engine_consolidates_like_the_reference(
     seed, machines, clusters, needs, scale, cycles, min_saving, horizon, fraction, stable, gap
 ):
