@@ -50,6 +50,7 @@ S = MachineState
 SERVING = (S.CONFIGURED, S.CONFIGURING)  # a cluster's machines, kept while it is unheard
 # How long a need the operator refused to bootstrap waits before BigFleet tries again.
 REFUSAL_BACKOFF_SECONDS = 300.0
+MAX_REFUSAL_BACKOFF_SECONDS = 3600.0
 
 
 class Shard:
@@ -65,6 +66,8 @@ class Shard:
         self.engine = FastEngine(self.inventory, self.policy)
         self.rejections: deque[str] = deque(maxlen=50)
         self.refusals: dict[tuple[str, int], tuple[float, str]] = {}
+        # Needs refused in a row (`refuse_again`): since when, and how many times.
+        self.refused: dict[tuple[str, int], tuple[float, int]] = {}
         self.last: Decision = Decision()
         self.cycles = 0
         # Cross-shard preemption: machines draining to leave, and drained ones waiting to go.
@@ -196,6 +199,19 @@ class Shard:
         a while, and shows as a shortfall instead of being retried every cycle."""
         self.refusals[(cluster, priority)] = (until, reason)
 
+    def refuse_again(self, cluster: str, priority: int, reason: str, now: float) -> None:
+        """`refuse`, with a wait that doubles with each refusal in a row (5 min, 10, 20, … at
+        most `MAX_REFUSAL_BACKOFF_SECONDS`) and a shortfall that ages from the first of them,
+        so it is escalated like any other: every retry creates machines that are then let go
+        (issue 34). A machine configured for the cluster ends the streak."""
+        key = (cluster, priority)
+        first, streak = self.refused.get(key, (now, 0))
+        if key in self.refusals and self.refusals[key][0] > now:
+            streak -= 1  # (more results of the same try: one refusal)
+        self.refused[key] = (first, streak + 1)
+        wait = min(REFUSAL_BACKOFF_SECONDS * 2**streak, MAX_REFUSAL_BACKOFF_SECONDS)
+        self.refuse(cluster, priority, reason, now + wait)
+
     # ---- machines ---------------------------------------------------------------------------
 
     def adopt(self, machines: Iterable[Machine], now: float) -> int:
@@ -294,6 +310,9 @@ class Shard:
             return False
         if machine.notice is not None or self.notices:
             self.notices.note(machine.id, machine.notice, now)
+        if self.refused and machine.state is S.CONFIGURED and machine.cluster:
+            for key in [k for k in self.refused if k[0] == machine.cluster]:
+                del self.refused[key]  # (its operator bootstraps again)
         have = inv.state_of(row)
         if have is machine.state:
             return False
@@ -411,12 +430,18 @@ class Shard:
         return replace(decision, actions=Actions(kept))
 
     def _refused_shortfalls(self, now: float) -> list[Shortfall]:
+        if self.refused:  # (streaks of needs no longer asked for end)
+            asked = {(n.cluster, n.priority) for n in self.needs}
+            self.refused = {k: v for k, v in self.refused.items() if k in asked}
         if not self.refusals:
             return []
         out = []
+        cycle = self.policy.cycle_seconds
         for need in self.needs:
             refusal = self.refusals.get((need.cluster, need.priority))
             if refusal is not None and need.count > 0:
+                streak = self.refused.get((need.cluster, need.priority))
+                age = 1 if streak is None else 1 + int((now - streak[0]) // cycle)
                 out.append(
                     Shortfall(
                         cluster=need.cluster,
@@ -424,8 +449,9 @@ class Shard:
                         requirements=list(need.requirements),
                         priority=need.priority,
                         count=need.count,
-                        age=1,
+                        age=age,
                         interruption_penalty=need.spec.interruption_penalty,
+                        escalated=age >= self.policy.escalate_after_cycles,
                     )
                 )
         return out

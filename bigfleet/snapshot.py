@@ -125,6 +125,11 @@ def shard_state(shard: Shard) -> dict[str, Any]:
             "forecast": shard.engine.memory.forecast,
         },
         "refusals": [[c, p, until, why] for (c, p), (until, why) in shard.refusals.items()],
+        **(
+            {"refused": [[c, p, first, n] for (c, p), (first, n) in shard.refused.items()]}
+            if shard.refused
+            else {}
+        ),
         "rejections": list(shard.rejections),
         "transfer_out": sorted(shard.transfer_out),
         "handoff": [m.model_dump(mode="json") for m in shard.handoff.values()],
@@ -157,6 +162,7 @@ def restore_shard(state: dict[str, Any], shard: Shard) -> Shard:
         forecast=dict(state["memory"]["forecast"]),
     )
     shard.refusals = {(c, p): (until, why) for c, p, until, why in state["refusals"]}
+    shard.refused = {(c, p): (first, n) for c, p, first, n in state.get("refused", [])}
     shard.rejections.extend(state["rejections"])
     shard.transfer_out = set(state.get("transfer_out", []))
     shard.handoff = {

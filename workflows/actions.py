@@ -25,6 +25,8 @@ S = MachineState
 T = Transition
 DEFAULT_TIMEOUT = 900.0
 DRAIN_WATCH_MAX = 600.0  # how long a drain is watched beyond its grace period
+# Runs begun before wait 5 minutes after each refused bootstrap, and never escalate it.
+REFUSAL_STREAKS = "refusal-streaks"
 
 
 class TransitionInputs:
@@ -110,12 +112,17 @@ class TransitionInputs:
                     workflow.logger.error("result of %s not folded in: %s", result.transition, err)
                     continue
                 if result.refused and result.cluster:
-                    self.shard.refuse(
-                        result.cluster,
-                        result.priority,
-                        result.refused,
-                        now + REFUSAL_BACKOFF_SECONDS,
-                    )
+                    if workflow.patched(REFUSAL_STREAKS):  # (runs begun before: 5 min each)
+                        self.shard.refuse_again(
+                            result.cluster, result.priority, result.refused, now
+                        )
+                    else:
+                        self.shard.refuse(
+                            result.cluster,
+                            result.priority,
+                            result.refused,
+                            now + REFUSAL_BACKOFF_SECONDS,
+                        )
                 elif result.transition is T.CREATE and m.state is S.IDLE and destination:
                     self.shard.begin_configure(m.id, destination, now)
                     follow.append(

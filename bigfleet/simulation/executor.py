@@ -26,7 +26,7 @@ from ..models import (
 from ..operators import BootstrapRefused, SimulatedOperator
 from ..providers.base import ProviderError, RateLimited
 from ..providers.simulated import SimulatedProvider
-from ..shard import REFUSAL_BACKOFF_SECONDS, Shard
+from ..shard import Shard
 from ..transitions import Corrective, corrective
 from .recorder import Recorder
 
@@ -120,7 +120,7 @@ class Executor:
                 )
             )
         except BootstrapRefused as refused:
-            self.shard.refuse(cluster, flight.priority, str(refused), now + REFUSAL_BACKOFF_SECONDS)
+            self.shard.refuse_again(cluster, flight.priority, str(refused), now)
             self.recorder.error(now, str(refused))
             self.in_flight.pop(machine_id, None)
             self.shard.observe(provider.get(machine_id), now)

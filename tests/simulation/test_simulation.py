@@ -203,6 +203,22 @@ def test_a_kubelet_inside_the_skew_window_is_configured():
     assert need_of(report, "old")["satisfied"] == 2
 
 
+def test_a_need_refused_again_and_again_waits_longer_each_time_and_is_escalated():
+    """Issue 34: every retry of a need its operator refuses buys machines that are then let
+    go. The wait doubles with each refusal in a row (5, 10, 20, 40 min …), and the shortfall
+    ages from the first refusal, so it is escalated for a human."""
+    requirement = {"key": KUBELET, "operator": "NotIn", "values": ["1.30", "1.31", "1.32", "1.33"]}
+    raw = refused_scenario(requirement, cloud(quota("on-demand", 4, 1.0)))
+    raw["duration_seconds"] = 2 * 3600
+    _, report = simulate(raw)
+    tries = sorted({round(a["t"]) for a in report["actions"] if a["kind"] == "create"})
+    gaps = [b - a for a, b in zip(tries, tries[1:], strict=False)]
+    assert len(tries) <= 5, tries  # (every 5 min would be 24)
+    assert all(later > earlier for earlier, later in zip(gaps, gaps[1:], strict=False)), gaps
+    [refused] = [s for s in report["shortfalls"] if s["profile"].startswith("refused")]
+    assert refused["escalated"] and refused["max_age"] > 100
+
+
 @pytest.mark.parametrize("kind", ["bare-metal", "cloud"])
 def test_a_refused_bootstrap_returns_the_machine_to_idle(kind):
     """NotIn every supported version reaches the operator (no machine carries the label)."""
