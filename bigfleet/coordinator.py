@@ -262,9 +262,13 @@ class Coordinator:
             and self.assignment_bytes() + len(cluster) + 8 <= ASSIGNMENT_BYTES
         )
 
-    def missing(self, now: float, after: float = REPORT_SECONDS) -> list[int]:
-        """Shards that have not reported for `after` seconds (or never)."""
-        return [s for s in self.shards if now - self.received.get(s, -float("inf")) > after]
+    def missing(
+        self, now: float, after: float = REPORT_SECONDS, since: float = -float("inf")
+    ) -> list[int]:
+        """Shards that have not reported for `after` seconds; one never heard from counts
+        from `since` (when the coordinator's run began: a shard that has not had the time to
+        report yet is not missing, issue 34)."""
+        return [s for s in self.shards if now - self.received.get(s, since) > after]
 
     def fleet_shortfalls(self) -> list[tuple[int, Shortfall]]:
         pairs = [(s, sf) for s, r in self.reports.items() for sf in r.shortfalls]

@@ -60,6 +60,7 @@ def _selectors(where: dict[str, str]) -> str:
 # Runs begun before give a new cluster the least-loaded shard, never its home.
 HOME_PATCH = "clusters-go-home"
 ESCALATE_PATCH = "escalate-blocked-drains"
+MISSING_PATCH = "missing-since-start"
 
 
 @workflow.defn(name="Coordinator")
@@ -91,6 +92,7 @@ class CoordinatorWorkflow(TakesSignals):
         # None: not learnt yet.
         known = state.get("providers")
         self.providers: set[str] | None = set(known) if isinstance(known, list) else None
+        self.started = -float("inf")  # (when `run` began: shards never heard from count from it)
 
     @accepts(ShardReport, max_bytes=REPORT_BYTES)
     def shard_report(self, report: ShardReport) -> None:
@@ -300,7 +302,7 @@ class CoordinatorWorkflow(TakesSignals):
             "term": self.c.term,
             "shards": self.c.shards,
             "clusters": self.c.clusters,
-            "missing_shards": self.c.missing(now),
+            "missing_shards": self.c.missing(now, since=self.started),
             "sagas_running": sorted(k for k, v in self.sagas.items() if v["done_at"] is None),
             "membership": sorted(self.members.running),
             "retiring": sorted(self.c.retiring),
@@ -315,6 +317,7 @@ class CoordinatorWorkflow(TakesSignals):
 
     @workflow.run
     async def run(self, inp: CoordinatorInput) -> None:
+        self.started = workflow.now().timestamp()
         if inp.state is None:
             self.c.term = int(workflow.now().timestamp() * 1000)
             await self._learn_clusters()
@@ -383,7 +386,7 @@ class CoordinatorWorkflow(TakesSignals):
         )
         for shard in self.c.shards:  # exported at 0, so an alert sees the first restart
             restarts.add(0, {"shard": str(shard)})
-        for shard in self.c.missing(now, inp.missing_after_seconds):
+        for shard in self.c.missing(now, inp.missing_after_seconds, self._since()):
             if shard in self.c.retiring:
                 continue  # merging away: its workflow ends on purpose
             if now - self.revived.get(shard, -float("inf")) < 4 * inp.missing_after_seconds:
@@ -400,6 +403,11 @@ class CoordinatorWorkflow(TakesSignals):
             if outcome in ("reset", "restarted"):
                 restarts.add(1, {"shard": str(shard)})
 
+    def _since(self) -> float:
+        """Shards never heard from are missing counted from the run's start (runs begun
+        before: from always, and so at once)."""
+        return self.started if workflow.patched(MISSING_PATCH) else -float("inf")
+
     async def _round(self, inp: CoordinatorInput) -> None:
         now = workflow.now().timestamp()
         meter = workflow.metric_meter()
@@ -410,9 +418,9 @@ class CoordinatorWorkflow(TakesSignals):
             "bigfleet_fleet_wide_shortfalls", "profiles every shard is short of: buy capacity"
         ).set(len(self.c.shared_shortfalls()))
         meter.create_gauge("bigfleet_missing_shards", "shards not reporting").set(
-            len(self.c.missing(now, inp.missing_after_seconds))
+            len(self.c.missing(now, inp.missing_after_seconds, self._since()))
         )
-        for shard in self.c.missing(now, inp.missing_after_seconds):
+        for shard in self.c.missing(now, inp.missing_after_seconds, self._since()):
             workflow.logger.warning(
                 "shard %s has not reported for %s s", shard, inp.missing_after_seconds
             )

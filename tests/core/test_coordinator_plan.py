@@ -178,3 +178,16 @@ def test_a_report_names_each_profile_once_and_offers_every_profile():
     wire = len(r.model_dump_json())
     flat = sum(len(m.model_dump_json()) for m in r.profiles) * (32 + 3) // 2
     assert wire < flat / 4  # far smaller than a record per machine
+
+
+def test_a_shard_never_heard_from_is_missing_only_once_it_had_the_time_to_report():
+    """Issue 34: `missing shards: [0]` 35 s after start, while shard 0 was reporting."""
+    from bigfleet.coordinator import Coordinator
+
+    c = Coordinator(term=1, shards=[0, 1])
+    started = 1000.0
+    assert c.missing(started + 20, after=30, since=started) == []
+    assert c.missing(started + 31, after=30, since=started) == [0, 1]
+    c.received[0] = started + 25
+    assert c.missing(started + 40, after=30, since=started) == [1]
+    assert c.missing(started + 40, after=30) == [1]  # (no start given: never heard is missing)
