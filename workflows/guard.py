@@ -27,6 +27,7 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from bigfleet.inputs import (
         SIGNAL_BYTES,
+        UNKNOWN,
         UPDATE_BYTES,
         Rejected,
         Rejections,
@@ -85,6 +86,11 @@ class Guard:
             handler_names(type(owner)), state if isinstance(state, dict) else None
         )
         self.logged_at, self.logged = 0.0, 0  # (log lines this activation: `reject`)
+        # Exported at 0 for each handler from the start: a dashboard or alert that names the
+        # counter finds it before anything is rejected (issue 34).
+        counter = self._counter()
+        for handler in sorted(self.rejections.handlers | {UNKNOWN}):
+            counter.add(0, {"workflow": workflow_type, "handler": handler})
 
     def signal(self, name: str, args: Sequence[RawValue]) -> None:
         """Dispatch a signal by name; never raises."""
@@ -130,9 +136,15 @@ class Guard:
         self.count(handler)
 
     def count(self, handler: str) -> None:
-        workflow.metric_meter().create_counter(
+        self._counter().add(
+            1, {"workflow": self.workflow_type, "handler": self.rejections.known(handler)}
+        )
+
+    @staticmethod
+    def _counter() -> Any:
+        return workflow.metric_meter().create_counter(
             "bigfleet_rejected_inputs_total", "signals and updates refused as malformed or unknown"
-        ).add(1, {"workflow": self.workflow_type, "handler": self.rejections.known(handler)})
+        )
 
     def view(self) -> dict[str, Any]:
         return {"total": self.rejections.total, **self.rejections.state()}
