@@ -78,7 +78,8 @@ def register(verbs: argparse._SubParsersAction) -> None:
         type=port,
         default=DEFAULT_METRICS_PORT,
         metavar="N",
-        help=f"BigFleet metrics on N, SDK metrics on N+1 (default {DEFAULT_METRICS_PORT})",
+        help=f"BigFleet metrics on N, SDK metrics on N+1, the gateway's on N+2 "
+        f"(default {DEFAULT_METRICS_PORT})",
     )
     d.add_argument(
         "--fresh",
@@ -123,7 +124,7 @@ async def _run_dev(args: argparse.Namespace) -> int:
     logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("temporalio.activity").addFilter(one_line)
     state_dir = Path(args.state_dir)
-    metrics_ports = (args.metrics_port, args.metrics_port + 1) if args.metrics_port else ()
+    metrics_ports = tuple(args.metrics_port + i for i in range(3)) if args.metrics_port else ()
     for what, p in (("--port", args.port), ("--ui-port", args.ui_port)) + tuple(
         ("--metrics-port", p) for p in metrics_ports
     ):
@@ -162,6 +163,8 @@ async def _serve(
         server.address,
         base_port=args.grpc_port,
         real=args.real,
+        # (The gateway is a process of its own: it counts roll-ups there, not here.)
+        gateway_metrics_port=args.metrics_port + 2 if args.metrics_port else 0,
     )
     procs.plan()
     watcher = asyncio.create_task(watch_server(server, stop))
@@ -285,7 +288,9 @@ def _announce(
             f"  metrics          http://localhost:{args.metrics_port}/metrics (BigFleet: "
             f"provider calls, bootstraps)\n"
             f"                   http://localhost:{args.metrics_port + 1}/metrics (Temporal "
-            "SDK: bigfleet_decision_cycle_seconds, bigfleet_machines, bigfleet_actions_total, ...)",
+            "SDK: bigfleet_decision_cycle_seconds, bigfleet_machines, bigfleet_actions_total, ...)"
+            f"\n                   http://localhost:{args.metrics_port + 2}/metrics (the "
+            "gateway: bigfleet_gateway_rollups_total, bigfleet_gateway_send_seconds)",
             flush=True,
         )
     print(

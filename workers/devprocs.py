@@ -108,6 +108,8 @@ class DevProcesses:
     state_dir: Path
     temporal_address: str
     base_port: int = 50051
+    # The gateway's own metrics (its roll-ups by outcome) on this port; 0: none.
+    gateway_metrics_port: int = 0
     # Provider name -> a provider config (kind: ec2 | redfish): that provider is a real one
     # (`provider serve --config`) instead of the fleet file's simulated one.
     real: dict[str, Path] = field(default_factory=dict)
@@ -204,6 +206,11 @@ class DevProcesses:
             "gateway",
             "--config", str(self.config_path),
             "--address", self.temporal_address,
+            *(
+                ["--metrics-port", str(self.gateway_metrics_port), "--http-host", "127.0.0.1"]
+                if self.gateway_metrics_port
+                else []
+            ),
         )  # fmt: skip
         if clusters:  # its roll-up lines are echoed: what the clusters ask for, as it happens
             self._child(

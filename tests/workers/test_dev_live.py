@@ -38,11 +38,14 @@ def test_bigfleet_dev_runs_every_edge_as_its_own_process_and_stops_them_all(tmp_
     grpc_base = free_port()
     while any(not _free(p) for p in range(grpc_base, grpc_base + 4)):
         grpc_base = free_port()
+    metrics = free_port()  # (N, N+1, N+2: BigFleet's, the SDK's, the gateway's)
+    while any(not _free(p) for p in range(metrics, metrics + 3)) or abs(metrics - grpc_base) < 5:
+        metrics = free_port()
     argv = [
         sys.executable, "-m", "workers.cli", "dev",
         "--state-dir", str(tmp_path / "state"),
         "--port", str(free_port()), "--ui-port", str(free_port()),
-        "--metrics-port", "0", "--grpc-port", str(grpc_base),
+        "--metrics-port", str(metrics), "--grpc-port", str(grpc_base),
     ]  # fmt: skip
     out_path = tmp_path / "dev.out"
     with open(out_path, "wb") as out:
@@ -68,6 +71,16 @@ def test_bigfleet_dev_runs_every_edge_as_its_own_process_and_stops_them_all(tmp_
                 "operator"} <= set(pids), text  # fmt: skip
         assert (tmp_path / "state" / "tls" / "ca.pem").exists()
         assert (tmp_path / "state" / "deployment.yaml").exists()
+        # The gateway counts the roll-ups it answered in its own process, every outcome
+        # exported from the start (issue 34: they were exported empty, by the wrong process).
+        gateway = _scrape(metrics + 2)
+        accepted = re.search(r'^bigfleet_gateway_rollups_total\{outcome="accepted"\} (\S+)$',
+                             gateway, re.M)  # fmt: skip
+        assert accepted and float(accepted.group(1)) > 0, gateway
+        assert re.search(r'^bigfleet_gateway_rollups_total\{outcome="stale"\} 0\.0$', gateway,
+                         re.M), gateway  # fmt: skip
+        # The operator reports its nodes' health with its roll-ups, kept across restarts.
+        assert (tmp_path / "state" / "operator-nodes.json").exists()
     finally:
         proc.send_signal(signal.SIGINT)
         code = proc.wait(90)
@@ -76,6 +89,13 @@ def test_bigfleet_dev_runs_every_edge_as_its_own_process_and_stops_them_all(tmp_
     assert text.rstrip().endswith("bigfleet dev: stopped"), text
     children = {n: p for n, p in pids.items() if n != "workers (all roles)"}
     assert not [n for n, p in children.items() if alive(p)], text
+
+
+def _scrape(port: int) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        return reply.read().decode()
 
 
 def _free(port: int) -> bool:
