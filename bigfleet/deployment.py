@@ -134,6 +134,10 @@ class Gateway(Spec):
     listen: Endpoint = "0.0.0.0:50070"
     tls: ServerTLS | None = None
     tokens: list[ClusterToken] = Field(default_factory=list)
+    # With mutual TLS on `listen` (a `tls.client_ca`), senders of tokens have no certificate to
+    # show there: they are served here, over TLS without client certificates. (gRPC's Python
+    # server either requires a client certificate on a port or asks for none.)
+    token_listen: Endpoint | None = None
     health_port: Annotated[int, Field(ge=0, le=65535)] = 0
 
 

@@ -313,6 +313,12 @@ def _announce(
         flush=True,
     )
     print(f"  shards: bigfleet status{address_flag}", flush=True)
+    if any(c.name == SANDBOX for c in fleet.clusters):
+        print("  a roll-up of your own (cluster sandbox), through the gateway:", flush=True)
+        print(f"    {procs.rollup_command('examples/rollup-sandbox.yaml', SANDBOX)}", flush=True)
+
+
+SANDBOX = "sandbox"  # the dev fleet's cluster without roll-ups of its own
 
 
 def real_providers(pairs: list[str], fleet: Any) -> dict[str, Path]:

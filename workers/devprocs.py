@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -115,6 +116,7 @@ class DevProcesses:
     real: dict[str, Path] = field(default_factory=dict)
     children: list[Child] = field(default_factory=list)
     config_path: Path = field(init=False)
+    gateway_address: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
         self.config_path = self.state_dir / "deployment.yaml"
@@ -174,6 +176,8 @@ class DevProcesses:
             )  # fmt: skip
         operator_port = next(ports)
         gateway_port = next(ports)
+        token_port = next(ports)
+        self.gateway_address = f"127.0.0.1:{token_port}"  # (where a token is shown)
         config = {
             "name": self.fleet.name,
             "shards": self.fleet.shards,
@@ -193,6 +197,10 @@ class DevProcesses:
                     "key": str(tls / "server-key.pem"),
                     "client_ca": str(tls / "ca.pem"),
                 },
+                # A token per cluster too, shown on a port of its own over TLS (mutual TLS
+                # asks every client for a certificate).
+                "tokens": [{"cluster": c, "file": str(self._token(c))} for c in clusters],
+                "token_listen": f"127.0.0.1:{token_port}",
             },
         }
         self.config_path.parent.mkdir(parents=True, exist_ok=True)
@@ -263,6 +271,23 @@ class DevProcesses:
     def stop(self) -> None:
         for child in reversed(self.children):
             child.stop()
+
+    def _token(self, cluster: str) -> Path:
+        """The cluster's roll-up token file (made once: kept across restarts)."""
+        path = self.state_dir / "tokens" / cluster
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(secrets.token_urlsafe(24) + "\n")
+            path.chmod(0o600)
+        return path
+
+    def rollup_command(self, file: str, cluster: str) -> str:
+        """A `rollup send` of `file` as `cluster`, through this gateway, with its token."""
+        return (
+            f"bigfleet rollup send {file} --gateway {self.gateway_address} "
+            f"--tls-ca {self.state_dir / 'tls' / 'ca.pem'} --tls-server-name localhost "
+            f"--token-file {self.state_dir / 'tokens' / cluster}"
+        )
 
     def describe(self) -> list[str]:
         return [

@@ -445,6 +445,7 @@ class GatewayServer:
     server: grpc.aio.Server
     port: int
     health: health.aio.HealthServicer
+    token_port: int = 0  # `token_listen`'s (0: none)
 
     async def stop(self, grace: float = 5.0) -> None:
         await self.health.enter_graceful_shutdown()
@@ -468,11 +469,16 @@ async def start_gateway(
     )
     checker = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
-    bound = add_port(server, listen or deployment.gateway.listen, deployment.gateway.tls)
+    gw = deployment.gateway
+    bound = add_port(server, listen or gw.listen, gw.tls)
+    token_port = 0
+    if gw.token_listen is not None:  # (tokens over TLS, no client certificate asked for)
+        plain_tls = gw.tls.model_copy(update={"client_ca": None}) if gw.tls else None
+        token_port = add_port(server, gw.token_listen, plain_tls)
     await server.start()
     for name in ("", SERVICE):
         await checker.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return GatewayServer(server, bound, checker)
+    return GatewayServer(server, bound, checker, token_port)
 
 
 async def watch_temporal(
@@ -554,6 +560,8 @@ async def run_gateway(args: argparse.Namespace) -> int:
         f"{display_address(args)}",
         flush=True,
     )
+    if gateway.token_port:
+        print(f"  tokens over TLS on {host}:{gateway.token_port} (token_listen)", flush=True)
     if health_port:
         print(f"  health: http://{args.http_host}:{health_port}/readyz", flush=True)
     if args.metrics_port:

@@ -12,6 +12,7 @@ token (`token`, sent as `authorization: Bearer ...`), or both. A refusal is a gr
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import grpc
@@ -82,4 +83,17 @@ def refusal_text(err: grpc.RpcError) -> str:
     name = code.name if code is not None else "no status"
     if info is not None and info.field and info.field not in details:
         details = f"{details} (field {info.field})"
-    return f"{name}: {details}"
+    hint = ""
+    if code == grpc.StatusCode.UNAVAILABLE and _HANDSHAKE.search(details):
+        hint = (
+            " — the gateway closed the connection before any answer: the two sides do not "
+            "speak the same security. A gateway with TLS needs --tls-ca (and, unless it takes "
+            "tokens, the cluster's --tls-cert and --tls-key); one without TLS needs none of them"
+        )
+    return f"{name}: {details}{hint}"
+
+
+# How a refused TLS handshake, or TLS spoken to plaintext (and back), shows in gRPC's details.
+_HANDSHAKE = re.compile(
+    r"Socket closed|handshake|SSL|TLS|certificate|Connection reset|wrong version", re.I
+)

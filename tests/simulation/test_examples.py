@@ -67,7 +67,11 @@ def test_every_example_the_readme_names_exists_and_loads(name):
     assert path.is_file(), f"README names {path}, which does not exist"
     data = raw(name)
     kind = data.pop("kind", None)
-    if kind is None:
+    if "needs" in data:  # a roll-up file (`rollup send`): read as the command reads it
+        from workers.verbs import load_rollup
+
+        assert load_rollup(str(path)).cluster == data["cluster"]
+    elif kind is None:
         load(path)
     else:  # a provider config (`--provider-config`): checked as bigfleet/providers/configured.py
         assert kind in KINDS, f"{name}: unknown kind {kind!r}"

@@ -36,10 +36,10 @@ def alive(pid: int) -> bool:
 
 def test_bigfleet_dev_runs_every_edge_as_its_own_process_and_stops_them_all(tmp_path):
     grpc_base = free_port()
-    while any(not _free(p) for p in range(grpc_base, grpc_base + 4)):
+    while any(not _free(p) for p in range(grpc_base, grpc_base + 6)):
         grpc_base = free_port()
     metrics = free_port()  # (N, N+1, N+2: BigFleet's, the SDK's, the gateway's)
-    while any(not _free(p) for p in range(metrics, metrics + 3)) or abs(metrics - grpc_base) < 5:
+    while any(not _free(p) for p in range(metrics, metrics + 3)) or abs(metrics - grpc_base) < 8:
         metrics = free_port()
     argv = [
         sys.executable, "-m", "workers.cli", "dev",
@@ -81,6 +81,19 @@ def test_bigfleet_dev_runs_every_edge_as_its_own_process_and_stops_them_all(tmp_
                          re.M), gateway  # fmt: skip
         # The operator reports its nodes' health with its roll-ups, kept across restarts.
         assert (tmp_path / "state" / "operator-nodes.json").exists()
+        # The printed command sends a roll-up of your own, with the cluster's token (issue 34:
+        # the README's command failed with "Socket closed", the dev gateway took no token).
+        [command] = re.findall(r"^    (bigfleet rollup send .*)$", text, re.M)
+        argv_send = [sys.executable, "-m", "workers.cli", *command.split()[1:]]
+        sent = subprocess.run(argv_send, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert sent.returncode == 0, sent.stdout + sent.stderr
+        assert "sent roll-up of cluster sandbox" in sent.stdout, sent.stdout
+        # Plaintext to the TLS gateway: refused, saying why.
+        gateway_at = argv_send.index("--gateway")
+        plain = argv_send[: gateway_at + 2] + ["--token-file", argv_send[-1]]
+        wrong = subprocess.run(plain, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert wrong.returncode == 1, wrong.stdout + wrong.stderr
+        assert "do not speak the same security" in wrong.stderr, wrong.stderr
     finally:
         proc.send_signal(signal.SIGINT)
         code = proc.wait(90)
