@@ -112,10 +112,12 @@ def _simulate(args: argparse.Namespace) -> int:
                     max_runs=args.equal_service_runs,
                 )
             runs = [("BigFleet", result["bigfleet"]), ("per-cluster", result["per_cluster"])]
+            said = [result["headline"]["text"], result["verdict"]["text"]]
             text = render_comparison(result)
         else:
             result = run_scenario(scenario, seed=args.seed)
             runs = [("BigFleet", result)]
+            said = []
             text = render_text(result, log_lines=args.log_lines)
     except (MappingError, TraceError) as err:  # a trace or its mapping the scenario names
         print(f"bigfleet simulate: {args.scenario}: {err}", file=sys.stderr)
@@ -124,7 +126,7 @@ def _simulate(args: argparse.Namespace) -> int:
         from .simulation.html import render_html
 
         with open(args.html, "w", encoding="utf-8") as page:
-            page.write(render_html(runs, title=scenario.name))
+            page.write(render_html(runs, title=scenario.name, verdict=said))
     print(json.dumps(result) if args.json else text)
     return 0
 

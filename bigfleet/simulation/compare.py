@@ -11,6 +11,7 @@ from .measures import BANDS
 from .report import Run, report_of
 from .run import Simulation
 from .scenario import Scenario
+from .units import duration
 
 
 def per_cluster_report(
@@ -40,16 +41,29 @@ def compare(
 ) -> dict[str, Any]:
     fleet = Simulation(scenario, seed).run()
     baseline, split_of = per_cluster_report(scenario, seed, split, quotas, cloud)
+    return comparison(fleet, baseline, scenario.name, split, cloud, split_of)
+
+
+def comparison(
+    fleet: dict[str, Any],
+    baseline: dict[str, Any],
+    scenario: str,
+    split: Split = "peak",
+    cloud: Cloud = "split",
+    split_of: dict[str, dict[str, int]] | None = None,
+) -> dict[str, Any]:
+    """The comparison of two runs' reports, as `compare` returns it."""
     return {
-        "scenario": scenario.name,
-        "seed": fleet["seed"],
+        "scenario": scenario,
+        "seed": fleet.get("seed"),
         "split": split,
         "cloud": cloud if split != "quotas" else "each",
-        "shares": split_of,
+        "shares": split_of or {},
         "bigfleet": fleet,
         "per_cluster": baseline,
         "difference": difference(fleet["summary"], baseline["summary"]),
         "verdict": verdict(fleet["summary"], baseline["summary"]),
+        "headline": headline(fleet, baseline),
     }
 
 
@@ -138,6 +152,94 @@ def _verdict_text(
     return text
 
 
+def headline(fleet: dict[str, Any], alone: dict[str, Any]) -> dict[str, Any]:
+    """The comparison in one line, from the two runs' reports: cost per hour, the fraction of
+    the machine-hours asked at priority >= 500000 that was served (the verdict's bands,
+    pooled), and the p99 time to capacity of the highest band anyone asked in. Each clause
+    says which way it goes for BigFleet, so a dearer or worse pool reads as one."""
+    hours = (fleet.get("duration_seconds") or 0) / 3600
+    runs = {"bigfleet": fleet, "per_cluster": alone}
+    per_hour = {
+        k: round(r["summary"]["cost_total"] / hours, 2) if hours else None for k, r in runs.items()
+    }
+    served = {k: _served_fraction(r, SERVICE_BANDS) for k, r in runs.items()}
+    top = next(
+        (b for b in reversed(BANDS) if any(b in r["summary"]["bands"] for r in runs.values())),
+        None,
+    )
+    p99 = {k: (r["summary"]["bands"].get(top) or {}).get("p99_s") for k, r in runs.items()}
+    costs = fleet["summary"]["cost_total"], alone["summary"]["cost_total"]
+    clauses = [_cost_clause(per_hour, *costs, _saved_fraction(*costs))]
+    if served["bigfleet"] is None and served["per_cluster"] is None:
+        clauses.append("nobody asked for capacity at priority >= 500000")
+    else:
+        a, b = _percents(served["bigfleet"], served["per_cluster"])
+        way = _which_way(served["bigfleet"], served["per_cluster"], ("more", "less", "as much"))
+        clauses.append(
+            f"served{way} of the machine-hours asked at priority >= 500000: {a} against {b}"
+        )
+    if top is not None:
+        a, b = duration(p99["bigfleet"]), duration(p99["per_cluster"])
+        # Said as printed: two waits that read the same are "as long".
+        way = " as long" if a == b else _which_way(
+            p99["bigfleet"], p99["per_cluster"], ("longer", "less", "as long")
+        )
+        clauses.append(f"the highest band ({top}) waited{way}: p99 {a} against {b}")
+    return {
+        "cost_per_hour": per_hour,
+        "served_fraction_at_500000_and_up": served,
+        "highest_band": top,
+        "highest_band_p99_s": p99,
+        "text": "BigFleet pooled: " + "; ".join(clauses) + ".",
+    }
+
+
+def _served_fraction(report: dict[str, Any], bands: tuple[str, ...]) -> float | None:
+    """Served over asked machine-hours, summed over `bands`; None when none was asked."""
+    per_band = report.get("time_to_capacity_by_priority_band") or {}
+    asked = sum(per_band.get(b, {}).get("asked_machine_hours") or 0 for b in bands)
+    got = sum(per_band.get(b, {}).get("served_machine_hours") or 0 for b in bands)
+    return round(got / asked, 4) if asked else None
+
+
+def _cost_clause(
+    per_hour: dict[str, float | None], fleet: float, alone: float, saved: float | None
+) -> str:
+    if per_hour["bigfleet"] is None or per_hour["per_cluster"] is None:
+        costs = f"{_dollars(fleet)} against {_dollars(alone)}"
+    else:
+        costs = f"{_per_hour(per_hour['bigfleet'])} against {_per_hour(per_hour['per_cluster'])}"
+    if fleet == alone:
+        how = "the same cost"
+    elif saved is None:  # every cluster alone cost nothing
+        how = "dearer"
+    else:
+        pct = f"{100 * abs(saved):.1f} %" if round(100 * abs(saved), 1) else "under 0.1 %"
+        how = f"{pct} {'cheaper' if fleet < alone else 'dearer'}"
+    return f"{costs} for every cluster alone ({how})"
+
+
+def _per_hour(v: float) -> str:
+    return f"${v:,.0f}/h" if v >= 100 else f"${v:,.2f}/h"
+
+
+def _percents(a: float | None, b: float | None) -> tuple[str, str]:
+    """Two fractions as percentages, with a second decimal when one would print them alike."""
+
+    def pct(v: float | None, digits: int) -> str:
+        return "-" if v is None else f"{100 * v:.{digits}f} %"
+
+    digits = 1 if pct(a, 1) != pct(b, 1) or a == b else 2
+    return pct(a, digits), pct(b, digits)
+
+
+def _which_way(mine: float | None, theirs: float | None, words: tuple[str, str, str]) -> str:
+    """" " + words[0] when mine is greater, [1] smaller, [2] equal; "" when either is missing."""
+    if mine is None or theirs is None:
+        return ""
+    return " " + (words[0] if mine > theirs else words[1] if mine < theirs else words[2])
+
+
 def _equal_service_lines(eq: dict[str, Any]) -> list[str]:
     """The baseline priced at BigFleet's service (`plan.equal_service`)."""
     from .plan import free_note
@@ -176,9 +278,7 @@ def difference(fleet: dict[str, Any], alone: dict[str, Any]) -> dict[str, Any]:
 
     return {
         "cost_saved": minus(fleet["cost_total"], alone["cost_total"]),
-        "cost_saved_fraction": (
-            round(1 - fleet["cost_total"] / alone["cost_total"], 4) if alone["cost_total"] else None
-        ),
+        "cost_saved_fraction": _saved_fraction(fleet["cost_total"], alone["cost_total"]),
         "cost_per_useful_machine_hour_saved": minus(
             fleet["cost_per_useful_machine_hour"], alone["cost_per_useful_machine_hour"]
         ),
@@ -186,12 +286,13 @@ def difference(fleet: dict[str, Any], alone: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _saved_fraction(fleet: float, alone: float) -> float | None:
+    """1 - BigFleet's cost over the baseline's (negative: BigFleet is dearer)."""
+    return round(1 - fleet / alone, 4) if alone else None
+
+
 def _dollars(v: float | None) -> str:
     return "-" if v is None else f"${v:,.2f}"
-
-
-def _seconds(v: float | None) -> str:
-    return "-" if v is None else f"{v:,.0f} s"
 
 
 def _fraction(v: float | None) -> str:
@@ -218,8 +319,8 @@ def summary_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, list[str]]]
             continue
         rows += [
             (f"{band}: served", [_fraction(c and c["served_fraction"]) for c in cells]),
-            (f"{band}: p50 to capacity", [_seconds(c and c["p50_s"]) for c in cells]),
-            (f"{band}: p99 to capacity", [_seconds(c and c["p99_s"]) for c in cells]),
+            (f"{band}: p50 to capacity", [duration(c and c["p50_s"]) for c in cells]),
+            (f"{band}: p99 to capacity", [duration(c and c["p99_s"]) for c in cells]),
             (f"{band}: still waiting", [str(c["waiting"]) if c else "-" for c in cells]),
         ]
     return rows
@@ -241,8 +342,10 @@ def table(headers: list[str], rows: list[tuple[str, list[str]]]) -> list[str]:
 def render_comparison(result: dict[str, Any]) -> str:
     fleet, alone = result["bigfleet"], result["per_cluster"]
     out = [
+        result["headline"]["text"],
+        "",
         f"scenario {result['scenario']} (seed {result['seed']}): "
-        f"{fleet['duration_seconds']:g} s simulated; BigFleet ({fleet['shards']} shard(s)) "
+        f"{duration(fleet['duration_seconds'])} simulated; BigFleet ({fleet['shards']} shard(s)) "
         f"against {alone['shards']} clusters autoscaling alone "
         f"(capacity split by {result['split']}; cloud quota "
         f"{'split too' if result.get('cloud') == 'split' else 'whole to each cluster'})",

@@ -5,12 +5,13 @@ shared axes, so that a taller line means more in either column."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 from typing import Any
 
 from .recorder import BANDS, CAPACITY_TYPES
+from .units import duration
 
 LabelledReport = tuple[str, dict[str, Any]]
 
@@ -40,6 +41,7 @@ table { border-collapse: collapse; margin-top: 8px; }
 th, td { padding: 4px 14px; border-bottom: 1px solid #e5e7eb; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 tr.band td { font-weight: 600; padding-top: 12px; text-align: left; }
+p.verdict { font-size: 16px; font-weight: 600; margin: 8px 0; }
 """
 
 
@@ -61,14 +63,19 @@ class Axes:
     y_label: str
 
 
-def render_html(runs: list[LabelledReport], title: str) -> str:
-    """The page for one run, or two compared; `runs` holds (label, report) pairs."""
+def render_html(runs: list[LabelledReport], title: str, verdict: Sequence[str] = ()) -> str:
+    """The page for one run, or two compared; `runs` holds (label, report) pairs. `verdict`:
+    lines said first, under the title (a comparison's headline, then its verdict)."""
     if not 1 <= len(runs) <= 2:
         raise ValueError(
             f"render_html: runs: expected 1 or 2 (label, report) pairs, got {len(runs)}"
         )
     body = [
         f"<h1>{escape(title)}</h1>",
+        *(
+            f'<p class="{"verdict" if i == 0 else "note"}">{escape(line)}</p>'
+            for i, line in enumerate(verdict)
+        ),
         _what_ran(runs),
         _summary(runs),
         *_demand_sections(runs),
@@ -90,11 +97,11 @@ def render_html(runs: list[LabelledReport], title: str) -> str:
 def _what_ran(runs: list[LabelledReport]) -> str:
     parts = []
     for label, report in runs:
-        hours = _get(report, "duration_seconds")
+        seconds = _get(report, "duration_seconds")
         parts.append(
             f"<b>{escape(label)}</b>: scenario {escape(str(report.get('scenario', '-')))}, "
             f"seed {escape(str(report.get('seed', '-')))}, "
-            f"{_fmt(None if hours is None else hours / 3600, '{:,.2f}')} h simulated"
+            f"{_fmt(seconds, duration)} simulated"
         )
     return '<p class="note">' + "; ".join(parts) + "</p>"
 
@@ -102,7 +109,9 @@ def _what_ran(runs: list[LabelledReport]) -> str:
 def _summary(runs: list[LabelledReport]) -> str:
     rows: list[tuple[str, list[str]]] = []
 
-    def row(name: str, path: tuple[str, ...], spec: str, scale: float = 1.0) -> None:
+    def row(
+        name: str, path: tuple[str, ...], spec: str | Callable[[float], str], scale: float = 1.0
+    ) -> None:
         cells = []
         for _, report in runs:
             v = _get(report, *path)
@@ -114,8 +123,8 @@ def _summary(runs: list[LabelledReport]) -> str:
     row("useful machine-hours", ("summary", "useful_machine_hours"), "{:,.1f}")
     row("idle machine-hours", ("summary", "idle_machine_hours"), "{:,.1f}")
     row("machines taken from work by preemption", ("summary", "preemptions"), "{:,}")
-    bands = [b for b in BANDS if any(_get(r, "summary", "bands", b) for _, r in runs)]
-    for b in bands:
+    bands = [b for b in reversed(BANDS) if any(_get(r, "summary", "bands", b) for _, r in runs)]
+    for b in bands:  # highest priority first
         rows.append((f"priority band {b}", []))
         row(
             "served (% of demanded machine-time)",
@@ -123,8 +132,8 @@ def _summary(runs: list[LabelledReport]) -> str:
             "{:.1f}",
             100.0,
         )
-        row("time to capacity p50 (s)", ("summary", "bands", b, "p50_s"), "{:,.1f}")
-        row("time to capacity p99 (s)", ("summary", "bands", b, "p99_s"), "{:,.1f}")
+        row("time to capacity p50", ("summary", "bands", b, "p50_s"), duration)
+        row("time to capacity p99", ("summary", "bands", b, "p99_s"), duration)
         row("machines still waiting at the end", ("summary", "bands", b, "waiting"), "{:,}")
     head = "".join(f"<th>{escape(label)}</th>" for label, _ in runs)
     lines = []
@@ -153,10 +162,11 @@ def _get(report: dict[str, Any], *path: str) -> Any:
     return node
 
 
-def _fmt(value: Any, spec: str) -> str:
+def _fmt(value: Any, spec: str | Callable[[float], str]) -> str:
+    """A number by a format string or a function (`units.duration`); "-" for anything else."""
     if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return "-"
-    return escape(spec.format(value))
+    return escape(spec.format(value) if isinstance(spec, str) else spec(value))
 
 
 # ---- sections -----------------------------------------------------------------------------------
@@ -197,7 +207,7 @@ def _by(report: dict[str, Any], key: str, name: str) -> list[float]:
 
 
 def _demand_sections(runs: list[LabelledReport]) -> list[str]:
-    bands = [b for b in BANDS if any(any(_by(r, "demand_by_band", b)) for _, r in runs)]
+    bands = [b for b in reversed(BANDS) if any(any(_by(r, "demand_by_band", b)) for _, r in runs)]
     out = [
         '<h2>Demand and served, per priority band</h2><p class="note">Machines asked for by '
         "the needs of each band (dashed) and machines configured for them (solid).</p>"

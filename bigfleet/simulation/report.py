@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .measures import band
+from .measures import BANDS, band
 from .recorder import CAPACITY_TYPES, Recorder, merge_recorders
+from .units import duration
 
 if TYPE_CHECKING:
     from .run import Simulation
@@ -253,21 +254,27 @@ def moves_away_from_work(rec: Recorder) -> dict[str, int]:
     }
 
 
+def _highest_first(by_band: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [(b, by_band[b]) for b in reversed(BANDS) if b in by_band]
+
+
 def _capacity_lines(report: dict[str, Any]) -> list[str]:
     out = ["time to capacity (a machine asked for -> one configured for it), per priority band:"]
-    for b, w in report["job_waits_by_priority_band"].items():
+    for b, w in _highest_first(report["job_waits_by_priority_band"]):
         longest = w["longest_queued_s"]
         out.append(
-            f"  {b:>14}: jobs waited to start p50 {w['p50_s']} s  p99 {w['p99_s']} s"
+            f"  {b:>14}: jobs waited to start p50 {duration(w['p50_s'])}"
+            f"  p99 {duration(w['p99_s'])}"
             f"  ({w['started']} started, {w['still_queued']} still queued"
-            + ("" if longest is None else f", longest {longest:g} s")
+            + ("" if longest is None else f", longest {duration(longest)}")
             + ")  [closed loop]"
         )
-    for b, p in report["time_to_capacity_by_priority_band"].items():
+    for b, p in _highest_first(report["time_to_capacity_by_priority_band"]):
         served = p["served_fraction"]
-        longest = "" if p["longest_wait"] is None else f", longest {p['longest_wait']:g} s"
+        longest = "" if p["longest_wait"] is None else f", longest {duration(p['longest_wait'])}"
         out.append(
-            f"  {b:>14}: p50 {p['p50']} s  p90 {p['p90']} s  p99 {p['p99']} s"
+            f"  {b:>14}: p50 {duration(p['p50'])}  p90 {duration(p['p90'])}"
+            f"  p99 {duration(p['p99'])}"
             f"  ({p['answered']} answered, {p['waiting']} still waiting{longest},"
             f" {p['withdrawn']} withdrawn)  served "
             + ("-" if served is None else f"{100 * served:.1f} %")
@@ -280,7 +287,7 @@ def _capacity_lines(report: dict[str, Any]) -> list[str]:
 def render_text(report: dict[str, Any], log_lines: int = 20) -> str:
     out = [
         f"scenario {report['scenario']} (seed {report['seed']}): "
-        f"{report['duration_seconds']:g} s simulated, {report['shards']} shard(s)",
+        f"{duration(report['duration_seconds'])} simulated, {report['shards']} shard(s)",
         "",
         "needs (at the end):",
     ]
@@ -290,7 +297,7 @@ def render_text(report: dict[str, Any], log_lines: int = 20) -> str:
             out.append(
                 f"  {name}#{n['index']:<3} priority {n['priority']:>8}  "
                 f"{n['satisfied']:>6}/{n['count']:<6} configured  "
-                f"ready after {'-' if ready is None else f'{ready:g} s'}"
+                f"ready after {duration(ready)}"
             )
     out.append("")
     out += _capacity_lines(report)
@@ -318,7 +325,7 @@ def render_text(report: dict[str, Any], log_lines: int = 20) -> str:
         graces = Counter((p["victim"], p["preemptor"], p["grace_seconds"]) for p in pre)
         out.append("preemptions:")
         for (victim, preemptor, grace), n in sorted(graces.items()):
-            out.append(f"  {n} machines of {victim} for {preemptor}, grace {grace:g} s")
+            out.append(f"  {n} machines of {victim} for {preemptor}, grace {duration(grace)}")
     if report["shortfalls"]:
         escalated = len(report["escalations"])
         out.append(f"shortfalls ({len(report['shortfalls'])}, {escalated} escalated):")
@@ -338,7 +345,7 @@ def render_text(report: dict[str, Any], log_lines: int = 20) -> str:
         out.append(f"rejected roll-ups: {len(report['rejected_rollups'])}")
     out.append(f"action log (first {log_lines} of {len(report['actions'])}):")
     for a in report["actions"][:log_lines]:
-        extra = f" grace {a['grace_seconds']:g} s" if a["grace_seconds"] is not None else ""
+        extra = f" grace {duration(a['grace_seconds'])}" if a["grace_seconds"] is not None else ""
         why = f" ({a['reason']})" if a["reason"] else ""
         out.append(
             f"  t={a['t']:>7g} {a['kind']:<9} {a['machine']} cluster={a['cluster']} "

@@ -154,9 +154,18 @@ def test_the_command_prints_both_runs_and_refuses_bad_quotas(
     path.write_text(json.dumps(two_halves()))
     assert main(["simulate", str(path), "--compare", "per-cluster", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) >= {"bigfleet", "per_cluster", "difference", "shares", "split", "verdict"}
+    assert set(out) >= {
+        "bigfleet", "per_cluster", "difference", "shares", "split", "verdict", "headline"
+    }
+    assert out["headline"]["cost_per_hour"] == {"bigfleet": 4.0, "per_cluster": 4.0}
     assert main(["simulate", str(path), "--compare", "per-cluster"]) == 0
     text = capsys.readouterr().out
+    # First, the verdict in one line: the same rack's cost, and the pool serves more of b's.
+    assert text.splitlines()[0] == out["headline"]["text"]
+    assert text.startswith(
+        "BigFleet pooled: $4.00/h against $4.00/h for every cluster alone (the same cost); "
+        "served more of the machine-hours asked at priority >= 500000: "
+    )
     assert "BigFleet" in text and "per-cluster" in text and "a: dc-ams/r1 2" in text
     quotas = tmp_path / "q.yaml"
     quotas.write_text("a: {dc-ams/r1: -1}\n")
