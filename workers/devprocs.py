@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from workers.devserver import die_with_parent
+from workers.devserver import dying_with_parent
 from workers.plumbing import CliError
 
 READY_SECONDS = 60.0
@@ -48,12 +48,11 @@ class Child:
         log = self.log_path.open("ab")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            self.argv,
+            dying_with_parent(self.argv),
             stdout=subprocess.PIPE if self.echo else log,
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,  # Ctrl-C reaches `bigfleet dev`, which stops them in order
-            preexec_fn=die_with_parent if sys.platform == "linux" else None,
         )
         if self.echo:
             threading.Thread(target=self._echo, args=(log,), daemon=True).start()

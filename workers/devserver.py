@@ -129,6 +129,26 @@ def server_command(
     ]
 
 
+# Run before the child's own program: it asks the kernel for SIGTERM when `bigfleet dev` dies,
+# then becomes the program (the request survives exec). Done in the child's own interpreter,
+# not as a `preexec_fn`: that forces a fork() of this many-threaded process whose fork
+# handlers run in the child, and gRPC's restarted its poller there on a closed descriptor —
+# the child aborted before its exec ("epoll_wait error: Bad file descriptor", status -6).
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys; "
+    "ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM); "
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
+
+
+def dying_with_parent(argv: list[str]) -> list[str]:
+    """`argv`, run so that it gets SIGTERM if `bigfleet dev` dies without cleaning up
+    (SIGKILL, a crash): a dev server or child is never left behind (Linux; elsewhere as is)."""
+    if sys.platform != "linux":
+        return list(argv)
+    return [sys.executable, "-c", _DIE_WITH_PARENT, *argv]
+
+
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
     """In the server's process, before exec: send it `sig` if `bigfleet dev` dies without
     cleaning up (SIGKILL, a crash), so a dev server is never left behind."""
@@ -171,12 +191,11 @@ class DevServer:
         logfile.write(f"\n==== {time.ctime()}: {' '.join(cmd)}\n".encode())
         logfile.flush()
         self.proc = subprocess.Popen(
-            cmd,
+            dying_with_parent(cmd),
             stdin=subprocess.DEVNULL,
             stdout=logfile,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=die_with_parent if sys.platform == "linux" else None,
         )
         logfile.close()
         self.started_at = time.monotonic()
