@@ -103,6 +103,13 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "redfish; docs/providers.md) instead of a simulated one; repeatable",
     )
     d.add_argument(
+        "--shadow",
+        action="store_true",
+        help="run every shard in shadow mode (docs/shadow.md): it decides but starts nothing; "
+        "`bigfleet shadow report` compares. Shards keep the mode they started with: with a "
+        "state from before, add --fresh",
+    )
+    d.add_argument(
         "--temporal",
         metavar="PATH",
         help="the temporal CLI binary (default: next to this Python, else on PATH)",
@@ -165,6 +172,7 @@ async def _serve(
         real=args.real,
         # (The gateway is a process of its own: it counts roll-ups there, not here.)
         gateway_metrics_port=args.metrics_port + 2 if args.metrics_port else 0,
+        shadow=args.shadow,
     )
     procs.plan()
     watcher = asyncio.create_task(watch_server(server, stop))
@@ -313,6 +321,9 @@ def _announce(
         flush=True,
     )
     print(f"  shards: bigfleet status{address_flag}", flush=True)
+    if args.shadow:
+        print(f"  shadow mode: every shard decides and starts nothing; compare with "
+              f"`bigfleet shadow report{address_flag}`", flush=True)  # fmt: skip
     if any(c.name == SANDBOX for c in fleet.clusters):
         print("  a roll-up of your own (cluster sandbox), through the gateway:", flush=True)
         print(f"    {procs.rollup_command('examples/rollup-sandbox.yaml', SANDBOX)}", flush=True)

@@ -110,6 +110,7 @@ class DevProcesses:
     base_port: int = 50051
     # The gateway's own metrics (its roll-ups by outcome) on this port; 0: none.
     gateway_metrics_port: int = 0
+    shadow: bool = False  # every shard in shadow mode (docs/shadow.md)
     # Provider name -> a provider config (kind: ec2 | redfish): that provider is a real one
     # (`provider serve --config`) instead of the fleet file's simulated one.
     real: dict[str, Path] = field(default_factory=dict)
@@ -181,6 +182,7 @@ class DevProcesses:
             "name": self.fleet.name,
             "shards": self.fleet.shards,
             "cycle_seconds": self.fleet.cycle_seconds,
+            **({"shadow": True} if self.shadow else {}),
             "policy": self.fleet.policy_overrides(),
             "providers": providers,
             "operators": {
