@@ -31,11 +31,27 @@ from activities.wire import (
 
 
 def summary(t: TransitionInput) -> str:
+    """The workflow's one-line static summary (the Temporal UI's list, `machine history`)."""
     machines = t.machine_ids[0] if len(t.machine_ids) == 1 else f"{len(t.machine_ids)} machines"
     where = f" for {t.cluster}" if t.cluster else ""
     why = f" ({t.reason})" if t.reason else ""
     grace = f", grace {t.grace_seconds:g} s" if t.transition.value == "drain" else ""
-    return f"{t.transition.value} {machines}{where} on {t.provider}{grace}{why}"
+    forced = " forced" if t.force else ""
+    return f"{t.transition.value}{forced} {machines}{where} on {t.provider}{grace}{why}"
+
+
+def memo(t: TransitionInput) -> dict[str, object]:
+    """What `bigfleet machine history` shows of a transition besides its search attributes,
+    read back with the workflow list (no call per workflow): its summary, and a drain's grace
+    and force, and its reason (a drain's or a delete's). Memo, not search attributes: nobody
+    searches by them, and a namespace's custom search attributes are few."""
+    out: dict[str, object] = {"summary": summary(t)}
+    if t.transition.value == "drain":
+        out["grace_seconds"] = t.grace_seconds
+        out["force"] = t.force
+    if t.reason:
+        out["reason"] = t.reason
+    return out
 
 
 # Temporal refuses a search attribute value over 2 KB (`limit.searchAttributeValueSize`, 2048
@@ -68,7 +84,7 @@ async def start_transition(client: Client, t: TransitionInput) -> WorkflowHandle
     return await client.start_workflow(
         "MachineTransition",
         t,
-        id=transition_workflow_id(t.machine_ids[0], t.transition, t.token),
+        id=transition_workflow_id(t),
         task_queue=TRANSITION_TASK_QUEUE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         search_attributes=TypedSearchAttributes(
@@ -80,6 +96,7 @@ async def start_transition(client: Client, t: TransitionInput) -> WorkflowHandle
                 SearchAttributePair(TRANSITION, t.transition.value),
             ]
         ),
+        memo=memo(t),
         static_summary=summary(t),
         result_type=TransitionResult,
     )

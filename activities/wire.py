@@ -53,11 +53,33 @@ def shard_task_timeout(config: ShardConfig) -> timedelta:
     return timedelta(seconds=config.task_timeout_seconds)
 
 
-def transition_workflow_id(machine_id: str, transition: Transition, token: FencingToken) -> str:
-    """Same machine, same transition, same operation: the same workflow (seed §7 idempotency).
-    The shard's epoch is part of the operation: a shard started from scratch never attaches to
-    an earlier incarnation's workflow."""
-    return f"machine-{machine_id}-{transition.value}-{token.shard_epoch}-{token.seq}"
+WORKFLOW_ID_BYTES = 1000  # Temporal refuses a longer workflow id (`limit.maxIDLength`)
+ID_WHERE_BYTES = 100  # of a batch's cluster (or provider) name in its workflow id, at most
+
+
+def _clip(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` UTF-8 bytes (on a character boundary)."""
+    return text.encode()[: max(limit, 0)].decode(errors="ignore")
+
+
+def transition_workflow_id(t: TransitionInput) -> str:
+    """Same machines, same transition, same operation: the same workflow (seed §7
+    idempotency), so a retried start finds the workflow it started. The shard's epoch is part
+    of the operation: a shard started from scratch never attaches to an earlier incarnation's
+    workflow.
+
+    One machine: `machine-<machine>-<transition>-<epoch>-<seq>`. A batch (one workflow
+    carrying several machines) says what it is: `batch-<transition>-<cluster>-<first
+    machine>-x<count>-<epoch>-<seq>` (a delete's, which has no cluster: its provider's name;
+    the name clipped to ID_WHERE_BYTES). A batch decided before batches were named
+    (`batch_name` false) keeps the first machine's name, as it was started then."""
+    first = t.machine_ids[0]
+    op = f"{t.transition.value}-{t.token.shard_epoch}-{t.token.seq}"
+    if len(t.machine_ids) == 1 or not t.batch_name:
+        return f"machine-{first}-{op}"
+    head = f"batch-{t.transition.value}-{_clip(t.cluster or t.provider, ID_WHERE_BYTES)}-"
+    tail = f"-x{len(t.machine_ids)}-{t.token.shard_epoch}-{t.token.seq}"
+    return head + _clip(first, WORKFLOW_ID_BYTES - len(head.encode()) - len(tail.encode())) + tail
 
 
 # Typed search attributes: a machine's whole life is `BigFleetMachineIds = "m-…"` in the UI.
@@ -92,6 +114,11 @@ class TransitionInput(Model):
     reason: str | None = None
     timeout_seconds: float = 900.0
     poll_seconds: float = 5.0
+    # Its workflow id, when it carries several machines, names the batch (`batch-…`,
+    # `transition_workflow_id`). False in inputs decided before (a shard's pipeline, a start
+    # retried across the upgrade): the id they were or would have been started with, after
+    # their first machine, so the same operation is still the same workflow.
+    batch_name: bool = False
 
 
 class TransitionResult(Model):

@@ -49,53 +49,107 @@ def machine_query(machine: str, *clauses: str) -> str:
     return " AND ".join([f'BigFleetMachineIds = "{machine}"', *clauses])
 
 
-def transition_row(wf: Any) -> dict[str, Any]:
-    """One transition workflow (a `list_workflows` entry) as a row of `machine history`."""
+async def transition_row(client: Any, wf: Any) -> dict[str, Any]:
+    """One transition workflow (a `list_workflows` entry) as a row of `machine history`: its
+    search attributes, and from its memo (set at its start, activities/starter.py `memo`) the
+    summary, a drain's grace and force, and the reason. A workflow started before it had a
+    memo is read from its first history event instead (a call per such workflow)."""
     from temporalio.client import WorkflowExecutionStatus
 
-    from activities.wire import CLUSTER, RESULT_STATE, TRANSITION
+    from activities.wire import CLUSTER, MACHINE_IDS, RESULT_STATE, TRANSITION
 
     sa = wf.typed_search_attributes
     running = wf.status == WorkflowExecutionStatus.RUNNING
     state = sa.get(RESULT_STATE) or (
         "(running)" if running else f"({wf.status.name.lower()})" if wf.status else "?"
     )
+    transition = sa.get(TRANSITION) or "?"
+    memo = dict(await wf.memo())
+    if "summary" not in memo:
+        memo = await _started_with(client, wf, transition)
     return {
         "start_time": wf.start_time.astimezone(UTC).isoformat(),
         "close_time": wf.close_time.astimezone(UTC).isoformat() if wf.close_time else None,
-        "transition": sa.get(TRANSITION) or "?",
+        "transition": transition,
         "state": state,
         "cluster": sa.get(CLUSTER) or "",
+        "grace_seconds": memo.get("grace_seconds"),
+        "force": memo.get("force"),
+        "escalated_grace_seconds": memo.get("escalated_grace_seconds"),
+        "reason": memo.get("reason"),
+        "machines": len(sa.get(MACHINE_IDS) or []),
+        "summary": memo.get("summary"),
         "status": wf.status.name if wf.status else None,
         "workflow_id": wf.id,
         "run_id": wf.run_id,
     }
 
 
+async def _started_with(client: Any, wf: Any, transition: str) -> dict[str, Any]:
+    """What the memo would say, from the workflow's start event: its input and summary."""
+    try:
+        handle = client.get_workflow_handle(wf.id, run_id=wf.run_id)
+        async for event in handle.fetch_history_events(page_size=1):
+            started = event.workflow_execution_started_event_attributes
+            (inp,) = await client.data_converter.decode(started.input.payloads)
+            told = {}
+            if event.user_metadata.HasField("summary"):
+                (told["summary"],) = await client.data_converter.decode(
+                    [event.user_metadata.summary]
+                )
+            if transition == "drain":
+                told["grace_seconds"] = inp.get("grace_seconds")
+                told["force"] = inp.get("force")
+            if inp.get("reason"):
+                told["reason"] = inp["reason"]
+            return told
+    except Exception:  # (not readable: the row without them)
+        pass
+    return {}
+
+
+def _grace(r: dict[str, Any]) -> str:
+    if r["grace_seconds"] is None:
+        return "-"
+    text = "forced" if r["force"] else f"{r['grace_seconds']:g} s"
+    if r["escalated_grace_seconds"] is not None:
+        text += f" → {r['escalated_grace_seconds']:g} s"
+    return text
+
+
 @blocking
 async def run_history(args: argparse.Namespace) -> int:
     client = await connect(args)
     try:
-        listed = client.list_workflows(machine_query(args.machine))
-        rows = [transition_row(wf) async for wf in listed]
+        listed = [wf async for wf in client.list_workflows(machine_query(args.machine))]
+        rows = [await transition_row(client, wf) for wf in listed]
     except Exception as err:
         raise CliError(f"listing workflows of {args.machine}: {err}") from None
     rows.sort(key=lambda r: (r["start_time"], r["workflow_id"]))
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
         return 0
     if not rows:
         print(f"no transitions found for machine {args.machine}")
         print(f"  (query: {machine_query(args.machine)})")
         return 0
     print(f"machine {args.machine}: {len(rows)} transition(s), oldest first")
-    print(f"  {'STARTED (UTC)':<23} {'TRANSITION':<10} {'STATE':<14} {'CLUSTER':<12} WORKFLOW ID")
+    print(
+        f"  {'STARTED (UTC)':<19}  {'CLOSED':<8}  {'TRANSITION':<10} {'STATE':<12} "
+        f"{'CLUSTER':<12} {'GRACE':<12} {'REASON':<12} MACHINES"
+    )
     for r in rows:
-        started = r["start_time"][:23].replace("T", " ")
+        started = r["start_time"][:19].replace("T", " ")
+        closed = r["close_time"][11:19] if r["close_time"] else "-"
+        if r["close_time"] and r["close_time"][:10] != r["start_time"][:10]:
+            closed = r["close_time"][:19].replace("T", " ")
         print(
-            f"  {started:<23} {r['transition']:<10} {r['state']:<14} {r['cluster']:<12} "
-            f"{r['workflow_id']}"
+            f"  {started:<19}  {closed:<8}  {r['transition']:<10} {r['state']:<12} "
+            f"{r['cluster'] or '-':<12} {_grace(r):<12} {r['reason'] or '-':<12} {r['machines']}"
         )
+        if r["summary"]:
+            print(f"      {r['summary']}")
+        print(f"      workflow {r['workflow_id']}")
     return 0
 
 

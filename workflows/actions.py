@@ -27,6 +27,9 @@ DEFAULT_TIMEOUT = 900.0
 DRAIN_WATCH_MAX = 600.0  # how long a drain is watched beyond its grace period
 # Runs begun before wait 5 minutes after each refused bootstrap, and never escalate it.
 REFUSAL_STREAKS = "refusal-streaks"
+# Batches decided from here on are named as batches (`batch-drain-web-…-x4-…`); runs begun
+# before name them after their first machine, as their starts already recorded did.
+BATCH_NAMES = "batch-names"
 
 
 class TransitionInputs:
@@ -93,6 +96,7 @@ class TransitionInputs:
             token=self.shard.token(),
             timeout_seconds=timeout,
             poll_seconds=self.cfg.transition_poll_seconds,
+            batch_name=workflow.patched(BATCH_NAMES),
             **fields,
         )
 

@@ -45,6 +45,7 @@ CALL: dict[str, Any] = dict(
 # How long a forced drain or a cleanup may take after the transition itself gave up.
 CORRECTIVE_SECONDS = 600.0
 OUTCOMES = ("ok", "failed", "forced", "corrected", "refused")
+ESCALATION_MEMO = "escalation-memo"  # an escalated drain notes its new grace in its memo
 
 
 @workflow.defn(name="MachineTransition")
@@ -293,6 +294,10 @@ class MachineTransitionWorkflow(TakesSignals):
                     f"**drain** escalated: grace now {grace:g} s"
                     + (" (forced)" if grace == 0 else f", was {self.t.grace_seconds:g} s")
                 )
+                # And in its memo, which `bigfleet machine history` reads with the list
+                # (activities/starter.py `memo`; runs begun before upsert nothing).
+                if workflow.patched(ESCALATION_MEMO):
+                    workflow.upsert_memo({"escalated_grace_seconds": grace})
                 if len(machine_ids) == 1:
                     await self._call(T.DRAIN, machine_ids, grace=grace, force=grace == 0)
                 else:  # (a batched drain: every machine of it, one call each)
