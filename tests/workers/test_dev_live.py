@@ -94,6 +94,11 @@ def test_bigfleet_dev_runs_every_edge_as_its_own_process_and_stops_them_all(tmp_
         wrong = subprocess.run(plain, cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert wrong.returncode == 1, wrong.stdout + wrong.stderr
         assert "do not speak the same security" in wrong.stderr, wrong.stderr
+        # Every command of the README's first hour works against this fleet (issue 34).
+        address = re.search(r"Temporal server\s+(\S+)", text)
+        assert address, text
+        ran = run_first_hour(address.group(1), tmp_path / "state", command)
+        assert {"machine history", "status", "cluster", "rollup send"} <= ran, ran
     finally:
         proc.send_signal(signal.SIGINT)
         code = proc.wait(90)
@@ -102,6 +107,50 @@ def test_bigfleet_dev_runs_every_edge_as_its_own_process_and_stops_them_all(tmp_
     assert text.rstrip().endswith("bigfleet dev: stopped"), text
     children = {n: p for n, p in pids.items() if n != "workers (all roles)"}
     assert not [n for n, p in children.items() if alive(p)], text
+
+
+# The README's first-hour commands a test cannot run against a shared dev fleet: `dev` is this
+# fleet; split, merge, revive and decommission change its shape (tests/temporal/
+# test_temporal_membership.py runs them), and `<command>` is a placeholder.
+NOT_HERE = ("dev", "shard split", "shard merge", "shard revive", "decommission", "<command>")
+
+
+def readme_first_hour() -> list[str]:
+    """The `./bf ...` commands of the README's section on following a machine (the first
+    hour), as written (a command broken over lines joined)."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("## Following a machine")
+    section = text[start : text.index("\n## ", start + 3)]
+    return [" ".join(c.split()) for c in re.findall(r"`\./bf ([^`]+)`", section)]
+
+
+def run_first_hour(address: str, state: Path, rollup_command: str) -> set[str]:
+    """Run each first-hour command (placeholders filled in for this fleet); the verbs run."""
+    machine = "dc-ams-ams-gpu-01-00000"
+    port = re.search(r"--gateway \S+:(\d+)", rollup_command)
+    assert port, rollup_command
+    ran: set[str] = set()
+    for command in readme_first_hour():
+        if command.startswith(NOT_HERE):
+            continue
+        filled = (
+            command.replace("PORT", port.group(1))
+            .replace(".bigfleet/", f"{state}/")
+            .replace("NAME", "web")
+        )
+        argv = [sys.executable, "-m", "workers.cli", *filled.split()]
+        if not filled.startswith("rollup send"):
+            argv += ["--address", address]
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        said = done.stdout + done.stderr
+        if filled.startswith("drain escalate"):  # (exits 1 when no drain of it is running)
+            assert done.returncode == 0 or "no running drain" in said, (filled, said)
+        else:
+            assert done.returncode == 0, (filled, said)
+        assert machine not in filled or machine in said or "no running drain" in said, said
+        words = filled.split()
+        ran.add(" ".join(words[:2]) if words[0] in ("machine", "rollup", "drain") else words[0])
+    return ran
 
 
 def _scrape(port: int) -> str:
