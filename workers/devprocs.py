@@ -119,6 +119,11 @@ class DevProcesses:
     gateway_address: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
+        # Absolute: the deployment config's paths are read relative to the config's own
+        # directory, so `.bigfleet/tls/ca.pem` there was `.bigfleet/.bigfleet/tls/ca.pem` (the
+        # default `--state-dir .bigfleet` stopped `bigfleet dev` at start).
+        self.state_dir = Path(self.state_dir).resolve()
+        self.fleet_path = Path(self.fleet_path).resolve()
         self.config_path = self.state_dir / "deployment.yaml"
 
     # ---- set-up ---------------------------------------------------------------------------

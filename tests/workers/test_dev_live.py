@@ -41,16 +41,24 @@ def test_bigfleet_dev_runs_every_edge_as_its_own_process_and_stops_them_all(tmp_
     metrics = free_port()  # (N, N+1, N+2: BigFleet's, the SDK's, the gateway's)
     while any(not _free(p) for p in range(metrics, metrics + 3)) or abs(metrics - grpc_base) < 8:
         metrics = free_port()
+    # Run as a newcomer does: from a working directory, with a relative state directory (the
+    # default `.bigfleet` is one: a relative one once stopped `bigfleet dev` at start).
     argv = [
         sys.executable, "-m", "workers.cli", "dev",
-        "--state-dir", str(tmp_path / "state"),
+        "--fleet", str(ROOT / "examples" / "dev-fleet.yaml"),
+        "--state-dir", "state",
         "--port", str(free_port()), "--ui-port", str(free_port()),
         "--metrics-port", str(metrics), "--grpc-port", str(grpc_base),
     ]  # fmt: skip
     out_path = tmp_path / "dev.out"
     with open(out_path, "wb") as out:
         proc = subprocess.Popen(
-            argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            argv,
+            cwd=tmp_path,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         deadline = time.monotonic() + 120
