@@ -63,6 +63,9 @@ class MembershipThresholds(Wire):
     merge_clusters: int = Field(default=50, ge=0)
 
 
+ESCALATE_MAX = 1000  # blocked drains escalated in one round, at most (one activity's input)
+
+
 @dataclass
 class Move:
     """Machines to move from `donor` to `receiver`, one saga each."""
@@ -278,12 +281,13 @@ class Coordinator:
         """Shortfalls unresolved for more than 5 cycles: for a human."""
         return [(s, sf) for s, sf in self.fleet_shortfalls() if sf.escalated]
 
-    def drains_to_escalate(self) -> list[str]:
+    def drains_to_escalate(self, limit: int = ESCALATE_MAX) -> list[str]:
         """The preemption drains escalated shortfalls wait on (seed §7: "escalate the drain"),
-        not escalated before: each is escalated once, down to the policy's floor."""
+        not escalated before: each is escalated once, down to the policy's floor; at most
+        `limit` a round (the rest the next)."""
         named = {mid for _, sf in self.escalations() for mid in sf.blocked_drains}
         self.escalated_drains &= named
-        fresh = sorted(named - self.escalated_drains)
+        fresh = sorted(named - self.escalated_drains)[:limit]
         self.escalated_drains.update(fresh)
         return fresh
 

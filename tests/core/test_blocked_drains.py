@@ -78,3 +78,18 @@ def test_the_coordinator_escalates_each_blocked_drain_once():
     shard.cycle(NOW + 350)
     coordinator.reports[0] = report(NOW + 350)
     assert coordinator.drains_to_escalate() == [] and coordinator.escalated_drains == set()
+
+
+def test_the_coordinator_escalates_a_bounded_number_of_drains_a_round():
+    from bigfleet.models import Shortfall
+
+    coordinator = Coordinator(term=1, shards=[0])
+    many = [
+        Shortfall(cluster=f"c{i}", profile="waiting", priority=1, count=64, age=9,
+                  escalated=True, blocked_drains=[f"m{i}-{k}" for k in range(64)])
+        for i in range(40)
+    ]  # fmt: skip
+    coordinator.reports[0] = ShardReport(shard=0, at=NOW, shortfalls=many)
+    rounds = [coordinator.drains_to_escalate(limit=1000) for _ in range(4)]
+    assert [len(r) for r in rounds] == [1000, 1000, 40 * 64 - 2000, 0]
+    assert len({m for r in rounds for m in r}) == 40 * 64  # each once
