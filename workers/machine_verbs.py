@@ -117,6 +117,34 @@ def _grace(r: dict[str, Any]) -> str:
     return text
 
 
+def history_table(rows: list[dict[str, Any]]) -> str:
+    """The transitions as a table whose columns are as wide as their widest value (a
+    kubectl-style listing: ~80 characters for everyday names), each row followed by its
+    summary and workflow id."""
+    header = ("STARTED (UTC)", "CLOSED", "TRANSITION", "STATE", "CLUSTER", "GRACE", "REASON",
+              "MACHINES")
+    cells = []
+    for r in rows:
+        started = r["start_time"][:19].replace("T", " ")
+        closed = r["close_time"][11:19] if r["close_time"] else "-"
+        if r["close_time"] and r["close_time"][:10] != r["start_time"][:10]:
+            closed = r["close_time"][:19].replace("T", " ")
+        cells.append((started, closed, r["transition"], r["state"], r["cluster"] or "-",
+                      _grace(r), r["reason"] or "-", str(r["machines"])))
+    widths = [max(len(c[i]) for c in [header, *cells]) for i in range(len(header))]
+
+    def line(values: tuple[str, ...]) -> str:
+        return "  " + "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()
+
+    out = [line(header)]
+    for r, c in zip(rows, cells):
+        out.append(line(c))
+        if r["summary"]:
+            out.append(f"      {r['summary']}")
+        out.append(f"      workflow {r['workflow_id']}")
+    return "\n".join(out)
+
+
 @blocking
 async def run_history(args: argparse.Namespace) -> int:
     client = await connect(args)
@@ -134,22 +162,7 @@ async def run_history(args: argparse.Namespace) -> int:
         print(f"  (query: {machine_query(args.machine)})")
         return 0
     print(f"machine {args.machine}: {len(rows)} transition(s), oldest first")
-    print(
-        f"  {'STARTED (UTC)':<19}  {'CLOSED':<8}  {'TRANSITION':<10} {'STATE':<12} "
-        f"{'CLUSTER':<12} {'GRACE':<12} {'REASON':<12} MACHINES"
-    )
-    for r in rows:
-        started = r["start_time"][:19].replace("T", " ")
-        closed = r["close_time"][11:19] if r["close_time"] else "-"
-        if r["close_time"] and r["close_time"][:10] != r["start_time"][:10]:
-            closed = r["close_time"][:19].replace("T", " ")
-        print(
-            f"  {started:<19}  {closed:<8}  {r['transition']:<10} {r['state']:<12} "
-            f"{r['cluster'] or '-':<12} {_grace(r):<12} {r['reason'] or '-':<12} {r['machines']}"
-        )
-        if r["summary"]:
-            print(f"      {r['summary']}")
-        print(f"      workflow {r['workflow_id']}")
+    print(history_table(rows))
     return 0
 
 

@@ -106,7 +106,8 @@ def test_bigfleet_dev_runs_every_edge_as_its_own_process_and_stops_them_all(tmp_
         address = re.search(r"Temporal server\s+(\S+)", text)
         assert address, text
         ran = run_first_hour(address.group(1), tmp_path / "state", command)
-        assert {"machine history", "status", "cluster", "rollup send"} <= ran, ran
+        first_hour = {"machine history", "status", "cluster", "rollup send", "drain escalate"}
+        assert first_hour | {"audit", "simulate"} <= ran, ran
     finally:
         proc.send_signal(signal.SIGINT)
         code = proc.wait(90)
@@ -119,15 +120,20 @@ def test_bigfleet_dev_runs_every_edge_as_its_own_process_and_stops_them_all(tmp_
 
 # The README's first-hour commands a test cannot run against a shared dev fleet: `dev` is this
 # fleet; split, merge, revive and decommission change its shape (tests/temporal/
-# test_temporal_membership.py runs them), and `<command>` is a placeholder.
-NOT_HERE = ("dev", "shard split", "shard merge", "shard revive", "decommission", "<command>")
+# test_temporal_membership.py runs them); `worker` would start a second set of workers, and
+# `<command>` is a placeholder.
+NOT_HERE = (
+    "dev", "shard split", "shard merge", "shard revive", "decommission", "worker", "<command>"
+)
+# Verbs that need no Temporal server (no --address).
+OFFLINE = ("rollup send", "simulate")
 
 
 def readme_first_hour() -> list[str]:
-    """The `./bf ...` commands of the README's section on following a machine (the first
-    hour), as written (a command broken over lines joined)."""
+    """The `./bf ...` commands of the README's first-hour section, as written (a command broken
+    over lines joined)."""
     text = (ROOT / "README.md").read_text()
-    start = text.index("## Following a machine")
+    start = text.index("## A first hour")
     section = text[start : text.index("\n## ", start + 3)]
     return [" ".join(c.split()) for c in re.findall(r"`\./bf ([^`]+)`", section)]
 
@@ -147,7 +153,7 @@ def run_first_hour(address: str, state: Path, rollup_command: str) -> set[str]:
             .replace("NAME", "web")
         )
         argv = [sys.executable, "-m", "workers.cli", *filled.split()]
-        if not filled.startswith("rollup send"):
+        if not filled.startswith(OFFLINE):
             argv += ["--address", address]
         done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
         said = done.stdout + done.stderr
@@ -158,6 +164,10 @@ def run_first_hour(address: str, state: Path, rollup_command: str) -> set[str]:
         assert machine not in filled or machine in said or "no running drain" in said, said
         words = filled.split()
         ran.add(" ".join(words[:2]) if words[0] in ("machine", "rollup", "drain") else words[0])
+        if words[0] == "simulate":  # the comparison's verdict, cost and service on one line
+            assert re.search(r"BigFleet pooled: \$[\d,]+/h against \$[\d,]+/h", said), said
+        if words[0] == "audit":
+            assert "machines listed" in said, said
     return ran
 
 
