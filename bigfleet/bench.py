@@ -1,7 +1,7 @@
 """`bigfleet bench engine`: cycle times and memory of the fast engine beside the reference.
 
 Numbers, not assertions: the machines this runs on are shared and noisy, so it prints what it
-measured and the README quotes it with the command.
+measured and docs/benchmarks.md records it with the command.
 """
 
 from __future__ import annotations

@@ -134,10 +134,10 @@ def history_table(rows: list[dict[str, Any]]) -> str:
     widths = [max(len(c[i]) for c in [header, *cells]) for i in range(len(header))]
 
     def line(values: tuple[str, ...]) -> str:
-        return "  " + "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()
+        return "  " + "  ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()
 
     out = [line(header)]
-    for r, c in zip(rows, cells):
+    for r, c in zip(rows, cells, strict=True):
         out.append(line(c))
         if r["summary"]:
             out.append(f"      {r['summary']}")

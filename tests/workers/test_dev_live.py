@@ -155,7 +155,9 @@ def run_first_hour(address: str, state: Path, rollup_command: str) -> set[str]:
         argv = [sys.executable, "-m", "workers.cli", *filled.split()]
         if not filled.startswith(OFFLINE):
             argv += ["--address", address]
-        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        # (the comparison simulates a day twice: ~25 s alone, minutes beside a busy suite)
+        limit = 900 if filled.startswith("simulate") else 120
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=limit)
         said = done.stdout + done.stderr
         if filled.startswith("drain escalate"):  # (exits 1 when no drain of it is running)
             assert done.returncode == 0 or "no running drain" in said, (filled, said)
