@@ -606,7 +606,7 @@ async def transition_costs(client: Any) -> dict[str, Any]:
 
 
 def provider_counts(provider: Any) -> dict[str, float]:
-    """The simulated provider's own counters (bigfleet/providers/simulated.py, cloud.py) as
+    """The simulated provider's own counters (bigfleet/providers/simulated/) as
     the window closes: lifecycle calls made by kind, machines each operation began on, and the
     calls its token bucket refused (`rate_limited`, counted before they were refused; they
     took no token and were retried)."""

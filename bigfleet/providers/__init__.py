@@ -1,6 +1,13 @@
-"""Capacity providers: the seed §7 contract and its simulated cloud and bare-metal backends."""
+"""Capacity providers: the seed §7 contract (base.py) and its backends.
 
-from .baremetal import RackSpec, SimulatedBareMetalProvider
+simulated/ holds the simulated cloud and bare-metal backends (no I/O, virtual time); ec2/ and
+redfish/ the real ones (AWS through boto3, bare metal through Redfish BMCs), loaded by kind from
+an operator's config file (configured.py) and served by `bigfleet provider serve`. fencing.py
+is the fencing-epoch rule every backend applies, nocloud.py the cloud-init seeds Redfish
+publishes. This package re-exports the contract and the simulated backends; the real ones are
+imported from their own packages (they need boto3 or sushy).
+"""
+
 from .base import (
     MAX_CREATE_BATCH,
     CapacityProvider,
@@ -15,8 +22,9 @@ from .base import (
     UnissuedEpoch,
     parse_machine_reply,
 )
-from .cloud import QuotaSpec, SimulatedCloudProvider
-from .simulated import DEFAULT_TIMEOUTS, SimulatedProvider
+from .simulated.baremetal import RackSpec, SimulatedBareMetalProvider
+from .simulated.cloud import QuotaSpec, SimulatedCloudProvider
+from .simulated.provider import DEFAULT_TIMEOUTS, SimulatedProvider
 
 __all__ = [
     "DEFAULT_TIMEOUTS",

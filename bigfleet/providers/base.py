@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import re
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import ValidationError
@@ -37,10 +38,15 @@ class CapacityProvider(Protocol):
     """
 
     name: str
+    """The provider's name: in every HostRef, error and label it gives."""
 
     def create(
         self, machine_ids: builtins.list[str], token: FencingToken, *, key: str = ""
-    ) -> builtins.list[TransitionAck]: ...
+    ) -> builtins.list[TransitionAck]:
+        """Start making SPECULATIVE slots real machines (SPECULATIVE → CREATING → IDLE): at most
+        MAX_CREATE_BATCH ids, all or nothing, one ack per id in order. A slot the quota no longer
+        has raises QuotaExhausted; a machine already created or creating is a repeat."""
+        ...
 
     def configure(
         self,
@@ -50,7 +56,11 @@ class CapacityProvider(Protocol):
         token: FencingToken,
         *,
         key: str = "",
-    ) -> TransitionAck: ...
+    ) -> TransitionAck:
+        """Start joining an IDLE machine to `cluster` with its bootstrap blob (IDLE →
+        CONFIGURING → CONFIGURED); a machine whose configure failed may be configured again. The
+        same machine and cluster again is a repeat."""
+        ...
 
     def drain(
         self,
@@ -60,19 +70,37 @@ class CapacityProvider(Protocol):
         force: bool = False,
         *,
         key: str = "",
-    ) -> TransitionAck: ...
+    ) -> TransitionAck:
+        """Start taking a CONFIGURED machine out of its cluster (CONFIGURED → DRAINING → IDLE)
+        once `grace_seconds` are over (at once with `force`, which also drains a FAILED one); a
+        shorter grace or force on a DRAINING machine pulls its end forward."""
+        ...
 
-    def delete(self, machine_id: str, token: FencingToken, *, key: str = "") -> TransitionAck: ...
+    def delete(self, machine_id: str, token: FencingToken, *, key: str = "") -> TransitionAck:
+        """Start giving an IDLE (or FAILED) machine back (→ DELETING → SPECULATIVE, its slot
+        free again). A backend that keeps its machines (bare metal) raises NotSupported."""
+        ...
 
-    def get(self, machine_id: str) -> Machine: ...
+    def get(self, machine_id: str) -> Machine:
+        """One machine as it is now (a transition whose time has come moves on); MachineNotFound
+        for an id that is not one of this provider's slots."""
+        ...
 
-    def list(self, filter: ListFilter) -> builtins.list[Machine]: ...
+    def list(self, filter: ListFilter) -> builtins.list[Machine]:
+        """The provider's machines, SPECULATIVE slots included, that match the filter (zone,
+        instance type, states, `noticed`), in id order, at most `max_results`."""
+        ...
 
 
 def check_grace(machine_id: str, grace_seconds: float) -> None:
     """A drain's grace is a number of seconds, 0 or more (NaN is not)."""
     if not grace_seconds >= 0:
         raise ValueError(f"drain of {machine_id}: grace_seconds must be >= 0, got {grace_seconds}")
+
+
+def slot_id(*parts: str) -> str:
+    """Join parts into a machine id; anything but letters, digits and dashes becomes a dash."""
+    return re.sub(r"[^A-Za-z0-9-]", "-", "-".join(parts))
 
 
 class ProviderError(Exception):
@@ -119,6 +147,8 @@ class UnissuedEpoch(ProviderError, ValueError):
 
 
 class MachineNotFound(ProviderError):
+    """The id is not one of the provider's machines (nor a slot of its quota)."""
+
     def __init__(self, provider: str, machine_id: str) -> None:
         super().__init__(provider, f"provider {provider}: no machine {machine_id}")
         self.machine_id = machine_id

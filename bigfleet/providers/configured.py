@@ -2,7 +2,7 @@
 
     kind: ec2          # or redfish
     name: aws-us-east-1
-    ...                # the fields of that kind's config (bigfleet/providers/ec2.py, redfish.py)
+    ...                # the fields of that kind's config (bigfleet/providers/ec2/, redfish/)
 
 The kind picks the module; its config model checks the rest, naming every bad field.
 """
@@ -32,6 +32,8 @@ class ProviderConfigError(ValueError):
 
 
 def load_provider(path: str | pathlib.Path) -> CapacityProvider:
+    """The provider an operator's YAML file describes, by its `kind` (KINDS);
+    ProviderConfigError naming the file and every bad field."""
     path = pathlib.Path(path)
     try:
         raw = yaml.safe_load(path.read_text())

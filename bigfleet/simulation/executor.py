@@ -25,7 +25,7 @@ from ..models import (
 )
 from ..operators import BootstrapRefused, SimulatedOperator
 from ..providers.base import ProviderError, RateLimited
-from ..providers.simulated import SimulatedProvider
+from ..providers.simulated.provider import SimulatedProvider
 from ..shard import Shard
 from ..transitions import Corrective, corrective
 from .recorder import Recorder

@@ -10,9 +10,9 @@ import zlib
 from collections.abc import Callable
 
 from ..operators import SimulatedOperator
-from ..providers.baremetal import SimulatedBareMetalProvider
-from ..providers.cloud import SimulatedCloudProvider
-from ..providers.simulated import SimulatedProvider
+from ..providers.simulated.baremetal import SimulatedBareMetalProvider
+from ..providers.simulated.cloud import SimulatedCloudProvider
+from ..providers.simulated.provider import SimulatedProvider
 from .scenario import CloudProviderSpec, ProviderSpec, Scenario
 
 Clock = Callable[[], float]

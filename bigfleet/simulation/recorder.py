@@ -16,7 +16,7 @@ from .measures import BANDS, Asks, WaitBook, band, moved_within_cluster
 if TYPE_CHECKING:
     from ..engine import Decision
     from ..inventory import Inventory
-    from ..providers.simulated import SimulatedProvider
+    from ..providers.simulated.provider import SimulatedProvider
     from ..shard import Shard
     from .executor import InFlight
 

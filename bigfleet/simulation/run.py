@@ -10,7 +10,7 @@ from typing import Any
 from ..assignment import machine_shard
 from ..coordinator import Coordinator
 from ..models import CapacityNeed, ClusterCapacityNeeds, ListFilter, MachineState, NodeHealth
-from ..providers.cloud import SimulatedCloudProvider
+from ..providers.simulated.cloud import SimulatedCloudProvider
 from ..shard import Shard
 from . import fleet as simulated
 from .closed_loop import ClosedLoop

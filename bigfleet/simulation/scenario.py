@@ -17,8 +17,8 @@ from ..coordinator import MembershipThresholds
 from ..decommission import DecommissionRequest
 from ..models import CapacityNeed, Count, Name, Transition
 from ..policy import Policy
-from ..providers.baremetal import RackSpec
-from ..providers.cloud import QuotaSpec
+from ..providers.simulated.baremetal import RackSpec
+from ..providers.simulated.cloud import QuotaSpec
 from ..yamlfile import load_model
 
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from .. import labels as L
 from ..models import ListFilter, MachineState, Notice, NoticeKind
-from ..providers.simulated import SimulatedProvider
+from ..providers.simulated.provider import SimulatedProvider
 from .scenario import RackFailure
 
 S = MachineState

@@ -43,7 +43,7 @@ from bigfleet.edge.provider_server import (
 from bigfleet.edge.provider_store import Operation
 from bigfleet.models import FencingToken, ListFilter, MachineState, TransitionAck
 from bigfleet.providers.base import MachineNotFound, RateLimited, StaleFencingToken
-from bigfleet.providers.cloud import SimulatedCloudProvider
+from bigfleet.providers.simulated.cloud import SimulatedCloudProvider
 from bigfleet.simulation.fleet import provider as make_provider
 from bigfleet.simulation.scenario import load
 from bigfleet.v1 import machine_pb2 as mpb

@@ -1,4 +1,4 @@
-"""EC2's notices through an SQS queue (bigfleet/providers/ec2_notices.py, issue 33), against
+"""EC2's notices through an SQS queue (bigfleet/providers/ec2/notices.py, issue 33), against
 moto in server mode (tests/edge/moto_server.py) serving EC2 and SQS: the queue is created with
 boto3, the events are sent as EventBridge delivers them (AWS's documented samples, with this
 test's instance ids and times), and the machines are read back as a shard reads them:
@@ -21,7 +21,7 @@ import pytest
 
 from bigfleet.models import ListFilter, MachineState, NoticeKind
 from bigfleet.providers.ec2 import Ec2Provider
-from bigfleet.providers.ec2_notices import BadEvent, notice_from_tag, notice_tag, parse
+from bigfleet.providers.ec2.notices import BadEvent, notice_from_tag, notice_tag, parse
 from tests.edge import moto_server
 from tests.edge.test_ec2_provider import BLOB, make, speculative, token
 

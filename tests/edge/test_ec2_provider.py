@@ -1,4 +1,4 @@
-"""The EC2 provider (bigfleet/providers/ec2.py) against moto in server mode: a real HTTP endpoint
+"""The EC2 provider (bigfleet/providers/ec2/) against moto in server mode: a real HTTP endpoint
 in its own process (`python -m moto.server`, tests/edge/moto_server.py), started once for the
 module, that boto3 talks to over the network. Each test uses its own provider name, so the
 instances of one are invisible to the others (every listing is filtered by the
@@ -47,7 +47,8 @@ from bigfleet.providers.base import (
     StaleFencingToken,
     UnissuedEpoch,
 )
-from bigfleet.providers.ec2 import Ec2Config, Ec2Provider, _Record
+from bigfleet.providers.ec2 import Ec2Config, Ec2Provider
+from bigfleet.providers.ec2.records import Record
 from tests.edge import moto_server
 from tests.procs import ROOT
 
@@ -803,7 +804,7 @@ def test_every_ec2_state_and_tags_map_to_one_machine_state(
     }
     if blob:
         p._blobs[instance["InstanceId"]] = BLOB.user_data
-    machine = p._machine(_Record(f"{offering.prefix}-00000", offering, 0, instance, all_tags))
+    machine = p._machine(Record(f"{offering.prefix}-00000", offering, 0, instance, all_tags))
     assert (machine.state, machine.failed_from) == (state, failed_from)
     assert error in machine.last_error and bool(error) == bool(machine.last_error)
 
@@ -811,8 +812,9 @@ def test_every_ec2_state_and_tags_map_to_one_machine_state(
 def test_the_iam_policy_allows_exactly_the_calls_the_provider_makes() -> None:
     policy = json.loads((ROOT / "examples" / "ec2-iam-policy.json").read_text())
     called = set()
-    for module, service in (("ec2", "ec2"), ("ec2_notices", "sqs")):  # EC2, and the notice queue
-        source = (ROOT / "bigfleet" / "providers" / f"{module}.py").read_text()
+    for path in sorted((ROOT / "bigfleet" / "providers" / "ec2").glob("*.py")):
+        service = "sqs" if path.name == "notices.py" else "ec2"  # EC2, and the notice queue
+        source = path.read_text()
         called |= {f"{service}:{name}" for name in re.findall(r'self\._call\(\s*"(\w+)"', source)}
     assert "ec2:RunInstances" in called and "ec2:CancelSpotInstanceRequests" in called
     assert {"sqs:ReceiveMessage", "sqs:DeleteMessage"} <= called

@@ -18,8 +18,9 @@ Anything else (another source, detail-type, state, service or category) is not a
 and counted. A body that is not such an event (not JSON, larger than an EventBridge event can
 be, a field missing or of the wrong type) is malformed: deleted too, logged with the field named
 (`BadEvent`), and counted, so a poison message never comes back. Which instance a notice is for,
-whether it is BigFleet's own doing, and where it is kept is the provider's part (ec2.py): it tags
-the instance `bigfleet:notice` = `notice_tag()`, so EC2 keeps the notice across a restart.
+whether it is BigFleet's own doing, and where it is kept is the provider's part (provider.py):
+it tags the instance `bigfleet:notice` = `notice_tag()`, so EC2 keeps the notice across a
+restart.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..models import NOTICE_DETAIL_MAX, Notice, NoticeKind
-from .base import ProviderError
+from ...models import NOTICE_DETAIL_MAX, Notice, NoticeKind
+from ..base import ProviderError
 
 log = logging.getLogger("bigfleet.providers.ec2_notices")
 
@@ -231,6 +232,7 @@ def stronger(new: Notice, old: Notice | None) -> bool:
 
 
 def strongest(*notices: Notice | None) -> Notice | None:
+    """The most urgent of these notices (None given none)."""
     found: Notice | None = None
     for notice in notices:
         if notice is not None and stronger(notice, found):

@@ -16,7 +16,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from ..models import (
+from ...models import (
     BootstrapBlob,
     CapacityType,
     FencingToken,
@@ -28,9 +28,9 @@ from ..models import (
     Transition,
     TransitionAck,
 )
-from ..states import START_OF, TARGET_OF, check_transition
-from . import fencing
-from .base import (
+from ...states import START_OF, TARGET_OF, check_transition
+from .. import fencing
+from ..base import (
     MAX_CREATE_BATCH,
     InvalidTransition,
     MachineNotFound,
@@ -133,6 +133,8 @@ class SimulatedProvider:
         self, machine_ids: builtins.list[str], token: FencingToken, *, key: str = ""
     ) -> builtins.list[TransitionAck]:
         # A malformed request is refused before it leaves the client: not counted, not throttled.
+        """Start creating the batch's slots, all or nothing; done after the pool's create
+        latency."""
         if len(machine_ids) > MAX_CREATE_BATCH:
             raise ValueError(
                 f"create takes at most {MAX_CREATE_BATCH} machine ids per call, "
@@ -159,6 +161,8 @@ class SimulatedProvider:
         *,
         key: str = "",
     ) -> TransitionAck:
+        """Start joining an IDLE machine to `cluster`; a repeat for the same cluster returns the
+        operation in flight."""
         self._admit("configure", token)
         slot = self._slots[machine_id]
         if not self._in_flight(slot, T.CONFIGURE, cluster):
@@ -176,6 +180,7 @@ class SimulatedProvider:
         *,
         key: str = "",
     ) -> TransitionAck:
+        """Start draining a CONFIGURED machine for `grace_seconds` (none with `force`)."""
         check_grace(machine_id, grace_seconds)
         self._admit("drain", token)
         slot = self._slots[machine_id]
@@ -189,6 +194,7 @@ class SimulatedProvider:
         return self._ack(slot)
 
     def delete(self, machine_id: str, token: FencingToken, *, key: str = "") -> TransitionAck:
+        """Start giving a machine back; its slot is SPECULATIVE again once deleted."""
         self._admit("delete", token)
         slot = self._slots[machine_id]
         if not self._in_flight(slot, T.DELETE):
@@ -199,6 +205,7 @@ class SimulatedProvider:
         return self._ack(slot)
 
     def get(self, machine_id: str) -> Machine:
+        """One machine, after catching up with the clock."""
         self.calls["get"] += 1
         self.advance(self._clock())
         slot = self._slots.find(machine_id)
@@ -207,6 +214,7 @@ class SimulatedProvider:
         return self._snapshot(slot)
 
     def list(self, filter: ListFilter) -> builtins.list[Machine]:
+        """The machines matching the filter, after catching up with the clock."""
         self.calls["list"] += 1
         self.advance(self._clock())
         return [self._snapshot(slot) for slot in self._slots.select(filter)]

@@ -12,8 +12,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from .. import labels
-from ..models import (
+from ... import labels
+from ...models import (
     CapacityType,
     Count,
     Dollars,
@@ -25,15 +25,18 @@ from ..models import (
     TransitionAck,
     Wire,
 )
-from .base import NotSupported
-from .simulated import SimulatedProvider
-from .slots import Pool, Slot, slot_id
+from ..base import NotSupported, slot_id
+from .provider import SimulatedProvider
+from .slots import Pool, Slot
 
 CLAIM_SECONDS = 1.0
 """Create on a commissioned rack: bookkeeping in the provider, nothing boots."""
 
 
 class RackSpec(Wire):
+    """One rack of owned machines: where it is, what its machines are, and whether it is
+    commissioned."""
+
     rack: Name
     zone: Name
     region: Name | None = None  # defaults to the zone without its last part: ams-1 -> ams
@@ -82,6 +85,7 @@ class SimulatedBareMetalProvider(SimulatedProvider):
             self._slots.resize(pool, spec.count)
 
     def delete(self, machine_id: str, token: FencingToken, *, key: str = "") -> TransitionAck:
+        """Always NotSupported: bare metal stays in inventory."""
         self.calls["delete"] += 1
         raise NotSupported(
             self.name,

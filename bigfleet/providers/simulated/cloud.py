@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 
 from pydantic import field_validator
 
-from .. import labels
-from ..models import (
+from ... import labels
+from ...models import (
     CapacityType,
     Count,
     Dollars,
@@ -24,9 +24,9 @@ from ..models import (
     Transition,
     Wire,
 )
-from .base import RateLimited
-from .simulated import SimulatedProvider
-from .slots import Pool, Slot, slot_id
+from ..base import RateLimited, slot_id
+from .provider import SimulatedProvider
+from .slots import Pool, Slot
 
 
 class QuotaSpec(Wire):

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from dataclasses import dataclass, field
 
-from ..models import (
+from ...models import (
     CapacityType,
     HostRef,
     ListFilter,
@@ -21,15 +20,10 @@ from ..models import (
     Resources,
     Transition,
 )
-from ..states import TRANSITIONAL
-from .base import MachineNotFound, QuotaExhausted
+from ...states import TRANSITIONAL
+from ..base import MachineNotFound, QuotaExhausted
 
 S = MachineState
-
-
-def slot_id(*parts: str) -> str:
-    """Join parts into a machine id; anything but letters, digits and dashes becomes a dash."""
-    return re.sub(r"[^A-Za-z0-9-]", "-", "-".join(parts))
 
 
 @dataclass
@@ -66,6 +60,8 @@ class Op:
 
 @dataclass
 class Slot:
+    """One machine id of a pool and what it is now: state, host, cluster, its operation."""
+
     id: str
     pool: Pool
     index: int
@@ -89,6 +85,7 @@ class SlotTable:
         self._withdrawn: dict[str, Pool] = {}
 
     def find(self, machine_id: str) -> Slot | None:
+        """The slot with this machine id, or None."""
         return self._by_id.get(machine_id)
 
     def __getitem__(self, machine_id: str) -> Slot:
