@@ -1,6 +1,7 @@
 """The decision engine of seed §8: claims, Phase 1, Phase 2, Phase 3, shortfalls."""
 
-from .common import Decision, EngineMemory, Preemption
+from .decision import Decision, Preemption
 from .fast import FastEngine
+from .memory import EngineMemory
 
 __all__ = ["Decision", "EngineMemory", "FastEngine", "Preemption"]
