@@ -12,6 +12,9 @@ from ..models import Action, Shortfall, stamper
 
 @dataclass(frozen=True, slots=True)
 class Preemption:
+    """A configured machine drained for a need of higher priority (or displaced for the
+    fleet's cost): whose it was, for whom, and the drain's grace."""
+
     machine_id: str
     victim_cluster: str
     victim_priority: int
@@ -117,6 +120,7 @@ class Decision:
             self.actions = Actions(self.actions)
 
     def count(self, kind: str) -> int:
+        """Machines the actions of `kind` name (a create names several)."""
         return sum(
             len(a.machine_ids) if a.kind == "create" else 1 for a in self.actions if a.kind == kind
         )

@@ -17,6 +17,7 @@ def need_matches(need: Need, profile: Profile, matches: bool) -> bool:
 
 
 def domain_of(need: Need, profile: Profile) -> str | None:
+    """The profile's domain for a `Same` need (its label under the need's key); None else."""
     return profile.label(need.spec.same) if need.spec.same else None
 
 

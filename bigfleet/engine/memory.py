@@ -26,6 +26,7 @@ class EngineMemory:
     frozen: frozenset[str] = frozenset()
 
     def observe_counts(self, needs: list[Need], now: float) -> None:
+        """Notes since when each need has had its count; forgets needs gone from the table."""
         seen = self.count_since
         for n in needs:
             had = seen.get(n.key)
@@ -46,6 +47,7 @@ class EngineMemory:
         return min((t + wait for _, t in self.count_since.values() if t + wait > now), default=inf)
 
     def wants_soon(self, profile: Profile, policy: Policy) -> bool:
+        """The demand forecast wants the profile (at least `forecast_hold` a cycle)."""
         return self.forecast.get(profile.name, 0.0) >= policy.forecast_hold
 
     def observe_demand(self, demand: Mapping[str, int], policy: Policy) -> None:

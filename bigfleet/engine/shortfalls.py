@@ -13,6 +13,7 @@ from .memory import EngineMemory
 
 
 def describe(requirements: Iterable[NodeSelectorRequirement]) -> str:
+    """A need's requirements as a shortfall names them when no profile matches it."""
     return "; ".join(describe_requirement(r) for r in requirements) or "any machine"
 
 
