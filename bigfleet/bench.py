@@ -15,11 +15,11 @@ from collections.abc import Callable
 from typing import Any
 
 from .engine import FastEngine
+from .engine.reference import ReferenceEngine
 from .inventory import Inventory
 from .models import ClusterCapacityNeeds
 from .needs import NeedsTable
 from .policy import Policy
-from .reference import ReferenceEngine
 from .synthetic import fleet, need, rollups
 
 CLUSTERS = 100

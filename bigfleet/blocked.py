@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .engine.common import Preemption
+from .engine.decision import Preemption
 from .inventory import CODE, Inventory
 from .models import MachineState, Shortfall
 from .needs import NeedsTable

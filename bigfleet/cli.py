@@ -132,7 +132,8 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from .simulation.plan import ObjectiveError, parse_objective, plan, render_plan
+    from .simulation.objectives import ObjectiveError, parse_objective
+    from .simulation.plan import plan, render_plan
     from .simulation.scenario import ScenarioError, load
     from .simulation.trace_mapping import MappingError
     from .simulation.traces import TraceError

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .engine.common import Actions, Decision
+from .engine.decision import Actions, Decision
 from .held import NONE16
 from .inventory import CODE, Inventory
 from .models import (

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from .blocked import BlockedDrains
 from .disruption import DisruptionBook
 from .engine import Decision, FastEngine
-from .engine.common import TIMED_OUT, Actions
+from .engine.decision import TIMED_OUT, Actions
 from .held import NONE16
 from .inputs import clip, explain
 from .inventory import CODE, GONE, Inventory, MachineNotFound

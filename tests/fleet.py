@@ -13,11 +13,11 @@ import pytest
 
 from bigfleet import labels as L
 from bigfleet.engine import Decision, FastEngine
+from bigfleet.engine.reference import ReferenceEngine
 from bigfleet.inventory import Inventory
 from bigfleet.models import CapacityType, HostRef, Machine, MachineState
 from bigfleet.needs import NeedsTable
 from bigfleet.policy import Policy
-from bigfleet.reference import ReferenceEngine
 
 S = MachineState
 GPU = "gpu-8xh100"

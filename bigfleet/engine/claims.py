@@ -16,7 +16,7 @@ import numpy as np
 from ..held import HELD_SLOT
 from ..inventory import Inventory
 from ..needs import Need
-from .common import CLAIM_ORDER
+from .ranking import CLAIM_ORDER
 from .supply import Components, SupplyIndex
 
 CLAIM_SLOTS = tuple(HELD_SLOT[s] for s in CLAIM_ORDER)

@@ -16,10 +16,13 @@ from ..inventory import CODE
 from ..models import MachineState
 from ..needs import Need
 from .claims import Claim
-from .common import Decision, consolidation_budget, move_domain, supply_key, worth_moving
 from .cycle import CycleState
+from .decision import Decision
+from .domains import move_domain
+from .moves import consolidation_budget, worth_moving
 from .phase1 import Assignment
 from .phase2 import Victim
+from .ranking import supply_key
 
 S = MachineState
 

@@ -7,9 +7,9 @@ Phase 3 in turn; nothing a phase leaves for a later one is kept on the engine.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -18,8 +18,10 @@ from ..models import MachineState
 from ..needs import Need
 from ..policy import Policy
 from .claims import ClusterClaims
-from .common import EngineMemory
+from .memory import EngineMemory
 from .supply import SupplyIndex
+
+S = MachineState
 
 
 @dataclass(slots=True)
@@ -91,3 +93,30 @@ def merged_moves(
             codes = np.repeat(np.array(each, dtype=np.uint16), [len(p) for p in parts])
             out.append((target, None, rows, codes))
     return out
+
+
+# The state each kind of action moves its machines to.
+TARGET = {
+    "create": S.CREATING,
+    "configure": S.CONFIGURING,
+    "drain": S.DRAINING,
+    "delete": S.DELETING,
+}
+
+
+def action_runs(actions: Iterable[Any]) -> list[tuple[MachineState, str | None, list[str]]]:
+    """The moves a decision's actions ask for (one not decided by this engine: its machines
+    named by id), as runs of one target and destination cluster, in action order, so
+    each run moves as one batch exactly as its moves one by one would."""
+    runs: list[tuple[MachineState, str | None, list[str]]] = []
+    for action in actions:
+        target = TARGET.get(action.kind)
+        if target is None:
+            continue
+        cluster = action.cluster if target in (S.CREATING, S.CONFIGURING) else None
+        mids = action.machine_ids if action.kind == "create" else [action.machine_id]
+        if runs and runs[-1][0] is target and runs[-1][1] == cluster:
+            runs[-1][2].extend(mids)
+        else:
+            runs.append((target, cluster, list(mids)))
+    return runs

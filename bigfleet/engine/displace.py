@@ -16,10 +16,10 @@ from ..cost import ELASTIC
 from ..inventory import CODE
 from ..models import MachineState
 from ..needs import Need
-from .common import supply_key
 from .cycle import CycleState
 from .fleet_cost import SpreadRoom, displace_budget, displaceable, worth_displacing
 from .phase1 import Assignment
+from .ranking import supply_key
 from .victims import Victim, VictimPool
 
 S = MachineState

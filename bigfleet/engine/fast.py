@@ -20,13 +20,16 @@ from ..models import ConfigureAction, CreateAction, MachineState, VerifyAction, 
 from ..needs import Need
 from ..policy import Policy
 from .claims import CONFIGURED_SLOT, ClusterClaims, claim_cluster, same_needs
-from .common import TIMED_OUT, Decision, EngineMemory, PhaseClock, age_shortfalls
+from .clock import PhaseClock
 from .consolidate import consolidate
-from .cycle import CycleState, merged_moves
+from .cycle import CycleState, action_runs, merged_moves
+from .decision import TIMED_OUT, Decision
+from .memory import EngineMemory
 from .phase1 import Assignment, assign_free_capacity
 from .phase2 import Victim, emit_preemptions, resolve_inversions
 from .phase3 import excess_segments, reclaim_excess, release_idle
 from .rows import RowPicker
+from .shortfalls import age_shortfalls
 from .supply import SupplyIndex, free_pool
 
 S = MachineState
@@ -359,7 +362,7 @@ class FastEngine:
         else:  # (a decision this engine did not make: its machines by id)
             runs = [
                 (target, cluster, [row(mid) for mid in mids], None)
-                for target, cluster, mids in _runs(decision.actions)
+                for target, cluster, mids in action_runs(decision.actions)
             ]
         for target, cluster, moved, codes in runs:
             inv.move_many(moved, target, now, cluster=cluster, cluster_codes=codes)
@@ -374,27 +377,3 @@ def _rows_of(holders: list[tuple[np.ndarray, Need]]) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     return np.concatenate([rows for rows, _ in holders]).astype(np.int64, copy=False)
 
-
-_TARGET = {
-    "create": S.CREATING,
-    "configure": S.CONFIGURING,
-    "drain": S.DRAINING,
-    "delete": S.DELETING,
-}
-
-
-def _runs(actions: Iterable[Any]) -> list[tuple[MachineState, str | None, list[str]]]:
-    """The actions' moves as runs of one target and destination cluster, in action order, so
-    each run moves as one batch exactly as its moves one by one would."""
-    runs: list[tuple[MachineState, str | None, list[str]]] = []
-    for action in actions:
-        target = _TARGET.get(action.kind)
-        if target is None:
-            continue
-        cluster = action.cluster if target in (S.CREATING, S.CONFIGURING) else None
-        mids = action.machine_ids if action.kind == "create" else [action.machine_id]
-        if runs and runs[-1][0] is target and runs[-1][1] == cluster:
-            runs[-1][2].extend(mids)
-        else:
-            runs.append((target, cluster, list(mids)))
-    return runs

@@ -14,7 +14,7 @@ from ..cost import DELETABLE, ELASTIC
 from ..needs import Need
 from ..policy import Policy
 from ..profiles import Profile
-from .common import worth_moving
+from .moves import worth_moving
 
 
 def displaceable(holder: Need, preemptor: Need, policy: Policy) -> bool:

@@ -15,13 +15,8 @@ from ..inventory import CODE
 from ..models import ConfigureAction, MachineState
 from ..needs import Need
 from .claims import ClusterClaims, excess_by_profile
-from .common import (
-    domain_tallies,
-    pick_same_domain,
-    pick_same_wait_domain,
-    pick_spread_domain,
-)
 from .cycle import CycleState
+from .domains import domain_tallies, pick_same_domain, pick_same_wait_domain, pick_spread_domain
 from .supply import pool_column
 
 S = MachineState

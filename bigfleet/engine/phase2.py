@@ -13,17 +13,14 @@ from ..inventory import CODE
 from ..models import MachineState
 from ..needs import Need
 from .claims import CONFIGURED_SLOT, configured_columns, excess_by_profile
-from .common import (
-    Decision,
-    describe,
-    domain_tallies,
-    pick_same_wait_domain,
-)
 from .cycle import CycleState
+from .decision import Decision
 from .displace import purchases, yield_for_cost
+from .domains import domain_tallies, pick_same_wait_domain
 from .phase1 import Assignment
 from .regret import swap_owned
 from .rows import RowPicker
+from .shortfalls import describe
 from .supply import Pool, free_pool, pool_column
 from .victims import Victim, VictimPool
 

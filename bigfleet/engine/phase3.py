@@ -16,8 +16,8 @@ from ..models import (
     MachineState,
 )
 from .claims import ClusterClaims
-from .common import Decision
 from .cycle import CycleState
+from .decision import Decision
 from .fleet_cost import idle_hold, idle_spare
 from .rows import RowPicker
 

@@ -10,10 +10,10 @@ from typing import cast
 from ..cost import ELASTIC, OWNED
 from ..models import MachineState
 from ..needs import Need
-from .common import supply_key
 from .cycle import CycleState
 from .fleet_cost import regret_swaps
 from .phase1 import Assignment
+from .ranking import supply_key
 
 S = MachineState
 

@@ -12,8 +12,9 @@ from ..inventory import CODE
 from ..models import DrainAction, DrainReason, MachineState
 from ..needs import Need
 from .claims import CONFIGURED_SLOT
-from .common import Preemption, victim_order
 from .cycle import CycleState
+from .decision import Preemption
+from .ranking import victim_order
 
 S = MachineState
 

@@ -22,86 +22,15 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .baseline import Split
 from .compare import per_cluster_report
-from .measures import BANDS, band
+from .objectives import Objective
 from .run import Simulation
 from .scenario import BareMetalProviderSpec, Scenario
-
-
-class ObjectiveError(ValueError):
-    """An --slo that cannot be read; the message says which and why."""
-
-
-@dataclass(frozen=True)
-class Objective:
-    """What one priority band must get: a served fraction and a p99 time to capacity."""
-
-    band: str
-    served: float | None = None
-    p99_seconds: float | None = None
-
-    def miss(self, summary: dict[str, Any]) -> float:
-        """How far the run is from the objective: the served fraction short of it plus the
-        p99 over it as a fraction of it (0: met; no answered or waiting ask at all: 1)."""
-        got = summary["bands"].get(self.band)
-        if got is None:
-            return 0.0
-        short = 0.0
-        if self.served is not None:
-            short += max(0.0, self.served - (got["served_fraction"] or 0.0))
-        if self.p99_seconds is not None:
-            p99 = got["p99_s"]
-            short += (
-                1.0 if p99 is None else max(0.0, p99 - self.p99_seconds) / max(self.p99_seconds, 1)
-            )
-        return short
-
-    def met(self, summary: dict[str, Any]) -> bool:
-        got = summary["bands"].get(self.band)
-        if got is None:  # nothing asked for in this band
-            return True
-        if self.served is not None and (got["served_fraction"] or 0.0) < self.served:
-            return False
-        return self.p99_seconds is None or (
-            got["p99_s"] is not None and got["p99_s"] <= self.p99_seconds
-        )
-
-
-def parse_objective(text: str) -> Objective:
-    """`BAND:served=0.99,p99=600` where BAND is a band name (`>=900000`) or a priority
-    (`900000`: its band)."""
-    where, _, terms = text.partition(":")
-    if where in BANDS:
-        name = where
-    elif re.fullmatch(r"-?\d+", where):
-        name = band(int(where))
-    else:
-        raise ObjectiveError(
-            f"--slo {text!r}: the band {where!r} is neither a priority nor one of "
-            + ", ".join(BANDS)
-        )
-    values: dict[str, float] = {}
-    for term in filter(None, terms.split(",")):
-        key, _, value = term.partition("=")
-        if key not in ("served", "p99"):
-            raise ObjectiveError(f"--slo {text!r}: unknown objective {key!r} (served, p99)")
-        try:
-            values[key] = float(value)
-        except ValueError:
-            raise ObjectiveError(f"--slo {text!r}: {key} must be a number, not {value!r}") from None
-        if not math.isfinite(values[key]) or values[key] < 0:
-            raise ObjectiveError(f"--slo {text!r}: {key} must be a finite number >= 0")
-    if "served" in values and values["served"] > 1:
-        raise ObjectiveError(f"--slo {text!r}: served is a fraction between 0 and 1")
-    if not values:
-        raise ObjectiveError(f"--slo {text!r}: give served=FRACTION and/or p99=SECONDS")
-    return Objective(name, values.get("served"), values.get("p99"))
 
 
 @dataclass(frozen=True)

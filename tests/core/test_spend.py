@@ -17,17 +17,9 @@ from bigfleet.inventory import Inventory
 from bigfleet.models import CapacityType, MachineState
 from bigfleet.needs import Need, NeedsTable
 from bigfleet.shard import Shard
-from bigfleet.spend import (
-    BANDS,
-    COST_GAUGE,
-    IDLE_OWNED_GAUGE,
-    PAIRS_GAUGE,
-    Spend,
-    _max_flow,
-    band,
-    export,
-    measure,
-)
+from bigfleet.spend import COST_GAUGE, IDLE_OWNED_GAUGE, PAIRS_GAUGE, Spend, export, measure
+from bigfleet.spend_book import BANDS, band
+from bigfleet.spend_pairs import max_flow as _max_flow
 from bigfleet.synthetic import fleet, rollups
 from tests.fleet import bare_metal, machine, need, on_demand, rollup, spot, table
 

@@ -3,7 +3,7 @@ appended one by one: the shard, the simulator and the tests see no difference.""
 
 import pytest
 
-from bigfleet.engine.common import Actions, Decision
+from bigfleet.engine.decision import Actions, Decision
 from bigfleet.models import ConfigureAction, CreateAction, DeleteAction, DeleteReason, stamper
 
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from bigfleet import labels as L
 from bigfleet.engine import FastEngine
+from bigfleet.engine.reference import ReferenceEngine
 from bigfleet.inventory import GONE, STATES, Inventory
 from bigfleet.models import (
     CapacityNeed,
@@ -21,7 +22,6 @@ from bigfleet.models import (
 )
 from bigfleet.needs import NeedsTable
 from bigfleet.policy import Policy
-from bigfleet.reference import ReferenceEngine
 from bigfleet.synthetic import OFFERS, PRIORITIES, fleet, rollups
 
 S = MachineState

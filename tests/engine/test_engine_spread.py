@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bigfleet import labels as L
-from bigfleet.engine.common import pick_spread_domain
+from bigfleet.engine.domains import pick_spread_domain
 from bigfleet.engine.phase1 import _spread_domains
 from tests.fleet import ENGINES, S, created, many, need, on_demand, rollup, shortfall_of, table
 

@@ -9,14 +9,8 @@ import pathlib
 import pytest
 
 from bigfleet.cli import main
-from bigfleet.simulation.plan import (
-    Objective,
-    ObjectiveError,
-    kinds_of,
-    parse_objective,
-    plan,
-    with_racks,
-)
+from bigfleet.simulation.objectives import Objective, ObjectiveError, parse_objective
+from bigfleet.simulation.plan import kinds_of, plan, with_racks
 from bigfleet.simulation.run import Simulation
 from bigfleet.simulation.scenario import Scenario
 

@@ -1,7 +1,7 @@
 """The reference engine's fleet: one plain object per machine, as the seed's pseudo-code has it.
 
-`ReferenceEngine` decides over it; this module holds the records and starts the transitions a
-decision asks for.
+`ReferenceEngine` (engine.py) decides over it; this module holds the records, says which
+machines a need matches and starts the transitions a decision asks for.
 """
 
 from __future__ import annotations
@@ -9,19 +9,24 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .engine.common import Decision, EngineMemory, need_matches
-from .models import Machine, MachineState
-from .needs import Need
-from .policy import Policy
-from .profiles import Profile
-from .requirements import all_match
-from .states import check_transition
+from ...models import Machine, MachineState
+from ...needs import Need
+from ...policy import Policy
+from ...profiles import Profile
+from ...requirements import all_match
+from ...states import check_transition
+from ..decision import Decision
+from ..domains import need_matches
+from ..memory import EngineMemory
 
 S = MachineState
 
 
 @dataclass(eq=False)
 class Rec:
+    """One machine as the reference sees it: its place in the fleet (`ordinal`), state, cluster,
+    profile, since when it has been in its state, and what its last holder asked of it."""
+
     ordinal: int
     id: str
     state: MachineState
@@ -35,11 +40,13 @@ class Rec:
 
 
 class ReferenceFleet:
+    """The machines of a shard as a plain list, the policy and the engine's memory."""
+
     def __init__(self, machines: Iterable[Machine], policy: Policy, now: float = 0.0) -> None:
         self.policy = policy
         self.memory = EngineMemory()
         # Machines assigned this cycle, and the need each was assigned to (set on apply).
-        self._assigned: dict[int, Need] = {}
+        self.assigned: dict[int, Need] = {}
         self.machines: list[Rec] = []
         for m in machines:
             self.add(m, now)
@@ -62,7 +69,8 @@ class ReferenceFleet:
                 return rec
         raise KeyError(machine_id)
 
-    def _matches(self, need: Need, rec: Rec) -> bool:
+    def matches(self, need: Need, rec: Rec) -> bool:
+        """The machine can serve the need: resources, requirements and its `Same` key."""
         ok = rec.profile.resources.covers(need.spec.resources) and all_match(
             need.spec.requirements, rec.profile.label_map
         )
@@ -72,7 +80,7 @@ class ReferenceFleet:
 
     def apply(self, decision: Decision, now: float) -> None:
         """Start every transition the decision asked for, as the shard would."""
-        for need_ord, need in self._assigned.items():
+        for need_ord, need in self.assigned.items():
             m = self.machines[need_ord]
             m.holder_priority = need.priority
             m.holder_interruption = need.spec.interruption_penalty

@@ -1,0 +1,61 @@
+"""The engine's memory: what a shard's engine carries from one cycle to the next (shortfall
+ages, the demand forecast, since when each need has had its count, frozen clusters)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from math import inf
+
+from ..needs import Need
+from ..policy import Policy
+from ..profiles import Profile
+
+
+@dataclass
+class EngineMemory:
+    """What a shard remembers between cycles: shortfall ages and the demand forecast."""
+
+    shortfall_age: dict[str, int] = field(default_factory=dict)
+    forecast: dict[str, float] = field(default_factory=dict)
+    # Per need key: its count and since when it has had it (consolidation waits for stability).
+    # Not in the shard's snapshot: after a restore every need counts as just changed.
+    count_since: dict[str, tuple[int, float]] = field(default_factory=dict)
+    # Clusters whose disruption budget allows no consolidation move now (bigfleet/disruption.py;
+    # set by the shard before each cycle, not in its snapshot).
+    frozen: frozenset[str] = frozenset()
+
+    def observe_counts(self, needs: list[Need], now: float) -> None:
+        """Notes since when each need has had its count; forgets needs gone from the table."""
+        seen = self.count_since
+        for n in needs:
+            had = seen.get(n.key)
+            if had is None or had[0] != n.count:
+                seen[n.key] = (n.count, now)
+        if len(seen) > len(needs):
+            present = {n.key for n in needs}
+            self.count_since = {k: v for k, v in seen.items() if k in present}
+
+    def stable(self, need: Need, policy: Policy, now: float) -> bool:
+        """The need's count has not changed for `consolidation_stable_seconds`."""
+        since = self.count_since.get(need.key, (need.count, now))[1]
+        return now - since >= policy.consolidation_stable_seconds
+
+    def next_stable(self, policy: Policy, now: float) -> float:
+        """When the next need not yet stable becomes so (infinity: all are)."""
+        wait = policy.consolidation_stable_seconds
+        return min((t + wait for _, t in self.count_since.values() if t + wait > now), default=inf)
+
+    def wants_soon(self, profile: Profile, policy: Policy) -> bool:
+        """The demand forecast wants the profile (at least `forecast_hold` a cycle)."""
+        return self.forecast.get(profile.name, 0.0) >= policy.forecast_hold
+
+    def observe_demand(self, demand: Mapping[str, int], policy: Policy) -> None:
+        """Decayed average of machines wanted per profile per cycle."""
+        decay = policy.forecast_decay
+        for name in set(self.forecast) | set(demand):
+            value = decay * self.forecast.get(name, 0.0) + (1 - decay) * demand.get(name, 0)
+            if value < 1e-3:
+                self.forecast.pop(name, None)
+            else:
+                self.forecast[name] = value

@@ -1,0 +1,47 @@
+"""Shortfalls (seed §9): a cycle's unmet needs, aged across cycles and bounded, and how a
+need's requirements are named when no profile matches it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..models import NodeSelectorRequirement, Shortfall
+from ..needs import Need
+from ..policy import Policy
+from ..requirements import describe as describe_requirement
+from .memory import EngineMemory
+
+
+def describe(requirements: Iterable[NodeSelectorRequirement]) -> str:
+    """A need's requirements as a shortfall names them when no profile matches it."""
+    return "; ".join(describe_requirement(r) for r in requirements) or "any machine"
+
+
+def age_shortfalls(
+    memory: EngineMemory,
+    policy: Policy,
+    unmet: list[tuple[Need, int, str]],
+) -> list[Shortfall]:
+    """Turn this cycle's unmet needs (table order) into aged, bounded shortfalls (seed §9)."""
+    ages: dict[str, int] = {}
+    out: list[Shortfall] = []
+    for need, deficit, profile in unmet:
+        ident = f"{need.key}|{need.arrival}"
+        age = memory.shortfall_age.get(ident, 0) + 1
+        ages[ident] = age
+        if len(out) < policy.max_shortfalls:
+            out.append(
+                Shortfall(
+                    cluster=need.cluster,
+                    profile=profile,
+                    requirements=list(need.requirements),
+                    priority=need.priority,
+                    count=deficit,
+                    age=age,
+                    interruption_penalty=need.spec.interruption_penalty,
+                    escalated=age > policy.escalate_after_cycles,
+                    same=need.spec.same,
+                )
+            )
+    memory.shortfall_age = ages
+    return out
