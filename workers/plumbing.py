@@ -2,8 +2,8 @@
 running an async verb, connecting (with retries), RPC errors in one line, the running shards
 and a query that waits out a shard reading its snapshot back.
 
-Everything Temporal is imported inside the functions, so importing this module (as the offline
-verbs do, through workers/cli.py) does not load Temporal.
+It loads Temporal: workers/cli.py imports a verbs module, and so this one, only when its verb
+is chosen. `CliError` itself lives in workers/errors.py, which loads nothing.
 """
 
 from __future__ import annotations
@@ -16,13 +16,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from temporalio.service import RPCError, RPCStatusCode
 
-class CliError(Exception):
-    """A failure to report in one line; `code` is the exit status."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
+import workers.connect
+from workers.errors import CliError
 
 
 def blocking(coro: Callable[[argparse.Namespace], Awaitable[int]]) -> Callable[..., int]:
@@ -44,8 +41,6 @@ def display_address(args: argparse.Namespace) -> str:
 
 async def connect(args: argparse.Namespace, rt: Any = None, wait: float = 0.0) -> Any:
     """Connect, retrying for `wait` seconds (a worker may start before its server)."""
-    import workers.connect
-
     deadline = time.monotonic() + wait
     delay = 1.0
     while True:
@@ -66,8 +61,6 @@ async def connect(args: argparse.Namespace, rt: Any = None, wait: float = 0.0) -
 
 
 def rpc_error(err: Exception, what: str) -> CliError:
-    from temporalio.service import RPCError, RPCStatusCode
-
     if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
         return CliError(f"{what}: not found (is it running? see `bigfleet status`)")
     return CliError(f"{what}: {err}")

@@ -23,9 +23,10 @@ from bigfleet.simulation.scenario import load
 from workers import cli
 from workers.args import roles
 from workers.cli import main
-from workers.machine_verbs import machine_query
-from workers.serve import search_attribute_commands, search_attribute_type
-from workers.verbs import load_rollup, render_cluster, render_coordinator, render_status
+from workers.process import search_attribute_commands, search_attribute_type
+from workers.verbs.machine import machine_query
+from workers.verbs.rollup import load_rollup
+from workers.verbs.status import render_cluster, render_coordinator, render_status
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GPU = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["gpu-8xh100"]}]
@@ -334,7 +335,7 @@ def test_cluster_text():
 
 
 def test_dev_server_registers_every_search_attribute_with_its_type(tmp_path):
-    from workers.devserver import server_command
+    from workers.dev.server import server_command
 
     cmd = server_command(pathlib.Path("temporal"), 7233, 8233, tmp_path / "temporal.db")
     pairs = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--search-attribute"]
@@ -398,7 +399,7 @@ class _Client:
 
 
 def test_dev_operators_send_rollups_in_order_with_rising_generations(tmp_path):
-    from workers.devoperators import Operators
+    from workers.dev.operators import Operators
 
     path = tmp_path / "fleet.yaml"
     path.write_text(
@@ -462,7 +463,7 @@ def test_dev_operators_send_rollups_in_order_with_rising_generations(tmp_path):
 def test_dev_logs_a_failed_activity_attempt_in_one_line():
     import logging
 
-    from workers.devprogress import one_line
+    from workers.dev.progress import one_line
 
     try:
         raise RuntimeError("configure throttled")

@@ -23,8 +23,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bigfleet.deployment import ClientTLS
+from bigfleet.edge import conformance
+from bigfleet.edge.provider_server import configured_service, serve_provider, simulated_service
+from bigfleet.edge.provider_store import read_calls
+from bigfleet.models import ListFilter
 from workers.args import bounded_int, need_file, seconds, server_options, server_tls
-from workers.plumbing import CliError
+from workers.errors import CliError
+from workers.health import Health, serve_health
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -107,14 +113,6 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from bigfleet.edge.provider_server import (
-        configured_service,
-        serve_provider,
-        simulated_service,
-    )
-    from bigfleet.models import ListFilter
-    from workers.health import Health, serve_health
-
     tls = server_tls(args)
     if args.fleet and not args.provider:
         raise CliError("--fleet needs --provider NAME", code=2)
@@ -161,8 +159,6 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_calls(args: argparse.Namespace) -> int:
-    from bigfleet.edge.provider_store import read_calls
-
     try:
         calls = read_calls(args.state_dir)
     except (OSError, FileNotFoundError) as err:
@@ -197,9 +193,6 @@ def render_calls(calls: list[dict[str, Any]]) -> str:
 
 
 def run_conformance(args: argparse.Namespace) -> int:
-    from bigfleet.deployment import ClientTLS
-    from bigfleet.edge import conformance
-
     tls = None
     if args.tls_ca or args.tls_cert or args.tls_key or args.server_name:
         if bool(args.tls_cert) != bool(args.tls_key):

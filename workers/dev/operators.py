@@ -4,7 +4,7 @@ rising generation (milliseconds since the epoch, so it keeps rising across resta
 
 How a roll-up travels is the `send` coroutine, `send(cluster, rollup_dict) -> where` (a short
 description of where it went, for the log line): `bigfleet operator serve` sends through the
-roll-up gateway (workers/operator_verbs.py); without one, workers/worker.py `ShardRouter` (the
+roll-up gateway (workers/verbs/operator.py); without one, workers/worker.py `ShardRouter` (the
 gateway's own delivery) asks the coordinator for the cluster's shard and signals it directly.
 """
 
@@ -16,6 +16,8 @@ import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
+
+from workers.routing import ShardRouter
 
 Send = Callable[[str, dict[str, Any]], Awaitable[str]]
 
@@ -49,8 +51,6 @@ class Operators:
 
     def __post_init__(self) -> None:
         if self.send is None:
-            from workers.worker import ShardRouter
-
             router = ShardRouter(self.client, self.fleet.shards)
 
             async def signal(cluster: str, rollup: dict[str, Any]) -> str:

@@ -12,8 +12,12 @@ import json
 from datetime import UTC
 from typing import Any
 
+from temporalio.client import WorkflowExecutionStatus
+
+from activities.wire import CLUSTER, MACHINE_IDS, RESULT_STATE, TRANSITION
 from workers.args import connection_options, machine_id, seconds
-from workers.plumbing import CliError, blocking, connect, rpc_error
+from workers.errors import CliError
+from workers.plumbing import blocking, connect, rpc_error
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -54,10 +58,6 @@ async def transition_row(client: Any, wf: Any) -> dict[str, Any]:
     search attributes, and from its memo (set at its start, activities/starter.py `memo`) the
     summary, a drain's grace and force, and the reason. A workflow started before it had a
     memo is read from its first history event instead (a call per such workflow)."""
-    from temporalio.client import WorkflowExecutionStatus
-
-    from activities.wire import CLUSTER, MACHINE_IDS, RESULT_STATE, TRANSITION
-
     sa = wf.typed_search_attributes
     running = wf.status == WorkflowExecutionStatus.RUNNING
     state = sa.get(RESULT_STATE) or (
@@ -155,8 +155,6 @@ async def run_history(args: argparse.Namespace) -> int:
 
 @blocking
 async def run_escalate(args: argparse.Namespace) -> int:
-    from activities.wire import MACHINE_IDS
-
     client = await connect(args)
     query = machine_query(
         args.machine, 'BigFleetTransition = "drain"', 'ExecutionStatus = "Running"'

@@ -4,9 +4,11 @@ and say what it sets up, or every bad field (exit 2). Offline: it talks to nothi
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from workers.plumbing import CliError
-from workers.serve import describe_tls
+from bigfleet.deployment import Deployment, DeploymentError, load, load_yaml
+from workers.errors import CliError
+from workers.process import describe_tls
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -28,10 +30,6 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from bigfleet.deployment import Deployment, DeploymentError, load, load_yaml
-
     try:
         if args.skip_files:
             dep = load_yaml(Path(args.file), Deployment, "deployment config")
