@@ -174,3 +174,10 @@ def http_and_log_options(p: argparse.ArgumentParser) -> None:
         "--log-level", default="info", choices=["debug", "info", "warning", "error"],
         help="log level (default info)",
     )  # fmt: skip
+
+
+def describe_tls(tls: Any) -> str:
+    """How a connection is secured, in a word or two: plaintext, TLS or mutual TLS."""
+    if tls is None:
+        return "plaintext"
+    return "mutual TLS" if tls.cert else "TLS"

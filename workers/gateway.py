@@ -354,6 +354,7 @@ def undeliverable(cluster: str, err: Exception) -> Refused:
 
 @dataclass
 class GatewayServer:
+    """A running roll-up gateway: its gRPC server, the port bound, its health service."""
     server: grpc.aio.Server
     port: int
     health: health.aio.HealthServicer

@@ -32,6 +32,7 @@ def blocking(coro: Callable[[argparse.Namespace], Awaitable[int]]) -> Callable[.
 
 
 def display_address(args: argparse.Namespace) -> str:
+    """The Temporal server and namespace a verb talks to, as its messages name them."""
     address = getattr(args, "address", None) or os.environ.get("TEMPORAL_ADDRESS")
     namespace = getattr(args, "namespace", None) or os.environ.get(
         "TEMPORAL_NAMESPACE", "default"
@@ -61,12 +62,14 @@ async def connect(args: argparse.Namespace, rt: Any = None, wait: float = 0.0) -
 
 
 def rpc_error(err: Exception, what: str) -> CliError:
+    """A Temporal RPC failure as a one-line CliError about `what` (NOT_FOUND: is it running?)."""
     if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
         return CliError(f"{what}: not found (is it running? see `bigfleet status`)")
     return CliError(f"{what}: {err}")
 
 
 async def running_shards(client: Any) -> list[int]:
+    """The numbers of the shard workflows running now, from the server's visibility."""
     found = []
     async for wf in client.list_workflows(
         'WorkflowType = "Shard" AND ExecutionStatus = "Running"'
@@ -85,6 +88,8 @@ async def shards_asked(client: Any, args: Any) -> list[int]:
 
 
 async def query(client: Any, wid: str, name: str, *args: Any) -> Any:
+    """Query workflow `wid`, waiting out a shard reading its snapshot back; a CliError if it
+    fails."""
     for attempt in range(20):
         try:
             return await client.get_workflow_handle(wid).query(name, *args)

@@ -33,13 +33,6 @@ def load_fleet(path: str) -> Any:
         raise CliError(str(err), code=2) from None
 
 
-def describe_tls(tls: Any) -> str:
-    """How a connection is secured, in a word or two: plaintext, TLS or mutual TLS."""
-    if tls is None:
-        return "plaintext"
-    return "mutual TLS" if tls.cert else "TLS"
-
-
 def load_deployment(path: str, uses: tuple[str, ...] = ("providers", "operators")) -> Any:
     """The deployment config, with the files of the sections this process `uses` checked
     (workers: providers and operators; the gateway: its own section)."""

@@ -1,4 +1,5 @@
-"""`bigfleet worker`: the workers of a fleet against any Temporal server.
+"""BigFleet's Temporal workers for a fleet, against any Temporal server: built here for
+`bigfleet worker` (workers/verbs/worker.py), `bigfleet dev` and the tests.
 
 Roles: `shards` (shard workflows and the activity that starts transitions), `transitions`
 (machine transition workflows and operator callbacks), `providers` (provider activities, one
@@ -111,6 +112,8 @@ Fleet = SimulatedFleet | RemoteFleet
 
 
 def shard_config(fleet: Scenario | Deployment, shard: int, **overrides: object) -> ShardConfig:
+    """Shard `shard`'s ShardConfig from a fleet file or a deployment config (`overrides`: fields
+    set over it)."""
     if isinstance(fleet, Deployment):
         batches = {
             "configure_batch": fleet.configure_batch,

@@ -133,7 +133,7 @@ def serve(provider: Any, clock: Any, counts: list[int]) -> None:
 
 async def rounds(client: Any, args: argparse.Namespace, run: Run) -> None:
     """Every --rollup-seconds, every cluster's roll-up (--moving of them changed), for
-    --minutes, routed as the gateway routes them (workers/worker.py ShardRouter: the
+    --minutes, routed as the gateway routes them (workers/routing.py ShardRouter: the
     coordinator names a cluster's shard on first contact, then roll-ups are batched to it)."""
     router = ShardRouter(client, args.shards)
     run.assigned = router.assigned

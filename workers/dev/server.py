@@ -98,6 +98,7 @@ def temporal_binary(explicit: str | None = None) -> Path:
 
 
 def search_attribute_flags() -> list[str]:
+    """`--search-attribute NAME=Type` for each of BigFleet's search attributes."""
     flags = []
     for key in SEARCH_ATTRIBUTES:
         flags += ["--search-attribute", f"{key.name}={search_attribute_type(key)}"]
@@ -107,6 +108,7 @@ def search_attribute_flags() -> list[str]:
 def server_command(
     binary: Path, port: int, ui_port: int, db: Path, ip: str = "localhost"
 ) -> list[str]:
+    """The `temporal server start-dev` command line of `bigfleet dev` (and the tests' servers)."""
     return [
         str(binary),
         "server",
@@ -155,6 +157,7 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether `port` of `host` can be bound (nothing listens on it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -253,6 +256,7 @@ async def wait_for_server(server: DevServer, rt: Any, stop: asyncio.Event) -> An
 
 
 async def watch_server(server: DevServer, stop: asyncio.Event) -> None:
+    """Set `stop` if the dev server exits on its own."""
     while not stop.is_set():
         if server.exited() is not None:
             print(f"bigfleet dev: the Temporal dev server exited ({server.exited()})", flush=True)

@@ -7,8 +7,6 @@ workflows/audit_handlers.py.
 coordinator's shards, the running shards, their providers and assignment rule), runs the
 `FleetAudit` workflow, and with `repair` sends the report to the coordinator's `repair` update
 and audits again.
-
-Everything Temporal is imported inside the functions (see workers/plumbing.py).
 """
 
 from __future__ import annotations

@@ -7,11 +7,12 @@ import argparse
 from pathlib import Path
 
 from bigfleet.deployment import Deployment, DeploymentError, load, load_yaml
+from workers.args import describe_tls
 from workers.errors import CliError
-from workers.process import describe_tls
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
+    """`config check FILE`."""
     c = verbs.add_parser("config", help="check a deployment config")
     sub = c.add_subparsers(dest="config_verb", required=True, metavar="check")
     check = sub.add_parser(
@@ -30,6 +31,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    """`bigfleet config check FILE`: what the config sets up, or every bad field (exit 2)."""
     try:
         if args.skip_files:
             dep = load_yaml(Path(args.file), Deployment, "deployment config")

@@ -49,6 +49,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 async def run_gateway(args: argparse.Namespace) -> int:
 
 
+    """`bigfleet gateway`: serve roll-ups until SIGINT/SIGTERM, ready while Temporal answers."""
     dep: Deployment = load_deployment(args.config, uses=("gateway",))
     tokens = TokenTable.load(dep)
     logging.basicConfig(

@@ -1,8 +1,6 @@
 """The `bigfleet` verbs about one machine's transitions: `machine history` (every transition
 workflow of a machine, found by its search attribute) and `drain escalate` (a signal to its
 running drain). The parser and main() are in workers/cli.py.
-
-Everything Temporal is imported inside the functions (see workers/plumbing.py).
 """
 
 from __future__ import annotations
@@ -50,6 +48,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def machine_query(machine: str, *clauses: str) -> str:
+    """The visibility query for `machine`'s transition workflows, with more `clauses` ANDed."""
     return " AND ".join([f'BigFleetMachineIds = "{machine}"', *clauses])
 
 
@@ -119,6 +118,7 @@ def _grace(r: dict[str, Any]) -> str:
 
 @blocking
 async def run_history(args: argparse.Namespace) -> int:
+    """`bigfleet machine history MACHINE_ID`: each transition workflow of the machine."""
     client = await connect(args)
     try:
         listed = [wf async for wf in client.list_workflows(machine_query(args.machine))]
@@ -155,6 +155,7 @@ async def run_history(args: argparse.Namespace) -> int:
 
 @blocking
 async def run_escalate(args: argparse.Namespace) -> int:
+    """`bigfleet drain escalate MACHINE_ID`: signal the machine's running drain to escalate."""
     client = await connect(args)
     query = machine_query(
         args.machine, 'BigFleetTransition = "drain"', 'ExecutionStatus = "Running"'

@@ -2,8 +2,6 @@
 `shard add`, `shard split`, `shard merge`, `decommission` — and `shard revive`, which brings
 back a shard workflow that is gone. Their parsers are registered here (`register`); the
 parser and main() are in workers/cli.py.
-
-Everything Temporal is imported inside the functions (see workers/plumbing.py).
 """
 
 from __future__ import annotations

@@ -160,6 +160,8 @@ def gateway_send(endpoint: str, creds: dict[str, Any]) -> tuple[Any, list[Any]]:
 
 @blocking
 async def run_operator_serve(args: argparse.Namespace) -> int:
+    """`bigfleet operator serve`: serve the simulated operators of the fleet file's clusters and
+    play their roll-ups through the gateway, until SIGINT/SIGTERM."""
     fleet = load_fleet(args.fleet)
     known = [c.name for c in fleet.clusters]
     chosen = [n.strip() for n in (args.cluster or "").split(",") if n.strip()] or known

@@ -106,6 +106,8 @@ async def _shard_for(client: Any, args: argparse.Namespace, cluster: str) -> int
 
 
 def run_rollup_send(args: argparse.Namespace) -> int:
+    """`bigfleet rollup send FILE`: the file checked first, then sent through the gateway or
+    (`--direct`) signalled to the cluster's shard."""
     rollup = load_rollup(args.file)  # before connecting: a bad file never reaches a shard
     if args.direct:
         gateway_only = [f for f in ("gateway", "token_file", "tls_ca", "tls_cert", "tls_key")

@@ -1,7 +1,5 @@
 """`bigfleet shadow report`: what shards in shadow mode would have done against what happened
 at the providers (docs/shadow.md). The parser and main() are in workers/cli.py.
-
-Everything Temporal is imported inside the functions (see workers/plumbing.py).
 """
 
 from __future__ import annotations

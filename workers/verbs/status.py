@@ -38,6 +38,8 @@ def register(verbs: argparse._SubParsersAction) -> None:
 @blocking
 async def run_status(args: argparse.Namespace) -> int:
 
+    """`bigfleet status`: every shard's (or one's) status and the coordinator's; exit 1 if any
+    of them is not running or wedged."""
     client = await connect(args)
     shards = await shards_asked(client, args)
     statuses = []
@@ -101,6 +103,7 @@ async def _coordinator_status(client: Any) -> dict[str, Any] | None:
 
 
 def render_coordinator(st: dict[str, Any]) -> str:
+    """The coordinator's status (or what is wrong with it) as text."""
     if st.get("problem"):
         return (
             f"coordinator  {st['problem']}\n  (a `bigfleet worker` with the shards role "
@@ -130,6 +133,7 @@ def _requirements(reqs: list[dict[str, Any]]) -> str:
 
 
 def render_status(st: dict[str, Any]) -> str:
+    """One shard's status as text."""
     if st.get("problem"):
         return f"shard-{st['shard']}  {st['problem']}"
     machines = {k: v for k, v in st["machines"].items() if v}
@@ -225,6 +229,7 @@ async def _shard_serving(client: Any, args: argparse.Namespace, cluster: str) ->
 @blocking
 async def run_cluster(args: argparse.Namespace) -> int:
 
+    """`bigfleet cluster NAME`: the cluster as the shard serving it sees it."""
     client = await connect(args)
     shard = await _shard_serving(client, args, args.name)
     view = await query(client, shard_workflow_id(shard), "cluster", args.name)
@@ -288,6 +293,7 @@ def _health_lines(h: dict[str, Any]) -> list[str]:
 
 
 def render_cluster(view: dict[str, Any]) -> str:
+    """One cluster's view (`bigfleet cluster`) as text."""
     lines = [f"cluster {view['cluster']} (shard-{view['shard']})"]
     needs = view.get("needs") or []
     lines.append(f"  needs: {len(needs) or 'none (no roll-up, or it aged out)'}")

@@ -14,13 +14,12 @@ import sys
 from typing import Any
 
 from activities.wire import shard_workflow_id
-from workers.args import DEFAULT_METRICS_PORT, ROLES, connection_options, port, roles
+from workers.args import DEFAULT_METRICS_PORT, ROLES, connection_options, describe_tls, port, roles
 from workers.connect import runtime
 from workers.health import Health, serve_health
 from workers.plumbing import blocking, connect, display_address
 from workers.process import (
     check_search_attributes,
-    describe_tls,
     install_stop_handlers,
     load_deployment,
     load_fleet,
@@ -114,6 +113,8 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 @blocking
 async def run_worker(args: argparse.Namespace) -> int:
+    """`bigfleet worker`: build the workers of the roles asked, start the shards if a role
+    says so, and run until SIGINT/SIGTERM."""
     fleet = load_deployment(args.config) if args.config else load_fleet(args.fleet)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
