@@ -160,8 +160,12 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="bigfleet", description="Fleet-level autoscaler")
+def parser(
+    parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
+) -> argparse.ArgumentParser:
+    """The offline verbs' parser; workers/cli.py adds the rest (its own `parser_class` builds
+    their parsers only when chosen)."""
+    top = parser_class(prog="bigfleet", description="Fleet-level autoscaler")
     verbs = top.add_subparsers(dest="verb", required=True)
     bench = verbs.add_parser("bench", help="measure BigFleet's speed and memory")
     what = bench.add_subparsers(dest="what", required=True)

@@ -61,11 +61,13 @@ from tests.procs import Proc, free_port, retrying
 from tests.temporal.test_chaos import FLEET, KIND, rollup
 from tests.temporal.test_fuzz_handlers import LEGITIMATE, hostile
 from tests.temporal.test_shard_restart import revivals
-from workers.audit_verb import audit
 from workers.connect import connect
-from workers.devserver import BLOB_LIMITS, SQLITE_PRAGMAS, search_attribute_flags
-from workers.gateway import Generations, TokenTable, start_gateway
-from workers.worker import ShardRouter, assign_cluster, ensure_shards
+from workers.dev.server import BLOB_LIMITS, SQLITE_PRAGMAS, search_attribute_flags
+from workers.gateway import TokenTable, start_gateway
+from workers.generations import Generations
+from workers.routing import ShardRouter, assign_cluster
+from workers.verbs.audit import audit
+from workers.worker import ensure_shards
 
 PHANTOM = "кластер-😀"
 FLOOD_BYTES = 1_500_000  # under the server's 2 MB blob limit, over the shard's guard

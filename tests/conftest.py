@@ -29,7 +29,7 @@ from temporalio.testing import WorkflowEnvironment
 from activities.wire import SEARCH_ATTRIBUTES
 from bigfleet.models import from_wire
 from bigfleet.simulation.scenario import Scenario
-from workers.devserver import throwaway_server
+from workers.dev.server import throwaway_server
 from workers.worker import ROLES, SimulatedFleet, build_workers, run_workers
 
 BIN = Path(sys.executable).parent

@@ -11,6 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bigfleet.deployment import ServerTLS
+from workers.errors import CliError
+
 # Kept in step with workers.worker.ROLES (a test checks); not imported so that the offline verbs
 # start without loading Temporal.
 ROLES = ("shards", "transitions", "providers")
@@ -140,17 +143,12 @@ def server_options(p: argparse.ArgumentParser, tls_title: str = "TLS") -> None:
 
 def need_file(path: Path, what: str) -> Path:
     if not path.is_file():
-        from workers.plumbing import CliError
-
         raise CliError(f"{what}: no such file {path}", code=2)
     return path
 
 
 def server_tls(args: argparse.Namespace) -> Any:
     """The ServerTLS of `server_options`' flags, checked; None for plaintext."""
-    from bigfleet.deployment import ServerTLS
-    from workers.plumbing import CliError
-
     if bool(args.tls_cert) != bool(args.tls_key):
         raise CliError("--tls-cert and --tls-key: give both or neither", code=2)
     if not args.tls_cert:
@@ -164,3 +162,22 @@ def server_tls(args: argparse.Namespace) -> Any:
         if value:
             need_file(Path(value), "--" + flag.replace("_", "-"))
     return ServerTLS(cert=args.tls_cert, key=args.tls_key, client_ca=args.tls_client_ca)
+
+
+def http_and_log_options(p: argparse.ArgumentParser) -> None:
+    """`--http-host` and `--log-level`, of the servers that log and serve health/metrics."""
+    p.add_argument(
+        "--http-host", default="0.0.0.0", metavar="ADDR",
+        help="bind address of the health and metrics endpoints (default 0.0.0.0)",
+    )  # fmt: skip
+    p.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"],
+        help="log level (default info)",
+    )  # fmt: skip
+
+
+def describe_tls(tls: Any) -> str:
+    """How a connection is secured, in a word or two: plaintext, TLS or mutual TLS."""
+    if tls is None:
+        return "plaintext"
+    return "mutual TLS" if tls.cert else "TLS"

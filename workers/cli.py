@@ -1,101 +1,170 @@
 """The `bigfleet` console entry point.
 
-It is `bigfleet.cli`'s parser (the offline verbs `bench` and `simulate`) plus the verbs that talk
-to Temporal. Those go through the Temporal client only, so they work against any server: the
-`bigfleet dev` server, a docker-compose one, a production cluster or Temporal Cloud. The address
-and namespace come from `--address` / `--namespace`, else from `TEMPORAL_ADDRESS` /
-`TEMPORAL_NAMESPACE` (and the TLS / API-key variables and profiles every Temporal tool reads).
+It is `bigfleet.cli`'s parser (the offline verbs `bench`, `simulate` and `plan`) plus the verbs
+of workers/, most of which talk to Temporal. Those go through the Temporal client only, so they
+work against any server: the `bigfleet dev` server, a docker-compose one, a production cluster
+or Temporal Cloud. The address and namespace come from `--address` / `--namespace`, else from
+`TEMPORAL_ADDRESS` / `TEMPORAL_NAMESPACE` (and the TLS / API-key variables and profiles every
+Temporal tool reads).
 
 Exit status: 0 done, 1 the server said no (cannot connect, nothing running to signal), 2 bad
 input (arguments, a fleet or roll-up file), found before anything is sent.
 
-This module is the list of verbs and main(). Each verbs module registers its own subcommands
-and handlers (`register`): `bigfleet worker` in workers/serve.py, `bigfleet dev` in
-workers/dev.py, `rollup send`, `status` and `cluster` in workers/verbs.py, `machine history` and
-`drain escalate` in workers/machine_verbs.py, `shard ...` and `decommission` in
-workers/membership_verbs.py, `audit` in workers/audit_verb.py; `provider serve|calls|conformance`
-(which need no Temporal) in workers/provider_verbs.py; `gateway` and `operator serve` in
-workers/operator_verbs.py (the gateway itself in workers/gateway.py). The argument types they
-share are in workers/args.py, what the verbs share at run time in workers/plumbing.py.
+This module is the table of verbs and main(). Each verb names the module of workers/verbs/ (or
+workers/bench/) that registers its subcommands and handlers (`register`); a module is imported
+only when one of its verbs is chosen (`LazyVerbs`), so `bigfleet --help` and the offline verbs
+load no Temporal, gRPC or pydantic. The argument types the verbs share are in workers/args.py,
+what they share at run time in workers/plumbing.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from bigfleet import cli as core
-from workers import (
-    audit_verb,
-    bench_fleet,
-    bench_temporal,
-    config_verb,
-    dev,
-    machine_verbs,
-    membership_verbs,
-    operator_verbs,
-    provider_verbs,
-    serve,
-    shadow_verb,
-    verbs,
-)
-from workers.plumbing import CliError
+from workers.errors import CliError
 
-# In the order `bigfleet --help` lists them, after the offline verbs.
-REGISTRATIONS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
-    serve.register,  # worker
-    dev.register,  # dev
-    verbs.register,  # rollup send, status, cluster
-    machine_verbs.register,  # machine history, drain escalate
-    membership_verbs.register,  # shard add|split|merge|revive, decommission
-    audit_verb.register,  # audit
-    shadow_verb.register,  # shadow report
-    config_verb.register,  # config check
-    operator_verbs.register,  # gateway, operator serve
+# (verb, the module that registers it, its line in `bigfleet --help`), in the order `bigfleet
+# --help` lists them after the offline verbs. A test checks each line is the module's own.
+VERBS: tuple[tuple[str, str, str], ...] = (
+    ("worker", "workers.verbs.worker", "run BigFleet's workers against a Temporal server"),
+    (
+        "dev",
+        "workers.verbs.dev",
+        "BigFleet on a local Temporal dev server, with reference providers and operators",
+    ),
+    ("rollup", "workers.verbs.rollup", "send a cluster's roll-up to its shard"),
+    ("status", "workers.verbs.status", "what each shard holds: machines, needs, shortfalls"),
+    ("cluster", "workers.verbs.status", "one cluster as its shard sees it"),
+    ("machine", "workers.verbs.machine", "one machine's life"),
+    ("drain", "workers.verbs.machine", "act on a running drain"),
+    ("shard", "workers.verbs.membership", "fleet membership: add, split, merge or revive shards"),
+    (
+        "decommission",
+        "workers.verbs.membership",
+        "take machines out of the fleet, proportionally across shards",
+    ),
+    (
+        "audit",
+        "workers.verbs.audit",
+        "compare every provider's machines with every shard's (after an incident)",
+    ),
+    ("shadow", "workers.verbs.shadow", "shards in shadow mode: would-be against actual"),
+    ("config", "workers.verbs.config", "check a deployment config"),
+    (
+        "gateway",
+        "workers.verbs.gateway",
+        "serve the roll-up gateway: cluster operators send roll-ups here over gRPC",
+    ),
+    ("operator", "workers.verbs.operator", "a reference cluster operator (simulated)"),
 )
-# The verbs registered above (a test checks): they leave through os._exit, see main().
-TEMPORAL_VERBS = (
-    "worker",
-    "dev",
-    "rollup",
-    "status",
-    "cluster",
-    "machine",
-    "drain",
-    "shard",
-    "decommission",
-    "audit",
-    "shadow",
-    "config",
-    "gateway",
-    "operator",
-)
+# The verbs above (a test checks): they leave through os._exit, see main().
+TEMPORAL_VERBS = tuple(verb for verb, _, _ in VERBS)
 
 # Verbs of workers/ that never talk to Temporal: they return from main() like the offline verbs
 # of bigfleet.cli.
-OFFLINE_REGISTRATIONS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
-    provider_verbs.register,  # provider serve|calls|conformance
+OFFLINE_VERBS: tuple[tuple[str, str, str], ...] = (
+    ("provider", "workers.verbs.provider", "serve, inspect or check a gRPC capacity provider"),
+)
+
+# `bench temporal` and `bench fleet`, beside the offline `bench engine|snapshot`.
+BENCH_VERBS: tuple[tuple[str, str, str], ...] = (
+    (
+        "temporal",
+        "workers.bench.temporal",
+        "machine transitions per second through Temporal vs the server's ceiling",
+    ),
+    (
+        "fleet",
+        "workers.bench.fleet",
+        "a realistic large run: many clusters' roll-ups to a fleet's shards, for minutes",
+    ),
 )
 
 
-def _subparsers(top: argparse.ArgumentParser) -> argparse._SubParsersAction:
+def register_module(module: str, verbs: argparse._SubParsersAction) -> None:
+    """Import `module` and let it register its verbs on `verbs`."""
+    importlib.import_module(module).register(verbs)
+
+
+# Each verbs module's registration, in the order of VERBS (what `bigfleet --help` would list).
+REGISTRATIONS: tuple[Callable[[argparse._SubParsersAction], None], ...] = tuple(
+    functools.partial(register_module, module)
+    for module in dict.fromkeys(module for _, module, _ in VERBS)
+)
+
+
+class LazyVerbs(argparse._SubParsersAction):
+    """Subcommands of which some are built only when chosen: until then a placeholder stands
+    for each in `--help` and in the choices (`add_lazy`). Choosing one imports the module that
+    registers it (`register(verbs)`), which replaces the placeholders of all its verbs."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.modules: dict[str, str] = {}  # verb -> its module, while a placeholder stands
+
+    def add_lazy(self, verb: str, module: str, help: str) -> None:
+        self.add_parser(verb, help=help)
+        self.modules[verb] = module
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        if name in self.modules:  # its module registers it: the placeholder goes
+            del self._name_parser_map[name]
+            kwargs.pop("help", None)  # (listed already, by the placeholder)
+        return super().add_parser(name, **kwargs)
+
+    def build(self, verb: str) -> None:
+        """Register `verb` for real, if a placeholder stands for it."""
+        module = self.modules.get(verb)
+        if module is None:
+            return
+        register_module(module, self)
+        self.modules = {v: m for v, m in self.modules.items() if m != module}
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        self.build(values[0])
+        super().__call__(parser, namespace, values, option_string)
+
+
+class VerbParser(argparse.ArgumentParser):
+    """An ArgumentParser whose subcommands are LazyVerbs (and so are its subcommands')."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", LazyVerbs)
+
+
+def _subparsers(top: argparse.ArgumentParser) -> LazyVerbs:
     for action in top._actions:
-        if isinstance(action, argparse._SubParsersAction):
+        if isinstance(action, LazyVerbs):
             return action
     raise RuntimeError("bigfleet.cli.parser() has no verbs")
 
 
 def parser() -> argparse.ArgumentParser:
-    top = core.parser()
+    """`bigfleet`'s parser: the offline verbs of bigfleet.cli, then those of VERBS,
+    OFFLINE_VERBS and (under `bench`) BENCH_VERBS, each module imported when its verb is
+    parsed."""
+    top = core.parser(VerbParser)
     subparsers = _subparsers(top)
-    for register in (*REGISTRATIONS, *OFFLINE_REGISTRATIONS):
-        register(subparsers)
-    # `bench temporal` (workers/bench_temporal.py) beside the offline `bench engine|snapshot`.
-    bench_temporal.register(_subparsers(subparsers.choices["bench"]))
-    bench_fleet.register(_subparsers(subparsers.choices["bench"]))
+    for verb, module, help in (*VERBS, *OFFLINE_VERBS):
+        subparsers.add_lazy(verb, module, help)
+    bench = _subparsers(subparsers.choices["bench"])
+    for verb, module, help in BENCH_VERBS:
+        bench.add_lazy(verb, module, help)
     return top
 
 
@@ -120,6 +189,8 @@ def tune_gc() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """`bigfleet ARGS`: parse, run the verb's handler, and say what failed in one line; the
+    exit status."""
     args = parser().parse_args(argv)
     if argv is None:  # (a process of its own, not a call from a test)
         tune_gc()

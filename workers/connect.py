@@ -46,6 +46,8 @@ async def connect(
     namespace: str | None = None,
     rt: Runtime | None = None,
 ) -> Client:
+    """A Temporal client for `address` and `namespace` (else the environment and profiles), with
+    BigFleet's pydantic data converter; `rt`: the SDK runtime (its metrics)."""
     config = dict(ClientConfig.load_client_connect_config())
     if address:
         config["target_host"] = address

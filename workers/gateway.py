@@ -36,20 +36,20 @@ without it, senders use tokens (over TLS, or plaintext on loopback only).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import hmac
 import logging
-import sys
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from temporalio.client import RPCTimeoutOrCancelledError, WorkflowUpdateFailedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.metrics import GATEWAY_ROLLUPS, GATEWAY_SEND_SECONDS
 from bigfleet.deployment import Deployment, hash_token
@@ -61,8 +61,8 @@ from bigfleet.inputs import SIGNAL_BYTES, json_size
 from bigfleet.v1 import machine_pb2 as mpb
 from bigfleet.v1 import rollups_pb2 as rpb
 from bigfleet.v1 import rollups_pb2_grpc as rpg
-from workers.plumbing import CliError, blocking, connect, display_address
-from workers.worker import ShardRouter
+from workers.errors import CliError
+from workers.generations import Generations
 
 log = logging.getLogger("bigfleet.gateway")
 SERVICE = rpb.DESCRIPTOR.services_by_name["Rollups"].full_name
@@ -87,16 +87,8 @@ OUTCOMES = (
     "undeliverable",  # refused for good on the way (the coordinator, Temporal)
     "unavailable",  # could not be delivered now: send it again
 )
-# The gateway asks a cluster's shard for its generation when it last asked this long ago (and
-# believes what it delivered meanwhile): another gateway or a `--direct` send may have moved it.
-# Well under the shard's max_silence_seconds (300 s): a cluster that aged out is asked again.
-ASK_GENERATION_EVERY_SECONDS = 60.0
-GENERATION_CLUSTERS = 100_000  # clusters whose generation the gateway remembers (LRU)
-
 # (cluster, roll-up as JSON) -> (shard, its workflow id)
 Deliver = Callable[[str, dict[str, Any]], Awaitable[tuple[int, str]]]
-# cluster -> the generation its shard holds (-1: none), or None if it cannot say now
-AskGeneration = Callable[[str], Awaitable[int | None]]
 
 
 class Refused(Exception):
@@ -310,9 +302,6 @@ class RollupGateway(rpg.RollupsServicer):
 def undeliverable(cluster: str, err: Exception) -> Refused:
     """How to answer a roll-up that could not be delivered: UNAVAILABLE (send it again) only
     if the failure may pass; what will fail again the same way is answered as such."""
-    from temporalio.client import RPCTimeoutOrCancelledError, WorkflowUpdateFailedError
-    from temporalio.service import RPCError, RPCStatusCode
-
     s = RPCStatusCode
     what = f"the roll-up was valid but could not be delivered to the shard of {cluster}"
     if isinstance(err, WorkflowUpdateFailedError):  # the coordinator's validator refused it
@@ -360,88 +349,12 @@ def undeliverable(cluster: str, err: Exception) -> Refused:
     )
 
 
-@dataclass(slots=True)
-class _Known:
-    generation: int | None  # None: the shard could not say, and nothing was delivered since
-    asked: float  # when the shard was last asked (monotonic)
-    raised: float  # when a delivery last raised `generation`
-
-
-class Generations:
-    """The generation each cluster's shard holds, as far as this gateway knows: what the shard
-    answered when last asked (`ask`, at most every `every` seconds a cluster), raised by what
-    the gateway delivered since. A shard's answer replaces what the gateway believed (a cluster
-    that aged out, or a shard reset to before some roll-ups, holds a lower one), except for
-    deliveries made while it was being asked. Bounded: the `size` clusters last sent for."""
-
-    def __init__(
-        self,
-        ask: AskGeneration | None,
-        every: float = ASK_GENERATION_EVERY_SECONDS,
-        size: int = GENERATION_CLUSTERS,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.ask = ask
-        self.every = every
-        self.size = size
-        self.clock = clock
-        self._known: OrderedDict[str, _Known] = OrderedDict()
-        self._asking: dict[str, asyncio.Future[None]] = {}
-
-    async def current(self, cluster: str) -> int | None:
-        """The cluster's generation (-1: none yet); None if nobody knows."""
-        known = self._known.get(cluster)
-        if known is not None:
-            self._known.move_to_end(cluster)
-        if self.ask is not None and (known is None or self.clock() - known.asked >= self.every):
-            asking = self._asking.get(cluster)
-            if asking is None:  # one question at a time a cluster
-                asking = asyncio.ensure_future(self._ask(cluster, self.clock()))
-                self._asking[cluster] = asking
-                asking.add_done_callback(lambda _: self._asking.pop(cluster, None))
-            await asyncio.shield(asking)
-            known = self._known.get(cluster)
-        return known.generation if known is not None else None
-
-    async def _ask(self, cluster: str, started: float) -> None:
-        assert self.ask is not None
-        try:
-            answer = await self.ask(cluster)
-        except Exception as err:  # (ShardRouter.generation never raises; a stand-in might)
-            log.info("asking the shard of %s for its generation: %s", cluster, err)
-            answer = None
-        known = self._known.get(cluster)
-        if known is None:
-            self._remember(cluster, _Known(answer, self.clock(), -1.0))
-            return
-        known.asked = self.clock()  # (also when it could not say: not asked again at once)
-        if answer is None:
-            return
-        if known.raised >= started and known.generation is not None:  # delivered meanwhile
-            answer = max(answer, known.generation)
-        known.generation = answer
-
-    def delivered(self, cluster: str, generation: int) -> None:
-        """A roll-up of `generation` reached the cluster's shard."""
-        known = self._known.get(cluster)
-        if known is None:
-            self._remember(cluster, _Known(generation, float("-inf"), self.clock()))
-        elif known.generation is None or generation > known.generation:
-            known.generation = generation
-            known.raised = self.clock()
-
-    def _remember(self, cluster: str, known: _Known) -> None:
-        self._known[cluster] = known
-        self._known.move_to_end(cluster)
-        while len(self._known) > self.size:
-            self._known.popitem(last=False)
-
-
 # ---- the server -------------------------------------------------------------------------------
 
 
 @dataclass
 class GatewayServer:
+    """A running roll-up gateway: its gRPC server, the port bound, its health service."""
     server: grpc.aio.Server
     port: int
     health: health.aio.HealthServicer
@@ -485,8 +398,6 @@ async def watch_temporal(
     client: Any, gateway: GatewayServer, ready: Callable[[str | None], None], stop: asyncio.Event
 ) -> None:
     """Readiness: Temporal answers its health check (every few seconds)."""
-    from datetime import timedelta
-
     while not stop.is_set():
         try:
             ok = await client.service_client.check_health(timeout=timedelta(seconds=3))
@@ -501,89 +412,3 @@ async def watch_temporal(
             await gateway.health.set(name, status)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), READY_EVERY_SECONDS)
-
-
-# ---- the command (parsed in workers/operator_verbs.py) ----------------------------------------
-
-
-@blocking
-async def run_gateway(args: argparse.Namespace) -> int:
-    import signal
-
-    from workers.health import Health, serve_health
-    from workers.serve import install_stop_handlers, load_deployment, serve_metrics
-
-    dep: Deployment = load_deployment(args.config, uses=("gateway",))
-    tokens = TokenTable.load(dep)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    _warn_about_credentials(dep, tokens)
-    stop = asyncio.Event()
-    install_stop_handlers(stop, signal.SIGINT, signal.SIGTERM)
-    state = Health()
-    state.check = lambda: "connecting to Temporal"
-    health_port = args.health_port if args.health_port is not None else dep.gateway.health_port
-    if health_port:
-        serve_health(args.http_host, health_port, state)
-    if args.metrics_port:
-        serve_metrics(args.http_host, args.metrics_port)
-    connecting = asyncio.create_task(connect(args, wait=300.0))
-    stopping = asyncio.create_task(stop.wait())
-    await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    if not connecting.done():  # stopped before Temporal answered
-        connecting.cancel()
-        print("bigfleet gateway: stopped", flush=True)
-        return 0
-    stopping.cancel()
-    client = connecting.result()
-    listen = args.listen or dep.gateway.listen
-    router = ShardRouter(client, dep.shards)
-    try:
-        gateway = await start_gateway(
-            dep, tokens, router, listen, Generations(router.generation)
-        )
-    except OSError as err:
-        raise CliError(str(err)) from None
-    reason: list[str | None] = ["checking Temporal"]
-    state.check = lambda: reason[0]
-    watcher = asyncio.create_task(
-        watch_temporal(client, gateway, lambda why: reason.__setitem__(0, why), stop)
-    )
-    host = listen.rsplit(":", 1)[0]
-    tls = "mutual TLS" if dep.gateway.tls and dep.gateway.tls.client_ca else (
-        "TLS" if dep.gateway.tls else "plaintext"
-    )
-    print(
-        f"bigfleet gateway: serving roll-ups on {host}:{gateway.port} ({tls}, "
-        f"{len(tokens.entries)} token(s)) for {dep.name} ({dep.shards} shard(s)), Temporal "
-        f"{display_address(args)}",
-        flush=True,
-    )
-    if gateway.token_port:
-        print(f"  tokens over TLS on {host}:{gateway.token_port} (token_listen)", flush=True)
-    if health_port:
-        print(f"  health: http://{args.http_host}:{health_port}/readyz", flush=True)
-    if args.metrics_port:
-        print(f"  metrics: http://{args.http_host}:{args.metrics_port}/metrics", flush=True)
-    await stop.wait()
-    await watcher
-    await gateway.stop()
-    print("bigfleet gateway: stopped", flush=True)
-    return 0
-
-
-def _warn_about_credentials(dep: Deployment, tokens: TokenTable) -> None:
-    tls = dep.gateway.tls
-    mutual = tls is not None and tls.client_ca is not None
-    if not tokens.entries and not mutual:
-        print(
-            "bigfleet gateway: warning: no tokens and no tls.client_ca: every roll-up will be "
-            "refused (UNAUTHENTICATED)",
-            file=sys.stderr,
-        )
-    if tokens.entries and tls is None:
-        print(
-            "bigfleet gateway: warning: tokens over plaintext: use gateway.tls beyond loopback",
-            file=sys.stderr,
-        )

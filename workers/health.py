@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from workers.errors import CliError
+
 
 class Health:
     """What /readyz answers: `ready()` is called on every probe and returns None when ready,
@@ -54,8 +56,6 @@ def serve_health(host: str, port: int, health: Health) -> ThreadingHTTPServer:
     try:
         server = ThreadingHTTPServer((host, port), Handler)
     except OSError as err:
-        from workers.plumbing import CliError
-
         raise CliError(f"cannot serve health on {host}:{port}: {err.strerror}") from None
     threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
     return server

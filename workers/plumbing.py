@@ -2,8 +2,8 @@
 running an async verb, connecting (with retries), RPC errors in one line, the running shards
 and a query that waits out a shard reading its snapshot back.
 
-Everything Temporal is imported inside the functions, so importing this module (as the offline
-verbs do, through workers/cli.py) does not load Temporal.
+It loads Temporal: workers/cli.py imports a verbs module, and so this one, only when its verb
+is chosen. `CliError` itself lives in workers/errors.py, which loads nothing.
 """
 
 from __future__ import annotations
@@ -16,13 +16,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from temporalio.service import RPCError, RPCStatusCode
 
-class CliError(Exception):
-    """A failure to report in one line; `code` is the exit status."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
+import workers.connect
+from workers.errors import CliError
 
 
 def blocking(coro: Callable[[argparse.Namespace], Awaitable[int]]) -> Callable[..., int]:
@@ -35,6 +32,7 @@ def blocking(coro: Callable[[argparse.Namespace], Awaitable[int]]) -> Callable[.
 
 
 def display_address(args: argparse.Namespace) -> str:
+    """The Temporal server and namespace a verb talks to, as its messages name them."""
     address = getattr(args, "address", None) or os.environ.get("TEMPORAL_ADDRESS")
     namespace = getattr(args, "namespace", None) or os.environ.get(
         "TEMPORAL_NAMESPACE", "default"
@@ -44,8 +42,6 @@ def display_address(args: argparse.Namespace) -> str:
 
 async def connect(args: argparse.Namespace, rt: Any = None, wait: float = 0.0) -> Any:
     """Connect, retrying for `wait` seconds (a worker may start before its server)."""
-    import workers.connect
-
     deadline = time.monotonic() + wait
     delay = 1.0
     while True:
@@ -66,14 +62,14 @@ async def connect(args: argparse.Namespace, rt: Any = None, wait: float = 0.0) -
 
 
 def rpc_error(err: Exception, what: str) -> CliError:
-    from temporalio.service import RPCError, RPCStatusCode
-
+    """A Temporal RPC failure as a one-line CliError about `what` (NOT_FOUND: is it running?)."""
     if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
         return CliError(f"{what}: not found (is it running? see `bigfleet status`)")
     return CliError(f"{what}: {err}")
 
 
 async def running_shards(client: Any) -> list[int]:
+    """The numbers of the shard workflows running now, from the server's visibility."""
     found = []
     async for wf in client.list_workflows(
         'WorkflowType = "Shard" AND ExecutionStatus = "Running"'
@@ -92,6 +88,8 @@ async def shards_asked(client: Any, args: Any) -> list[int]:
 
 
 async def query(client: Any, wid: str, name: str, *args: Any) -> Any:
+    """Query workflow `wid`, waiting out a shard reading its snapshot back; a CliError if it
+    fails."""
     for attempt in range(20):
         try:
             return await client.get_workflow_handle(wid).query(name, *args)

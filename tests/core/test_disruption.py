@@ -185,7 +185,7 @@ def test_a_malformed_disruption_is_refused_naming_its_field_and_the_last_stays(
 
 
 def test_bigfleet_cluster_shows_each_budget_and_what_it_held_back():
-    from workers.verbs import render_cluster
+    from workers.verbs.status import render_cluster
 
     budgets = [{"machines": "25%", "reasons": ["excess"]}, {"machines": "0", **BUSINESS_HOURS}]
     shard = shrinking({

@@ -394,7 +394,7 @@ class _Client:
 
 
 async def test_the_gateway_asks_for_a_shard_once_and_again_when_it_is_gone():
-    from workers.worker import ShardRouter
+    from workers.routing import ShardRouter
 
     client = _Client(answers=[1, 2], gone=set())
     router = ShardRouter(client, shards=3)
@@ -411,7 +411,7 @@ async def test_the_gateway_asks_for_a_shard_once_and_again_when_it_is_gone():
 
 
 async def test_the_gateway_sends_the_rollups_of_one_shard_together():
-    from workers.worker import SEND_BATCH, ShardRouter
+    from workers.routing import SEND_BATCH, ShardRouter
 
     client = _Client(answers=[0, 1, 0, 1, 0, 1], gone=set())
     router = ShardRouter(client, shards=2)
@@ -587,7 +587,8 @@ async def gateway_here(
 ) -> AsyncIterator[dict[str, RollupSender]]:
     """A gateway in this process with a stand-in for Temporal: `deliver` and `ask` (the
     generation a cluster's shard holds)."""
-    from workers.gateway import Generations, TokenTable, start_gateway
+    from workers.gateway import TokenTable, start_gateway
+    from workers.generations import Generations
 
     dep = _dep(clusters)
     server = await start_gateway(dep, TokenTable.load(dep), deliver, None, Generations(ask))
@@ -725,7 +726,7 @@ async def test_generations_asks_the_shard_again_only_now_and_then():
     """What the gateway knows of a cluster's generation: the shard's answer, raised by what it
     delivered since; asked again after `every` seconds (another sender may have moved it, or
     the cluster aged out and starts from nothing); bounded."""
-    from workers.gateway import Generations
+    from workers.generations import Generations
 
     now = [0.0]
     shard = {"web": 7}
@@ -770,7 +771,7 @@ async def test_generations_asks_the_shard_again_only_now_and_then():
 async def test_the_router_asks_the_shard_for_its_generation():
     from temporalio.client import WorkflowQueryFailedError
 
-    from workers.worker import ShardRouter
+    from workers.routing import ShardRouter
 
     client = _Client(answers=[1, 2], gone=set())
     router = ShardRouter(client, shards=3)

@@ -138,7 +138,7 @@ def test_the_deployment_config_names_the_shards_in_shadow(tmp_path: Path) -> Non
 async def test_the_worker_warns_of_a_running_shard_in_the_other_mode(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from workers.serve import warn_mode_mismatch
+    from workers.verbs.worker import warn_mode_mismatch
 
     class Handle:
         def __init__(self, shadow: bool) -> None:

@@ -68,7 +68,7 @@ def test_every_example_the_readme_names_exists_and_loads(name):
     data = raw(name)
     kind = data.pop("kind", None)
     if "needs" in data:  # a roll-up file (`rollup send`): read as the command reads it
-        from workers.verbs import load_rollup
+        from workers.verbs.rollup import load_rollup
 
         assert load_rollup(str(path)).cluster == data["cluster"]
     elif kind is None:

@@ -165,7 +165,7 @@ def test_its_nodes_are_the_machines_it_bootstrapped_until_they_are_reclaimed():
 
 
 def test_the_dev_operator_keeps_its_nodes_across_a_restart(tmp_path):
-    from workers.operator_verbs import OperatorNodes
+    from workers.verbs.operator import OperatorNodes
 
     path = tmp_path / "nodes.json"
     first = {"c1": operator()}
@@ -181,7 +181,7 @@ def test_the_dev_operators_roll_ups_carry_their_node_health(tmp_path):
     import asyncio
 
     from bigfleet.simulation.scenario import load
-    from workers.devoperators import Operators
+    from workers.dev.operators import Operators
 
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump({

@@ -29,10 +29,11 @@ from bigfleet.simulation.scenario import Scenario
 from tests.conftest import TEMPORAL
 from tests.procs import Proc, free_port, retrying
 from workers import cli
-from workers.audit_verb import audit
 from workers.connect import connect
-from workers.devserver import SQLITE_PRAGMAS, search_attribute_flags
-from workers.worker import assign_cluster, ensure_shards
+from workers.dev.server import SQLITE_PRAGMAS, search_attribute_flags
+from workers.routing import assign_cluster
+from workers.verbs.audit import audit
+from workers.worker import ensure_shards
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU = "gpu-8xh100"

@@ -48,7 +48,7 @@ from tests.temporal.test_temporal_coordinator import (
     start,
     start_coordinator,
 )
-from workers.devserver import BLOB_ERROR_BYTES, BLOB_LIMITS, throwaway_server
+from workers.dev.server import BLOB_ERROR_BYTES, BLOB_LIMITS, throwaway_server
 from workflows.sagas import COORDINATOR_ID
 from workflows.shard import ROLLUPS_BYTES
 

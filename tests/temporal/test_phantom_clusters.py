@@ -39,7 +39,7 @@ from tests.temporal.test_temporal_coordinator import (
     start,
     start_coordinator,
 )
-from workers.worker import assign_cluster
+from workers.routing import assign_cluster
 from workflows.new_clusters import HELD_BYTES, HELD_CLUSTERS, NewClusters
 from workflows.sagas import COORDINATOR_ID
 

@@ -24,7 +24,8 @@ from tests.temporal.test_temporal_coordinator import (
     start_coordinator,
 )
 from tests.temporal.test_temporal_transitions import configure_directly
-from workers.worker import SimulatedFleet, assign_cluster
+from workers.routing import assign_cluster
+from workers.worker import SimulatedFleet
 
 EACH = 2  # machines configured for each cluster before BigFleet starts
 

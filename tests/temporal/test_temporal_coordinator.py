@@ -26,7 +26,8 @@ from bigfleet.models import ListFilter, from_wire
 from bigfleet.simulation.scenario import Scenario
 from tests.conftest import eventually, fleet_workers, query_retrying
 from workers import cli
-from workers.worker import assign_cluster, ensure_shards
+from workers.routing import assign_cluster
+from workers.worker import ensure_shards
 from workflows.coordinator import CoordinatorWorkflow
 from workflows.sagas import COORDINATOR_ID, TransferSagaWorkflow
 
@@ -378,7 +379,7 @@ async def test_a_router_started_before_many_new_clusters_gets_each_a_shard(
     coordinator about each at once; Temporal takes 10 updates in flight per workflow and
     aborts the rest. The router asks a few at a time: every roll-up is delivered, every
     cluster gets a shard, the load spread over both."""
-    from workers.worker import ShardRouter
+    from workers.routing import ShardRouter
 
     client = dev_env.client
     raw = two_shard_fleet()

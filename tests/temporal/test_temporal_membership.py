@@ -15,7 +15,8 @@ from tests.conftest import eventually, fleet_workers
 from tests.temporal.test_saga_failures import REFUSE, FaultyShardClient
 from tests.temporal.test_temporal_coordinator import REQ, gpu_fleet, machines_of, on_shard, start
 from workers import cli
-from workers.worker import assign_cluster, build_workers, run_workers
+from workers.routing import assign_cluster
+from workers.worker import build_workers, run_workers
 from workflows.sagas import COORDINATOR_ID
 
 CLUSTERS = {"a": 6, "b": 4, "c": 3, "d": 1}

@@ -45,8 +45,8 @@ from bigfleet.operators import OperatorUpdate
 from bigfleet.providers import ProviderReplyError
 from bigfleet.simulation.scenario import Scenario
 from tests.conftest import eventually, fleet_workers, query_retrying
+from workers.routing import RollupBatcher
 from workers.worker import (
-    RollupBatcher,
     SimulatedFleet,
     build_workers,
     ensure_shards,

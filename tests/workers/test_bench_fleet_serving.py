@@ -1,4 +1,4 @@
-"""`bench fleet --serving` (workers/bench_fleet.py): the run starts from a fleet that already
+"""`bench fleet --serving` (workers/bench/fleet.py): the run starts from a fleet that already
 serves its clusters. No server needed: the simulated provider alone."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ def test_serving_starts_from_a_fleet_that_serves_the_first_round():
 
     from bigfleet.models import ListFilter, MachineState, from_wire
     from bigfleet.simulation.scenario import Scenario
-    from workers.bench_fleet import PROVIDER, first_counts, fleet, serve
-    from workers.bench_temporal import cluster_name
+    from workers.bench.fleet_load import first_counts, fleet, serve
+    from workers.bench.temporal import PROVIDER, cluster_name
     from workers.worker import SimulatedFleet
 
     args = argparse.Namespace(machines=500, calls_per_second=50, shards=1, clusters=20)
@@ -29,7 +29,7 @@ def test_serving_starts_from_a_fleet_that_serves_the_first_round():
 
 
 def test_a_shard_summary_names_its_longest_intervals_and_the_continues_as_new_in_them():
-    from workers.bench_fleet import longest
+    from workers.bench.fleet_report import longest
 
     def sample(t: float, began: float) -> dict:
         return {"t": t, "shards": [{"run_began": began}]}

@@ -16,8 +16,9 @@ from bigfleet.inputs import SIGNAL_BYTES, UPDATE_BYTES
 from bigfleet.models import ListFilter, MachineState, from_wire
 from bigfleet.simulation.scenario import Scenario
 from bigfleet.snapshot import INLINE_BYTES
-from workers.devserver import BLOB_ERROR_BYTES, BLOB_LIMITS, BLOB_WARN_BYTES, server_command
-from workers.worker import SEND_BATCH_BYTES, SimulatedFleet
+from workers.dev.server import BLOB_ERROR_BYTES, BLOB_LIMITS, BLOB_WARN_BYTES, server_command
+from workers.routing import SEND_BATCH_BYTES
+from workers.worker import SimulatedFleet
 from workflows.coordinator import REPORT_BYTES
 from workflows.instruction_steps import RECORDS_MAX
 from workflows.outbox import START_BATCH_BYTES

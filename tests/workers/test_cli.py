@@ -23,9 +23,10 @@ from bigfleet.simulation.scenario import load
 from workers import cli
 from workers.args import roles
 from workers.cli import main
-from workers.machine_verbs import machine_query
-from workers.serve import search_attribute_commands, search_attribute_type
-from workers.verbs import load_rollup, render_cluster, render_coordinator, render_status
+from workers.process import search_attribute_commands, search_attribute_type
+from workers.verbs.machine import machine_query
+from workers.verbs.rollup import load_rollup
+from workers.verbs.status import render_cluster, render_coordinator, render_status
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GPU = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["gpu-8xh100"]}]
@@ -140,6 +141,62 @@ def test_the_temporal_verbs_are_those_the_verbs_modules_register():
     for register in cli.REGISTRATIONS:
         register(verbs)
     assert tuple(verbs.choices) == cli.TEMPORAL_VERBS
+
+
+def test_each_verb_is_listed_as_its_module_registers_it():
+    """The table's line for a verb (shown before its module is imported) is the module's own."""
+    import argparse
+
+    for table in (cli.VERBS, cli.OFFLINE_VERBS, cli.BENCH_VERBS):
+        for verb, module, help in table:
+            verbs = argparse.ArgumentParser().add_subparsers()
+            cli.register_module(module, verbs)
+            listed = {a.dest: a.help for a in verbs._choices_actions}
+            assert listed.get(verb) == help, (verb, module)
+
+
+def test_choosing_a_verb_imports_its_module_only():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, workers.cli\n"
+        "workers.cli.parser().parse_args(['config', 'check', 'x.yaml'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('workers.verbs.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['workers.verbs.config']"
+
+
+def test_no_import_cycle_among_the_modules_of_workers():
+    import ast
+
+    modules = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in (ROOT / "workers").rglob("*.py")
+    }
+    graph = {}
+    for name, path in modules.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name in modules}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                deps |= {node.module} & modules.keys()
+                deps |= {f"{node.module}.{a.name}" for a in node.names} & modules.keys()
+        graph[name] = deps
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, " -> ".join((*path, name))
+        if name in done:
+            return
+        for dep in graph[name]:
+            visit(dep, (*path, name))
+        done.add(name)
+
+    for name in graph:
+        visit(name, ())
 
 
 def test_the_command_line_loads_no_temporal_until_a_verb_runs():
@@ -334,7 +391,7 @@ def test_cluster_text():
 
 
 def test_dev_server_registers_every_search_attribute_with_its_type(tmp_path):
-    from workers.devserver import server_command
+    from workers.dev.server import server_command
 
     cmd = server_command(pathlib.Path("temporal"), 7233, 8233, tmp_path / "temporal.db")
     pairs = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--search-attribute"]
@@ -398,7 +455,7 @@ class _Client:
 
 
 def test_dev_operators_send_rollups_in_order_with_rising_generations(tmp_path):
-    from workers.devoperators import Operators
+    from workers.dev.operators import Operators
 
     path = tmp_path / "fleet.yaml"
     path.write_text(
@@ -462,7 +519,7 @@ def test_dev_operators_send_rollups_in_order_with_rising_generations(tmp_path):
 def test_dev_logs_a_failed_activity_attempt_in_one_line():
     import logging
 
-    from workers.devprogress import one_line
+    from workers.dev.progress import one_line
 
     try:
         raise RuntimeError("configure throttled")

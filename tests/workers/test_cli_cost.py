@@ -7,8 +7,8 @@ from bigfleet.models import MachineState
 from bigfleet.shadow import Baseline, ShadowBook
 from bigfleet.shard import Shard
 from tests.fleet import bare_metal, need, on_demand, rollup
-from workers import shadow_verb
-from workers.verbs import render_cluster, render_spend, render_status
+from workers.verbs import shadow as shadow_verb
+from workers.verbs.status import render_cluster, render_spend, render_status
 
 S = MachineState
 BM = "dc-ams/gpu-8xh100/ams-1/bare-metal"

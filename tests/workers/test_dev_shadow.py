@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from workers.devprocs import DevProcesses
-from workers.serve import load_deployment, load_fleet
+from workers.dev.processes import DevProcesses
+from workers.process import load_deployment, load_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
 

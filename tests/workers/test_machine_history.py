@@ -1,7 +1,7 @@
 """`bigfleet machine history`'s table (issue 34: every transition's grace, reason, batch size
 and summary, in a table that fits a terminal)."""
 
-from workers.machine_verbs import history_table
+from workers.verbs.machine import history_table
 
 
 def row(**given):

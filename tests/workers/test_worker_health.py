@@ -19,7 +19,7 @@ import pytest
 
 from workers.cli import parser
 from workers.health import Health, serve_health
-from workers.serve import workers_running
+from workers.process import workers_running
 
 ROOT = Path(__file__).resolve().parents[2]
 

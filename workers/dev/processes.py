@@ -3,7 +3,7 @@ the fleet file, state in STATE_DIR/providers/NAME), the reference cluster operat
 cluster of the fleet file) and the roll-up gateway, each a `bigfleet ...` child process talking
 mutual TLS over loopback with certificates from a throwaway CA in STATE_DIR/tls. The workers
 run in `bigfleet dev`'s own process and reach them through STATE_DIR/deployment.yaml, the same
-deployment config a production worker reads. The orchestration is in workers/dev.py.
+deployment config a production worker reads. The orchestration is in workers/dev/launcher.py.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from typing import Any
 
 import yaml
 
-from workers.devserver import dying_with_parent
-from workers.plumbing import CliError
+from bigfleet.edge.devca import make_dev_ca
+from workers.dev.server import dying_with_parent
+from workers.errors import CliError
 
 READY_SECONDS = 60.0
 STOP_SECONDS = 10.0
@@ -130,8 +131,6 @@ class DevProcesses:
 
     def plan(self) -> None:
         """Certificates, ports, the deployment config and the command lines (nothing runs)."""
-        from bigfleet.edge.devca import make_dev_ca
-
         clusters = [c.name for c in self.fleet.clusters if c.workload is None]
         tls = self.state_dir / "tls"
         self.ca = make_dev_ca(tls, server_names=["localhost"], clients=[*clusters, WORKER_CLIENT])

@@ -1,10 +1,6 @@
-"""The verbs of BigFleet's gRPC edge for cluster operators: `bigfleet gateway` (the roll-up
-gateway, run in workers/gateway.py) and `bigfleet operator serve` (a reference cluster operator:
-SimulatedOperators serving GenerateBootstrap and Notify, and each cluster's roll-up timeline from
-a fleet file played through the gateway).
-
-gRPC, the protobuf code and pydantic are imported inside the functions, so the parser (built for
-every `bigfleet` command) loads none of them.
+"""`bigfleet operator serve`: a reference cluster operator (SimulatedOperators serving
+GenerateBootstrap and Notify, and each cluster's roll-up timeline from a fleet file played
+through the roll-up gateway).
 """
 
 from __future__ import annotations
@@ -12,37 +8,29 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
-from workers.args import connection_options, need_file, port, server_options, server_tls
-from workers.plumbing import CliError, blocking
+import grpc
+
+from bigfleet.deployment import ClientTLS
+from bigfleet.edge.operator_server import serve_operators
+from bigfleet.edge.rollup_client import RollupSender, read_token, refusal_text
+from bigfleet.models import ClusterCapacityNeeds, from_wire
+from bigfleet.simulation.fleet import operators as simulated_operators
+from workers.args import http_and_log_options, need_file, server_options, server_tls
+from workers.dev.operators import Operators
+from workers.errors import CliError
+from workers.health import Health, serve_health
+from workers.plumbing import blocking
+from workers.process import install_stop_handlers, load_fleet
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
-    """`gateway --config FILE ...` and `operator serve --fleet FILE ...`."""
-    g = verbs.add_parser(
-        "gateway",
-        help="serve the roll-up gateway: cluster operators send roll-ups here over gRPC",
-        description="Serve the Rollups gRPC service on the deployment config's gateway.listen: "
-        "authenticate each roll-up as its cluster's (TLS client certificate or bearer token), "
-        "validate it and signal it to the cluster's shard. Runs until SIGINT/SIGTERM.",
-    )
-    g.add_argument("--config", required=True, metavar="FILE", help="deployment config")
-    connection_options(g)
-    g.add_argument("--listen", metavar="HOST:PORT", help="override gateway.listen")
-    g.add_argument(
-        "--health-port", type=port, metavar="N",
-        help="/healthz and /readyz on N (default: gateway.health_port; 0: none)",
-    )  # fmt: skip
-    g.add_argument(
-        "--metrics-port", type=port, default=0, metavar="N",
-        help="Prometheus metrics on N (default 0: none)",
-    )  # fmt: skip
-    _http_and_log(g)
-    g.set_defaults(run=run_gateway)
-
+    """`operator serve --fleet FILE ...`."""
     o = verbs.add_parser("operator", help="a reference cluster operator (simulated)")
     overbs = o.add_subparsers(dest="what", required=True)
     s = overbs.add_parser(
@@ -90,36 +78,13 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "--tls-server-name", metavar="NAME", help="name to check the gateway's certificate for"
     )
     server_options(s, "this server's TLS")
-    _http_and_log(s)
+    http_and_log_options(s)
     s.set_defaults(run=run_operator_serve)
-
-
-def _http_and_log(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--http-host", default="0.0.0.0", metavar="ADDR",
-        help="bind address of the health and metrics endpoints (default 0.0.0.0)",
-    )  # fmt: skip
-    p.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"],
-        help="log level (default info)",
-    )  # fmt: skip
-
-
-def run_gateway(args: argparse.Namespace) -> int:
-    from workers.gateway import run_gateway as run
-
-    return run(args)
-
-
-# ---- operator serve ---------------------------------------------------------------------------
 
 
 def gateway_credentials(args: argparse.Namespace, clusters: list[str]) -> dict[str, Any]:
     """Per cluster: (ClientTLS | None, token | None) towards the gateway, every file checked
     now. A CliError (exit 2) naming a missing or bad one."""
-    from bigfleet.deployment import ClientTLS
-    from bigfleet.edge.rollup_client import read_token
-
     ca: Path | None = None
     if args.tls_ca:
         ca = need_file(Path(args.tls_ca), "--tls-ca")
@@ -179,13 +144,8 @@ class OperatorNodes:
 
 
 def gateway_send(endpoint: str, creds: dict[str, Any]) -> tuple[Any, list[Any]]:
-    """The `send` of workers/devoperators.py through the gateway (one sender per cluster, each
+    """The `send` of workers/dev/operators.py through the gateway (one sender per cluster, each
     with its own credentials), and the senders (to close)."""
-    import grpc
-
-    from bigfleet.edge.rollup_client import RollupSender, refusal_text
-    from bigfleet.models import ClusterCapacityNeeds, from_wire
-
     senders = {name: RollupSender(endpoint, tls, token) for name, (tls, token) in creds.items()}
 
     async def send(cluster: str, rollup: dict[str, Any]) -> str:
@@ -200,15 +160,8 @@ def gateway_send(endpoint: str, creds: dict[str, Any]) -> tuple[Any, list[Any]]:
 
 @blocking
 async def run_operator_serve(args: argparse.Namespace) -> int:
-    import logging
-    import signal
-
-    from bigfleet.edge.operator_server import serve_operators
-    from bigfleet.simulation.fleet import operators as simulated_operators
-    from workers.devoperators import Operators
-    from workers.health import Health, serve_health
-    from workers.serve import install_stop_handlers, load_fleet
-
+    """`bigfleet operator serve`: serve the simulated operators of the fleet file's clusters and
+    play their roll-ups through the gateway, until SIGINT/SIGTERM."""
     fleet = load_fleet(args.fleet)
     known = [c.name for c in fleet.clusters]
     chosen = [n.strip() for n in (args.cluster or "").split(",") if n.strip()] or known

@@ -1,23 +1,40 @@
-"""`bigfleet worker`: the serving side of the command. The fleet file, the metrics servers
-(BigFleet's and the Temporal SDK's), the stop handlers and the check that the namespace has
-BigFleet's search attributes; `bigfleet dev` uses them too. The workers themselves are built
-in workers/worker.py.
+"""`bigfleet worker`: run BigFleet's Temporal workers, of some or all roles, until a signal
+stops them. What a serving process sets up (metrics, stop handlers, the search-attribute check)
+is in workers/process.py; the workers themselves are built in workers/worker.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
+import logging
 import pathlib
+import signal
 import sys
-import time
-from collections.abc import Callable, Sequence
 from typing import Any
 
-from workers.args import DEFAULT_METRICS_PORT, ROLES, connection_options, port, roles
+from activities.wire import shard_workflow_id
+from workers.args import DEFAULT_METRICS_PORT, ROLES, connection_options, describe_tls, port, roles
+from workers.connect import runtime
 from workers.health import Health, serve_health
-from workers.plumbing import CliError, blocking, connect, display_address
+from workers.plumbing import blocking, connect, display_address
+from workers.process import (
+    check_search_attributes,
+    install_stop_handlers,
+    load_deployment,
+    load_fleet,
+    sdk_runtime,
+    serve_metrics,
+    workers_running,
+)
+from workers.worker import (
+    RemoteFleet,
+    SimulatedFleet,
+    build_workers,
+    ensure_shards,
+    keep_coordinator,
+    run_workers,
+)
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -94,35 +111,13 @@ def register(verbs: argparse._SubParsersAction) -> None:
     w.set_defaults(run=run_worker)
 
 
-# ---- worker -----------------------------------------------------------------------------------
-
-
-def load_fleet(path: str) -> Any:
-    from bigfleet.simulation.scenario import ScenarioError, load
-
-    try:
-        return load(path)
-    except ScenarioError as err:
-        raise CliError(str(err), code=2) from None
-
-
 @blocking
 async def run_worker(args: argparse.Namespace) -> int:
-    import logging
-    import signal
-
+    """`bigfleet worker`: build the workers of the roles asked, start the shards if a role
+    says so, and run until SIGINT/SIGTERM."""
     fleet = load_deployment(args.config) if args.config else load_fleet(args.fleet)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    from workers.connect import runtime
-    from workers.worker import (
-        RemoteFleet,
-        SimulatedFleet,
-        build_workers,
-        ensure_shards,
-        keep_coordinator,
-        run_workers,
     )
 
     rt = None
@@ -177,8 +172,6 @@ async def run_worker(args: argparse.Namespace) -> int:
 async def warn_mode_mismatch(client: Any, fleet: Any, shadow: bool) -> None:
     """A shard keeps the mode it was started in (its config travels with it): say so when a
     running shard is not in the mode asked for now."""
-    from activities.wire import shard_workflow_id
-
     for shard in range(fleet.shards):
         want = shadow or bool(getattr(fleet, "shadow_shard", lambda _: False)(shard))
         try:
@@ -196,124 +189,3 @@ async def warn_mode_mismatch(client: Any, fleet: Any, shadow: bool) -> None:
             )
 
 
-def describe_tls(tls: Any) -> str:
-    if tls is None:
-        return "plaintext"
-    return "mutual TLS" if tls.cert else "TLS"
-
-
-def load_deployment(path: str, uses: tuple[str, ...] = ("providers", "operators")) -> Any:
-    """The deployment config, with the files of the sections this process `uses` checked
-    (workers: providers and operators; the gateway: its own section)."""
-    from bigfleet.deployment import DeploymentError, load
-
-    try:
-        return load(path, uses)
-    except DeploymentError as err:
-        raise CliError(str(err), code=2) from None
-
-
-def workers_running(workers: Sequence[Any], task: asyncio.Task[None]) -> Callable[[], str | None]:
-    """The worker's readiness: `run_workers` still running and every worker it started polling
-    (a worker the SDK shut down after a fatal error is not)."""
-
-    def check() -> str | None:
-        if task.done():
-            return "the workers stopped"
-        waiting = [w.task_queue for w in workers if not getattr(w, "is_running", True)]
-        return f"starting workers for {', '.join(sorted(set(waiting)))}" if waiting else None
-
-    return check
-
-
-def serve_metrics(host: str, metrics_port: int) -> None:
-    """prometheus_client's registry (activities/metrics.py) over HTTP."""
-    import prometheus_client
-
-    import activities.metrics  # noqa: F401  (registers BigFleet's metrics)
-
-    try:
-        prometheus_client.start_http_server(metrics_port, addr=host)
-    except OSError as err:
-        raise CliError(
-            f"cannot serve metrics on {host}:{metrics_port}: {err.strerror} "
-            "(use --metrics-port)"
-        ) from None
-
-
-def sdk_runtime(host: str, metrics_port: int, make: Callable[[str], Any]) -> Any:
-    try:
-        return make(f"{host}:{metrics_port}")
-    except Exception as err:
-        raise CliError(
-            f"cannot serve the Temporal SDK's metrics on {host}:{metrics_port}: {err}"
-        ) from None
-
-
-def install_stop_handlers(stop: asyncio.Event, *signals: int) -> None:
-    """First signal: stop cleanly. Second: leave at once."""
-    loop = asyncio.get_running_loop()
-
-    def on_signal() -> None:
-        if stop.is_set():
-            print("bigfleet: stopping now", file=sys.stderr, flush=True)
-            os._exit(130)
-        print("bigfleet: stopping (again to force)", file=sys.stderr, flush=True)
-        stop.set()
-
-    for sig in signals:
-        loop.add_signal_handler(sig, on_signal)
-
-
-def search_attribute_type(key: Any) -> str:
-    """`KEYWORD_LIST` -> `KeywordList`: the spelling of the temporal CLI and the dev server."""
-    return "".join(part.title() for part in key.indexed_value_type.name.split("_"))
-
-
-async def check_search_attributes(client: Any, who: str, wait: float = 30.0) -> None:
-    """Transition workflows cannot start without BigFleet's search attributes: say how to fix
-    that now rather than fail in every start later. Just-registered attributes can take a few
-    seconds to show, so a missing one is waited for (`wait` seconds). If the server will not
-    tell (no permission to list), carry on."""
-    from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
-
-    from activities.wire import SEARCH_ATTRIBUTES
-
-    deadline = time.monotonic() + wait
-    said = False
-    while True:
-        try:
-            resp = await client.operator_service.list_search_attributes(
-                ListSearchAttributesRequest(namespace=client.namespace)
-            )
-        except Exception as err:
-            print(f"{who}: could not list search attributes ({err}); carrying on", file=sys.stderr)
-            return
-        known = set(resp.custom_attributes) | set(resp.system_attributes)
-        missing = [k for k in SEARCH_ATTRIBUTES if k.name not in known]
-        if not missing:
-            return
-        if time.monotonic() >= deadline:
-            break
-        if not said:
-            print(
-                f"{who}: waiting for search attributes {', '.join(k.name for k in missing)}",
-                file=sys.stderr,
-            )
-            said = True
-        await asyncio.sleep(2.0)
-    raise CliError(
-        f"namespace {client.namespace} lacks BigFleet's search attributes "
-        f"{', '.join(k.name for k in missing)}; register them with:\n"
-        + "\n".join("  " + cmd for cmd in search_attribute_commands(missing, client.namespace))
-    )
-
-
-def search_attribute_commands(keys: Sequence[Any], namespace: str = "default") -> list[str]:
-    """One `temporal operator search-attribute create` per attribute: given several `--name`s,
-    the temporal CLI (1.9.1) registers only the first yet reports success."""
-    return [
-        f"temporal operator search-attribute create --namespace {namespace} "
-        f"--name {k.name} --type {search_attribute_type(k)}"
-        for k in keys
-    ]

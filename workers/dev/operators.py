@@ -4,7 +4,7 @@ rising generation (milliseconds since the epoch, so it keeps rising across resta
 
 How a roll-up travels is the `send` coroutine, `send(cluster, rollup_dict) -> where` (a short
 description of where it went, for the log line): `bigfleet operator serve` sends through the
-roll-up gateway (workers/operator_verbs.py); without one, workers/worker.py `ShardRouter` (the
+roll-up gateway (workers/verbs/operator.py); without one, workers/routing.py `ShardRouter` (the
 gateway's own delivery) asks the coordinator for the cluster's shard and signals it directly.
 """
 
@@ -16,6 +16,8 @@ import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
+
+from workers.routing import ShardRouter
 
 Send = Callable[[str, dict[str, Any]], Awaitable[str]]
 
@@ -33,7 +35,7 @@ class _Cluster:
 class Operators:
     """Each cluster's operator: its roll-ups at their offsets, the latest re-sent every cycle
     (a live operator reports every cycle; a silent cluster would age out of the needs table).
-    `client`: Temporal, for the default `send` (workers/worker.py ShardRouter); `only`: these
+    `client`: Temporal, for the default `send` (workers/routing.py ShardRouter); `only`: these
     clusters."""
 
     client: Any
@@ -49,8 +51,6 @@ class Operators:
 
     def __post_init__(self) -> None:
         if self.send is None:
-            from workers.worker import ShardRouter
-
             router = ShardRouter(self.client, self.fleet.shards)
 
             async def signal(cluster: str, rollup: dict[str, Any]) -> str:

@@ -1,8 +1,6 @@
 """The `bigfleet` verbs about one machine's transitions: `machine history` (every transition
 workflow of a machine, found by its search attribute) and `drain escalate` (a signal to its
 running drain). The parser and main() are in workers/cli.py.
-
-Everything Temporal is imported inside the functions (see workers/plumbing.py).
 """
 
 from __future__ import annotations
@@ -12,8 +10,12 @@ import json
 from datetime import UTC
 from typing import Any
 
+from temporalio.client import WorkflowExecutionStatus
+
+from activities.wire import CLUSTER, MACHINE_IDS, RESULT_STATE, TRANSITION
 from workers.args import connection_options, machine_id, seconds
-from workers.plumbing import CliError, blocking, connect, rpc_error
+from workers.errors import CliError
+from workers.plumbing import blocking, connect, rpc_error
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -46,6 +48,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def machine_query(machine: str, *clauses: str) -> str:
+    """The visibility query for `machine`'s transition workflows, with more `clauses` ANDed."""
     return " AND ".join([f'BigFleetMachineIds = "{machine}"', *clauses])
 
 
@@ -54,10 +57,6 @@ async def transition_row(client: Any, wf: Any) -> dict[str, Any]:
     search attributes, and from its memo (set at its start, activities/starter.py `memo`) the
     summary, a drain's grace and force, and the reason. A workflow started before it had a
     memo is read from its first history event instead (a call per such workflow)."""
-    from temporalio.client import WorkflowExecutionStatus
-
-    from activities.wire import CLUSTER, MACHINE_IDS, RESULT_STATE, TRANSITION
-
     sa = wf.typed_search_attributes
     running = wf.status == WorkflowExecutionStatus.RUNNING
     state = sa.get(RESULT_STATE) or (
@@ -147,6 +146,7 @@ def history_table(rows: list[dict[str, Any]]) -> str:
 
 @blocking
 async def run_history(args: argparse.Namespace) -> int:
+    """`bigfleet machine history MACHINE_ID`: each transition workflow of the machine."""
     client = await connect(args)
     try:
         listed = [wf async for wf in client.list_workflows(machine_query(args.machine))]
@@ -168,8 +168,7 @@ async def run_history(args: argparse.Namespace) -> int:
 
 @blocking
 async def run_escalate(args: argparse.Namespace) -> int:
-    from activities.wire import MACHINE_IDS
-
+    """`bigfleet drain escalate MACHINE_ID`: signal the machine's running drain to escalate."""
     client = await connect(args)
     query = machine_query(
         args.machine, 'BigFleetTransition = "drain"', 'ExecutionStatus = "Running"'

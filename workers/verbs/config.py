@@ -4,12 +4,15 @@ and say what it sets up, or every bad field (exit 2). Offline: it talks to nothi
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from workers.plumbing import CliError
-from workers.serve import describe_tls
+from bigfleet.deployment import Deployment, DeploymentError, load, load_yaml
+from workers.args import describe_tls
+from workers.errors import CliError
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
+    """`config check FILE`."""
     c = verbs.add_parser("config", help="check a deployment config")
     sub = c.add_subparsers(dest="config_verb", required=True, metavar="check")
     check = sub.add_parser(
@@ -28,10 +31,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from bigfleet.deployment import Deployment, DeploymentError, load, load_yaml
-
+    """`bigfleet config check FILE`: what the config sets up, or every bad field (exit 2)."""
     try:
         if args.skip_files:
             dep = load_yaml(Path(args.file), Deployment, "deployment config")

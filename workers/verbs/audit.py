@@ -7,8 +7,6 @@ workflows/audit_handlers.py.
 coordinator's shards, the running shards, their providers and assignment rule), runs the
 `FleetAudit` workflow, and with `repair` sends the report to the coordinator's `repair` update
 and audits again.
-
-Everything Temporal is imported inside the functions (see workers/plumbing.py).
 """
 
 from __future__ import annotations
@@ -16,10 +14,19 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from datetime import timedelta
 from typing import Any
 
+from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.service import RPCError
+
+from activities.audit_wire import AuditScope
+from activities.wire import SHARD_TASK_QUEUE, shard_workflow_id
 from workers.args import bounded_int, connection_options
-from workers.plumbing import CliError, blocking, connect, query, rpc_error, running_shards
+from workers.errors import CliError
+from workers.plumbing import blocking, connect, query, rpc_error, running_shards
+from workflows.audit import FleetAuditWorkflow
+from workflows.sagas import COORDINATOR_ID
 
 EXIT_FOUND = 3  # discrepancies (or shards not running): distinct from 1 (the server said no)
 LABELS = {
@@ -32,11 +39,6 @@ SHOWN = 20  # example findings the text output prints
 
 
 async def _coordinator(client: Any) -> dict[str, Any] | None:
-    from temporalio.client import WorkflowExecutionStatus
-    from temporalio.service import RPCError
-
-    from workflows.sagas import COORDINATOR_ID
-
     handle = client.get_workflow_handle(COORDINATOR_ID)
     try:
         desc = await handle.describe()
@@ -52,9 +54,6 @@ async def audit_scope(client: Any, limit: int, settle_seconds: float) -> Any:
     coordinator counts that does not run is reported: its machines look nobody's until it is
     revived), the providers in their configs, and who takes each share of the assignment
     rule (a shard, and those merged into it)."""
-    from activities.audit_wire import AuditScope
-    from activities.wire import shard_workflow_id
-
     coordinator = await _coordinator(client)
     members = set(coordinator["shards"]) if coordinator else set()
     running = await running_shards(client)
@@ -84,11 +83,6 @@ async def audit_scope(client: Any, limit: int, settle_seconds: float) -> Any:
 
 async def run_audit(client: Any, scope: Any) -> Any:
     """One `FleetAudit` workflow: the merged report of every provider."""
-    from datetime import timedelta
-
-    from activities.wire import SHARD_TASK_QUEUE
-    from workflows.audit import FleetAuditWorkflow
-
     try:
         return await client.execute_workflow(
             FleetAuditWorkflow.run,
@@ -104,10 +98,6 @@ async def run_audit(client: Any, scope: Any) -> Any:
 
 
 async def send_repair(client: Any, report: Any) -> dict[str, Any]:
-    from temporalio.client import WorkflowUpdateFailedError
-
-    from workflows.sagas import COORDINATOR_ID
-
     try:
         return await client.get_workflow_handle(COORDINATOR_ID).execute_update(
             "repair", report, result_type=dict

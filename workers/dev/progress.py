@@ -1,6 +1,6 @@
 """What `bigfleet dev` prints while it runs: a line per shard every PROGRESS_SECONDS, a machine
 with a history to look up (with its Temporal UI link), and activity failures in one line rather
-than a traceback. The orchestration is in workers/dev.py.
+than a traceback. The orchestration is in workers/dev/launcher.py.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import time
 import urllib.parse
 from typing import Any
 
+from activities.wire import MACHINE_IDS, shard_workflow_id
+
 PROGRESS_SECONDS = 30.0
 
 
@@ -20,8 +22,6 @@ async def progress(
 ) -> None:
     """A line per shard every 30 s, and, once transitions exist, a real machine to look up.
     `started`: when `bigfleet dev` started (time.monotonic), for the t+ offsets."""
-    from activities.wire import shard_workflow_id
-
     hinted = False
     seen: set[str] = set()
     while not stop.is_set():
@@ -67,8 +67,6 @@ async def _sagas(client: Any, now: float, seen: set[str]) -> None:
 
 async def _hint_machine(client: Any, ui: str) -> bool:
     """Point at a machine that has been through the most: a drain if there was one."""
-    from activities.wire import MACHINE_IDS
-
     for query in (
         'WorkflowType = "MachineTransition" AND BigFleetTransition = "drain"',
         'WorkflowType = "MachineTransition" AND BigFleetTransition = "configure"',
