@@ -1,7 +1,7 @@
 """The four layers import one way only (DESIGN §2): workers → workflows → activities →
 bigfleet. bigfleet/ is the pure core: it must run inside a workflow sandbox, a simulator and a
 benchmark alike, so it never imports Temporal either. What crosses the Temporal boundary lives
-in activities/wire.py, which both workflows and activities import."""
+in activities/wire/, which both workflows and activities import."""
 
 import ast
 import pathlib

@@ -1,4 +1,4 @@
-"""Between the wire (protobuf, proto/bigfleet/v1) and BigFleet's own models (bigfleet/models.py).
+"""Between the wire (protobuf, proto/bigfleet/v1) and BigFleet's own models (bigfleet/models/).
 
 Whatever arrives from outside is decoded into a dict and validated by the same strict pydantic
 models the rest of BigFleet uses, so a bad field is named the same way whether it came in a

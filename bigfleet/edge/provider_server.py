@@ -29,133 +29,53 @@ reproduces exactly.
 
 Calls into the provider are serialized by one lock (simulated providers are not thread-safe);
 the grpc server's thread pool only overlaps the network.
+
+What a request is validated into, and how a refusal is answered, is provider_requests.py.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Any, NoReturn
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from pydantic import Field
 
 from ..deployment import ServerTLS
-from ..models import FencingToken, ListFilter, Name, TransitionAck, Wire
-from ..providers.base import MAX_CREATE_BATCH, CapacityProvider
+from ..models import TransitionAck
+from ..providers.base import CapacityProvider
 from ..v1 import machine_pb2 as mpb
 from ..v1 import provider_pb2 as ppb
 from ..v1 import provider_pb2_grpc
-from . import convert, errors, tls
+from . import convert, tls
 from .convert import WireError
+from .provider_requests import (
+    MAX_LIST_PAGE,
+    ConfigureFields,
+    CreateFields,
+    DeleteFields,
+    DrainFields,
+    GetFields,
+    Mutation,
+    Refusal,
+    describe_of,
+    fingerprint,
+    token_of,
+)
 from .provider_store import Operation, ProviderStore
 
-log = logging.getLogger("bigfleet.provider_server")
 SERVICE = ppb.DESCRIPTOR.services_by_name["CapacityProvider"].full_name
 DEFAULT_LIST_PAGE = 500
-MAX_LIST_PAGE = 1000  # ~0.5 MB of machines: well inside tls.MAX_MESSAGE_BYTES
-MAX_KEY = 512
 PRUNE_EVERY = 1000  # mutating calls between prunings
 
 
-# ---- requests --------------------------------------------------------------------------------
-
-Key = Annotated[str, Field(max_length=MAX_KEY)]
-
-
-class CreateFields(Wire):
-    machine_ids: Annotated[list[Name], Field(min_length=1, max_length=MAX_CREATE_BATCH)]
-    idempotency_key: Key
-
-
-class ConfigureFields(Wire):
-    machine_id: Name
-    cluster: Name
-    idempotency_key: Key
-
-
-class DrainFields(Wire):
-    machine_id: Name
-    grace_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)]
-    force: bool
-    idempotency_key: Key
-
-
-class DeleteFields(Wire):
-    machine_id: Name
-    idempotency_key: Key
-
-
-class GetFields(Wire):
-    machine_id: Name
-
-
-@dataclass
-class Mutation:
-    """A validated lifecycle request: what to fence, remember and log, and how to start it."""
-
-    method: str
-    key: str
-    token: FencingToken
-    machine_ids: list[str]
-    fingerprint: str  # the request without its token: a repeat must match it
-    start: Callable[[], list[TransitionAck]]
-
-
-def _token(request: Any) -> FencingToken:
-    return convert.token_from_proto(request.token, request.HasField("token"))
-
-
-def _fingerprint(method: str, **fields: Any) -> str:
-    return json.dumps({"method": method, **fields}, sort_keys=True)
-
-
 # ---- the service -----------------------------------------------------------------------------
-
-
-def describe_of(provider: CapacityProvider, calls_per_second: float = 0.0) -> ppb.ProviderInfo:
-    """Describe's answer for a Python provider: capacity types from its listing; a provider
-    says it cannot delete with a class attribute `supports_delete = False`."""
-    types = sorted({str(m.capacity_type) for m in provider.list(ListFilter())})
-    return ppb.ProviderInfo(
-        name=provider.name,
-        capacity_types=types,
-        max_create_batch=MAX_CREATE_BATCH,
-        calls_per_second=calls_per_second,
-        supports_delete=bool(getattr(provider, "supports_delete", True)),
-        max_list_page=MAX_LIST_PAGE,
-    )
-
-
-def refusal_of(err: Exception) -> tuple[grpc.StatusCode, str, tuple, str]:
-    """(code, details, trailers, reason for the call log) to answer a failed call with."""
-    if isinstance(err, ValueError) and not isinstance(err, WireError):
-        # The provider found the request bad; an error that knows its field names it
-        # (UnissuedEpoch: token.shard_epoch).
-        err = WireError("request", [(str(getattr(err, "field", "") or ""), str(err))])
-    try:
-        code, details, trailers = errors.status_of(err)
-    except TypeError:
-        return grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {err}", (), "INTERNAL"
-    reason = mpb.ErrorReason.Name(errors.info_of(err).reason)
-    return code, details, trailers, reason
-
-
-class Refusal:
-    """How a call that raised `err` is answered; an error that is no refusal is logged."""
-
-    def __init__(self, err: Exception) -> None:
-        self.code, self.details, self.trailers, self.reason = refusal_of(err)
-        if self.reason == "INTERNAL":
-            log.error("provider call failed: %s", err, exc_info=err)
 
 
 class ProviderService(provider_pb2_grpc.CapacityProviderServicer):
@@ -196,13 +116,13 @@ class ProviderService(provider_pb2_grpc.CapacityProviderServicer):
             )
             if len(set(f.machine_ids)) != len(f.machine_ids):
                 raise WireError("create request", [("machine_ids", "an id is listed twice")])
-            token = _token(request)
+            token = token_of(request)
             return Mutation(
                 "Create",
                 f.idempotency_key,
                 token,
                 f.machine_ids,
-                _fingerprint("create", machine_ids=f.machine_ids),
+                fingerprint("create", machine_ids=f.machine_ids),
                 lambda: self.provider.create(f.machine_ids, token, key=f.idempotency_key),
             )
 
@@ -223,14 +143,14 @@ class ProviderService(provider_pb2_grpc.CapacityProviderServicer):
             if not request.HasField("blob"):
                 raise WireError("configure request", [("blob", "missing")])
             blob = convert.blob_from_proto(request.blob)
-            token = _token(request)
+            token = token_of(request)
             digest = hashlib.sha256(blob.user_data).hexdigest()
             return Mutation(
                 "Configure",
                 f.idempotency_key,
                 token,
                 [f.machine_id],
-                _fingerprint(
+                fingerprint(
                     "configure",
                     machine_id=f.machine_id,
                     cluster=f.cluster,
@@ -259,13 +179,13 @@ class ProviderService(provider_pb2_grpc.CapacityProviderServicer):
                 },
                 "drain request",
             )
-            token = _token(request)
+            token = token_of(request)
             return Mutation(
                 "Drain",
                 f.idempotency_key,
                 token,
                 [f.machine_id],
-                _fingerprint(
+                fingerprint(
                     "drain", machine_id=f.machine_id, grace_seconds=f.grace_seconds, force=f.force
                 ),
                 lambda: [
@@ -285,13 +205,13 @@ class ProviderService(provider_pb2_grpc.CapacityProviderServicer):
                 {"machine_id": request.machine_id, "idempotency_key": request.idempotency_key},
                 "delete request",
             )
-            token = _token(request)
+            token = token_of(request)
             return Mutation(
                 "Delete",
                 f.idempotency_key,
                 token,
                 [f.machine_id],
-                _fingerprint("delete", machine_id=f.machine_id),
+                fingerprint("delete", machine_id=f.machine_id),
                 lambda: [self.provider.delete(f.machine_id, token, key=f.idempotency_key)],
             )
 

@@ -32,14 +32,8 @@ from typing import Any, NoReturn
 
 import grpc
 
-from bigfleet.edge.provider_server import (
-    Mutation,
-    ProviderService,
-    Refusal,
-    WallClock,
-    describe_of,
-    serve_provider,
-)
+from bigfleet.edge.provider_requests import Mutation, Refusal, describe_of
+from bigfleet.edge.provider_server import ProviderService, WallClock, serve_provider
 from bigfleet.edge.provider_store import Operation
 from bigfleet.models import FencingToken, ListFilter, MachineState, TransitionAck
 from bigfleet.providers.base import MachineNotFound, RateLimited, StaleFencingToken

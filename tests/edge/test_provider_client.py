@@ -347,7 +347,7 @@ def test_simulated_providers_take_and_ignore_a_key():
 
 def test_conformance_reports_whether_throttling_is_resource_exhausted():
     from bigfleet.edge import conformance
-    from bigfleet.edge.provider_server import describe_of
+    from bigfleet.edge.provider_requests import describe_of
 
     # A fast cloud that allows one call in 0.2 s: the suite is throttled, waits out each hint,
     # and reports the RATE_LIMITED refusals it saw as a check of their status code.

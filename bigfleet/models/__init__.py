@@ -1,0 +1,121 @@
+"""Wire models: what crosses a boundary (roll-ups, provider replies, engine actions).
+
+Field names follow the seed (§5, §7, §8, §9, §13). Every model is strict: a wrong type, an unknown
+field or an out-of-range number is rejected with a pydantic error that names the field.
+
+The models live in a module per concept: base.py (the strict base and its field types),
+machines.py (machines and provider calls), rollups.py (needs, requirements, shortfalls),
+budgets.py (disruption budgets) and actions.py (the engine's actions, bootstrap). This package
+re-exports them all: `from bigfleet.models import Machine` is how the rest of BigFleet (some
+170 modules) names them, and where a model lives is no concern of theirs.
+"""
+
+from .actions import (
+    Action,
+    BootstrapBlob,
+    BootstrapRequest,
+    ConfigureAction,
+    CreateAction,
+    DeleteAction,
+    DeleteReason,
+    DrainAction,
+    DrainReason,
+    VerifyAction,
+)
+from .base import (
+    INT32_MAX,
+    INT32_MIN,
+    Count,
+    Dollars,
+    Int32,
+    Name,
+    Probability,
+    Wire,
+    from_wire,
+    stamper,
+)
+from .budgets import (
+    MAX_BUDGET_SECONDS,
+    BudgetReason,
+    Disruption,
+    DisruptionBudget,
+    DoNotDisrupt,
+    Share,
+    share_of,
+)
+from .machines import (
+    HOSTED_STATES,
+    NOTICE_DETAIL_MAX,
+    CapacityType,
+    FencingToken,
+    HostRef,
+    ListFilter,
+    Machine,
+    MachineState,
+    Notice,
+    NoticeKind,
+    Resources,
+    Transition,
+    TransitionAck,
+)
+from .rollups import (
+    MAX_GENERATION,
+    CapacityNeed,
+    ClusterCapacityNeeds,
+    NodeHealth,
+    NodeSelectorRequirement,
+    Operator,
+    Shortfall,
+    TopologySpread,
+)
+
+__all__ = [
+    "HOSTED_STATES",
+    "INT32_MAX",
+    "INT32_MIN",
+    "MAX_BUDGET_SECONDS",
+    "MAX_GENERATION",
+    "NOTICE_DETAIL_MAX",
+    "Action",
+    "BootstrapBlob",
+    "BootstrapRequest",
+    "BudgetReason",
+    "CapacityNeed",
+    "CapacityType",
+    "ClusterCapacityNeeds",
+    "ConfigureAction",
+    "Count",
+    "CreateAction",
+    "DeleteAction",
+    "DeleteReason",
+    "Disruption",
+    "DisruptionBudget",
+    "DoNotDisrupt",
+    "Dollars",
+    "DrainAction",
+    "DrainReason",
+    "FencingToken",
+    "HostRef",
+    "Int32",
+    "ListFilter",
+    "Machine",
+    "MachineState",
+    "Name",
+    "NodeHealth",
+    "NodeSelectorRequirement",
+    "Notice",
+    "NoticeKind",
+    "Operator",
+    "Probability",
+    "Resources",
+    "Share",
+    "Shortfall",
+    "TopologySpread",
+    "Transition",
+    "TransitionAck",
+    "VerifyAction",
+    "Wire",
+    "from_wire",
+    "share_of",
+    "stamper",
+]

@@ -1,0 +1,139 @@
+"""Roll-ups (seed §8): a cluster's capacity needs, their node-selector requirements and
+topology, the nodes its operator saw, and the shortfall a shard could not serve (seed §9)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field, field_validator, model_validator
+
+from .base import INT32_MAX, Count, Dollars, Int32, Name, Wire
+from .budgets import Disruption
+from .machines import Resources
+
+
+class Operator(StrEnum):
+    """A node-selector requirement's operator, as Kubernetes names it."""
+
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+    GT = "Gt"
+    LT = "Lt"
+
+
+class NodeSelectorRequirement(Wire):
+    """A Kubernetes `NodeSelectorRequirement`, validated as the API server would."""
+
+    key: Name
+    operator: Operator
+    values: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> NodeSelectorRequirement:
+        op = self.operator
+        if op in (Operator.IN, Operator.NOT_IN) and not self.values:
+            raise ValueError(f"values: operator {op} needs at least one value")
+        if op in (Operator.EXISTS, Operator.DOES_NOT_EXIST) and self.values:
+            raise ValueError(f"values: operator {op} takes no values")
+        if op in (Operator.GT, Operator.LT):
+            if len(self.values) != 1:
+                raise ValueError(f"values: operator {op} takes exactly one integer value")
+            try:
+                int(self.values[0])
+            except ValueError:
+                raise ValueError(
+                    f"values: operator {op} needs an integer, got {self.values[0]!r}"
+                ) from None
+        return self
+
+
+class TopologySpread(Wire):
+    """Spread the need's machines over the domains of `key`, at most `max_skew` apart."""
+
+    key: Name
+    max_skew: Annotated[int, Field(ge=1, le=INT32_MAX)] = 1
+
+
+class CapacityNeed(Wire):
+    """One entry of a roll-up: `count` machines matching `requirements`, at `priority`."""
+
+    requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
+    resources: Resources = Resources()
+    priority: Int32
+    count: Count
+    same: str | None = Field(
+        default=None,
+        description="Topology key whose single domain must hold all machines (e.g. a rack).",
+    )
+    spread: list[TopologySpread] = Field(default_factory=list)
+    interruption_penalty: Dollars = 0.0
+    reclamation_penalty: Dollars = 0.0
+    drain_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+
+    @field_validator("same")
+    @classmethod
+    def _same_is_a_key(cls, value: str | None) -> str | None:
+        if value is not None and not value:
+            raise ValueError("same: must be a label key, not empty")
+        return value
+
+
+class NodeHealth(Wire):
+    """What the operator saw of the cluster's nodes: the machine ids present and Ready."""
+
+    machine_ids: list[str] = Field(default_factory=list)
+
+
+MAX_GENERATION = 2**53 - 1
+"""The largest roll-up generation: the largest integer every JSON reader keeps exactly (a
+roll-up crosses JSON at every hop, and JavaScript or jq round anything larger). A counter, unix
+seconds, milliseconds (until the year 287 396) or microseconds (until 2255) fit; nanoseconds
+(`time.time_ns()`, about 2^60) do not, and neither does anything near int64's limit. There is
+no limit on how far ahead of the last one a generation may jump: an operator that moves from a
+counter to the clock jumps by 2^40 and is right to. A generation is refused only when it could
+never be followed: one this large would leave its cluster no room above it."""
+
+
+class ClusterCapacityNeeds(Wire):
+    """A roll-up: all needs of one cluster, replacing the previous roll-up (seed §8).
+
+    `generation` rises with each roll-up the operator sends, from 0 to MAX_GENERATION; an older
+    or repeated one changes nothing but the cluster's last-seen time (bigfleet/needs.py).
+    """
+
+    cluster: Name
+    generation: Annotated[int, Field(ge=0)]
+    needs: list[CapacityNeed] = Field(default_factory=list)
+    health: NodeHealth | None = None
+    disruption: Disruption | None = None
+
+    @field_validator("generation")
+    @classmethod
+    def _generation_fits(cls, value: int) -> int:
+        if value > MAX_GENERATION:
+            raise ValueError(
+                f"at most {MAX_GENERATION} (2^53 - 1: a counter or unix ms, not ns), got {value}"
+            )
+        return value
+
+
+class Shortfall(Wire):
+    """A need the shard could not serve from its own inventory (seed §9)."""
+
+    cluster: str
+    profile: str
+    requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
+    priority: Int32
+    count: Count
+    age: Annotated[int, Field(ge=0)]
+    interruption_penalty: Dollars = 0.0
+    escalated: bool = False
+    same: str | None = None  # a topology-confined need: never resolved across shards
+    # Not a lack of machines: the cluster's repair is held (bigfleet/notices.py), for a human.
+    repair_held: bool = False
+    # The preemption drains the need has waited on too long (bigfleet/blocked.py): the
+    # coordinator may shorten their grace once the shortfall is escalated.
+    blocked_drains: list[str] = Field(default_factory=list, max_length=64)
