@@ -240,10 +240,16 @@ def _which_way(mine: float | None, theirs: float | None, words: tuple[str, str, 
     return " " + (words[0] if mine > theirs else words[1] if mine < theirs else words[2])
 
 
+def free_note(names: list[str]) -> str:
+    """What a comparison or a plan says when some racks have no price (more is free)."""
+    return (
+        f"note: racks of {', '.join(names)} have no price_per_hour in the scenario, so more of "
+        "them costs nothing here; give them their amortised price for a fair answer"
+    )
+
+
 def _equal_service_lines(eq: dict[str, Any]) -> list[str]:
     """The baseline priced at BigFleet's service (`plan.equal_service`)."""
-    from .plan import free_note
-
     wanted = ", ".join(f"{o['band']} >= {_fraction(o['served'])}" for o in eq["objectives"])
     out = [f"per-cluster at BigFleet's service ({wanted or 'no band >= 500000 asked for'}):"]
     best, d = eq["cheapest"], eq["against_bigfleet"]

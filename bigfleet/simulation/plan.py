@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .baseline import Split
-from .compare import per_cluster_report
+from .compare import SERVICE_BANDS, free_note, per_cluster_report, summary_rows, table
 from .objectives import Objective
 from .run import Simulation
 from .scenario import BareMetalProviderSpec, Scenario
@@ -275,7 +275,6 @@ def equal_service(
     in every band >= 500000 is at least BigFleet's in `comparison` (a `compare` result on the
     same scenario and seed). The scenario's own fleet is the comparison's baseline run: it is
     not simulated again."""
-    from .compare import SERVICE_BANDS
 
     served = comparison["bigfleet"]["summary"]["bands"]
     objectives = [
@@ -321,20 +320,11 @@ def free_kinds(kinds: list[Kind]) -> list[str]:
     return [k.name for k in kinds if k.hourly(len(k.racks)) == 0]
 
 
-def free_note(names: list[str]) -> str:
-    return (
-        f"note: racks of {', '.join(names)} have no price_per_hour in the scenario, so more of "
-        "them costs nothing here; give them their amortised price for a fair answer"
-    )
-
-
 def _racks(racks: dict[str, int]) -> str:
     return " + ".join(f"{n} x {k}" for k, n in racks.items()) or "no racks"
 
 
 def render_plan(result: dict[str, Any]) -> str:
-    from .compare import summary_rows, table
-
     out = [
         f"plan for {result['scenario']}: the cheapest fleet of racks (by the run's whole bill) "
         "that meets "
