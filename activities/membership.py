@@ -1,4 +1,4 @@
-"""Shard membership from sagas (seed §16): a split starts a shard workflow, a failed one stops
+"""Shard membership from sagas (design §16): a split starts a shard workflow, a failed one stops
 it again; a decommission asks every shard which of its machines match."""
 
 from __future__ import annotations

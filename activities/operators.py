@@ -1,4 +1,4 @@
-"""Cluster-operator callbacks as activities (seed §13): bootstrap blobs, and what was decided.
+"""Cluster-operator callbacks as activities (design §13): bootstrap blobs, and what was decided.
 
 The operators are a mapping (cluster -> operator: the simulated ones of a fleet file, tests) or a
 resolver `cluster -> operator | None` (the gRPC operators of a deployment config,

@@ -1,4 +1,4 @@
-"""Provider calls as activities, thin over the `CapacityProvider` contract (seed §7).
+"""Provider calls as activities, thin over the `CapacityProvider` contract (design §7).
 
 Each lifecycle call carries an idempotency key made of the calling workflow's id, its run and
 the activity's id, the same on every retry of one operation. A provider that blocks on a network
@@ -205,7 +205,7 @@ class ProviderActivities:
 
     @activity.defn(name="provider_capacity")
     async def capacity(self, r: CapacityRead) -> CapacityDiff:
-        """Speculative capacity that came or went (seed §16), for shard `r.shard`: the
+        """Speculative capacity that came or went (design §16), for shard `r.shard`: the
         provider's listing is compared here with the shard's own speculative machines, read
         from it by queries, so neither the listing nor the shard's ids enter its history —
         only what changed: its speculative machines no longer listed (quota shrank), and listed

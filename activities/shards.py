@@ -93,7 +93,7 @@ class ShardClientActivities:
 
 async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str:
     """Bring back a shard workflow that is gone (terminated, failed, timed out) from its durable
-    state (seed §6). "running" if it runs, "unknown" if it never ran, "completed" if it ended on
+    state (design §6). "running" if it runs, "unknown" if it never ran, "completed" if it ended on
     purpose (a shard retired by a merge: its machines are another shard's now).
 
     Its durable state is its history: the dead run is reset to its last completed workflow task

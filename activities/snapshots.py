@@ -1,4 +1,4 @@
-"""The snapshot store (DESIGN §3, "claim check"): a shard whose state is too large for one
+"""The snapshot store (docs/temporal.md, "claim check"): a shard whose state is too large for one
 Temporal payload (2 MB) puts it here in parts at continue-as-new and carries only a reference;
 its next run reads the parts back. Embedded default: files under a directory every worker of
 the `shards` role can reach (`--snapshot-dir`, `$BIGFLEET_SNAPSHOT_DIR`, else

@@ -1,7 +1,7 @@
 """Starting transition workflows from an activity: idempotent and detached from the shard's run.
 
 A child workflow would not survive the shard's continue-as-new; a workflow started here with
-`USE_EXISTING` is the same workflow however often the start is retried (seed §7 idempotency).
+`USE_EXISTING` is the same workflow however often the start is retried (design §7 idempotency).
 """
 
 from __future__ import annotations

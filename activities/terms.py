@@ -1,4 +1,4 @@
-"""Which coordinator term is real (seed §11): a shard takes a term above every one it has seen
+"""Which coordinator term is real (design §11): a shard takes a term above every one it has seen
 only from the coordinator that runs now. Anyone who can write to the namespace can send an
 instruction with any term, but not run the `coordinator` workflow's current run."""
 

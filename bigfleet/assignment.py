@@ -1,5 +1,5 @@
 """Which shard owns a machine when a fleet starts, and which shard a cluster's first roll-up
-goes to (seed §5, §16).
+goes to (design §5, §16).
 
 Fixed machines go to shards by whole topology domain (a rack), so a `Same`-rack need stays
 satisfiable; cloud slots one by one. Each shard applies the rule to its providers' `list` on its

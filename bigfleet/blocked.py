@@ -1,8 +1,8 @@
-"""Slow drains under priority pressure (seed §7; issue 33): a preemption drain that runs long
+"""Slow drains under priority pressure (design §7; issue 33): a preemption drain that runs long
 blocks the higher priority it is for. The shard remembers each preemption drain it started,
 and once one has run `blocked_drain_seconds`, reports its preemptor's need short by the
 machines still draining for it — "drain requested N minutes ago, still in progress,
-priority-X preemptor waiting" — aged and escalated like any other shortfall (seed §9). The
+priority-X preemptor waiting" — aged and escalated like any other shortfall (design §9). The
 coordinator may fill it from another shard, and shortens the drains' grace once it is
 escalated (workflows/coordinator.py). The drain itself runs on: cancelling it would lose what
 the workload has already given up.

@@ -1,4 +1,4 @@
-"""The global coordinator's planning (seed §6 tier 1, §9): pure, so it runs in a workflow, in
+"""The global coordinator's planning (design §6 tier 1, §9): pure, so it runs in a workflow, in
 the simulator and in tests alike. What the shards report is in `reports.py`; a decommission's
 shares in `decommission.py`.
 
@@ -101,7 +101,7 @@ class Coordinator:
     escalated_drains: set[str] = field(default_factory=set)
 
     def next_token(self) -> tuple[int, int]:
-        """(coordinator_term, seq) for the next instruction (seed §11)."""
+        """(coordinator_term, seq) for the next instruction (design §11)."""
         self.seq += 1
         return self.term, self.seq
 
@@ -122,7 +122,7 @@ class Coordinator:
         self.retiring.discard(shard)
 
     def moved(self, clusters: Iterable[str], shard: int) -> None:
-        """Clusters a split or merge moved: the one time an assignment changes (seed §16)."""
+        """Clusters a split or merge moved: the one time an assignment changes (design §16)."""
         for cluster in clusters:
             self.clusters[cluster] = shard
 
@@ -138,7 +138,7 @@ class Coordinator:
         return None if pair is None else ("merge", *pair)
 
     def split_candidate(self, max_machines: int, max_clusters: int) -> int | None:
-        """The shard most over a split threshold (machines or clusters), if any (seed §16)."""
+        """The shard most over a split threshold (machines or clusters), if any (design §16)."""
         over = [
             (r.size / max_machines if max_machines else 0, len(r.clusters) / max_clusters, s)
             for s, r in self.reports.items()
@@ -162,7 +162,7 @@ class Coordinator:
         return under[0][2], under[1][2]
 
     def assign(self, cluster: str, prefer: int | None = None) -> int:
-        """A cluster's shard, chosen on first contact and kept forever (seed §16): its home
+        """A cluster's shard, chosen on first contact and kept forever (design §16): its home
         (`home`, the seed's "at random") while the fleet has the shards it was deployed with,
         else the least-loaded one (fewest clusters; among equals the lowest number, or
         `prefer`)."""
@@ -282,7 +282,7 @@ class Coordinator:
         return [(s, sf) for s, sf in self.fleet_shortfalls() if sf.escalated]
 
     def drains_to_escalate(self, limit: int = ESCALATE_MAX) -> list[str]:
-        """The preemption drains escalated shortfalls wait on (seed §7: "escalate the drain"),
+        """The preemption drains escalated shortfalls wait on (design §7: "escalate the drain"),
         not escalated before: each is escalated once, down to the policy's floor; at most
         `limit` a round (the rest the next)."""
         named = {mid for _, sf in self.escalations() for mid in sf.blocked_drains}
@@ -306,7 +306,7 @@ class Coordinator:
         busy: Iterable[str] = (),
         pending: Mapping[tuple[int, str, int], int] | None = None,
     ) -> list[Move]:
-        """Moves for this round, highest-priority shortfalls first (seed §9's order). No donor
+        """Moves for this round, highest-priority shortfalls first (design §9's order). No donor
         gives more than `max_share` of its machines a round (shards refuse more); machines in
         `busy` (already moving) are left alone, and `pending` machines per (receiver, cluster,
         priority), already on their way, are not asked for again."""
@@ -316,7 +316,7 @@ class Coordinator:
         moves: dict[tuple[MoveKind, int, int, int, float], Move] = {}
         for receiver, sf in self.fleet_shortfalls():
             if _confined_to_a_domain(sf) or sf.repair_held:
-                continue  # topology never crosses shards (seed §16); a held repair is a human's
+                continue  # topology never crosses shards (design §16); a held repair is a human's
             asked = (receiver, sf.cluster, sf.priority)
             on_the_way = min(sf.count, pending.get(asked, 0))
             pending[asked] = pending.get(asked, 0) - on_the_way

@@ -8,12 +8,12 @@ from .models import CapacityType
 
 
 def effective_cost(price_per_hour: float, interruption_probability: float, penalty: float) -> float:
-    """effective_cost = price + interruption_probability × interruption_penalty (seed §4)."""
+    """effective_cost = price + interruption_probability × interruption_penalty (design §4)."""
     return price_per_hour + interruption_probability * penalty
 
 
 def drain_grace_period(preemptor_priority: int, victim_priority: int) -> float:
-    """Seconds of grace a preempted machine gets, from the priority gap (DESIGN §5 table).
+    """Seconds of grace a preempted machine gets, from the priority gap (design §8).
 
     The seed's code says `> 500000` for 30 s, but both of its worked examples are normative: a gap
     of exactly 500 000 drains with 30 s and a gap of exactly 100 000 gets the full 10 minutes.
@@ -41,7 +41,7 @@ SATURATED = VictimWeights(priority=0.2, speed=0.6, interruption=0.1, reclamation
 
 
 def victim_weights(pressure: float) -> VictimWeights:
-    """Priority dominates a calm shard; drain speed dominates a saturated one (seed §8)."""
+    """Priority dominates a calm shard; drain speed dominates a saturated one (design §8)."""
     p = min(max(pressure, 0.0), 1.0)
     mix = [
         (1 - p) * calm + p * hot

@@ -1,4 +1,4 @@
-"""Taking machines out of the fleet (seed §16): the request, what each shard could give, and
+"""Taking machines out of the fleet (design §16): the request, what each shard could give, and
 each shard's proportional share of it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from .models import Count, Wire
 
 
 class DecommissionRequest(Wire):
-    """Take `count` machines out of the fleet, proportionally across shards (seed §16):
+    """Take `count` machines out of the fleet, proportionally across shards (design §16):
     those of `provider`, optionally only in `zone` / of `instance_type` / on `rack`."""
 
     provider: str
@@ -39,7 +39,7 @@ class Matching(Wire):
 
 def proportional(available: Mapping[int, int], total: int) -> dict[int, int]:
     """Split `total` across shards in proportion to what each has (largest remainder), never
-    more than a shard has: a decommission takes each shard's share (seed §16)."""
+    more than a shard has: a decommission takes each shard's share (design §16)."""
     have = sum(available.values())
     total = min(total, have)
     if total <= 0:

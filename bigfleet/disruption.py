@@ -12,7 +12,7 @@ A cluster's operator bounds what BigFleet takes from its cluster voluntarily, in
   (at most `policy.max_do_not_disrupt_seconds` after it was received).
 
 A preemption whose need is at least `policy.disruption_override_gap` priority points above its
-victim ignores both: above that gap, priority is the only throttle (seed §5). Involuntary
+victim ignores both: above that gap, priority is the only throttle (design §5). Involuntary
 drains (a failed or unhealthy machine, decommissioning) are never held back.
 
 The shard applies this to each decision before the decision is applied (`DisruptionBook.hold`):

@@ -1,4 +1,4 @@
-"""What each cluster holds, per profile: the tallies a need's claims are made of (seed §8).
+"""What each cluster holds, per profile: the tallies a need's claims are made of (design §8).
 
 For every cluster, per profile, how many of its machines are CONFIGURED, CONFIGURING,
 CREATING, DRAINING and FAILED (`HELD_STATES`, in that slot order), kept current on every

@@ -1,4 +1,4 @@
-"""What arrives from outside a workflow, taken defensively (DESIGN §8).
+"""What arrives from outside a workflow, taken defensively (docs/design.md, "Bad input").
 
 Anyone with access to the Temporal namespace can send any workflow any signal or update with any
 payload: none, the wrong type, megabytes, NaN, nesting a thousand deep. So handlers never let the

@@ -1,4 +1,4 @@
-"""The shard's columnar inventory (seed §9, DESIGN §6): one numpy row per machine.
+"""The shard's columnar inventory (design §9): one numpy row per machine.
 
 Per-machine Python objects cost about a kilobyte; a row here costs under 48 bytes. Counts per
 (state, profile) and per (cluster, profile, state) (`held.HeldTallies`) are kept up to date on

@@ -12,7 +12,7 @@ RACK = "bigfleet.io/rack"
 KUBELET_VERSION = "bigfleet.io/kubelet-version"
 
 # Labels that describe the machine itself. A requirement on any other key the machine does not
-# carry (a kubelet version, a feature gate) is for the operator's bootstrap to satisfy (seed §13).
+# carry (a kubelet version, a feature gate) is for the operator's bootstrap to satisfy (design §13).
 MACHINE_KEYS = frozenset({INSTANCE_TYPE, ZONE, REGION, ARCH, CAPACITY_TYPE, PROVIDER, RACK})
 
 

@@ -1,7 +1,7 @@
 """Compact machine ids: ~6 bytes a machine plus an 8-byte open-addressing lookup slot.
 
 A Python dict from id string to row costs ~100 bytes a machine, twice the whole budget of
-seed §9. Machine ids are nearly always a prefix and a number ("aws-euw1-p5-00042"), so an id is
+design §9. Machine ids are nearly always a prefix and a number ("aws-euw1-p5-00042"), so an id is
 stored as (interned prefix, number) and looked up through a numpy hash table.
 """
 

@@ -1,4 +1,4 @@
-"""A shard's side of fleet membership (seed §16): splitting in two, merging, taking machines
+"""A shard's side of fleet membership (design §16): splitting in two, merging, taking machines
 out of the fleet. A helper object of `Shard` (`shard.membership`), handed the shard whose
 state it moves; the coordinator's side is in `coordinator.py`.
 """
@@ -28,7 +28,7 @@ class Membership:
         self.shard = shard
 
     def matching(self, where: Mapping[str, str], limit: int) -> Matching:
-        """Machines a decommission could take (seed §16): how many, and up to `limit` ids of
+        """Machines a decommission could take (design §16): how many, and up to `limit` ids of
         each kind (free, configured) whose provider / zone / instance_type / rack equal
         `where`'s. Machines in a transition or already leaving are not offered."""
         inv = self.shard.inventory
@@ -54,7 +54,7 @@ class Membership:
             configured_count=len(found["configured"]),
         )
 
-    # ---- splits and merges (seed §16) -------------------------------------------------------
+    # ---- splits and merges (design §16) -------------------------------------------------------
 
     def split_plan(self, fraction: float = 0.5) -> tuple[list[str], list[str]]:
         """What leaves when the shard divides: `fraction` of its clusters, with the machines

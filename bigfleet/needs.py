@@ -1,4 +1,4 @@
-"""The needs table of seed §8: every need of every cluster's latest roll-up, priority-sorted."""
+"""The needs table of design §8: every need of every cluster's latest roll-up, priority-sorted."""
 
 from __future__ import annotations
 

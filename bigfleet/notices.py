@@ -276,7 +276,7 @@ class NoticeBook:
                 reason=DrainReason.NOTICE if doomed else DrainReason.UNHEALTHY,
             )
         if state is S.IDLE and inv.profile_of(row).capacity_type is CapacityType.BARE_METAL:
-            # Bare metal is not deleted (seed §10): it waits out of the engine's reach.
+            # Bare metal is not deleted (design §10): it waits out of the engine's reach.
             self.quarantined[mid] = (inv.remove(mid), now + self.policy.quarantine_seconds)
             return None
         if state is S.IDLE:

@@ -1,4 +1,4 @@
-"""What a shard offers the coordinator in its 30-second report (seed §9): bounded samples of its
+"""What a shard offers the coordinator in its 30-second report (design §9): bounded samples of its
 idle, speculative and lowest-priority configured machines, built from the inventory's columns.
 
 A report carries one machine record per profile and ids for the rest (`reports.ShardReport`);

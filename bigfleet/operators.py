@@ -1,4 +1,4 @@
-"""The cluster operator's side of BigFleet (seed §13): the bootstrap callback and what it is told.
+"""The cluster operator's side of BigFleet (design §13): the bootstrap callback and what it is told.
 
 BigFleet never joins a node itself. It asks the cluster's operator for a bootstrap blob that
 satisfies a need's requirements; an operator that cannot (a kubelet outside its skew window)
@@ -57,7 +57,7 @@ class Reclaim(Wire):
 
 
 class OperatorUpdate(Wire):
-    """What BigFleet decided for one cluster in a cycle (seed §6 step 7, §13 scale-down step 6)."""
+    """What BigFleet decided for one cluster in a cycle (design §6, §13)."""
 
     cluster: Name
     upcoming: list[UpcomingNode] = Field(default_factory=list)
@@ -154,7 +154,7 @@ class SimulatedOperator:
         self._rng = random.Random(seed)
         # The nodes that joined the cluster, as its API server would list them (in order):
         # each machine it bootstrapped, until BigFleet says it reclaims it. What it reports as
-        # node health in its roll-ups (seed §9).
+        # node health in its roll-ups (design §9).
         self.nodes: dict[str, None] = {}
         self._nodes_lock = threading.Lock()  # (a gRPC server's threads call in)
 

@@ -29,7 +29,7 @@ class Policy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     cycle_seconds: Seconds = 10.0
-    # Cap of one provider Create call (seed §7: "64 machines at once, not 1").
+    # Cap of one provider Create call (design §7: "64 machines at once, not 1").
     create_batch: Annotated[int, Field(ge=1, le=64)] = 64
     # Grace for draining machines no need claims any more (a full graceful shutdown).
     excess_grace_seconds: Annotated[float, Field(ge=0)] = 600.0
@@ -41,7 +41,7 @@ class Policy(BaseModel):
     idle_timeout_seconds: dict[CapacityType, Seconds] = Field(
         default_factory=lambda: dict(IDLE_TIMEOUT_SECONDS)
     )
-    # A transition older than this is stuck: the machine is marked FAILED (seed §5, §9).
+    # A transition older than this is stuck: the machine is marked FAILED (design §5, §9).
     # (Likewise: naming one state leaves the others' in force, `transition_timeouts`.)
     transition_timeout_seconds: dict[MachineState, Seconds] = Field(
         default_factory=lambda: dict(TRANSITION_TIMEOUT_SECONDS)
@@ -81,7 +81,7 @@ class Policy(BaseModel):
     # none (none: BigFleet's voluntary moves are bounded by priority and cost alone)...
     disruption_budgets: list[DisruptionBudget] = Field(default_factory=list, max_length=32)
     # ...a preemption this many priority points above its victim or more ignores budgets and
-    # do-not-disrupt marks (seed §5: priority is the only throttle, above this gap)...
+    # do-not-disrupt marks (design §5: priority is the only throttle, above this gap)...
     disruption_override_gap: Annotated[int, Field(ge=1)] = 1_000_000
     # ...and a do-not-disrupt mark holds at most this long from when it is received.
     max_do_not_disrupt_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 86400.0
@@ -102,7 +102,7 @@ class Policy(BaseModel):
     # the engine's reach before it may serve again.
     quarantine_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 3600.0
     # A preemption drain still running this long after it started blocks its preemptor: the
-    # need it is for is reported short (seed §7 "Slow drains under priority pressure"), aged
+    # need it is for is reported short (design §7 "Slow drains under priority pressure"), aged
     # and escalated like any shortfall; the coordinator then shortens the drain's grace.
     blocked_drain_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 300.0
 

@@ -1,4 +1,4 @@
-"""What a shard tells the coordinator every 30 s (seed §6 tier 1): a summary, the machines it
+"""What a shard tells the coordinator every 30 s (design §6 tier 1): a summary, the machines it
 could give (idle, speculative, preemptible), and what it misses (shortfalls). Offers are
 bounded samples grouped by profile, not inventories, so a report — and the coordinator's
 history, which holds every report — stays small."""
@@ -18,7 +18,7 @@ REPORT_SECONDS = 30.0
 
 
 class MoveKind(StrEnum):
-    """How machines move between shards, in the order the coordinator tries (seed §9)."""
+    """How machines move between shards, in the order the coordinator tries (design §9)."""
 
     IDLE = "idle"
     SPECULATIVE = "speculative"

@@ -37,7 +37,7 @@ def requirement_matches(req: NodeSelectorRequirement, labels: Mapping[str, str])
 def all_match(reqs: Iterable[NodeSelectorRequirement], labels: Mapping[str, str]) -> bool:
     """Does a machine with these labels fit? A requirement on a key the machine does not carry
     and that is not one of the machine's own keys (`MACHINE_KEYS`) is left to the operator:
-    the node gets that label from its bootstrap blob, or the operator refuses (seed §13)."""
+    the node gets that label from its bootstrap blob, or the operator refuses (design §13)."""
     return all(
         requirement_matches(r, labels)
         for r in reqs

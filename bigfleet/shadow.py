@@ -1,4 +1,4 @@
-"""Shadow mode (seed §13, migration phase 1): a shard that decides every cycle and acts on
+"""Shadow mode (design §13, migration phase 1): a shard that decides every cycle and acts on
 nothing keeps here what it would have done next to what happened at the providers.
 
 The shard's view follows the providers: each cycle its decision is applied to the inventory as

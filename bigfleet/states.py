@@ -1,4 +1,4 @@
-"""The machine state machine of seed §5: eight states, the legal moves between them."""
+"""The machine state machine of design §5: eight states, the legal moves between them."""
 
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ LEGAL: dict[tuple[S, S], str] = {
     (S.DRAINING, S.IDLE): "drain done",
     (S.IDLE, S.DELETING): "delete",
     (S.DELETING, S.SPECULATIVE): "delete done",
-    # Every transitional state can time out, or fail outright, into FAILED (seed §7).
+    # Every transitional state can time out, or fail outright, into FAILED (design §7).
     (S.CREATING, S.FAILED): "timeout",
     (S.CONFIGURING, S.FAILED): "timeout",
     (S.DRAINING, S.FAILED): "timeout",
     (S.DELETING, S.FAILED): "timeout",
-    # Corrective paths out of FAILED (seed §7 and DESIGN §4).
+    # Corrective paths out of FAILED (design §5 and §7).
     (S.FAILED, S.DELETING): "cleanup of a failed create",
     (S.FAILED, S.SPECULATIVE): "slot restored after cleanup",
     (S.FAILED, S.IDLE): "configure given up, or forced drain done",

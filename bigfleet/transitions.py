@@ -1,4 +1,4 @@
-"""What to do when a transition ends in FAILED (seed §7), as a pure rule both the simulator's
+"""What to do when a transition ends in FAILED (design §7), as a pure rule both the simulator's
 executor and the Temporal transition workflows follow."""
 
 from __future__ import annotations

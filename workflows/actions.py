@@ -1,4 +1,4 @@
-"""The engine's actions as machine transition workflow inputs (seed §5, §7): which provider,
+"""The engine's actions as machine transition workflow inputs (design §5, §7): which provider,
 which fencing token, how long the transition may take; and their results folded back. A
 helper object of the shard workflow, handed the shard it serves and how that shard runs."""
 

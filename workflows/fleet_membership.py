@@ -1,4 +1,4 @@
-"""The coordinator's side of fleet membership (seed §16): adding a shard, splitting one in two,
+"""The coordinator's side of fleet membership (design §16): adding a shard, splitting one in two,
 merging two, one at a time, each split or merge run as a `MembershipSaga`. A helper object of
 the coordinator workflow, handed its planner and how it runs; it keeps the running split or
 merge, which crosses continue-as-new with the coordinator (`running`)."""

@@ -1,4 +1,5 @@
-"""Every signal and update of every BigFleet workflow enters through here (DESIGN §8).
+"""Every signal and update of every BigFleet workflow enters through here (docs/design.md,
+"Bad input").
 
 - Signals: each workflow has one dynamic signal handler that receives raw payloads and calls
   `Guard.signal`, which looks the name up among the methods marked `@accepts(...)`, decodes

@@ -1,4 +1,4 @@
-"""Shard splits and merges as sagas (seed §16): the only time clusters move between shards.
+"""Shard splits and merges as sagas (design §16): the only time clusters move between shards.
 
 A split starts a new shard (empty, deciding nothing yet), asks the donor to let half its
 clusters and machines go, then hands the machines over in parts of `chunk` records (each far

@@ -1,4 +1,4 @@
-"""Rebalancing and cross-shard preemption as sagas (seed §5, §8, §9): each step an update on a
+"""Rebalancing and cross-shard preemption as sagas (design §5, §8, §9): each step an update on a
 shard workflow, each with its compensation, run backwards when a later step fails. No machine is
 ever owned by two shards or by none: it is released by the donor before the receiver adopts it,
 and if the receiver refuses, the donor takes it back."""
@@ -71,7 +71,7 @@ class TransferSagaWorkflow(NoSignals):
                 step = "wait_drained"
                 await self._wait_idle(s.machine_ids)
             if s.receiver < 0:
-                # Decommission (seed §16): the machines leave the fleet, to no other shard.
+                # Decommission (design §16): the machines leave the fleet, to no other shard.
                 step = "decommission"
                 await self._update(s.donor, step, next(seqs), s.machine_ids)
                 result.moved = list(s.machine_ids)

@@ -1,4 +1,4 @@
-"""A shard in shadow mode (docs/shadow.md, seed §13 phase 1): it decides every cycle on the
+"""A shard in shadow mode (docs/shadow.md, design §13 phase 1): it decides every cycle on the
 fleet as the providers show it, and starts nothing. A helper object of the shard workflow:
 each cycle `decide` runs the decision and records it, then `follow` lists every provider (reads
 only), records what others changed since the last listing, and folds the listing in, which

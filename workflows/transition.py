@@ -1,4 +1,4 @@
-"""One machine transition (seed §5, §7) as a workflow: call the provider, watch the machine on
+"""One machine transition (design §5, §7) as a workflow: call the provider, watch the machine on
 durable timers until it settles or times out, and take the corrective path when it fails."""
 
 from __future__ import annotations
@@ -274,7 +274,7 @@ class MachineTransitionWorkflow(TakesSignals):
         self, machine_ids: list[str], target: MachineState, timeout: float
     ) -> list[Machine]:
         """Poll on durable timers until every machine is at `target` or FAILED, or time is up.
-        A drain that outlasts its time is escalated to forced termination (seed §7)."""
+        A drain that outlasts its time is escalated to forced termination (design §7)."""
         deadline = workflow.now() + timedelta(seconds=timeout)
         forced = False
         while True:

@@ -10,7 +10,8 @@ A module per workflow its types cross to: shard.py, transitions.py, mailbox.py,
 coordinator.py (its instructions and sagas included), providers.py (the provider and operator
 activities), with search.py (the search attributes) and base.py (`Model`). This package is
 their one import point: a workflow and the activities it calls share most of them, and
-`from activities.wire import X` keeps the boundary one place to look (DESIGN §2, decision 0007).
+`from activities.wire import X` keeps the boundary one place to look (docs/design.md,
+"Layers"; decision 0007).
 """
 
 from .base import (

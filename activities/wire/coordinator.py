@@ -18,7 +18,7 @@ COORDINATOR_ID = "coordinator"  # the coordinator's workflow id (one per namespa
 
 
 class Instruction(Model):
-    """A coordinator instruction, fenced by (coordinator_term, seq) (seed §11)."""
+    """A coordinator instruction, fenced by (coordinator_term, seq) (design §11)."""
 
     term: int
     seq: int
@@ -60,7 +60,7 @@ class ShardCall(Model):
 
 
 class SagaInput(Model):
-    """Move machines between shards (seed §9): idle, speculative, or preempted and drained."""
+    """Move machines between shards (design §9): idle, speculative, or preempted and drained."""
 
     kind: str
     donor: int
@@ -90,7 +90,7 @@ class SagaResult(Model):
 
 class MembershipInput(Model):
     """A shard split (`into` is the new shard) or merge (`donor` retires into `into`), run as a
-    saga with seqs `seq`, `seq + 1`, … of coordinator term `term` (seed §16)."""
+    saga with seqs `seq`, `seq + 1`, … of coordinator term `term` (design §16)."""
 
     kind: str  # "split" | "merge"
     donor: int

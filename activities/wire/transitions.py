@@ -21,7 +21,7 @@ def _clip(text: str, limit: int) -> str:
 
 
 def transition_workflow_id(t: TransitionInput) -> str:
-    """Same machines, same transition, same operation: the same workflow (seed §7
+    """Same machines, same transition, same operation: the same workflow (design §7
     idempotency), so a retried start finds the workflow it started. The shard's epoch is part
     of the operation: a shard started from scratch never attaches to an earlier incarnation's
     workflow.
@@ -77,7 +77,7 @@ class TransitionResult(Model):
     refused: str | None = None
     # A create the provider refused for want of capacity or quota (QuotaExhausted, e.g. EC2's
     # InsufficientInstanceCapacity): the machines it no longer offers. The shard lets go of
-    # them (seed §7: "marks the quota slot bad"); the provider's listing brings them back when
+    # them (design §7: "marks the quota slot bad"); the provider's listing brings them back when
     # it offers them again. `refused` is the operator's refusal to bootstrap; this is not.
     unavailable: list[str] = Field(default_factory=list)
     # The machines as a MachinePage instead (a quarter of the bytes: 64 created machines are

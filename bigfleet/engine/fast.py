@@ -62,7 +62,7 @@ class _Claimed:
 
 
 class FastEngine:
-    """The decision engine of seed §8 over an `Inventory`: `decide` a cycle, then `apply` it."""
+    """The decision engine of design §8 over an `Inventory`: `decide` a cycle, then `apply` it."""
 
     def __init__(self, inventory: Inventory, policy: Policy) -> None:
         self.inventory = inventory
@@ -108,14 +108,14 @@ class FastEngine:
         return result
 
     def decide(self, needs: Iterable[Need], now: float) -> Decision:
-        """One cycle of seed §8's worker loop (`runCycle`; docs/engine.md, The cycle).
+        """One cycle of design §8's worker loop (`runCycle`; docs/engine.md, The cycle).
 
         Takes the needs table (in table order: priority descending, then arrival) and the
         time; reads the inventory and the policy, and changes nothing in the inventory (that
         is `apply`'s job). Claims, then Phase 1 (`assign_free_capacity`), Phase 2
         (`resolve_inversions`), consolidation toward cheaper capacity (`consolidate`),
-        shortfalls (seed §9), Phase 3 (`reclaim_excess`) and upkeep: stuck transitions and
-        health verification (seed §9).
+        shortfalls (design §9), Phase 3 (`reclaim_excess`) and upkeep: stuck transitions and
+        health verification (design §9).
 
         Returns the `Decision`: actions in that order, satisfied and earmarked counts per
         need key, preemptions, consolidations, aged shortfalls and timed-out machine ids.
@@ -286,7 +286,7 @@ class FastEngine:
             out.actions.stamp_all(create, "machine_ids", IdBatches(ids, batch))
 
     def _upkeep(self, out: Decision, now: float) -> None:
-        """Stuck transitions and health verification (seed §9): vectorised column scans.
+        """Stuck transitions and health verification (design §9): vectorised column scans.
 
         A machine in a transition longer than its timeout is reported `timed_out`; a
         CONFIGURED machine its cluster has left out of `health_missed_reports` consecutive

@@ -20,7 +20,7 @@ from .moves import worth_moving
 def displaceable(holder: Need, preemptor: Need, policy: Policy) -> bool:
     """Whether `holder`'s owned machines may be displaced for `preemptor`, which would
     otherwise buy elastic capacity (`Policy.fleet_cost`): backfill at least `displace_gap`
-    below it. Between closer priorities preemption stays the last resort (seed §8)."""
+    below it. Between closer priorities preemption stays the last resort (design §8)."""
     return holder.priority <= preemptor.priority - policy.displace_gap
 
 
@@ -114,7 +114,7 @@ def regret_swaps(
     """Owned capacity goes where it saves the fleet the most (`Policy.fleet_cost`): when a
     need was given owned machines this cycle (`given`: need, profile, count) and another buys
     elastic ones (`buys`) that an owned machine would fit, and the first could buy elastic
-    capacity that costs it less (`cost`: effective cost, seed §4) than the second's purchase
+    capacity that costs it less (`cost`: effective cost, design §4) than the second's purchase
     costs the second, they swap. Dearest purchase first; for each, the giver whose own
     cheapest option (`options`: its elastic profiles, cheapest first; `spare`: slots left per
     profile) costs least. A need keeps its count: it is served by another option, never by

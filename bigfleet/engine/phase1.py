@@ -1,4 +1,4 @@
-"""Phase 1 (seed §8): fill each need's deficit from idle machines, then speculative ones."""
+"""Phase 1 (design §8): fill each need's deficit from idle machines, then speculative ones."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class Assignment:
 
 
 def assign_free_capacity(state: CycleState) -> list[Assignment]:
-    """Phase 1 of seed §8 ("why idle before speculative"; docs/engine.md, The cycle 2).
+    """Phase 1 of design §8 ("why idle before speculative"; docs/engine.md, The cycle 2).
 
     Walks `state.needs` in table order; each need short of its count after its claims takes
     free machines from `state.idle_left` before `state.spec_left`, each in its supply order

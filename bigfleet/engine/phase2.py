@@ -1,4 +1,4 @@
-"""Phase 2 (seed §8): unsatisfied needs wait for supply on its way, then preempt strictly lower
+"""Phase 2 (design §8): unsatisfied needs wait for supply on its way, then preempt strictly lower
 priorities, best victim first; what is still missing becomes a shortfall."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ S = MachineState
 def resolve_inversions(
     state: CycleState, assignments: list[Assignment], out: Decision
 ) -> tuple[list[Victim], list[tuple[Need, int, str]]]:
-    """Phase 2 of seed §8 ("resolving priority inversions"; docs/engine.md, The cycle 3-4).
+    """Phase 2 of design §8 ("resolving priority inversions"; docs/engine.md, The cycle 3-4).
 
     Walks `state.needs` in table order with what Phase 1 `assignments` gave them and what it
     kept for them (`state.reserved`). A need still short first earmarks supply on its way

@@ -1,4 +1,4 @@
-"""Phase 3 (seed §8, "reclaiming excess"): configured machines no need claims drain back to
+"""Phase 3 (design §8, "reclaiming excess"): configured machines no need claims drain back to
 idle, most expensive first; idle cloud machines nobody is about to want go back to speculative.
 """
 
@@ -27,7 +27,7 @@ S = MachineState
 def reclaim_excess(
     state: CycleState, picker: RowPicker, out: Decision, taken: np.ndarray, now: float
 ) -> None:
-    """Phase 3 of seed §8 ("reclaiming excess"; docs/engine.md, The cycle 6, and the idle
+    """Phase 3 of design §8 ("reclaiming excess"; docs/engine.md, The cycle 6, and the idle
     timeouts of 7).
 
     Takes the cycle's claims (`state.claims`, whose `excess` are the CONFIGURED machines no
@@ -36,7 +36,7 @@ def reclaim_excess(
 
     Appends to `out.actions`: a Drain (reason `excess`, the policy's full excess grace) for
     every excess machine, most expensive per hour first, lowest reclamation value on ties
-    (seed §8: free the cheap-to-replace capacity first); then `release_idle`'s Deletes.
+    (design §8: free the cheap-to-replace capacity first); then `release_idle`'s Deletes.
     Returns nothing: reclaimed machines reach IDLE when their drain completes.
     """
     _drain_excess(state, picker, out)
@@ -107,7 +107,7 @@ def release_idle(
     out: Decision,
     idle: np.ndarray | None = None,
 ) -> None:
-    """Idle → Speculative (seed §8, "Idle → Speculative happens lazily, per-provider"): an
+    """Idle → Speculative (design §8, "Idle → Speculative happens lazily, per-provider"): an
     IDLE cloud machine (a capacity type in `DELETABLE`) not `taken` this cycle is deleted once
     idle for its capacity type's timeout, unless the demand forecast wants its profile soon;
     with `Policy.fleet_cost`, an elastic machine goes instead once it is among the longest

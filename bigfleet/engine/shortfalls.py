@@ -1,4 +1,4 @@
-"""Shortfalls (seed §9): a cycle's unmet needs, aged across cycles and bounded, and how a
+"""Shortfalls (design §9): a cycle's unmet needs, aged across cycles and bounded, and how a
 need's requirements are named when no profile matches it."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def age_shortfalls(
     policy: Policy,
     unmet: list[tuple[Need, int, str]],
 ) -> list[Shortfall]:
-    """Turn this cycle's unmet needs (table order) into aged, bounded shortfalls (seed §9)."""
+    """Turn this cycle's unmet needs (table order) into aged, bounded shortfalls (design §9)."""
     ages: dict[str, int] = {}
     out: list[Shortfall] = []
     for need, deficit, profile in unmet:

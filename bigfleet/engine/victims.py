@@ -62,7 +62,7 @@ class Victim:
 
 class VictimPool:
     """Every configured claim as a would-be victim, as columns in best-victim-first order:
-    seed §8's four factors (weights shifted by how saturated the shard is), then the holder's
+    design §8's four factors (weights shifted by how saturated the shard is), then the holder's
     priority and table order, then the profile's name. `left` and `used` change as Phase 2
     preempts."""
 

@@ -1,4 +1,4 @@
-"""What the engine decides and asks (seed §5, §13): its actions on machines with their
+"""What the engine decides and asks (design §5, §13): its actions on machines with their
 reasons, and the bootstrap a configure asks of a cluster's operator."""
 
 from __future__ import annotations

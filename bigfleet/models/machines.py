@@ -1,4 +1,4 @@
-"""Machines as providers report them (seed §7): their states, capacity types, hosts and
+"""Machines as providers report them (design §7): their states, capacity types, hosts and
 notices, and what a provider call carries besides (its fencing token, a listing's filter, an
 acknowledged transition)."""
 
@@ -13,7 +13,7 @@ from .base import INT32_MAX, Dollars, Name, Probability, Wire
 
 
 class MachineState(StrEnum):
-    """A machine's place in its life (seed §5): offered (SPECULATIVE) through bound to a
+    """A machine's place in its life (design §5): offered (SPECULATIVE) through bound to a
     cluster (CONFIGURED), the transitional states between, and FAILED."""
 
     SPECULATIVE = "SPECULATIVE"
@@ -36,7 +36,7 @@ class CapacityType(StrEnum):
 
 
 class Transition(StrEnum):
-    """The four lifecycle operations of seed §5; each is one workflow in Temporal."""
+    """The four lifecycle operations of design §5; each is one workflow in Temporal."""
 
     CREATE = "create"
     CONFIGURE = "configure"
@@ -107,11 +107,11 @@ class Notice(Wire):
 
 
 class Machine(Wire):
-    """A machine as a provider reports it (seed §7 `Machine`).
+    """A machine as a provider reports it (design §7 `Machine`).
 
     BigFleet's extensions: `cluster`, the cluster a CONFIGURED or DRAINING machine is bound to,
     and `failed_from`, the transitional state a FAILED machine failed in, which picks its
-    corrective path (seed §7) for whoever reads the record, a restarted shard included.
+    corrective path (design §7) for whoever reads the record, a restarted shard included.
     The seed's core invariant holds here: no host, no cluster. A FAILED machine may keep its
     host (a half-made instance still has to be cleaned up) or have none.
     """
@@ -174,7 +174,7 @@ class ListFilter(Wire):
 
 
 class FencingToken(Wire):
-    """The shard's token on every provider call (seed §11): a stale epoch is rejected."""
+    """The shard's token on every provider call (design §11): a stale epoch is rejected."""
 
     shard_id: Annotated[int, Field(ge=0)]
     shard_epoch: Annotated[int, Field(ge=0)]

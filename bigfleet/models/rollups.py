@@ -1,5 +1,5 @@
-"""Roll-ups (seed §8): a cluster's capacity needs, their node-selector requirements and
-topology, the nodes its operator saw, and the shortfall a shard could not serve (seed §9)."""
+"""Roll-ups (design §8): a cluster's capacity needs, their node-selector requirements and
+topology, the nodes its operator saw, and the shortfall a shard could not serve (design §9)."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ never be followed: one this large would leave its cluster no room above it."""
 
 
 class ClusterCapacityNeeds(Wire):
-    """A roll-up: all needs of one cluster, replacing the previous roll-up (seed §8).
+    """A roll-up: all needs of one cluster, replacing the previous roll-up (design §8).
 
     `generation` rises with each roll-up the operator sends, from 0 to MAX_GENERATION; an older
     or repeated one changes nothing but the cluster's last-seen time (bigfleet/needs.py).
@@ -121,7 +121,7 @@ class ClusterCapacityNeeds(Wire):
 
 
 class Shortfall(Wire):
-    """A need the shard could not serve from its own inventory (seed §9)."""
+    """A need the shard could not serve from its own inventory (design §9)."""
 
     cluster: str
     profile: str

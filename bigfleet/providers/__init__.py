@@ -1,4 +1,4 @@
-"""Capacity providers: the seed §7 contract (base.py) and its backends.
+"""Capacity providers: the design §7 contract (base.py) and its backends.
 
 simulated/ holds the simulated cloud and bare-metal backends (no I/O, virtual time); ec2/ and
 redfish/ the real ones (AWS through boto3, bare metal through Redfish BMCs), loaded by kind from

@@ -1,4 +1,4 @@
-"""The `CapacityProvider` contract of seed §7: six methods, and the errors a caller branches on.
+"""The `CapacityProvider` contract of design §7: six methods, and the errors a caller branches on.
 
 Like Karpenter's `pkg/cloudprovider/types.go`, one module holds the interface and its typed errors,
 so a caller reacts to *what went wrong* (stale token, no quota, throttled) without parsing text.
@@ -112,7 +112,7 @@ class ProviderError(Exception):
 
 
 class StaleFencingToken(ProviderError):
-    """A call from a shard epoch older than one the provider has already seen (seed §11)."""
+    """A call from a shard epoch older than one the provider has already seen (design §11)."""
 
     def __init__(self, provider: str, shard_id: int, presented: int, highest: int) -> None:
         super().__init__(
@@ -127,7 +127,7 @@ class StaleFencingToken(ProviderError):
 
 
 class UnissuedEpoch(ProviderError, ValueError):
-    """A fencing token whose epoch is beyond the provider's own clock (seed §11): epochs are
+    """A fencing token whose epoch is beyond the provider's own clock (design §11): epochs are
     shard start times in ms (docs/decisions/0002), so no shard was ever given it. A bad request,
     not a stale one: refused as INVALID_FIELD naming `field`, and kept nowhere (taking it would
     fence the real shard out until the clock reached it)."""

@@ -2,7 +2,7 @@
 
 It does what the Temporal transition workflows do against real ones: call the provider, watch
 the machine until it settles, configure a freshly created machine for the need it was created
-for, and take the corrective path of seed §7 when a transition fails.
+for, and take the corrective path of design §7 when a transition fails.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class Executor:
         self.recorder = recorder
         self.in_flight: dict[str, InFlight] = {}
         # Configure attempts per machine since it last settled: a retry with a fresh blob, then
-        # back to idle (seed §7).
+        # back to idle (design §7).
         self.configure_attempts: dict[str, int] = {}
         self.retry: list[tuple[float, Action]] = []
 

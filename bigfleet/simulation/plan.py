@@ -1,5 +1,5 @@
 """`bigfleet plan`: the cheapest fixed fleet that meets service objectives, for BigFleet and
-for the per-cluster baseline (seed §3.1: the simulator is for "what if").
+for the per-cluster baseline (design §3.1: the simulator is for "what if").
 
 The fixed fleet is counted in racks of each *kind* (a bare-metal provider's racks of one
 instance type). A candidate fleet takes the first N racks of the kind as the scenario lists

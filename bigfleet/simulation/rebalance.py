@@ -1,4 +1,4 @@
-"""The coordinator in the simulator: the same planning as the `Coordinator` workflow (seed §6,
+"""The coordinator in the simulator: the same planning as the `Coordinator` workflow (design §6,
 §9, §16), its moves carried out in process — release then adopt, and for cross-shard preemption
 a drain on the donor first; splits and merges through the same shard methods the membership
 saga calls; decommissions shared out the same way — so fleet-scale what-ifs run in virtual
@@ -103,7 +103,7 @@ class Rebalancer:
                 now,
             )
 
-    # ---- membership (seed §16) ---------------------------------------------------------------
+    # ---- membership (design §16) ---------------------------------------------------------------
 
     def _membership(self, now: float) -> None:
         if self.merging is not None:
@@ -142,7 +142,7 @@ class Rebalancer:
             self.merged_into[donor] = into
             self.merging = None
 
-    # ---- decommission (seed §16) ------------------------------------------------------------
+    # ---- decommission (design §16) ------------------------------------------------------------
 
     def decommission(self, req: DecommissionRequest, now: float) -> None:
         """Each shard gives its proportional share: free machines leave at once, configured

@@ -147,7 +147,7 @@ class RackFailure(Spec):
 
 
 class TimedDecommission(DecommissionRequest):
-    """At `at`, take `count` machines of `provider` out of the fleet (seed §16)."""
+    """At `at`, take `count` machines of `provider` out of the fleet (design §16)."""
 
     at: Seconds
 
@@ -176,11 +176,11 @@ class Scenario(Spec):
     clusters: list[ClusterSpec]
     policy: PolicyOverrides = Field(default_factory=lambda: PolicyOverrides())
     sample_seconds: Annotated[float, Field(gt=0)] = 60.0
-    # The coordinator's shard splits and merges, and decommissions along the way (seed §16).
+    # The coordinator's shard splits and merges, and decommissions along the way (design §16).
     membership: MembershipThresholds = Field(default_factory=MembershipThresholds)
     decommissions: list[TimedDecommission] = Field(default_factory=list)
     # The clusters' operators put their nodes' health in their roll-ups this often (0: never;
-    # seed §9 says 30 s), and racks fail (issue 33).
+    # design §9 says 30 s), and racks fail (issue 33).
     health_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
     rack_failures: list[RackFailure] = Field(default_factory=list)
 

@@ -1,4 +1,4 @@
-"""Slow drains under priority pressure (seed §7, issue 33; bigfleet/blocked.py): a preemption
+"""Slow drains under priority pressure (design §7, issue 33; bigfleet/blocked.py): a preemption
 drain that runs long makes its preemptor's need a shortfall, aged and escalated like any
 other, naming the drains; the coordinator escalates each of them once."""
 

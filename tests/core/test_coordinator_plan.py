@@ -1,4 +1,4 @@
-"""The coordinator's pure planning (seed §6, §9): assignment, and shortfalls resolved idle
+"""The coordinator's pure planning (design §6, §9): assignment, and shortfalls resolved idle
 first, then speculative quota, then cross-shard preemption only when neither exists."""
 
 from bigfleet.assignment import cluster_shard
@@ -91,7 +91,7 @@ def test_cross_shard_preemption_only_when_nothing_is_free_anywhere():
     (move,) = c.plan()
     assert move.kind is MoveKind.PREEMPT and (move.donor, move.receiver) == (2, 1)
     assert len(move.machine_ids) == 64
-    assert move.grace_seconds == 30.0  # a gap of 900 000: the seed's table, DESIGN §5
+    assert move.grace_seconds == 30.0  # a gap of 900 000: design §8
 
     c.receive(report(3, idle=gpus("idle", 1, MachineState.IDLE)), now=0.0)
     assert {m.kind for m in c.plan()} == {MoveKind.IDLE}

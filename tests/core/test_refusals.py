@@ -1,4 +1,4 @@
-"""A need its cluster's operator refuses to bootstrap (seed §13, issue 34): each refusal in a
+"""A need its cluster's operator refuses to bootstrap (design §13, issue 34): each refusal in a
 row doubles the wait before BigFleet tries again, the shortfall ages from the first and is
 escalated, and a machine configured for the cluster ends the streak."""
 

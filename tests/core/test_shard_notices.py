@@ -1,4 +1,4 @@
-"""What a cycle tells the cluster operators (seed §6 step 7): at fleet scale one cycle can
+"""What a cycle tells the cluster operators (design §6 step 7): at fleet scale one cycle can
 announce tens of thousands of machines, so a cluster's news may come in chunks; together the
 chunks say exactly what one update would."""
 

@@ -1,4 +1,4 @@
-"""A shard dividing in two, or two merging (seed §16), without Temporal: every cluster and every
+"""A shard dividing in two, or two merging (design §16), without Temporal: every cluster and every
 machine ends on exactly one side, clusters keep their configured machines and their place in
 the queue, free machines move by whole rack, and machines in a transition stay put."""
 

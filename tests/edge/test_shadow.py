@@ -1,4 +1,4 @@
-"""Shadow mode (seed §13 phase 1, docs/shadow.md): a fleet that decides and records, and calls
+"""Shadow mode (design §13 phase 1, docs/shadow.md): a fleet that decides and records, and calls
 no mutating method of any provider.
 
 The reference cloud provider in its own process (`bigfleet provider serve`), a Temporal dev

@@ -1,4 +1,5 @@
-"""Bad roll-ups (DESIGN §8): a clear error naming the field, and the last good roll-up stands."""
+"""Bad roll-ups (docs/design.md, "Bad input"): a clear error naming the field, and the last
+good roll-up stands."""
 
 import copy
 

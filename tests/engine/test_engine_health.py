@@ -1,4 +1,4 @@
-"""Health → verify → replace (seed §9), on the shard as the workflow drives it: a configured
+"""Health → verify → replace (design §9), on the shard as the workflow drives it: a configured
 machine its cluster stops reporting is verified with its provider after 3 missed reports, and
 replaced once the provider confirms it dead; one that shows up again is left alone.
 

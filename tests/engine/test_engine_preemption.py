@@ -1,4 +1,4 @@
-"""Phase 2 (seed §8) directly: which configured machines a short need preempts, in what order,
+"""Phase 2 (design §8) directly: which configured machines a short need preempts, in what order,
 and how the shard's saturation shifts that order from priority towards drain speed.
 
 Every test runs against both engines. In each, a 1 000 000-priority need finds no free GPU and

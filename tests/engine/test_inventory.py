@@ -1,4 +1,4 @@
-"""The shard's columnar inventory (seed §9, DESIGN §6): lookups, counts, profiles, size."""
+"""The shard's columnar inventory (design §9): lookups, counts, profiles, size."""
 
 from collections import Counter
 

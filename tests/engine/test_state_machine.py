@@ -1,4 +1,4 @@
-"""The machine state machine of seed §5 / DESIGN §4, driven through the inventory."""
+"""The machine state machine of design §5, driven through the inventory."""
 
 import pytest
 from pydantic import ValidationError

@@ -133,7 +133,7 @@ def test_equal_priority_never_preempts(make_shard):
         assert shortfall_of(decision, "a") is None
 
 
-# ---- §8 drain grace from the priority gap (DESIGN §5 table) ---------------------------------
+# ---- §8 drain grace from the priority gap (design §8) ---------------------------------
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The simulated cluster operator answers GenerateBootstrap as seed §13 describes."""
+"""The simulated cluster operator answers GenerateBootstrap as design §13 describes."""
 
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ def test_an_update_with_a_negative_grace_is_rejected():
 
 
 def test_its_nodes_are_the_machines_it_bootstrapped_until_they_are_reclaimed():
-    """What the operator reports as node health (seed §9): the machines that joined."""
+    """What the operator reports as node health (design §9): the machines that joined."""
     op = operator()
     for i in (1, 2, 3):
         op.generate_bootstrap(request().model_copy(update={"machine_id": f"m-{i}"}))

@@ -1,4 +1,4 @@
-"""The simulated capacity providers behave as seed §7 and §10 promise a real one would."""
+"""The simulated capacity providers behave as design §7 and §10 promise a real one would."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`bigfleet simulate` end to end: the real shard and engine against simulated providers and
-operators, in virtual time (seed §4, §7, §8, §10, §13).
+operators, in virtual time (design §4, §7, §8, §10, §13).
 
 Scenarios are small dicts built here (or the examples/ files); each test reads the report a user
 would read, plus, where the report cannot say it, the machines the run left behind.
@@ -42,7 +42,7 @@ from .scenarios import (
     simulate,
 )
 
-# ---- seed §8: the preemption walkthrough -----------------------------------------------------
+# ---- design §8: the preemption walkthrough -----------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +93,7 @@ def test_walkthrough_with_64_more_free_machines_preempts_nothing():
     assert shard_states(sim) == {"CONFIGURED": 128}
 
 
-# ---- seed §4: effective cost picks spot or on-demand -----------------------------------------
+# ---- design §4: effective cost picks spot or on-demand -----------------------------------------
 
 
 def test_spot_vs_on_demand_example_puts_web_on_spot_and_training_on_demand():
@@ -155,7 +155,7 @@ def test_another_seed_gives_another_report(tmp_path, capsys):
     ]
 
 
-# ---- seed §13: the operator refuses what its cluster cannot run ------------------------------
+# ---- design §13: the operator refuses what its cluster cannot run ------------------------------
 
 
 def refused_scenario(requirement: dict[str, Any], provider: dict[str, Any]) -> dict[str, Any]:
@@ -194,7 +194,7 @@ def test_a_kubelet_outside_the_skew_window_is_refused_and_the_machine_stays_idle
 
 
 def test_a_kubelet_inside_the_skew_window_is_configured():
-    """The operator makes nodes with any kubelet 1.30-1.33 (seed §13): asking for one works."""
+    """The operator makes nodes with any kubelet 1.30-1.33 (design §13): asking for one works."""
     raw = refused_scenario(
         {"key": KUBELET, "operator": "In", "values": ["1.32"]},
         bare_metal(rack("r1", 4, instance_type="cpu-64")),
@@ -235,7 +235,7 @@ def test_a_refused_bootstrap_returns_the_machine_to_idle(kind):
         assert any(a["reason"] == "idle-timeout" for a in report["actions"])
 
 
-# ---- seed §7: FAILED transitions take their corrective path ----------------------------------
+# ---- design §7: FAILED transitions take their corrective path ----------------------------------
 
 
 def failing_creates(duration: float) -> dict[str, Any]:
@@ -261,7 +261,7 @@ def test_creates_that_never_finish_are_cleaned_up_back_to_speculative():
 
 
 def test_failures_report_the_state_they_failed_in():
-    """`failures[].failed_from` is the transitional state the machine failed in (seed §7)."""
+    """`failures[].failed_from` is the transitional state the machine failed in (design §7)."""
     _, report = simulate(failing_creates(3600))
     assert {f["failed_from"] for f in report["failures"]} == {"CREATING"}
 
@@ -332,7 +332,7 @@ def test_spot_interruption_warnings_drain_the_machine_and_start_its_replacement_
     assert need_of(warned, "web")["satisfied"] == 6
 
 
-# ---- seed §10: quota shrinks never remove running machines -----------------------------------
+# ---- design §10: quota shrinks never remove running machines -----------------------------------
 
 
 def test_a_quota_shrink_keeps_every_running_machine():
@@ -366,7 +366,7 @@ def test_a_quota_shrink_keeps_every_running_machine():
     assert [s["max_count"] for s in report["shortfalls"] if s["cluster"] == "web"] == [5]
 
 
-# ---- seed §10, §13: rate-limited provider APIs -----------------------------------------------
+# ---- design §10, §13: rate-limited provider APIs -----------------------------------------------
 
 
 def test_rate_limited_creates_still_satisfy_the_need():
@@ -522,7 +522,7 @@ def test_a_same_rack_preemption_frees_one_rack_once():
     assert need_of(report, "train")["satisfied"] == 64
     pre = report["preemptions"]
     # Each machine is preempted once. Besides train's 64, infer (900000) lost its machine in the
-    # rack and in turn takes one from research (0): the cascade of seed §8.
+    # rack and in turn takes one from research (0): the cascade of design §8.
     assert len({p["machine"] for p in pre}) == len(pre)
     for_train = [p for p in pre if p["preemptor"] == "train"]
     assert len(for_train) == 64
@@ -552,7 +552,7 @@ def test_operators_hear_of_upcoming_nodes_and_reclaims():
     assert upcoming_b == {r.machine_id for r in reclaims}
 
 
-# ---- seed §6, §9: the coordinator between shards, in virtual time --------------------------
+# ---- design §6, §9: the coordinator between shards, in virtual time --------------------------
 
 
 def test_the_simulated_coordinator_moves_free_capacity_then_preempts_across_shards():
@@ -580,7 +580,7 @@ def test_the_simulated_coordinator_moves_free_capacity_then_preempts_across_shar
     assert len(sim.owner) == 40
 
 
-# ---- seed §16: splits, merges and decommissions, in virtual time ----------------------------
+# ---- design §16: splits, merges and decommissions, in virtual time ----------------------------
 
 
 def owned_once(sim: Simulation) -> dict[str, int]:

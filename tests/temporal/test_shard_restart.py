@@ -1,4 +1,4 @@
-"""A shard whose workflow is gone is brought back from its durable state (seed §6) on a real
+"""A shard whose workflow is gone is brought back from its durable state (design §6) on a real
 Temporal dev server: by the coordinator, which resets the dead run so it replays to the state it
 died with, or by `bigfleet shard revive --from-snapshot`, which restarts it from its last
 snapshot. Same machines, same clusters' needs, a new epoch, and every machine of the fleet

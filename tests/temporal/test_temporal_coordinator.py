@@ -229,7 +229,7 @@ async def test_cross_shard_preemption_drains_on_the_donor_and_configures_on_the_
 
 
 async def test_shards_serve_alone_while_the_coordinator_is_down(dev_env: WorkflowEnvironment):
-    """Static stability (seed §11): with no coordinator a shard serves what it can from its own
+    """Static stability (design §11): with no coordinator a shard serves what it can from its own
     inventory; a coordinator started later picks the unresolved shortfall up."""
     client = dev_env.client
     raw = two_shard_fleet()

@@ -1,4 +1,4 @@
-"""Shard membership on a real Temporal dev server (seed §16): a split keeps every cluster and
+"""Shard membership on a real Temporal dev server (design §16): a split keeps every cluster and
 every machine on exactly one shard and redirects roll-ups; a merge puts them back together and
 ends the emptied shard; a decommission takes each shard's proportional share out of the fleet."""
 

@@ -46,7 +46,7 @@ class Operators:
     send: Send | None = None
     only: Collection[str] | None = None
     # A cluster's nodes that are Ready (machine ids), sent as the roll-up's node health
-    # (seed §9); none: the roll-ups carry no health.
+    # (design §9); none: the roll-ups carry no health.
     health: Callable[[str], list[str]] | None = None
 
     def __post_init__(self) -> None:

@@ -31,7 +31,7 @@ SERVER_START_SECONDS = 60.0
 SERVER_STOP_SECONDS = 15.0
 
 
-# ~2x the workflow starts per second of SQLite's defaults (DESIGN §3).
+# ~2x the workflow starts per second of SQLite's defaults (docs/temporal.md).
 SQLITE_PRAGMAS = ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]
 
 # What one payload (a signal's or update's argument, an activity's input or result, a

@@ -1,4 +1,4 @@
-"""The `bigfleet` verbs that change the fleet's shape (seed §16) through the coordinator —
+"""The `bigfleet` verbs that change the fleet's shape (design §16) through the coordinator —
 `shard add`, `shard split`, `shard merge`, `decommission` — and `shard revive`, which brings
 back a shard workflow that is gone. Their parsers are registered here (`register`); the
 parser and main() are in workers/cli.py.
@@ -49,7 +49,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "decommission",
         help="take machines out of the fleet, proportionally across shards",
         description="Ask the coordinator to take COUNT machines of a provider out of the fleet "
-        "(seed §16): each shard gives its proportional share, free machines first, configured "
+        "(design §16): each shard gives its proportional share, free machines first, configured "
         "ones drained with --grace; cloud machines are deleted, bare metal is left to its "
         "provider.",
     )
@@ -70,7 +70,7 @@ def _register_add_split_merge(shverbs: argparse._SubParsersAction) -> None:
     ad = shverbs.add_parser(
         "add",
         help="start a new, empty shard",
-        description="Ask the coordinator for a new, empty shard (seed §16): new clusters go to "
+        description="Ask the coordinator for a new, empty shard (design §16): new clusters go to "
         "it first, and capacity follows its shortfalls.",
     )
     connection_options(ad)
@@ -78,7 +78,7 @@ def _register_add_split_merge(shverbs: argparse._SubParsersAction) -> None:
     sp = shverbs.add_parser(
         "split",
         help="divide a shard: half its clusters and machines go to a new shard",
-        description="Ask the coordinator to split shard N (seed §16): a new shard takes half "
+        description="Ask the coordinator to split shard N (design §16): a new shard takes half "
         "its clusters, their machines, and free machines by whole rack. The coordinator also "
         "splits on its own when a shard exceeds its thresholds.",
     )
@@ -89,7 +89,7 @@ def _register_add_split_merge(shverbs: argparse._SubParsersAction) -> None:
     mg = shverbs.add_parser(
         "merge",
         help="merge shard N into another; N's workflow ends",
-        description="Ask the coordinator to merge shard N into shard --into (seed §16): all of "
+        description="Ask the coordinator to merge shard N into shard --into (design §16): all of "
         "N's clusters and machines move (those in a transition once it ends), then N retires.",
     )
     mg.add_argument("shard", type=shard_number, metavar="N")

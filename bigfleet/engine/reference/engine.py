@@ -30,13 +30,13 @@ S = MachineState
 
 
 class ReferenceEngine(ReferenceFleet):
-    """The decision engine of seed §8 over a plain list of machines: `decide` a cycle, then
+    """The decision engine of design §8 over a plain list of machines: `decide` a cycle, then
     `apply` it (`ReferenceFleet.apply`)."""
 
     def decide(self, needs: Iterable[Need], now: float) -> Decision:
-        """One cycle of seed §8's worker loop (docs/engine.md, The cycle), step by step as
+        """One cycle of design §8's worker loop (docs/engine.md, The cycle), step by step as
         `FastEngine.decide` takes them: claims, Phase 1, Phase 2 (owned machines swapped and
-        backfill yielding for cost inside it), the assignments' actions, shortfalls (seed §9),
+        backfill yielding for cost inside it), the assignments' actions, shortfalls (design §9),
         consolidation, Phase 3, the demand forecast, then idle timeouts, stuck transitions and
         health. Returns the `Decision`; updates the engine's memory, changes no machine (that is
         `apply`'s job)."""
@@ -61,7 +61,7 @@ class ReferenceEngine(ReferenceFleet):
     def upkeep(self, out: Decision, gone: set[int], now: float) -> None:
         """One pass over the machines, in fleet order: a Delete for each idle machine
         released (`gone`), stuck transitions reported `timed_out`, and a Verify for each
-        CONFIGURED machine missing `health_missed_reports` health reports (seed §9)."""
+        CONFIGURED machine missing `health_missed_reports` health reports (design §9)."""
         policy = self.policy
         timeouts = policy.transition_timeouts()
         for m in self.machines:

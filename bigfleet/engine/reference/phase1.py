@@ -1,7 +1,7 @@
 # mypy: disable-error-code="arg-type,index,misc"
 # (The reference is the seed's pseudo-code written plainly: a domain of a machine without the
 # label is None and is tallied like any other, as the seed does; typed loosely on purpose.)
-"""Phase 1, plainly (seed §8): fill each need's deficit from idle machines, then speculative
+"""Phase 1, plainly (design §8): fill each need's deficit from idle machines, then speculative
 ones, scanning the fleet per need (the fast engine's engine/phase1.py, over counts)."""
 
 from __future__ import annotations

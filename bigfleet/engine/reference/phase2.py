@@ -1,7 +1,7 @@
 # mypy: disable-error-code="arg-type,index,misc"
 # (The reference is the seed's pseudo-code written plainly: a domain of a machine without the
 # label is None and is tallied like any other, as the seed does; typed loosely on purpose.)
-"""Phase 2, plainly (seed §8): unsatisfied needs wait for supply on its way, then preempt
+"""Phase 2, plainly (design §8): unsatisfied needs wait for supply on its way, then preempt
 strictly lower priorities, best victim first; what is still missing becomes a shortfall (the
 fast engine's engine/phase2.py, over counts)."""
 

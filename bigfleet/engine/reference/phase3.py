@@ -1,4 +1,4 @@
-"""Phase 3, plainly (seed §8, "reclaiming excess"): configured machines no need holds drain,
+"""Phase 3, plainly (design §8, "reclaiming excess"): configured machines no need holds drain,
 most expensive first; idle elastic machines nobody is about to want go back to speculative (the
 fast engine's engine/phase3.py, over counts)."""
 

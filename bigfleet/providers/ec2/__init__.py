@@ -1,6 +1,6 @@
 """A real cloud provider: one AWS account in one region, driven through boto3 (issue 12).
 
-Quota is shown as speculative machines (seed §10): each configured offering (instance type, zone,
+Quota is shown as speculative machines (design §10): each configured offering (instance type, zone,
 on-demand or spot) with a `count` is a pool of slot ids `{name}-{type}-{zone}-{capacity}-NNNNN`;
 an instance tagged `bigfleet:machine-id` holds its slot, the lowest free indices are listed as
 SPECULATIVE. EC2 is the only state: every state is derived from an instance's EC2 state and its
@@ -18,7 +18,7 @@ insufficient-capacity answer, blobs on their way, the last refusal of a step EC2
   with the provider, shard, epoch and a batch tag (`bigfleet:batch`, also EC2's ClientToken, a
   hash of the idempotency key); then one CreateTags per instance names its machine. A retry finds
   the batch by its tag and names the instances that are still unnamed, launching nothing.
-- Configure (seed §7 for cloud): the bootstrap blob must become the instance's user data, which
+- Configure (design §7 for cloud): the bootstrap blob must become the instance's user data, which
   EC2 only changes on a stopped instance. So: tag `bigfleet:cluster` and `bigfleet:configure =
   stopping`, StopInstances (not needed for an IDLE instance a drain stopped already); once
   stopped (on this call or a later Get/List), ModifyInstanceAttribute UserData, StartInstances,

@@ -1,4 +1,4 @@
-"""Bare metal through Redfish BMCs (seed §7 "Bare-metal providers"), over the `sushy` client.
+"""Bare metal through Redfish BMCs (design §7 "Bare-metal providers"), over the `sushy` client.
 
 Every system of every configured BMC is a machine, SPECULATIVE until claimed. Redfish holds
 power, health and boot settings; what it cannot hold (which machine is claimed, for which

@@ -1,4 +1,4 @@
-"""The simulated providers: machines moving through seed §5's states in virtual time, for the
+"""The simulated providers: machines moving through design §5's states in virtual time, for the
 simulator, the benchmarks and the tests. No I/O: every call is answered from memory.
 
 provider.py holds what they share (`SimulatedProvider`: operations, timeouts, spot

@@ -1,4 +1,4 @@
-"""A simulated bare-metal fleet (seed §7 "Bare-metal providers"): racks of owned machines.
+"""A simulated bare-metal fleet (design §7 "Bare-metal providers"): racks of owned machines.
 
 Every machine of a rack is SPECULATIVE until claimed; Create claims it in about a second if the
 rack is commissioned, or after commissioning (firmware, OS, burn-in: hours) if not. There is no

@@ -2,7 +2,7 @@
 
 Each `QuotaSpec` is a pool of slots with deterministic ids; Create boots an instance on a slot and
 Delete returns the slot. Spot instances are interrupted at their hourly probability, and the
-account's API is rate-limited by a token bucket, as EC2's RunInstances is (seed §10, §13).
+account's API is rate-limited by a token bucket, as EC2's RunInstances is (design §10, §13).
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ class SimulatedCloudProvider(SimulatedProvider):
         capacity_type: CapacityType | str,
         count: int,
     ) -> None:
-        """Grow or shrink a quota line. Shrinking removes speculative slots only (seed §10)."""
+        """Grow or shrink a quota line. Shrinking removes speculative slots only (design §10)."""
         key = (instance_type, zone, CapacityType(capacity_type))
         pool = self._pools.get(key)
         if pool is None:

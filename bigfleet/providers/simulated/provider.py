@@ -1,4 +1,4 @@
-"""What every simulated provider shares: machines moving through seed §5's states in virtual time.
+"""What every simulated provider shares: machines moving through design §5's states in virtual time.
 
 A lifecycle call only starts an operation; `advance(now)` (and every call, which first catches up
 with the clock) completes operations whose latency has passed, fails those past their timeout and
@@ -48,7 +48,7 @@ DEFAULT_TIMEOUTS: dict[MachineState, float] = {
     S.DELETING: 600.0,
 }
 
-# The stable state each call starts from, and which failures it corrects (seed §7), keyed by
+# The stable state each call starts from, and which failures it corrects (design §7), keyed by
 # the state the FAILED machine failed in.
 _STARTS_FROM: dict[Transition, MachineState] = {
     T.CREATE: S.SPECULATIVE,

@@ -1,6 +1,6 @@
 """The records a simulated provider keeps: pools of interchangeable slots, each slot a machine.
 
-A slot is a machine id that exists whether or not a host backs it (seed §10): quota and racks are
+A slot is a machine id that exists whether or not a host backs it (design §10): quota and racks are
 pools of slots, and shrinking a pool withdraws only slots that nothing runs on.
 """
 
