@@ -17,6 +17,7 @@ from bigfleet.coordinator import MAX_SHARE, MembershipThresholds
 from bigfleet.decommission import DecommissionRequest as DecommissionRequest
 from bigfleet.deployment import MAX_TASK_TIMEOUT_SECONDS, SHARD_TASK_TIMEOUT_SECONDS
 from bigfleet.models import FencingToken, Machine, NodeSelectorRequirement, Transition
+from bigfleet.shard_state import ShardState
 from bigfleet.snapshot import INLINE_BYTES
 from bigfleet.transitions import MAX_TRANSITION_BATCH
 
@@ -400,8 +401,11 @@ class SnapshotPart(Model):
 
 
 class ShardInput(Model):
+    """A shard workflow's input: its config, and what its last run handed over."""
+
     config: ShardConfig
-    state: dict[str, Any] | None = None
+    # The last run's state, when small enough to travel inline (JSON: its dict as before).
+    state: ShardState | None = None
     # The state in the snapshot store instead, when it is larger than `snapshot_inline_bytes`.
     snapshot: SnapshotRef | None = None
     # Carried across continue-as-new: transitions decided but not yet started.

@@ -11,7 +11,6 @@ the transitions to start, if any, for the workflow's pipeline. Instructions alre
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from temporalio import workflow
@@ -28,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.inputs import clip
     from bigfleet.models import Machine, MachineState, Transition
     from bigfleet.shard import Shard
+    from bigfleet.shard_state import ShardState
     from workflows.actions import TransitionInputs
     from workflows.fencing import Fencing
 
@@ -38,8 +38,15 @@ RECORDS_MAX = 2_000
 
 
 class InstructionSteps:
+    """The coordinator's instructions to one shard: their checks and effects, their fencing,
+    and the shard's membership flags (split-born and joining, merging away, retired)."""
+
     def __init__(
-        self, shard: Shard, cfg: ShardConfig, inputs: TransitionInputs, state: Mapping[str, Any]
+        self,
+        shard: Shard,
+        cfg: ShardConfig,
+        inputs: TransitionInputs,
+        state: ShardState | None = None,
     ) -> None:
         self.shard = shard
         self.cfg = cfg
@@ -47,14 +54,15 @@ class InstructionSteps:
         self.fencing = Fencing(state)
         # Membership: a split-born shard decides nothing until its last part arrives; a shard
         # merging away decides nothing more, and ends once it owns nothing.
-        self.joining = bool(state.get("joining", False))
-        self.merging = bool(state.get("merging", False))
+        self.joining = state.joining if state else False
+        self.merging = state.merging if state else False
         self.retired = False
-        self.inherited: list[int] = list(state.get("inherited", []))
+        self.inherited: list[int] = list(state.inherited) if state else []
         # New coordinator terms being checked with the coordinator (this run only).
         self.asking_terms: set[int] = set()
 
     def state(self) -> dict[str, Any]:
+        """Its keys of the `ShardState` the next run starts from (fencing and membership)."""
         return {
             **self.fencing.state(),
             "joining": self.joining,

@@ -20,19 +20,16 @@ with workflow.unsafe.imports_passed_through():
         SHARD_TASK_QUEUE,
         CoordinatorTerm,
         Instruction,
-        ShardConfig,
         SplitInstruction,
         TakeIn,
-        TransitionInput,
     )
     from bigfleet.decommission import Matching
     from bigfleet.inputs import clip
     from bigfleet.models import Machine, MachineState
     from bigfleet.reports import ShardReport
-    from bigfleet.shard import Shard
-    from workflows.guard import NO_ARGUMENT, Guard, guarded
-    from workflows.instruction_steps import InstructionSteps
+    from workflows.guard import NO_ARGUMENT, guarded
     from workflows.sagas import COORDINATOR_ID
+    from workflows.shard_parts import ShardParts
 
 S = MachineState
 REPORT_SAMPLE = 32
@@ -57,20 +54,11 @@ def _page(start: object, limit: object) -> tuple[int, int]:
     return start, max(1, min(limit, QUERY_IDS))
 
 
-class InstructionHandlers:
+class InstructionHandlers(ShardParts):
     """The shard workflow's instruction handlers (mixed in: Temporal finds handlers on the
     workflow class). Each decodes its instruction, lets `InstructionSteps` check it (in the
     validator) and carry it out (in the handler); what they share is made in the workflow's
-    `__init__`: the shard, its config and the steps."""
-
-    shard: Shard
-    cfg: ShardConfig
-    pipeline: list[TransitionInput]
-    steps: InstructionSteps
-    guard: Guard
-    restoring: bool
-    snapshotting: bool = False
-    last_report: float = 0.0
+    `__init__` (declared in `ShardParts`): the shard, its config and the steps."""
 
     def _not_restoring(self) -> None:
         """Until a shard has read its state back from the snapshot store (a moment after each

@@ -44,7 +44,7 @@ BY_CLUSTER = "adopt-by-cluster"
 # while their cluster did not see them (bigfleet/notices.py).
 NOTICES = "provider-notices"
 REPAIR = "repair-unseen"
-CARRY_NOTICES = "carry-notices"  # (their state across continue-as-new, workflows/shard.py)
+CARRY_NOTICES = "carry-notices"  # (their state across continue-as-new, workflows/shard_carry.py)
 NOTICED_MAX = 2000  # machines under notice read from one provider at a time
 QUICK: dict[str, Any] = dict(
     start_to_close_timeout=timedelta(seconds=60),
