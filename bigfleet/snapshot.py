@@ -45,6 +45,7 @@ DERIVED = frozenset({"risk"})
 
 
 def inventory_state(inv: Inventory) -> dict[str, Any]:
+    """The inventory's columns, packed, with the tables that name their codes."""
     n = inv.rows_used
     return {
         "rows": n,
@@ -75,6 +76,7 @@ def inventory_state(inv: Inventory) -> dict[str, Any]:
 
 
 def restore_inventory(state: dict[str, Any]) -> Inventory:
+    """An inventory from `inventory_state`'s form: counts, indexes and ids rebuilt."""
     n = state["rows"]
     inv = Inventory(capacity=max(n, 16))
     for name, (dtype, _) in _COLUMNS.items():

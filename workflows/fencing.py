@@ -24,6 +24,9 @@ AnyInstruction = Instruction | SplitInstruction | TakeIn
 
 
 class Fencing:
+    """One shard's fencing of coordinator instructions (seed §11): the term, the seqs seen
+    in it, the terms confirmed and disowned, and first outcomes kept for retries."""
+
     def __init__(self, state: ShardState | None = None) -> None:
         """The fencing the last run carried (`state`), or none yet."""
         self.term = state.term if state else 0
@@ -55,13 +58,16 @@ class Fencing:
         return ins.term > max(self.term, self.verified)
 
     def confirm(self, term: int) -> None:
+        """The running coordinator confirmed `term`: taken from now on."""
         self.verified = max(self.verified, term)
 
     def disown(self, term: int) -> None:
+        """The running coordinator disowned `term`: refused on sight from now on."""
         if term not in self.forged:
             self.forged = [*self.forged, term][-FORGED_KEPT:]
 
     def replay(self, ins: AnyInstruction) -> bool:
+        """Whether this instruction (its term and seq) was carried out already."""
         return ins.term == self.term and ins.seq in self.seen
 
     def check(
@@ -126,6 +132,7 @@ class Fencing:
         return False
 
     def remember(self, ins: Instruction | SplitInstruction, update: str, out: Any) -> Any:
+        """Keep an instruction's first outcome (bounded in records, oldest dropped); `out`."""
         self.outbox.append([ins.term, ins.seq, update, out])
         records = 0
         for i in range(len(self.outbox) - 1, -1, -1):
@@ -137,6 +144,7 @@ class Fencing:
         return out
 
     def first_outcome(self, ins: Instruction | SplitInstruction, update: str) -> Any:
+        """The outcome a replayed instruction had; refused if it is no longer kept."""
         for term, seq, kind, out in self.outbox:
             if (term, seq, kind) == (ins.term, ins.seq, update):
                 return out

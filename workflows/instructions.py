@@ -170,11 +170,13 @@ class InstructionHandlers(ShardParts):
 
     @workflow.query
     def owned_ids(self, start: int, limit: int) -> tuple[list[str], int]:
+        """A page of the machines this shard holds (`Shard.owned_ids`)."""
         self._not_restoring()
         return self.shard.owned_ids(*_page(start, limit))
 
     @workflow.query
     def speculative_ids(self, provider: str, start: int, limit: int) -> tuple[list[str], int]:
+        """A page of this shard's speculative machines of `provider` (`Shard.speculative_ids`)."""
         self._not_restoring()
         return self.shard.speculative_ids(str(provider), *_page(start, limit))
 
