@@ -1,17 +1,18 @@
-"""A shard (seed §5, §6 tier 2): its clusters' needs, its machines, its decision cycle.
+"""A shard (design §5, §6 tier 2): its clusters' needs, its machines, its decision cycle.
 
 Whatever executes the actions (the simulator's executor, Temporal transition workflows) reports
 back what the providers say of each machine through `observe`; the shard folds that into its
 inventory. Nothing here does I/O or knows about Temporal.
 """
 
-# About 400 lines: the shard's state and what changes it directly (roll-ups, observations,
-# transfers, reports, queries); splits and merges are in membership.py, deciding in engine/.
+# The shard's state and what changes it directly (roll-ups, observations, transfers, reports);
+# what it tells (queries, operators' news) is in shard_views.py, splits and merges in
+# membership.py, deciding in engine/.
 
 from __future__ import annotations
 
-from collections import Counter, deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -24,7 +25,7 @@ from .engine import Decision, FastEngine
 from .engine.decision import TIMED_OUT, Actions
 from .held import NONE16
 from .inputs import clip, explain
-from .inventory import CODE, GONE, Inventory, MachineNotFound
+from .inventory import CODE, Inventory, MachineNotFound
 from .membership import Membership
 from .models import (
     ClusterCapacityNeeds,
@@ -40,10 +41,9 @@ from .models import (
 from .needs import NeedsTable
 from .notices import NoticeBook
 from .offers import Offers
-from .operators import OperatorUpdate, Reclaim, UpcomingNode
 from .policy import Policy
 from .reports import ShardReport
-from .spend import Spend, measure
+from .shard_views import ShardViews
 from .states import LEGAL
 
 S = MachineState
@@ -53,7 +53,10 @@ REFUSAL_BACKOFF_SECONDS = 300.0
 MAX_REFUSAL_BACKOFF_SECONDS = 3600.0
 
 
-class Shard:
+class Shard(ShardViews):
+    """One shard's state and what changes it: roll-ups, observations, transfers, the cycle,
+    reports. What it tells people and operators is in `ShardViews` (shard_views.py)."""
+
     def __init__(
         self, shard_id: int, policy: Policy | None = None, epoch: int = 1, capacity: int = 1024
     ) -> None:
@@ -73,7 +76,7 @@ class Shard:
         # Cross-shard preemption: machines draining to leave, and drained ones waiting to go.
         self.transfer_out: set[str] = set()
         self.handoff: dict[str, Machine] = {}
-        # A split or merge (seed §16): machines on their way to another shard, as they are, and
+        # A split or merge (design §16): machines on their way to another shard, as they are, and
         # clusters that moved away (their roll-ups are forwarded there).
         self.leaving: dict[str, Machine] = {}
         self.moved: dict[str, int] = {}
@@ -83,7 +86,7 @@ class Shard:
         self.notices = NoticeBook(self.policy)
         # Preemption drains that block their preemptor when slow (blocked.py).
         self.blocked = BlockedDrains(self.policy)
-        # Splits, merges and decommissions (seed §16), on this shard's state.
+        # Splits, merges and decommissions (design §16), on this shard's state.
         self.membership = Membership(self)
         self.offers = Offers()  # the report's offer samples, rebuilt when they change
         # Clusters whose configured machines this shard adopted before it heard from them
@@ -97,50 +100,9 @@ class Shard:
         self.disruption = DisruptionBook(self.policy)
 
     def token(self) -> FencingToken:
-        """The fencing token for the next provider call (seed §11)."""
+        """The fencing token for the next provider call (design §11)."""
         self.seq += 1
         return FencingToken(shard_id=self.id, shard_epoch=self.epoch, seq=self.seq)
-
-    # ---- what it holds (queries page through it) ---------------------------------------------
-
-    def ownership(self, machine_id: str) -> str:
-        """What this shard holds of a machine: its state, DECOMMISSIONED, or GONE."""
-        if machine_id in self.handoff:
-            return S.IDLE.value
-        if machine_id in self.leaving:
-            return self.leaving[machine_id].state.value
-        if machine_id in self.decommissioned:
-            return "DECOMMISSIONED"
-        if machine_id in self.notices.quarantined:
-            return S.IDLE.value
-        row = self.inventory.ids.find(machine_id)
-        return self.inventory.state_of(row).value if row >= 0 else "GONE"
-
-    def owned_ids(self, start: int, limit: int) -> tuple[list[str], int]:
-        """A page of the machines this shard holds, from inventory row `start`: up to `limit`
-        ids and the row the next page starts at (-1: none; the drained hand-offs come with the
-        last page). Rows, not sorted ids, so a page costs one numpy pass and no sort; a
-        machine that comes or goes between pages may be missed, never invented."""
-        inv = self.inventory
-        rows = np.flatnonzero(inv.state[start : inv.rows_used] != GONE)[:limit] + start
-        ids = [inv.machine_id(r) for r in rows.tolist()]
-        if len(rows) == limit:
-            return ids, int(rows[-1]) + 1
-        return ids + sorted(self.handoff) + sorted(self.notices.quarantined), -1
-
-    def speculative_ids(self, provider: str, start: int, limit: int) -> tuple[list[str], int]:
-        """A page of this shard's speculative machines of `provider`, from inventory row
-        `start` (as `owned_ids`): a provider's listing is compared with them without the ids
-        entering the workflow's history."""
-        inv = self.inventory
-        pid = inv.providers.get(provider)
-        if pid is None:
-            return [], -1
-        n = inv.rows_used
-        hit = (inv.state[start:n] == CODE[S.SPECULATIVE]) & (inv.provider[start:n] == pid)
-        rows = np.flatnonzero(hit)[:limit] + start
-        ids = [inv.machine_id(r) for r in rows.tolist()]
-        return ids, (int(rows[-1]) + 1 if len(rows) == limit else -1)
 
     # ---- roll-ups ---------------------------------------------------------------------------
 
@@ -167,7 +129,7 @@ class Shard:
         return None
 
     def reconcile_health(self, cluster: str, health: NodeHealth) -> None:
-        """A configured machine missing from the cluster's report gets one more miss (seed §9)."""
+        """A configured machine missing from the cluster's report gets one more miss (design §9)."""
         inv = self.inventory
         cidx = inv.clusters.get(cluster)
         if cidx is None:
@@ -195,7 +157,7 @@ class Shard:
                 self.notices.up(machine_id)
 
     def refuse(self, cluster: str, priority: int, reason: str, until: float) -> None:
-        """The operator refused to bootstrap for this need (seed §13): it is unsatisfiable for
+        """The operator refused to bootstrap for this need (design §13): it is unsatisfiable for
         a while, and shows as a shortfall instead of being retried every cycle."""
         self.refusals[(cluster, priority)] = (until, reason)
 
@@ -215,6 +177,7 @@ class Shard:
     # ---- machines ---------------------------------------------------------------------------
 
     def adopt(self, machines: Iterable[Machine], now: float) -> int:
+        """Take machines into the inventory (those it has already are skipped); how many."""
         fresh = [m for m in machines if self.inventory.ids.find(m.id) < 0]
         if fresh:
             self.inventory.add(fresh, now)
@@ -245,7 +208,7 @@ class Shard:
         ]
 
     def withdraw(self, machine_ids: Iterable[str]) -> int:
-        """Machines the provider refused to create because it no longer offers them (seed §7:
+        """Machines the provider refused to create because it no longer offers them (design §7:
         the quota slot is bad): the shard lets go of those still waiting to be created, so the
         engine plans on other capacity; the provider's listing offers them again if they come
         back. Returns how many it let go."""
@@ -382,6 +345,8 @@ class Shard:
     # ---- the cycle --------------------------------------------------------------------------
 
     def cycle(self, now: float) -> Decision:
+        """One decision cycle (design §8): what to create, configure, drain and delete now, and
+        what is short; the decision is applied to the inventory before it is returned."""
         self.needs.expire(now)
         self.refusals = {k: v for k, v in self.refusals.items() if v[0] > now}
         needs = [n for n in self.needs if (n.cluster, n.priority) not in self.refusals]
@@ -457,7 +422,7 @@ class Shard:
         return out
 
     def report(self, now: float, sample: int = 256) -> ShardReport:
-        """The 30-second report to the coordinator (seed §9): summary, shortfalls, and bounded
+        """The 30-second report to the coordinator (design §9): summary, shortfalls, and bounded
         samples of what this shard could give: idle, speculative, lowest-priority configured
         (`offers.py`; none if `sample` is 0)."""
         return ShardReport(
@@ -468,122 +433,3 @@ class Shard:
             clusters=self.needs.clusters(),
             shortfalls=self.last.shortfalls,
         )
-
-    # ---- what people and operators ask ------------------------------------------------------
-
-    def machines_by_state(self) -> dict[str, int]:
-        """Every machine the shard owns, those waiting in a transfer handoff or quarantine
-        counted idle."""
-        totals = self.inventory.counts.sum(axis=1)
-        out = {s.value: int(totals[CODE[s]]) for s in S}
-        out[S.IDLE.value] += len(self.handoff) + len(self.notices.quarantined)
-        for m in self.leaving.values():
-            out[m.state.value] += 1
-        return out
-
-    def spend(
-        self,
-        assigned_at: float | None = None,
-        state: np.ndarray | None = None,
-        cluster: np.ndarray | None = None,
-    ) -> Spend:
-        """What the shard's machines cost per hour, by cluster, priority band and capacity
-        type, with idle owned machines and the elastic machines they could replace
-        (bigfleet/spend.py; the bands from the engine's last claims). Reads only.
-        `assigned_at`: the time of the cycle just run (right after it, its assignments are
-        newer than its claims). `state`, `cluster`: columns to read instead of the
-        inventory's (shadow mode's baseline)."""
-        return measure(
-            self.inventory,
-            self.needs,
-            self.engine.claims,
-            self.engine.supply,
-            assigned_at=assigned_at,
-            state=state,
-            cluster=cluster,
-        )
-
-    def operator_updates(
-        self, decision: Decision, chunk: int | None = None
-    ) -> Iterator[OperatorUpdate]:
-        """What each cluster touched by this cycle's actions hears (seed §6 step 7, §13 step 6):
-        nodes on their way, machines being reclaimed with their grace periods, and capacity
-        still available. With `chunk`, a cluster's news comes as updates of at most `chunk`
-        machines each; they are built as they are read (one cycle can announce 70 000)."""
-        upcoming: dict[str, list[str]] = {}
-        reclaims: dict[str, list[Reclaim]] = {}
-        for a in decision.actions:
-            if a.kind == "create" and a.cluster:
-                upcoming.setdefault(a.cluster, []).extend(a.machine_ids)
-            elif a.kind == "configure":
-                upcoming.setdefault(a.cluster, []).append(a.machine_id)
-            elif a.kind == "drain" and a.cluster:
-                reclaims.setdefault(a.cluster, []).append(
-                    Reclaim.model_construct(machine_id=a.machine_id, grace_seconds=a.grace_seconds)
-                )
-        clusters = sorted(set(upcoming) | set(reclaims))
-        if not clusters:
-            return
-        # Instance types by column; nodes built unvalidated (model_construct): their ids and
-        # kinds come from the inventory.
-        inv = self.inventory
-        announced = [m for c in clusters for m in upcoming.get(c, [])]
-        rows = inv.ids.find_many(announced)
-        if (rows < 0).any():
-            raise MachineNotFound(announced[int(np.flatnonzero(rows < 0)[0])])
-        kinds = [p.instance_type for p in inv.profiles.profiles]
-        kind_of = inv.profile[rows].tolist()
-        node = UpcomingNode.model_construct
-        available = self.available()
-        at = 0
-        for c in clusters:
-            ids, gone = upcoming.get(c, []), reclaims.get(c, [])
-            size = chunk or len(ids) + len(gone)
-            for lo in range(0, len(ids) + len(gone), size):
-                # Upcoming nodes first, then reclaims, `size` of them a chunk.
-                hi = lo + size
-                part = ids[lo:hi]
-                taken = gone[max(0, lo - len(ids)) : max(0, hi - len(ids))]
-                nodes = [
-                    node(machine_id=m, instance_type=kinds[k])
-                    for m, k in zip(part, kind_of[at : at + len(part)], strict=True)
-                ]
-                at += len(part)
-                yield OperatorUpdate(cluster=c, upcoming=nodes, reclaims=taken, available=available)
-
-    def available(self) -> dict[str, int]:
-        """Idle and speculative machines per instance type: what BigFleet could still provide."""
-        inv = self.inventory
-        out: Counter[str] = Counter()
-        for p, profile in enumerate(inv.profiles.profiles):
-            free = inv.counts[CODE[S.IDLE], p] + inv.counts[CODE[S.SPECULATIVE], p]
-            if free:
-                out[profile.instance_type] += int(free)
-        return dict(out)
-
-    def cluster_view(self, cluster: str) -> dict[str, Any]:
-        """What the cluster's operator needs (seed §14): upcoming nodes, reclaims with their
-        grace periods, and capacity available to it."""
-        inv = self.inventory
-        upcoming, reclaims = [], []
-        cidx = inv.clusters.get(cluster)
-        if cidx is not None:
-            n = inv.rows_used
-            for r in np.flatnonzero(inv.cluster[:n] == cidx).tolist():
-                state = inv.state_of(r)
-                if state in (S.CREATING, S.CONFIGURING):
-                    kind = inv.profile_of(r).instance_type
-                    upcoming.append({"machine": inv.machine_id(r), "instance_type": kind})
-        for action in self.last.actions:
-            if action.kind == "drain" and action.cluster == cluster:
-                grace = action.grace_seconds
-                reclaims.append({"machine": action.machine_id, "grace_seconds": grace})
-        return {
-            "cluster": cluster,
-            # The last generation taken (-1: none): the gateway answers STALE below it.
-            "generation": self.needs.generation(cluster),
-            "upcoming": upcoming,
-            "reclaims": reclaims,
-            "available": self.available(),
-            "needs": [n.spec.model_dump(mode="json") for n in self.needs.needs_of(cluster)],
-        }

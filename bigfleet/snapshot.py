@@ -1,4 +1,4 @@
-"""A shard's state in a compact form that crosses continue-as-new (DESIGN §3).
+"""A shard's state in a compact form that crosses continue-as-new (docs/temporal.md).
 
 Columns travel as raw numpy bytes, not as a JSON list of machines: ~45 bytes a machine. Counts,
 per-cluster indexes and the id lookup table are rebuilt from the columns on restore.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import zlib
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from .models import (
 from .needs import needs_state, restore_needs
 from .profiles import Profile
 from .shard import Shard
+from .shard_state import ShardState
 
 # A state larger than this crosses continue-as-new through the snapshot store, in parts of this
 # size (Temporal refuses a payload over 2 MB and warns over 512 KB).
@@ -43,6 +45,7 @@ DERIVED = frozenset({"risk"})
 
 
 def inventory_state(inv: Inventory) -> dict[str, Any]:
+    """The inventory's columns, packed, with the tables that name their codes."""
     n = inv.rows_used
     return {
         "rows": n,
@@ -73,6 +76,7 @@ def inventory_state(inv: Inventory) -> dict[str, Any]:
 
 
 def restore_inventory(state: dict[str, Any]) -> Inventory:
+    """An inventory from `inventory_state`'s form: counts, indexes and ids rebuilt."""
     n = state["rows"]
     inv = Inventory(capacity=max(n, 16))
     for name, (dtype, _) in _COLUMNS.items():
@@ -113,6 +117,7 @@ def restore_inventory(state: dict[str, Any]) -> Inventory:
 
 
 def shard_state(shard: Shard) -> dict[str, Any]:
+    """The shard's part of its `ShardState`, as that state's dict (JSON-ready)."""
     state = {
         "id": shard.id,
         "epoch": shard.epoch,
@@ -148,31 +153,31 @@ def shard_state(shard: Shard) -> dict[str, Any]:
     return state
 
 
-def restore_shard(state: dict[str, Any], shard: Shard) -> Shard:
-    """Fill a freshly made `shard` (its policy already set) from `state`."""
-    shard.id = state["id"]
-    shard.epoch = state["epoch"]
-    shard.seq = state["seq"]
-    shard.cycles = state["cycles"]
-    shard.inventory = restore_inventory(state["inventory"])
-    shard.needs = restore_needs(state["needs"], shard.policy.max_silence_seconds)
+def restore_shard(state: Mapping[str, Any] | ShardState, shard: Shard) -> Shard:
+    """Fill a freshly made `shard` (its policy already set) from `state`: its part of a
+    `ShardState`, or that state's dict (`shard_state`)."""
+    s = state if isinstance(state, ShardState) else ShardState.model_validate(state)
+    shard.id = s.id
+    shard.epoch = s.epoch
+    shard.seq = s.seq
+    shard.cycles = s.cycles
+    shard.inventory = restore_inventory(s.inventory)
+    shard.needs = restore_needs(s.needs, shard.policy.max_silence_seconds)
     shard.engine = FastEngine(shard.inventory, shard.policy)
     shard.engine.memory = EngineMemory(
-        shortfall_age=dict(state["memory"]["shortfall_age"]),
-        forecast=dict(state["memory"]["forecast"]),
+        shortfall_age=dict(s.memory["shortfall_age"]),
+        forecast=dict(s.memory["forecast"]),
     )
-    shard.refusals = {(c, p): (until, why) for c, p, until, why in state["refusals"]}
-    shard.refused = {(c, p): (first, n) for c, p, first, n in state.get("refused", [])}
-    shard.rejections.extend(state["rejections"])
-    shard.transfer_out = set(state.get("transfer_out", []))
-    shard.handoff = {
-        m["id"]: from_wire(Machine, m) for m in state.get("handoff", [])
-    }
-    shard.leaving = {m["id"]: from_wire(Machine, m) for m in state.get("leaving", [])}
-    shard.moved = dict(state.get("moved", {}))
-    shard.decommissioned = set(state.get("decommissioned", []))
-    shard.unheard = dict(state.get("unheard", {}))
-    shard.disruption.restore(state.get("disruption"))
-    shard.notices.restore(state.get("notices"))
-    shard.blocked.restore(state.get("blocked"))
+    shard.refusals = {(c, p): (until, why) for c, p, until, why in s.refusals}
+    shard.refused = {(c, p): (first, n) for c, p, first, n in s.refused or []}
+    shard.rejections.extend(s.rejections)
+    shard.transfer_out = set(s.transfer_out)
+    shard.handoff = {m["id"]: from_wire(Machine, m) for m in s.handoff}
+    shard.leaving = {m["id"]: from_wire(Machine, m) for m in s.leaving}
+    shard.moved = dict(s.moved)
+    shard.decommissioned = set(s.decommissioned)
+    shard.unheard = dict(s.unheard or {})
+    shard.disruption.restore(s.disruption)
+    shard.notices.restore(s.notices)
+    shard.blocked.restore(s.blocked)
     return shard

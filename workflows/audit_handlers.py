@@ -7,7 +7,7 @@ the shard workflow after `InstructionHandlers`, whose fencing these handlers use
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from temporalio import workflow
@@ -16,24 +16,17 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.audit_wire import EXAMPLES_MAX
-    from activities.wire import Instruction, TransitionInput
+    from activities.wire import Instruction
     from bigfleet.audit import EXTRA, HOLDINGS_PAGE_MAX, holdings_page
     from bigfleet.inputs import clip
-    from bigfleet.shard import Shard
     from workflows.guard import NO_ARGUMENT, guarded
-    from workflows.instruction_steps import InstructionSteps
-    from workflows.outbox import Outbox
+    from workflows.shard_parts import ShardParts
 
 
-class AuditHandlers:
-    shard: Shard
-    pipeline: list[TransitionInput]
-    outbox: Outbox
-    _not_restoring: Callable[[], None]
-    _fence: Callable[..., bool]
-    _new_term: Callable[..., Awaitable[bool]]
-    steps: InstructionSteps
-    _ins: Callable[..., Instruction]
+class AuditHandlers(ShardParts):
+    """The shard workflow's audit query and repair updates (fenced as instructions are)."""
+
+    _ins: Callable[..., Instruction]  # instructions.py
 
     @workflow.query
     def holdings(self, provider: str, cursor: int, limit: int) -> tuple[list[list[Any]], int]:

@@ -1,4 +1,4 @@
-"""The global coordinator (seed §6 tier 1) as a singleton workflow, id `coordinator`.
+"""The global coordinator (design §6 tier 1) as a singleton workflow, id `coordinator`.
 
 Temporal's one-open-run-per-id replaces the seed's Raft leader election; the coordinator term
 (every instruction's fencing token) is set when it starts from scratch, so a zombie's
@@ -19,12 +19,9 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.audit_wire import AuditReport
     from activities.wire import (
         CoordinatorInput,
-        DecommissionRequest,
         EscalateDrains,
-        MembershipResult,
         SagaInput,
     )
     from bigfleet.coordinator import (
@@ -33,11 +30,9 @@ with workflow.unsafe.imports_passed_through():
         ClusterQuestion,
         Coordinator,
     )
-    from bigfleet.decommission import Matching, decommission_plan
     from bigfleet.inputs import Rejected, clip
     from bigfleet.reports import ShardReport
-    from workflows.audit import check_repair
-    from workflows.audit import repair as repair_findings
+    from workflows.coordinator_changes import FleetChanges
     from workflows.fleet_membership import FleetMembership
     from workflows.guard import NO_ARGUMENT, Guard, TakesSignals, accepts, guarded
     from workflows.instruction_steps import RECORDS_MAX
@@ -52,11 +47,6 @@ def _machines(n: int) -> str:
     return f"{n} machine" if n == 1 else f"{n} machines"
 
 
-def _selectors(where: dict[str, str]) -> str:
-    """A decommission's selectors as a sentence: `provider 'dc', zone 'ams-9'`."""
-    return ", ".join(f"{k.replace('_', ' ')} {clip(v, 80)!r}" for k, v in where.items())
-
-
 # Runs begun before give a new cluster the least-loaded shard, never its home.
 HOME_PATCH = "clusters-go-home"
 ESCALATE_PATCH = "escalate-blocked-drains"
@@ -64,7 +54,13 @@ MISSING_PATCH = "missing-since-start"
 
 
 @workflow.defn(name="Coordinator")
-class CoordinatorWorkflow(TakesSignals):
+class CoordinatorWorkflow(FleetChanges, TakesSignals):
+    """The fleet's one coordinator (workflow type "Coordinator", id `coordinator`): it
+    assigns clusters to shards, takes their reports, and every `plan_seconds` turns their
+    shortfalls into transfer sagas; it also runs splits, merges and decommissions (the
+    updates of `FleetChanges`), and revives shards that stopped reporting. Its term fences
+    every instruction it sends. It runs forever, continuing as new with its state."""
+
     @workflow.init
     def __init__(self, inp: CoordinatorInput) -> None:
         self.inp = inp
@@ -112,6 +108,8 @@ class CoordinatorWorkflow(TakesSignals):
 
     @accepts(str)
     def saga_done(self, saga_id: str) -> None:
+        """A transfer saga this coordinator started has ended (its effect shows in the
+        receiver's next report)."""
         saga = self.sagas.get(saga_id)
         if saga is None or saga["done_at"] is not None:
             raise Rejected(f"saga_done: saga_id: {clip(saga_id, 80)} is not a running saga")
@@ -121,7 +119,7 @@ class CoordinatorWorkflow(TakesSignals):
     @guarded
     async def assign_cluster(self, raw: RawValue = NO_ARGUMENT) -> int:
         """A cluster's shard: its home, else the least-loaded, on first contact; permanent
-        after (seed §16; `Coordinator.assign`). Roll-up senders ask once (update-with-start)
+        after (design §16; `Coordinator.assign`). Roll-up senders ask once (update-with-start)
         and then signal the shard directly."""
         cluster = self.guard.arg(raw, ClusterName, "assign_cluster")
         await workflow.wait_condition(lambda: self.ready)
@@ -166,118 +164,6 @@ class CoordinatorWorkflow(TakesSignals):
                 f"{ASSIGNMENT_BYTES} bytes of names: no room for more (split the fleet)"
             )
 
-    # ---- membership (seed §16) ---------------------------------------------------------------
-
-    @workflow.update
-    @guarded
-    async def split_shard(self, raw: RawValue = NO_ARGUMENT) -> str:
-        """Divide `shard` in two: half its clusters and machines go to a new shard."""
-        shard = self.guard.arg(raw, int, "split_shard")
-        await workflow.wait_condition(lambda: self.ready)
-        return await self.members.start("split", shard, self.c.new_shard_id())
-
-    @split_shard.validator
-    def _split_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
-        self.members.check([self.guard.arg(raw, int, "split_shard")])
-
-    @workflow.update
-    @guarded
-    async def add_shard(self, raw: RawValue = NO_ARGUMENT) -> int:
-        """A new, empty shard (seed §16): new clusters go to it first (it is the least loaded)
-        and the coordinator moves capacity to it as its shortfalls ask."""
-        await workflow.wait_condition(lambda: self.ready)
-        return await self.members.add()
-
-    @add_shard.validator
-    def _add_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
-        if raw is not NO_ARGUMENT:
-            raise Rejected("add_shard: takes no argument")
-        if not self.c.shards:
-            raise Rejected("add_shard: no shard to model the new one on")
-
-    @workflow.update
-    @guarded
-    async def merge_shards(self, raw: RawValue = NO_ARGUMENT) -> str:
-        """Merge shard `donor_into[0]` into `donor_into[1]`; the first retires."""
-        donor, into = self.guard.arg(raw, tuple[int, int], "merge_shards")
-        await workflow.wait_condition(lambda: self.ready)
-        return await self.members.start("merge", donor, into)
-
-    @merge_shards.validator
-    def _merge_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
-        donor_into = self.guard.arg(raw, tuple[int, int], "merge_shards")
-        if donor_into[0] == donor_into[1]:
-            raise Rejected(f"merge_shards: two different shards are needed, got {donor_into}")
-        self.members.check(list(donor_into))
-
-    @accepts(MembershipResult)
-    def membership_done(self, result: MembershipResult) -> None:
-        """A split or merge ended (see `FleetMembership.done`)."""
-        self.members.done(result)
-
-    @workflow.update
-    @guarded
-    async def decommission(self, raw: RawValue = NO_ARGUMENT) -> dict[str, Any]:
-        """Take machines out of the fleet proportionally across shards (seed §16): each shard
-        drains its share (idle ones first) and gives it up; cloud machines are deleted."""
-        req = self.guard.arg(raw, DecommissionRequest, "decommission")
-        await workflow.wait_condition(lambda: self.ready)
-        self._known_provider(req)  # (learnt meanwhile: a coordinator started just now)
-        where = req.where()
-        found: dict[int, Matching] = {}
-        for shard in self.c.shards:
-            found[shard] = await workflow.execute_activity(
-                "shard_matching", args=[shard, where, req.count], result_type=Matching, **STEP
-            )
-        if not any(f.free_count + f.configured_count for f in found.values()) and (
-            workflow.patched("decommission-matching-nothing")
-        ):
-            # (Runs begun before: answered every shard's share of nothing, as they did.)
-            raise Rejected(f"decommission: no shard has a machine of {_selectors(where)}")
-        shares, picks = decommission_plan(found, req.count)
-        sagas = []
-        for shard, (free, configured) in picks.items():
-            # Each saga within the share limit of the shard as it will be once its share left.
-            size = self.c.reports[shard].size if shard in self.c.reports else shares[shard]
-            limit = max(1, int((size - shares[shard]) * self.inp.max_share))
-            for drain, group in ((False, free), (True, configured)):
-                for i in range(0, len(group), limit):
-                    part = group[i : i + limit]
-                    saga = await self._start_saga(
-                        "decommission", shard, -1, part, 0, "", req.grace_seconds, drain=drain
-                    )
-                    sagas.append(saga)
-        return {"shares": {str(s): n for s, n in shares.items()}, "sagas": sagas}
-
-    @decommission.validator
-    def _decommission_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
-        """A provider the shards do not run with is refused before anything enters history
-        (its zone, type and rack can only be checked against the shards' machines: one that
-        matches nothing fails the update, see above)."""
-        self._known_provider(self.guard.arg(raw, DecommissionRequest, "decommission"))
-
-    def _known_provider(self, req: DecommissionRequest) -> None:
-        """Not learnt yet (a coordinator starting, no shard answering): judged by the shards'
-        machines, like a zone."""
-        if self.providers is not None and req.provider not in self.providers:
-            known = ", ".join(sorted(self.providers)) or "none"
-            raise Rejected(
-                f"decommission: provider: {clip(req.provider, 80)!r} is not a provider of this "
-                f"fleet (its shards run with: {clip(known, 200)})"
-            )
-
-    @workflow.update
-    @guarded
-    async def repair(self, raw: RawValue = NO_ARGUMENT) -> dict[str, Any]:
-        """Resolve what `bigfleet audit` found, with fenced instructions (workflows/audit.py)."""
-        report = self.guard.arg(raw, AuditReport, "repair")
-        await workflow.wait_condition(lambda: self.ready)
-        return await repair_findings(self.c, report, self.inp.max_share, self.sagas)
-
-    @repair.validator
-    def _repair_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
-        check_repair(self.guard.arg(raw, AuditReport, "repair"), self.members.running)
-
     @workflow.query
     def saga_machines(self, machine_ids: list[str]) -> list[str]:
         """Which of `machine_ids` a transfer saga has in hand: running, or finished before
@@ -297,6 +183,8 @@ class CoordinatorWorkflow(TakesSignals):
 
     @workflow.query
     def status(self) -> dict[str, Any]:
+        """The fleet as the coordinator sees it: term, shards, cluster assignments, missing
+        shards, running sagas, splits and merges, escalations and shared shortfalls."""
         now = workflow.now().timestamp()
         return {
             "term": self.c.term,
@@ -317,6 +205,8 @@ class CoordinatorWorkflow(TakesSignals):
 
     @workflow.run
     async def run(self, inp: CoordinatorInput) -> None:
+        """Learn the clusters the shards serve (from scratch: a new term first), then plan a
+        round every `plan_seconds`, continuing as new when the history is long enough."""
         self.started = workflow.now().timestamp()
         if inp.state is None:
             self.c.term = int(workflow.now().timestamp() * 1000)
@@ -328,25 +218,30 @@ class CoordinatorWorkflow(TakesSignals):
             rounds += 1
             if workflow.info().is_continue_as_new_suggested() or rounds >= inp.max_rounds_per_run:
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                state = {
-                    "term": self.c.term,
-                    "seq": self.c.seq,
-                    "shards": self.c.shards,
-                    "clusters": self.c.clusters,
-                    "sagas": self.sagas,
-                    "retiring": sorted(self.c.retiring),
-                    "retired": sorted(self.c.retired),
-                    "escalated_drains": sorted(self.c.escalated_drains),
-                    "membership": self.members.running,
-                    "guard": self.guard.rejections.state(),
-                }
-                if self.providers is not None:
-                    state["providers"] = sorted(self.providers)
                 workflow.continue_as_new(
-                    CoordinatorInput(**{**inp.model_dump(), "state": state})
+                    CoordinatorInput(**{**inp.model_dump(), "state": self._carried()})
                 )
 
+    def _carried(self) -> dict[str, Any]:
+        """What the next run starts from (read back in `__init__`)."""
+        state = {
+            "term": self.c.term,
+            "seq": self.c.seq,
+            "shards": self.c.shards,
+            "clusters": self.c.clusters,
+            "sagas": self.sagas,
+            "retiring": sorted(self.c.retiring),
+            "retired": sorted(self.c.retired),
+            "escalated_drains": sorted(self.c.escalated_drains),
+            "membership": self.members.running,
+            "guard": self.guard.rejections.state(),
+        }
+        if self.providers is not None:
+            state["providers"] = sorted(self.providers)
+        return state
+
     async def _learn_clusters(self) -> None:
+        """Which clusters each shard serves already (a coordinator started from scratch)."""
         for shard in self.c.shards:
             clusters: list[str] = await workflow.execute_activity(
                 "shard_clusters", shard, result_type=list[str], **STEP
@@ -409,6 +304,8 @@ class CoordinatorWorkflow(TakesSignals):
         return self.started if workflow.patched(MISSING_PATCH) else -float("inf")
 
     async def _round(self, inp: CoordinatorInput) -> None:
+        """One planning round: metrics, revive missing shards, drop finished sagas, start the
+        planner's transfers, escalate blocked drains, and move splits and merges on."""
         now = workflow.now().timestamp()
         meter = workflow.metric_meter()
         meter.create_gauge("bigfleet_escalated_shortfalls", "shortfalls for a human").set(

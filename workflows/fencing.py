@@ -5,13 +5,13 @@ continue-as-new with the shard's (`state()`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
 from activities.wire import Instruction, SplitInstruction, TakeIn
 from bigfleet.epochs import FUTURE_MS
+from bigfleet.shard_state import ShardState
 
 SEEN_KEPT = 1000
 # First outcomes of instructions that hand machine records over (release, hand_out, split_out),
@@ -24,18 +24,25 @@ AnyInstruction = Instruction | SplitInstruction | TakeIn
 
 
 class Fencing:
-    def __init__(self, state: Mapping[str, Any]) -> None:
-        self.term = int(state.get("term", 0))
+    """One shard's fencing of coordinator instructions (design §11): the term, the seqs seen
+    in it, the terms confirmed and disowned, and first outcomes kept for retries."""
+
+    def __init__(self, state: ShardState | None = None) -> None:
+        """The fencing the last run carried (`state`), or none yet."""
+        self.term = state.term if state else 0
         # Sequence numbers seen in the current term: sagas run side by side, so instructions
         # may arrive out of order; a seq seen before is a replay.
-        self.seen: list[int] = list(state.get("seen", []))
-        self.outbox: list[list[Any]] = list(state.get("outbox", []))  # [term, seq, update, out]
+        self.seen: list[int] = list(state.seen) if state else []
+        # [term, seq, update, out]
+        self.outbox: list[list[Any]] = list(state.outbox) if state else []
         # A term above `term` is taken only once the running coordinator confirmed it
         # (`verified`: the highest confirmed); terms it disowned are refused on sight.
-        self.verified = int(state.get("verified_term", 0))
-        self.forged: list[int] = [int(t) for t in state.get("forged_terms", [])][-FORGED_KEPT:]
+        self.verified = (state.verified_term or 0) if state else 0
+        forged = (state.forged_terms or []) if state else []
+        self.forged: list[int] = list(forged)[-FORGED_KEPT:]
 
     def state(self) -> dict[str, Any]:
+        """Its keys of the `ShardState` the next run starts from."""
         state = {"term": self.term, "seen": self.seen[-SEEN_KEPT:], "outbox": self.outbox}
         # Only when set: a state's size decides how many parts its snapshot takes, and a run
         # that never checked a term must carry the very state it carried before (replay).
@@ -51,13 +58,16 @@ class Fencing:
         return ins.term > max(self.term, self.verified)
 
     def confirm(self, term: int) -> None:
+        """The running coordinator confirmed `term`: taken from now on."""
         self.verified = max(self.verified, term)
 
     def disown(self, term: int) -> None:
+        """The running coordinator disowned `term`: refused on sight from now on."""
         if term not in self.forged:
             self.forged = [*self.forged, term][-FORGED_KEPT:]
 
     def replay(self, ins: AnyInstruction) -> bool:
+        """Whether this instruction (its term and seq) was carried out already."""
         return ins.term == self.term and ins.seq in self.seen
 
     def check(
@@ -122,6 +132,7 @@ class Fencing:
         return False
 
     def remember(self, ins: Instruction | SplitInstruction, update: str, out: Any) -> Any:
+        """Keep an instruction's first outcome (bounded in records, oldest dropped); `out`."""
         self.outbox.append([ins.term, ins.seq, update, out])
         records = 0
         for i in range(len(self.outbox) - 1, -1, -1):
@@ -133,6 +144,7 @@ class Fencing:
         return out
 
     def first_outcome(self, ins: Instruction | SplitInstruction, update: str) -> Any:
+        """The outcome a replayed instruction had; refused if it is no longer kept."""
         for term, seq, kind, out in self.outbox:
             if (term, seq, kind) == (ins.term, ins.seq, update):
                 return out

@@ -1,4 +1,4 @@
-"""What each coordinator instruction checks and does to a shard (seed §6, §11, §16): transfers,
+"""What each coordinator instruction checks and does to a shard (design §6, §11, §16): transfers,
 splits, merges, decommissions. A helper object of the shard workflow, handed the shard it acts
 on, how that shard runs and how to make transition inputs; it keeps the fencing state and the
 shard's membership flags, which cross continue-as-new with the shard (`state()`).
@@ -11,7 +11,6 @@ the transitions to start, if any, for the workflow's pipeline. Instructions alre
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from temporalio import workflow
@@ -28,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.inputs import clip
     from bigfleet.models import Machine, MachineState, Transition
     from bigfleet.shard import Shard
+    from bigfleet.shard_state import ShardState
     from workflows.actions import TransitionInputs
     from workflows.fencing import Fencing
 
@@ -38,8 +38,15 @@ RECORDS_MAX = 2_000
 
 
 class InstructionSteps:
+    """The coordinator's instructions to one shard: their checks and effects, their fencing,
+    and the shard's membership flags (split-born and joining, merging away, retired)."""
+
     def __init__(
-        self, shard: Shard, cfg: ShardConfig, inputs: TransitionInputs, state: Mapping[str, Any]
+        self,
+        shard: Shard,
+        cfg: ShardConfig,
+        inputs: TransitionInputs,
+        state: ShardState | None = None,
     ) -> None:
         self.shard = shard
         self.cfg = cfg
@@ -47,14 +54,15 @@ class InstructionSteps:
         self.fencing = Fencing(state)
         # Membership: a split-born shard decides nothing until its last part arrives; a shard
         # merging away decides nothing more, and ends once it owns nothing.
-        self.joining = bool(state.get("joining", False))
-        self.merging = bool(state.get("merging", False))
+        self.joining = state.joining if state else False
+        self.merging = state.merging if state else False
         self.retired = False
-        self.inherited: list[int] = list(state.get("inherited", []))
+        self.inherited: list[int] = list(state.inherited) if state else []
         # New coordinator terms being checked with the coordinator (this run only).
         self.asking_terms: set[int] = set()
 
     def state(self) -> dict[str, Any]:
+        """Its keys of the `ShardState` the next run starts from (fencing and membership)."""
         return {
             **self.fencing.state(),
             "joining": self.joining,
@@ -80,7 +88,7 @@ class InstructionSteps:
             any_term=any_term,
         )
 
-    # ---- moving machines between shards (seed §9) ---------------------------------------------
+    # ---- moving machines between shards (design §9) ---------------------------------------------
 
     def taking_back(self, ins: Instruction) -> bool:
         """A saga's compensation giving this shard back what it released itself: accepted
@@ -88,15 +96,18 @@ class InstructionSteps:
         return ins.compensation and self.fencing.released_here(ins)
 
     def check_adopt(self, ins: Instruction, now: float) -> None:
+        """An adopt: fenced, with no share limit (it takes nothing away)."""
         # Adopting takes nothing away from the shard: fenced, but no share limit.
         self.fence(ins, 0, now, any_term=self.taking_back(ins))
 
     def adopt(self, ins: Instruction, now: float) -> int:
+        """Take the instruction's machines in; how many were new."""
         if self.fencing.accept(ins, take_term=not self.taking_back(ins)):
             return 0
         return self.shard.adopt(ins.machines, now)
 
     def check_release(self, ins: Instruction, now: float) -> None:
+        """A release: fenced and share-limited, at most RECORDS_MAX, idle or speculative only."""
         # Machines drained for this transfer were counted when the drain was accepted.
         touched = sum(1 for mid in ins.machine_ids if mid not in self.shard.handoff)
         if self.fence(ins, touched, now):
@@ -110,6 +121,7 @@ class InstructionSteps:
         self.check_free(ins)
 
     def release(self, ins: Instruction) -> list[Machine]:
+        """Give the machines up; their records (the first outcome again for a replay)."""
         if self.fencing.accept(ins):
             return self.fencing.first_outcome(ins, "release")  # type: ignore[no-any-return]
         released = self.shard.release(ins.machine_ids)
@@ -117,6 +129,7 @@ class InstructionSteps:
         return released
 
     def check_free(self, ins: Instruction) -> None:
+        """Every machine is this shard's, and idle, speculative or drained for a transfer."""
         inv = self.shard.inventory
         for mid in ins.machine_ids:
             if mid in self.shard.handoff:
@@ -133,6 +146,8 @@ class InstructionSteps:
                 )
 
     def check_drain_for_transfer(self, ins: Instruction, now: float) -> None:
+        """A transfer's drain: configured machines of this shard, within their clusters'
+        disruption bounds."""
         if self.fence(ins, len(ins.machine_ids), now):
             return
         inv = self.shard.inventory
@@ -150,6 +165,7 @@ class InstructionSteps:
     def drain_for_transfer(
         self, ins: Instruction, now: float
     ) -> tuple[list[str], list[TransitionInput]]:
+        """Drain the machines to leave the shard: their ids, and the drains to start."""
         if self.fencing.accept(ins):
             return ins.machine_ids, []
         inv = self.shard.inventory
@@ -168,16 +184,19 @@ class InstructionSteps:
         return ins.machine_ids, drains
 
     def check_cancel_transfer(self, ins: Instruction, now: float) -> None:
+        """A cancelled transfer: fenced, accepted from any term (it gives machines back)."""
         self.fence(ins, 0, now, any_term=True)
 
     def cancel_transfer(self, ins: Instruction, now: float) -> list[str]:
+        """The transfer's machines are this shard's to use again; their ids."""
         if not self.fencing.accept(ins, take_term=False):
             self.shard.cancel_transfer(ins.machine_ids, now)
         return ins.machine_ids
 
-    # ---- splits, merges, decommissions (seed §16) ---------------------------------------------
+    # ---- splits, merges, decommissions (design §16) ---------------------------------------------
 
     def check_split_out(self, ins: SplitInstruction, now: float) -> None:
+        """A split (or merge) out: fenced, never into itself, one at a time."""
         # Dividing is the one instruction that moves half a shard: fenced, but not share-limited
         # (each part handed out is bounded by the saga's chunk instead).
         if self.fence(ins, 0, now):
@@ -191,6 +210,8 @@ class InstructionSteps:
             )
 
     def split_out(self, ins: SplitInstruction) -> dict[str, Any]:
+        """Let `fraction` of the clusters and machines go to shard `to` (a merge: all; the
+        shard then merges away): the clusters, their needs, and how many machines leave."""
         if self.fencing.accept(ins):
             return self.fencing.first_outcome(ins, "split_out")  # type: ignore[no-any-return]
         clusters, ids = self.shard.membership.split_plan(ins.fraction)
@@ -201,6 +222,7 @@ class InstructionSteps:
         return self.fencing.remember(ins, "split_out", out)  # type: ignore[no-any-return]
 
     def check_hand_out(self, ins: Instruction, now: float) -> None:
+        """A hand-out of leaving machines: fenced, `limit` 1 … RECORDS_MAX."""
         if self.fence(ins, 0, now):
             self.fencing.first_outcome(ins, "hand_out")
             return
@@ -208,18 +230,21 @@ class InstructionSteps:
             raise ApplicationError(f"limit: must be 1 … {RECORDS_MAX}, got {ins.limit}")
 
     def hand_out(self, ins: Instruction) -> list[Any]:
+        """Up to `limit` of the machines leaving in a split, as records."""
         if self.fencing.accept(ins):
             return self.fencing.first_outcome(ins, "hand_out")  # type: ignore[no-any-return]
         part = [m.model_dump(mode="json") for m in self.shard.membership.hand_out(ins.limit)]
         return self.fencing.remember(ins, "hand_out", part)  # type: ignore[no-any-return]
 
     def check_take_in(self, ins: TakeIn, now: float) -> None:
+        """A part of a split or merge coming in: fenced; refused once retired."""
         if self.fence(ins, 0, now):
             return
         if self.retired:
             raise ApplicationError(f"shard {self.shard.id} has retired: it takes nothing in")
 
     def take_in(self, ins: TakeIn, now: float) -> int:
+        """Take a split's needs and machines in (the last part: decide again); how many."""
         if self.fencing.accept(ins):
             return 0
         taken = self.shard.membership.take_in(ins.needs, ins.machines, now)
@@ -230,6 +255,7 @@ class InstructionSteps:
         return taken
 
     def check_retire(self, ins: Instruction, now: float) -> None:
+        """Retiring: only a merging shard that owns no machine and serves no cluster."""
         if self.fence(ins, 0, now):
             return
         owned = sum(self.shard.machines_by_state().values())
@@ -241,11 +267,13 @@ class InstructionSteps:
             )
 
     def retire(self, ins: Instruction) -> int:
+        """The shard ends after this cycle; the cycles it ran."""
         self.fencing.accept(ins)
         self.retired = True
         return self.shard.cycles
 
     def check_decommission(self, ins: Instruction, now: float) -> None:
+        """A decommission: fenced and share-limited, idle or drained machines only."""
         touched = sum(1 for m in ins.machine_ids if m not in self.shard.handoff)
         if not self.fence(ins, touched, now):
             self.check_free(ins)

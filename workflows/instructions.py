@@ -1,4 +1,4 @@
-"""Coordinator instructions a shard accepts (seed §6, §11): fenced updates, and shard reports.
+"""Coordinator instructions a shard accepts (design §6, §11): fenced updates, and shard reports.
 
 Every instruction carries (coordinator_term, seq). A stale term, a replayed seq, or one that
 would take more than `ShardConfig.max_share` (10 %) of the shard's machines away is refused
@@ -20,19 +20,16 @@ with workflow.unsafe.imports_passed_through():
         SHARD_TASK_QUEUE,
         CoordinatorTerm,
         Instruction,
-        ShardConfig,
         SplitInstruction,
         TakeIn,
-        TransitionInput,
     )
     from bigfleet.decommission import Matching
     from bigfleet.inputs import clip
     from bigfleet.models import Machine, MachineState
     from bigfleet.reports import ShardReport
-    from bigfleet.shard import Shard
-    from workflows.guard import NO_ARGUMENT, Guard, guarded
-    from workflows.instruction_steps import InstructionSteps
+    from workflows.guard import NO_ARGUMENT, guarded
     from workflows.sagas import COORDINATOR_ID
+    from workflows.shard_parts import ShardParts
 
 S = MachineState
 REPORT_SAMPLE = 32
@@ -57,20 +54,11 @@ def _page(start: object, limit: object) -> tuple[int, int]:
     return start, max(1, min(limit, QUERY_IDS))
 
 
-class InstructionHandlers:
+class InstructionHandlers(ShardParts):
     """The shard workflow's instruction handlers (mixed in: Temporal finds handlers on the
     workflow class). Each decodes its instruction, lets `InstructionSteps` check it (in the
     validator) and carry it out (in the handler); what they share is made in the workflow's
-    `__init__`: the shard, its config and the steps."""
-
-    shard: Shard
-    cfg: ShardConfig
-    pipeline: list[TransitionInput]
-    steps: InstructionSteps
-    guard: Guard
-    restoring: bool
-    snapshotting: bool = False
-    last_report: float = 0.0
+    `__init__` (declared in `ShardParts`): the shard, its config and the steps."""
 
     def _not_restoring(self) -> None:
         """Until a shard has read its state back from the snapshot store (a moment after each
@@ -116,7 +104,7 @@ class InstructionHandlers:
 
     async def _new_term(self, ins: AnyIns, any_term: bool = False) -> bool:
         """A term above every one this shard has seen is taken only from the coordinator that
-        runs now (seed §11: terms fence zombies; anyone who can write to the namespace could
+        runs now (design §11: terms fence zombies; anyone who can write to the namespace could
         send any term, and one taken on trust would fence the real coordinator out). Asked
         once per new term (`coordinator_term`): its own term, or — no coordinator running — a
         term not after this shard's clock, which any coordinator started later exceeds. A
@@ -182,11 +170,13 @@ class InstructionHandlers:
 
     @workflow.query
     def owned_ids(self, start: int, limit: int) -> tuple[list[str], int]:
+        """A page of the machines this shard holds (`Shard.owned_ids`)."""
         self._not_restoring()
         return self.shard.owned_ids(*_page(start, limit))
 
     @workflow.query
     def speculative_ids(self, provider: str, start: int, limit: int) -> tuple[list[str], int]:
+        """A page of this shard's speculative machines of `provider` (`Shard.speculative_ids`)."""
         self._not_restoring()
         return self.shard.speculative_ids(str(provider), *_page(start, limit))
 
@@ -200,7 +190,7 @@ class InstructionHandlers:
             raise ApplicationError("where: a map of field names to values is required")
         return self.shard.membership.matching(where, _page(0, limit)[1])
 
-    # ---- moving machines between shards (seed §9) ---------------------------------------------
+    # ---- moving machines between shards (design §9) ---------------------------------------------
 
     @workflow.update
     @guarded
@@ -255,7 +245,7 @@ class InstructionHandlers:
     def _cancel_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
         self.steps.check_cancel_transfer(*self._checked(raw, Instruction, "cancel_transfer"))
 
-    # ---- splits, merges, decommissions (seed §16) --------------------------------------------
+    # ---- splits, merges, decommissions (design §16) --------------------------------------------
 
     @workflow.update
     @guarded
@@ -313,7 +303,7 @@ class InstructionHandlers:
     @workflow.update
     @guarded
     async def decommission(self, raw: RawValue = NO_ARGUMENT) -> list[str]:
-        """Machines leaving the fleet (seed §16): idle or drained ones are given up; cloud
+        """Machines leaving the fleet (design §16): idle or drained ones are given up; cloud
         machines are deleted, bare metal goes back to its provider as it is."""
         ins = self._ins(raw, Instruction, "decommission")
         if await self._new_term(ins):

@@ -260,7 +260,7 @@ class Outbox:
         return self.batched
 
     def _notify_all(self, notices: list[OperatorUpdate]) -> None:
-        # Not awaited either (nor by a continue-as-new: workflows/shard.py).
+        # Not awaited either (nor by a continue-as-new: workflows/shard_carry.py).
         workflow.start_activity(
             "notify_operators", notices, task_queue=TRANSITION_TASK_QUEUE, **QUICK
         ).add_done_callback(self.notified)

@@ -1,4 +1,4 @@
-"""A shard workflow and its providers (seed §7, §10, §11): what it adopts when it starts, how a
+"""A shard workflow and its providers (design §7, §10, §11): what it adopts when it starts, how a
 revived shard reconciles with the providers' lists, machines that failed unwatched, and
 capacity that comes and goes — every listing read page by page, and no machine kept that
 another shard owns. A helper object of the shard workflow, handed the shard it serves, how that
@@ -44,7 +44,7 @@ BY_CLUSTER = "adopt-by-cluster"
 # while their cluster did not see them (bigfleet/notices.py).
 NOTICES = "provider-notices"
 REPAIR = "repair-unseen"
-CARRY_NOTICES = "carry-notices"  # (their state across continue-as-new, workflows/shard.py)
+CARRY_NOTICES = "carry-notices"  # (their state across continue-as-new, workflows/shard_carry.py)
 NOTICED_MAX = 2000  # machines under notice read from one provider at a time
 QUICK: dict[str, Any] = dict(
     start_to_close_timeout=timedelta(seconds=60),
@@ -241,7 +241,7 @@ class ProviderSync:
 
     async def adopt(self, start: AdoptCursor | None) -> AdoptCursor | None:
         """Take this shard's share of every provider's machines: whole racks, cloud slots by id
-        (seed §5), page by page from `start`. Every machine it takes costs history (~90 bytes),
+        (design §5), page by page from `start`. Every machine it takes costs history (~90 bytes),
         so past `adopt_history_bytes` this stops and returns where the next run goes on (a
         100 000-machine fleet would otherwise pass Temporal's 50 MB limit in one run); None
         once everything is adopted. A restarted shard adopts machines as they are,
@@ -313,7 +313,7 @@ class ProviderSync:
         return cleanups
 
     async def capacity(self, now: float, inherited: list[int]) -> None:
-        """Capacity that came or went since the shard started (seed §16): speculative machines
+        """Capacity that came or went since the shard started (design §16): speculative machines
         its providers no longer list are given up (quota shrank); new ones that are this
         shard's by the assignment rule — or a merged-away shard's it inherited — are adopted
         once no shard owns them at two looks in a row and no transfer saga carries them (a
@@ -414,7 +414,7 @@ class ProviderSync:
 
     async def unstick(self, stuck: list[str], now: float) -> None:
         """Machines the shard failed for their transition's time (`Shard.timed_out`) that no
-        result came back for since: their transition's answer was lost on the way (seed §9: a
+        result came back for since: their transition's answer was lost on the way (design §9: a
         shard watches transitional states for ones stuck too long). Their provider is asked
         what they are and its word taken; one it no longer has is given up."""
         inv = self.shard.inventory

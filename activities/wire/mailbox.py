@@ -37,7 +37,7 @@ class MailboxTake(Model):
     after: int = Field(default=-1, ge=-1)
     chain: str = Field(default="", max_length=200)
     # Unix time the take is answered at (the shard's next cycle; 0: at once): its answer wakes
-    # the shard then (workflows/shard.py `_collect`).
+    # the shard then (workflows/shard_results.py `_collect`).
     at: float = 0.0
 
 

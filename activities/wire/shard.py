@@ -11,6 +11,7 @@ from pydantic import ConfigDict, Field
 
 from bigfleet.coordinator import MAX_SHARE
 from bigfleet.deployment import MAX_TASK_TIMEOUT_SECONDS, SHARD_TASK_TIMEOUT_SECONDS
+from bigfleet.shard_state import ShardState
 from bigfleet.snapshot import INLINE_BYTES
 from bigfleet.transitions import MAX_TRANSITION_BATCH
 
@@ -144,7 +145,8 @@ class ShardInput(Model):
     and what it carries on."""
 
     config: ShardConfig
-    state: dict[str, Any] | None = None
+    # The last run's state, when small enough to travel inline (JSON: its dict as before).
+    state: ShardState | None = None
     # The state in the snapshot store instead, when it is larger than `snapshot_inline_bytes`.
     snapshot: SnapshotRef | None = None
     # Carried across continue-as-new: transitions decided but not yet started.

@@ -6,7 +6,7 @@
     provider calls        that call log: every mutating call, and whether it started an
                           operation or repeated one
     provider conformance  the contract checked against a live provider (bigfleet/edge/
-                          conformance.py): a pass/fail table, exit 1 if any check fails
+                          conformance/): a pass/fail table, exit 1 if any check fails
 
 None of them talks to Temporal (workers/cli.py imports this module only when `provider` is
 chosen).

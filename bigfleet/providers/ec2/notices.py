@@ -1,7 +1,7 @@
 """EC2's warnings about its instances, read from an SQS queue (issue 33; docs/providers.md).
 
 EventBridge rules put EC2's events into one queue (`Ec2Config.interruption_queue_url`), as
-Karpenter's users already have them. Four events are notices (bigfleet/models.py `Notice`):
+Karpenter's users already have them. Four events are notices (bigfleet/models/machines.py `Notice`):
 
 - `aws.ec2` "EC2 Spot Instance Interruption Warning" (`detail.instance-id`,
   `detail.instance-action`): INTERRUPTION at the event's `time` + 120 s (a `hibernate` action
