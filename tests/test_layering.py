@@ -1,7 +1,8 @@
-"""The four layers import one way only (DESIGN §2): workers → workflows → activities →
-bigfleet. bigfleet/ is the pure core: it must run inside a workflow sandbox, a simulator and a
-benchmark alike, so it never imports Temporal either. What crosses the Temporal boundary lives
-in activities/wire/, which both workflows and activities import."""
+"""The four layers import one way only (docs/design.md, "Layers"): workers → workflows →
+activities → bigfleet. bigfleet/ is the pure core: it must run inside a workflow sandbox, a
+simulator and a benchmark alike, so it never imports Temporal either. What crosses the Temporal
+boundary lives in activities/wire/, which both workflows and activities import. Nothing imports
+in a circle, and no source file is over 450 lines."""
 
 import ast
 import pathlib
@@ -76,3 +77,108 @@ def test_the_check_sees_an_upward_import(tmp_path):
     assert upward_imports("activities", tmp_path) == {
         "activities/bad.py imports workflows.shard"
     }
+
+
+# ---- no import cycles, no crowded files (issue 35) ----------------------------------------------
+
+PACKAGES = ("bigfleet", "workflows", "activities", "workers")
+LONGEST = 450  # lines a source file may have (generated code aside)
+
+
+def module_name(path: pathlib.Path, root: pathlib.Path = ROOT) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root: pathlib.Path = ROOT) -> dict[str, set[str]]:
+    """Module → the project modules it imports, at any depth (a lazy import inside a function
+    closes a cycle all the same when it runs), except under `if TYPE_CHECKING:`; `from p import
+    n` counts as importing module p.n when there is one, else p."""
+    paths = [p for pkg in PACKAGES if (root / pkg).is_dir() for p in (root / pkg).rglob("*.py")]
+    modules = {module_name(p, root): p for p in paths}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        skipped = {
+            id(n)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for n in ast.walk(node)
+        }
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.walk(tree):
+            if id(node) in skipped:
+                continue
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*up, base] if base else up)
+                for a in node.names:
+                    targets.add(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base)
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle():
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_check_sees_a_cycle(tmp_path):
+    """The rule itself: two modules that import each other, one of them lazily, are a cycle."""
+    pkg = tmp_path / "workers"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "cli.py").write_text("from workers import dev\n")
+    (pkg / "dev.py").write_text("def main():\n    from .cli import main\n")
+    assert cycles(import_graph(tmp_path)) == [["workers.cli", "workers.dev"]]
+
+
+def test_no_source_file_is_over_450_lines():
+    """Source files stay readable in one sitting; generated protobuf code is exempt."""
+    sources = [
+        p
+        for pkg in (*PACKAGES, "examples")
+        for p in (ROOT / pkg).rglob("*.py")
+        if not p.name.endswith(("_pb2.py", "_pb2_grpc.py", "_pb2.pyi"))
+    ]
+    lengths = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in sources}
+    assert {path: n for path, n in lengths.items() if n > LONGEST} == {}
