@@ -3,7 +3,7 @@ the simulator and in tests alike. What the shards report is in `reports.py`; a d
 shares in `decommission.py`.
 
 It assigns clusters to shards on first contact, keeps the fleet view from shard reports, and
-turns shortfalls into moves in the seed's order: idle machines from another shard, then
+turns shortfalls into moves in design §9's order: idle machines from another shard, then
 speculative quota, then — only when neither exists anywhere and the priority is strictly higher
 — cross-shard preemption.
 """
@@ -81,6 +81,10 @@ class Move:
 
 @dataclass
 class Coordinator:
+    """The coordinator's state and planning: its term and instruction sequence, the shards, the
+    cluster → shard map and the shards' last reports; it assigns clusters and plans the moves
+    that answer shortfalls (see the module)."""
+
     term: int = 0
     seq: int = 0
     shards: list[int] = field(default_factory=list)

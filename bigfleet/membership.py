@@ -24,6 +24,8 @@ S = MachineState
 
 
 class Membership:
+    """What a split, merge or decommission takes from or gives to one shard's state."""
+
     def __init__(self, shard: Shard) -> None:
         self.shard = shard
 

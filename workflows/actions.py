@@ -33,6 +33,8 @@ BATCH_NAMES = "batch-names"
 
 
 class TransitionInputs:
+    """Turns the engine's actions into transition workflow inputs (provider, fencing token,
+    timeout, batch name) and folds their results back into the shard."""
     def __init__(self, shard: Shard, cfg: ShardConfig) -> None:
         self.shard = shard
         self.cfg = cfg

@@ -71,8 +71,10 @@ def merge(reports: list[AuditReport], scope: AuditScope) -> AuditReport:
 
 @workflow.defn(name="FleetAudit")
 class FleetAuditWorkflow(NoSignals):
+    """Workflow `FleetAudit`: one audit of every provider against every shard."""
     @workflow.run
     async def run(self, scope: AuditScope) -> AuditReport:
+        """Audit each provider in `scope` on its own queue and merge what disagrees."""
         now = workflow.now().timestamp()
         workflow.set_current_details(
             f"auditing {len(scope.providers)} provider(s) against shards {scope.shards}"

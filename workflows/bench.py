@@ -10,6 +10,8 @@ BENCH_TASK_QUEUE = "bigfleet-bench"
 
 @workflow.defn(name="BenchNoop")
 class BenchNoopWorkflow:
+    """A workflow that does nothing: `bigfleet bench temporal`'s yardstick for the server."""
     @workflow.run
     async def run(self, n: int) -> int:
+        """Return `n`, at once."""
         return n

@@ -28,6 +28,7 @@ SEQ_BLOCK = 1_000_000  # a split or merge: as many steps as it has parts
 
 
 class FleetMembership:
+    """Adds, splits and merges shards for the coordinator, one membership saga at a time."""
     def __init__(self, c: Coordinator, inp: CoordinatorInput, running: Mapping[str, Any]) -> None:
         self.c = c
         self.inp = inp

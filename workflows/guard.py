@@ -137,6 +137,7 @@ class Guard:
         self.count(handler)
 
     def count(self, handler: str) -> None:
+        """Count one refused input of `handler` in `bigfleet_rejected_inputs_total`."""
         self._counter().add(
             1, {"workflow": self.workflow_type, "handler": self.rejections.known(handler)}
         )
@@ -148,6 +149,7 @@ class Guard:
         )
 
     def view(self) -> dict[str, Any]:
+        """The refusals recorded, for the workflow's status query (bounded)."""
         return {"total": self.rejections.total, **self.rejections.state()}
 
 

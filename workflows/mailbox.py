@@ -44,6 +44,8 @@ RUN_BYTES = 4_000_000  # or this much history
 
 @workflow.defn(name="ShardMailbox")
 class ShardMailbox(TakesSignals):
+    """Workflow `ShardMailbox`, one per shard: holds the results of the shard's transition
+    workflows, numbered, until the shard says it has them (see the module)."""
     @workflow.init
     def __init__(self, inp: MailboxInput) -> None:
         self.guard = Guard(self, "ShardMailbox")
@@ -132,6 +134,7 @@ class ShardMailbox(TakesSignals):
 
     @workflow.run
     async def run(self, inp: MailboxInput) -> None:
+        """Serve until the run's history is large, then continue as new with what is held."""
         info = workflow.info()
         await workflow.wait_condition(
             lambda: info.get_current_history_length() > RUN_EVENTS

@@ -33,8 +33,10 @@ with workflow.unsafe.imports_passed_through():
 
 @workflow.defn(name="MembershipSaga")
 class MembershipSagaWorkflow(NoSignals):
+    """Workflow `MembershipSaga`: one shard split or merge (see the module)."""
     @workflow.run
     async def run(self, m: MembershipInput) -> MembershipResult:
+        """Move clusters and machines part by part; hand back what a refused part carried."""
         self.m, self.seq = m, m.seq
         self.split = False  # the donor has let something go
         self.donor_inherited: list[int] = []  # a merge: shards merged into the donor before

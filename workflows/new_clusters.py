@@ -54,6 +54,7 @@ ASK_AGAIN_SECONDS = 10.0
 
 
 class Owner(Protocol):
+    """What `NewClusters` needs of the shard it serves."""
     shard: Shard
     guard: Guard
     early_rollups: list[dict[str, Any]]
@@ -63,6 +64,8 @@ class Owner(Protocol):
 
 
 class NewClusters:
+    """Roll-ups of clusters this shard does not serve yet, held until the coordinator says whose
+    they are; bounded in count and bytes (see the module)."""
     def __init__(self, owner: Owner) -> None:
         self.owner = owner
         self.asking: workflow.ActivityHandle[ClusterOwners] | None = None

@@ -129,6 +129,8 @@ def _notices_by_bytes(notices: Iterator[OperatorUpdate]) -> tuple[list[OperatorU
 
 
 class Outbox:
+    """A shard's transition starts and operator notices, sent beside the cycle in bounded
+    waves, highest band first (see the module)."""
     def __init__(
         self,
         cfg: ShardConfig,
@@ -154,9 +156,11 @@ class Outbox:
         self.starting = False  # a wave of starts is out (`busy`)
 
     def state(self) -> list[list[Any]]:
+        """The transitions in flight, as carried across continue-as-new."""
         return [[k, until] for k, until in self.in_flight.items()]
 
     def restore(self, state: Any) -> None:
+        """Take up `state()` from the last run (anything else is ignored)."""
         if isinstance(state, list):
             self.in_flight = {
                 str(k): float(until) for k, until in state if isinstance(until, int | float)
@@ -266,6 +270,7 @@ class Outbox:
         ).add_done_callback(self.notified)
 
     def notified(self, handle: asyncio.Future[Any]) -> None:
+        """A wave of notices ended: note a failure, if any, and let the next go."""
         if handle.cancelled():
             return
         err = handle.exception()
@@ -306,6 +311,7 @@ class Outbox:
         return max((now - entry[2] for entry in self.queue), default=0.0)
 
     def clear(self) -> None:
+        """Forget every start still queued."""
         self.queue = []
 
     def keep(self, changed: Callable[[TransitionInput], TransitionInput | None]) -> None:

@@ -72,6 +72,8 @@ PATIENT: dict[str, Any] = dict(
 
 
 class ProviderSync:
+    """How a shard keeps in step with its providers: adoption at start, reconcile after a revival,
+    failed machines nobody watched, and capacity that came or went (see the module)."""
     def __init__(
         self,
         shard: Shard,

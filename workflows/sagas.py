@@ -43,8 +43,11 @@ UNDO: dict[str, Any] = dict(
 
 @workflow.defn(name="TransferSaga")
 class TransferSagaWorkflow(NoSignals):
+    """Workflow `TransferSaga`: moves machines (idle, speculative, or drained for a
+    preemption) from a donor shard to a receiver, undoing its steps in reverse on failure."""
     @workflow.run
     async def run(self, s: SagaInput) -> SagaResult:
+        """Run the transfer's steps, or their compensations; say which step failed, if one did."""
         self.s = s
         try:
             return await self._run(s)

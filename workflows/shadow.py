@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
 
 
 class ShadowSync:
+    """A shadow shard's decide-and-follow loop and its record (see the module)."""
     def __init__(
         self,
         shard: Shard,
@@ -44,6 +45,7 @@ class ShadowSync:
         self.at_providers: tuple[Counter[str], Counter[str]] | None = None
 
     def restore(self, state: dict[str, Any] | None) -> None:
+        """Take up the record carried across continue-as-new (None: a fresh one)."""
         self.book = ShadowBook(state)
 
     def decide(self, now: float, cycle: Callable[[float], Decision]) -> Decision:
@@ -99,4 +101,5 @@ class ShadowSync:
         self.book.listed(changes, configured, self.shard.needs, now)
 
     def report(self) -> dict[str, Any]:
+        """What the shard would have done against what happened (`bigfleet shadow report`)."""
         return self.book.report(self.shard.id)

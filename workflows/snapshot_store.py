@@ -36,6 +36,7 @@ COMPRESSED = "compressed-snapshot"
 
 
 class SnapshotStore:
+    """Writes a shard's state to the snapshot store in parts and reads it back, checked."""
     def __init__(self, cfg: ShardConfig) -> None:
         self.cfg = cfg
 

@@ -50,6 +50,10 @@ ESCALATION_MEMO = "escalation-memo"  # an escalated drain notes its new grace in
 
 @workflow.defn(name="MachineTransition")
 class MachineTransitionWorkflow(TakesSignals):
+    """Workflow `MachineTransition`: one create, configure, drain or delete of one machine or
+    a batch of the same kind, searchable by machine id. It calls the provider, watches the
+    machines on durable timers until they settle or time out, and runs the `FAILED` handling;
+    a drain takes the `escalate_drain` signal."""
     # Set by `_watch` when a drain had to be forced: escalated to grace 0, or outlasting its
     # time (outcome "forced" in bigfleet_transition_outcomes_total).
     _forced = False
@@ -75,10 +79,13 @@ class MachineTransitionWorkflow(TakesSignals):
 
     @workflow.query
     def machines(self) -> list[Machine]:
+        """The machines as last observed (query `machines`)."""
         return self._machines
 
     @workflow.run
     async def run(self, t: TransitionInput) -> TransitionResult:
+        """Carry out `t` and return each machine as it ended; a failure that is not a cancellation
+        is counted and recorded before the workflow fails."""
         try:
             return await self._run(t)
         except FailureError as err:  # fails the workflow (other errors retry its task)
