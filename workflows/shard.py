@@ -89,6 +89,10 @@ class ShardWorkflow(
         self.store = SnapshotStore(self.cfg)
         self.outbox = Outbox(self.cfg, self._note_failure)
         self.cycle_ends = deque(maxlen=CYCLE_ENDS)  # (workflow time; `status`)
+        # The last result taken: its mailbox chain and number (the next take lets it go).
+        # Set before `_restore`, which takes up the last run's: set after it, a state that
+        # travelled inline lost it, and the next take got back results already folded in.
+        self.taken = ("", -1)
         self._restore(inp.state, inp.joining)
         self.forward = {}
         self.results = list(inp.results)
@@ -105,9 +109,6 @@ class ShardWorkflow(
         # Results taken from the shard's mailbox (workflows/mailbox.py; set in `run`).
         self.mailbox = False
         self.collecting = None
-        # The last result taken: its mailbox chain and number (the next take lets it go).
-        # (Set after `_restore`: an inline state's is not kept, as it ran.)
-        self.taken = ("", -1)
         self.woken = False  # a take came back at its time: the next cycle is due
         self.forwarding = None
         self.next_reconcile = 0.0
