@@ -10,6 +10,8 @@ pods listening there, and the pods run as the image's user.
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 import shutil
 import subprocess
@@ -38,8 +40,15 @@ def load_docs(text: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(text) if d]
 
 
-def objects() -> list[tuple[str, dict[str, Any]]]:
+@functools.cache
+def parsed() -> list[tuple[str, dict[str, Any]]]:
+    """The manifests, parsed once (the YAML parser is most of this file's time otherwise)."""
     return [(p.name, d) for p in manifest_files() for d in load_docs(p.read_text())]
+
+
+def objects() -> list[tuple[str, dict[str, Any]]]:
+    """Every object of every manifest, a fresh copy (a test may change what it reads)."""
+    return copy.deepcopy(parsed())
 
 
 def by_kind(kind: str) -> dict[str, dict[str, Any]]:
