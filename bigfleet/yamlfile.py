@@ -13,11 +13,20 @@ from .models import from_wire
 
 M = TypeVar("M", bound=BaseModel)
 
+# libyaml's parser when PyYAML was built with it (its wheels are): the same safe subset, ~10x
+# faster on a week-long scenario of 90 KB.
+SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def safe_load(text: str) -> object:
+    """`yaml.safe_load`, with libyaml's parser where there is one."""
+    return yaml.load(text, Loader=SafeLoader)  # noqa: S506 (a safe loader)
+
 
 def load_model(path: pathlib.Path, model: type[M], what: str, error: type[ValueError]) -> M:
     """`path` as `model`; else `error` naming the file and every bad field, one per line."""
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = safe_load(path.read_text())
     except OSError as err:
         raise error(f"{path}: cannot read: {err.strerror}") from None
     except yaml.YAMLError as err:

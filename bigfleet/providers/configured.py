@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..models import from_wire
-from ..yamlfile import field_lines
+from ..yamlfile import field_lines, safe_load
 from .base import CapacityProvider
 
 # kind -> (module, config model, provider class)
@@ -36,7 +36,7 @@ def load_provider(path: str | pathlib.Path) -> CapacityProvider:
     ProviderConfigError naming the file and every bad field."""
     path = pathlib.Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = safe_load(path.read_text())
     except OSError as err:
         raise ProviderConfigError(f"{path}: cannot read: {err.strerror}") from None
     except yaml.YAMLError as err:

@@ -150,7 +150,7 @@ def make(url: str, name: str | None = None, **overrides: Any) -> tuple[Ec2Provid
         "ec2",
         region_name=REGION,
         endpoint_url=url,
-        config=Config(retries={"mode": "standard", "max_attempts": 1}),
+        config=Config(retries={"mode": "standard", "total_max_attempts": 1}),  # no SDK retry
     )
     hooks = Hooks(client)
     return Ec2Provider(make_config(url, name, **overrides), client), hooks

@@ -14,13 +14,13 @@ import sys
 from typing import Any
 
 import pytest
-import yaml
 
 from bigfleet.models import from_wire
 from bigfleet.providers.configured import KINDS
 from bigfleet.providers.redfish import RedfishConfig
 from bigfleet.simulation.run import run_scenario
 from bigfleet.simulation.scenario import load
+from bigfleet.yamlfile import safe_load
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -41,7 +41,7 @@ def readme_examples() -> list[str]:
 
 
 def raw(name: str) -> dict[str, Any]:
-    data = yaml.safe_load((EXAMPLES / name).read_text())
+    data = safe_load((EXAMPLES / name).read_text())
     assert isinstance(data, dict), name
     return data
 
