@@ -87,6 +87,7 @@ class DisruptionBook:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self.clusters: dict[str, ClusterBounds] = {}
+        self._kept: list[int] = []  # the inventory rows `mark` flagged last (derived, not kept)
 
     # ---- roll-ups -------------------------------------------------------------------------
 
@@ -130,6 +131,28 @@ class DisruptionBook:
         own = self.clusters.get(cluster)
         share = own.max_unhealthy if own is not None and own.max_unhealthy else None
         return share_of(share or self.policy.max_unhealthy, machines)
+
+    def mark(self, inventory: Inventory, now: float) -> None:
+        """Flag the machines whose marks hold now in the inventory's `kept` column, before the
+        engine decides: it gives up a need's marked machines last, so excess and preemption
+        fall on unmarked ones where there are any (a marked one it picked would only be held
+        back). A change in the flags is a change the engine must not repeat an outcome across."""
+        for row in self._kept:
+            if row < len(inventory.kept):
+                inventory.kept[row] = 0
+        rows = sorted(
+            row
+            for cluster, bounds in self.clusters.items()
+            for mid, until in bounds.marks.items()
+            if until > now
+            and (row := inventory.ids.find(mid)) >= 0
+            and inventory.cluster_of(row) == cluster
+        )
+        for row in rows:
+            inventory.kept[row] = 1
+        if rows != self._kept:
+            inventory.version += 1
+        self._kept = rows
 
     def marked(self, cluster: str, machine_id: str, now: float) -> bool:
         own = self.clusters.get(cluster)

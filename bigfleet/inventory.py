@@ -37,6 +37,7 @@ _COLUMNS: dict[str, tuple[type, int]] = {
     "missed": (np.uint8, 0),
     "failed_from": (np.uint8, GONE),
     "risk": (np.uint8, 0),  # 1: its provider recommends moving off it (a rebalance notice)
+    "kept": (np.uint8, 0),  # 1: its cluster marked it do-not-disrupt (bigfleet/disruption.py)
 }
 
 
@@ -89,6 +90,7 @@ class Inventory:
     missed: np.ndarray
     failed_from: np.ndarray
     risk: np.ndarray
+    kept: np.ndarray
 
     def __init__(self, capacity: int = 1024) -> None:
         self.capacity = capacity
@@ -166,6 +168,7 @@ class Inventory:
         self.missed[row] = 0
         self.failed_from[row] = GONE
         self.risk[row] = 0
+        self.kept[row] = 0
         self.cluster[row] = self.clusters.intern(m.cluster) if m.cluster else NONE16
         self.state[row] = CODE[m.state]
         if m.state is MachineState.FAILED:

@@ -358,6 +358,7 @@ class Shard(ShardViews):
         if frozen != self.engine.memory.frozen:
             self.engine.memory.frozen = frozen
             self.inventory.version += 1  # (an earlier cycle's outcome is not repeated across it)
+        bounds.mark(self.inventory, now)
         early, held = self.notices.act(self.inventory, bounds, members, self.transfer_out, now)
         decision = self.engine.decide(needs, now)
         if self.unheard:

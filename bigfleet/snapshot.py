@@ -39,9 +39,10 @@ def _unpack(text: str, dtype: Any) -> np.ndarray:
     return np.frombuffer(zlib.decompress(base64.b64decode(text)), dtype=dtype).copy()
 
 
-# Columns the shard derives again each cycle (`risk`, from its notices): not in the snapshot,
-# whose size decides how many parts it is written in (a replayed run must write as many).
-DERIVED = frozenset({"risk"})
+# Columns the shard derives again each cycle (`risk` from its notices, `kept` from do-not-disrupt
+# marks): not in the snapshot, whose size decides how many parts it is written in (a replayed
+# run must write as many).
+DERIVED = frozenset({"risk", "kept"})
 
 
 def inventory_state(inv: Inventory) -> dict[str, Any]:

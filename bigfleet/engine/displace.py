@@ -190,7 +190,7 @@ def _displace(
             continue
         y.room.add(profiles[p], n)
         state.displace_left -= n
-        victims.append(Victim(victim, y.need, p, int(held.offset[i] + held.used[i]), n))
+        victims.append(Victim(victim, y.need, p, held.tail(i, n), n))
         supply.preempt(i, n)
         lost[victim.key] += n
         y.got += n

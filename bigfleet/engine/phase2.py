@@ -235,8 +235,7 @@ def _wait_or_preempt(
             if n <= 0:
                 break
             victim = held.needs[int(held.holder[i])]
-            offset = int(held.offset[i] + held.used[i])
-            victims.append(Victim(victim, need, int(held.profile[i]), offset, n))
+            victims.append(Victim(victim, need, int(held.profile[i]), held.tail(i, n), n))
             supply.preempt(i, n)
             lost[victim.key] += n
             hit += n

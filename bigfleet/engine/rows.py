@@ -114,11 +114,15 @@ class RowPicker:
         key += inv.profile[rows]
         rows, groups = _wanted(rows, number[key])
         # Highest reclamation value first, then row; machines at risk (a rebalance notice)
-        # last, so the tail a need gives up (excess, preemption) takes them first.
+        # last, so the tails that are given up (excess; preemption victims, off the end of a
+        # claim) take them first, and machines their cluster marked do-not-disrupt first, so
+        # they are taken last (a marked one taken would be held back: the need it serves
+        # would wait while unmarked ones stay).
         order = np.argsort(-inv.holder_reclamation[rows], kind="stable")
-        risky = inv.risk[rows[order]]
-        if risky.any():
-            order = order[np.argsort(risky, kind="stable")]
+        risky, kept = inv.risk[rows[order]], inv.kept[rows[order]]
+        if risky.any() or kept.any():
+            rank = 1 + risky.astype(np.int8) - kept.astype(np.int8)
+            order = order[np.argsort(rank, kind="stable")]
         return _Grouped(rows[order], groups[order], [c * 65536 + p for c, p in pairs])
 
     def idle_rows(self) -> np.ndarray:

@@ -104,6 +104,12 @@ class VictimPool:
         self.left = np.array(count, dtype=np.int64)[order]
         self.used = np.zeros(len(order), dtype=np.int64)
 
+    def tail(self, i: int, n: int) -> int:
+        """Where the last `n` machines entry `i` still has begin, in its claim's rows: victims
+        come off the end of a claim, as excess comes off the end of a cluster's rows, where
+        machines its cluster marked do-not-disrupt are not (rows.py puts them first)."""
+        return int(self.offset[i] + self.left[i] - n)
+
     def candidates(self, priority: int, pids: np.ndarray) -> np.ndarray:
         """Entries with machines left, held by needs below `priority`, on one of `pids`'
         profiles, best victim first."""

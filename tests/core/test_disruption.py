@@ -106,6 +106,25 @@ def test_a_mark_holds_no_longer_than_the_policy_allows():
     assert len(drained(shard.cycle(TUESDAY_10 + 300))) == 6
 
 
+def test_excess_falls_on_unmarked_machines_where_there_are_any():
+    """The engine gives up a cluster's marked machines last: marking the six it would drain
+    moves the excess onto the four it would have kept (two marked ones are still excess, and
+    held back), instead of holding all six back while unmarked machines stay."""
+    would = drained(shrinking(None).cycle(TUESDAY_10))
+    assert len(would) == 6
+    marks = [{"machine_id": mid, "until": TUESDAY_10 + 600} for mid in would]
+    shard = shrinking({"do_not_disrupt": marks})
+    now_drained = drained(shard.cycle(TUESDAY_10))
+    unmarked = sorted({f"gpu-{i:04d}" for i in range(10)} - set(would))
+    assert now_drained == unmarked
+    assert shard.disruption.view("web", shard.inventory, TUESDAY_10)["held_back"] == {
+        "excess": 2
+    }
+    # The flags are the marks of now: once they expire, the rest of the excess drains.
+    assert len(drained(shard.cycle(TUESDAY_10 + 601))) == 2
+    assert not shard.inventory.kept.any()
+
+
 def preempting(gap: int, budget: str = "1") -> Shard:
     """Cluster low (priority 100) holds 4 machines, all there are; high asks for 2."""
     shard = Shard(0, Policy(disruption_override_gap=1_000_000))
@@ -129,6 +148,23 @@ def test_a_preemption_respects_the_victims_budget_below_the_override_gap():
 def test_above_the_override_gap_priority_is_the_only_throttle():
     shard = preempting(gap=1_000_000, budget="0")
     assert len(drained(shard.cycle(TUESDAY_10), "preempt")) == 2
+
+
+def test_a_preemption_takes_unmarked_victims_first():
+    """High needs 2 of low's 4 machines: the two it would take are marked, so it takes the
+    other two, and nothing is held back."""
+    would = drained(preempting(gap=500_000, budget="100%").cycle(TUESDAY_10), "preempt")
+    assert len(would) == 2
+    shard = preempting(gap=500_000, budget="100%")
+    low = rollup("low", 2, need(4, 100))
+    low["disruption"] = {
+        "budgets": [{"machines": "100%"}],
+        "do_not_disrupt": [{"machine_id": mid, "until": TUESDAY_10 + 600} for mid in would],
+    }
+    assert shard.receive(low, TUESDAY_10 - 1) is None
+    taken = drained(shard.cycle(TUESDAY_10), "preempt")
+    assert len(taken) == 2 and not set(taken) & set(would)
+    assert shard.disruption.view("low", shard.inventory, TUESDAY_10)["held_back"] == {}
 
 
 @pytest.mark.parametrize(("budget", "moves"), [(None, 4), ("0", 0), ("2", 4)])
