@@ -96,6 +96,8 @@ class Shard(ShardViews):
         # silent one does. False: as before (a run begun earlier replays as it ran).
         self.unheard: dict[str, float] = {}
         self.keep_unheard = True
+        # Marks steer the engine (disruption.py `mark`); False: a run begun before, on replay.
+        self.steer_by_marks = True
         # What each cluster's operator bounds of BigFleet's voluntary moves (issue 33).
         self.disruption = DisruptionBook(self.policy)
 
@@ -358,7 +360,9 @@ class Shard(ShardViews):
         if frozen != self.engine.memory.frozen:
             self.engine.memory.frozen = frozen
             self.inventory.version += 1  # (an earlier cycle's outcome is not repeated across it)
-        bounds.mark(self.inventory, now)
+        if self.steer_by_marks:
+            bounds.mark(self.inventory, now)
+        self.engine.memory.victims_from_end = self.steer_by_marks
         early, held = self.notices.act(self.inventory, bounds, members, self.transfer_out, now)
         decision = self.engine.decide(needs, now)
         if self.unheard:

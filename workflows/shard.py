@@ -257,6 +257,8 @@ class ShardWorkflow(
             self.shard.engine.supply.sunk = False
         # Runs begun before drained the adopted machines of clusters not heard from yet.
         self.shard.keep_unheard = workflow.patched("unheard-clusters-kept")
+        # Runs begun before marks steered the engine took victims off the start of a claim.
+        self.shard.steer_by_marks = workflow.patched("marks-steer")
 
     async def _take_over(self, inp: ShardInput) -> None:
         """The state this run starts from: read back from the snapshot store; for a shard

@@ -24,6 +24,9 @@ class EngineMemory:
     # Clusters whose disruption budget allows no consolidation move now (bigfleet/disruption.py;
     # set by the shard before each cycle, not in its snapshot).
     frozen: frozenset[str] = frozenset()
+    # Preemption victims come off the end of a claim, where a cluster's marked machines are not
+    # (rows.py); False: off its start, as shards decided before (set by the shard each cycle).
+    victims_from_end: bool = True
 
     def observe_counts(self, needs: list[Need], now: float) -> None:
         """Notes since when each need has had its count; forgets needs gone from the table."""

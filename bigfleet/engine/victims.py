@@ -103,11 +103,14 @@ class VictimPool:
         self.offset = np.array(offset, dtype=np.int64)[order]
         self.left = np.array(count, dtype=np.int64)[order]
         self.used = np.zeros(len(order), dtype=np.int64)
+        self.from_end = state.memory.victims_from_end
 
     def tail(self, i: int, n: int) -> int:
         """Where the last `n` machines entry `i` still has begin, in its claim's rows: victims
         come off the end of a claim, as excess comes off the end of a cluster's rows, where
         machines its cluster marked do-not-disrupt are not (rows.py puts them first)."""
+        if not self.from_end:  # (as shards decided before marks steered the engine)
+            return int(self.offset[i] + self.used[i])
         return int(self.offset[i] + self.left[i] - n)
 
     def candidates(self, priority: int, pids: np.ndarray) -> np.ndarray:
