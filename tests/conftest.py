@@ -30,6 +30,7 @@ from activities.wire import SEARCH_ATTRIBUTES
 from bigfleet.models import from_wire
 from bigfleet.simulation.scenario import Scenario
 from workers.dev.server import throwaway_server
+from workers.plumbing import QUERY_PATIENCE_SECONDS, passing_refusal
 from workers.worker import ROLES, SimulatedFleet, build_workers, run_workers
 
 BIN = Path(sys.executable).parent
@@ -145,9 +146,11 @@ async def eventually(
 
 
 async def query_retrying(probe: Callable[[], Awaitable[T] | T], tries: int = 40) -> T:
-    """`probe()`, asked again while a shard is reading its state back from the snapshot store
-    (a moment after each continue-as-new of a large shard, when queries are refused)."""
+    """`probe()`, asked again while its refusal passes (`workers.plumbing.passing_refusal`: a
+    shard reading its snapshot back, a workflow task being tried again), as `bigfleet status`
+    asks again, for up to `QUERY_PATIENCE_SECONDS`."""
     timeouts = 0
+    deadline = time.monotonic() + QUERY_PATIENCE_SECONDS
     for attempt in range(tries):
         try:
             value = probe()
@@ -160,7 +163,8 @@ async def query_retrying(probe: Callable[[], Awaitable[T] | T], tries: int = 40)
             # up to three times, as an operator would.
             timed_out = "Timeout expired" in str(err) and timeouts < 3
             timeouts += timed_out
-            if not (timed_out or "reading its snapshot back" in str(err)) or attempt == tries - 1:
+            passing = passing_refusal(err) and time.monotonic() < deadline
+            if not (timed_out or passing) or attempt == tries - 1:
                 raise
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.25)
     raise AssertionError("unreachable")

@@ -87,15 +87,37 @@ async def shards_asked(client: Any, args: Any) -> list[int]:
     return list(shards)
 
 
+#: How long a query waits out a refusal that passes (`passing_refusal`) before the refusal is
+#: the answer.
+QUERY_PATIENCE_SECONDS = 10.0
+
+
+def passing_refusal(err: BaseException) -> bool:
+    """A query refused for a moment, not for good: a large shard reading its state back from
+    its snapshot after a continue-as-new, or a workflow task being tried again. The second
+    happens on a healthy shard too: a continue-as-new is refused (UnhandledCommand) when a
+    roll-up, a timer or an activity's result arrives during its task, and the server answers
+    queries "Workflow Task in failed state" until the next task completes, a moment later. A
+    shard whose task keeps failing is wedged: the refusal outlasts any patience."""
+    text = str(err)
+    return "reading its snapshot back" in text or "Workflow Task in failed state" in text
+
+
 async def query(client: Any, wid: str, name: str, *args: Any) -> Any:
-    """Query workflow `wid`, waiting out a shard reading its snapshot back; a CliError if it
-    fails."""
-    for attempt in range(20):
+    """Query workflow `wid`, waiting out a refusal that passes (up to
+    `QUERY_PATIENCE_SECONDS`); a CliError if it fails."""
+    deadline = time.monotonic() + QUERY_PATIENCE_SECONDS
+    while True:
         try:
             return await client.get_workflow_handle(wid).query(name, *args)
         except Exception as err:
-            # A large shard reads its state back for a moment after each continue-as-new.
-            if "reading its snapshot back" in str(err) and attempt < 19:
+            if passing_refusal(err) and time.monotonic() < deadline:
                 await asyncio.sleep(0.25)
                 continue
+            if "Workflow Task in failed state" in str(err):
+                raise CliError(
+                    f"{wid}: its workflow task has kept failing for {QUERY_PATIENCE_SECONDS:.0f} s "
+                    "(wedged: `bigfleet status` says why; the coordinator revives a wedged "
+                    "shard, or `bigfleet shard revive N`)"
+                ) from None
             raise rpc_error(err, wid) from None
