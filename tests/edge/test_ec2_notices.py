@@ -367,3 +367,30 @@ def test_a_notice_ec2_will_not_tag_now_stays_in_the_queue(moto_url: str) -> None
     assert left(sqs, queue) == 0
     fresh, _ = make(moto_url, p.name)
     assert noticed(fresh)[mid].deadline_unix == T_1400 + 120
+
+
+def test_the_noticed_listing_reads_only_the_noticed_machines_slots(moto_url: str) -> None:
+    """A shard asks for the noticed machines every `notice_seconds`: the provider reads the
+    instances tagged with a notice and those of their slots, not every instance it has, and
+    lists what a full listing would list with a notice."""
+    p, sqs, queue, machines = fleet(moto_url, 12)
+    (a, ia), (b, ib), (c, ic) = machines[:3]
+    send(sqs, queue, event(REBALANCE, ia), event(SCHEDULED, ib), event(SPOT_WARNING, ic))
+    assert set(noticed(p)) == {a, b, c}  # (the queue read: the events' instances described)
+    p.delete(c, token(), key="x")  # its old instance keeps its notice tag; the new one has none
+    p.create([c], token(), key="again")
+    read: list[str] = []
+
+    def count(parsed: dict[str, Any], **_: Any) -> None:
+        read.extend(i["InstanceId"] for r in parsed.get("Reservations", []) for i in r["Instances"])
+
+    p.client.meta.events.register("after-call.ec2.DescribeInstances", count)
+    found = noticed(p)
+    narrow = sorted(read)
+    full = {m.id: m.notice for m in p.list(ListFilter()) if m.notice}
+    assert found == full and set(found) == {a, b}
+    # The tagged instances (a, b and c's old one), then every instance of their slots (c's new
+    # one too); a full listing reads every instance: the twelve and c's old one.
+    (new_c,) = {m.host.ref for m in p.list(ListFilter()) if m.id == c and m.host}
+    assert narrow == sorted([ia, ib, ic, ia, ib, ic, new_c]), narrow
+    assert len(read) - len(narrow) >= 13

@@ -88,6 +88,8 @@ insufficient-capacity answer, blobs on their way, the last refusal of a step EC2
   delete) is not a notice, nor is a stop of an instance that runs again. A notice EC2 will not
   take as a tag (a terminated instance) is kept in memory (bounded); an earlier deadline
   replaces a later one, and any deadline a rebalance notice.
+  That List reads only the noticed instances and their slots (steps.py `_noticed_listing`),
+  not every instance.
 - Prices: from the config; spot ones are refreshed from the spot price history every
   `spot_price_seconds` (on List), or when `refresh_spot_prices()` is called.
 

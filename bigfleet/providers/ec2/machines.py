@@ -26,7 +26,7 @@ from .api import (
     Ec2Calls,
 )
 from .config import Ec2Config, Ec2Offering
-from .records import Offering, Record, instance_tags, rank
+from .records import Offering, Record, instance_tags, keep_best, rank
 
 S = MachineState
 
@@ -102,11 +102,8 @@ class Ec2Machines(Ec2Calls):
         records: dict[str, Record] = {}
         for instance in self._describe(offerings):
             record = self._record(instance)
-            if record is None or record.offering not in offerings:
-                continue
-            old = records.get(record.machine_id)
-            if old is None or rank(record) > rank(old):
-                records[record.machine_id] = record
+            if record is not None and record.offering in offerings:
+                keep_best(records, record)
         # DescribeInstances is eventually consistent: an instance launched a moment ago may not
         # be listed yet. Its launch reply stands in for it, so its slot is not offered again.
         for machine_id in builtins.list(self._recent):

@@ -267,9 +267,10 @@ class Ec2Provider(Ec2Launch):
                 and (not filter.instance_type or o.spec.instance_type == filter.instance_type)
             ]
             states = set(filter.states)
+            listing = self._noticed_listing if filter.noticed else self._listing
             found = [
                 m
-                for m in self._listing(offerings)
+                for m in listing(offerings)
                 if (not states or m.state in states) and (m.notice or not filter.noticed)
             ]
             found.sort(key=lambda m: m.id)

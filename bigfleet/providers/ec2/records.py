@@ -54,3 +54,11 @@ def rank(record: Record) -> tuple[bool, Any]:
     """Which of two instances holding one slot speaks for it: a live one over a terminated one,
     then the newest."""
     return (record.ec2_state != "terminated", record.instance.get("LaunchTime"))
+
+
+def keep_best(records: dict[str, Record], record: Record) -> None:
+    """Keep `record` in `records` (by machine id) if it speaks for its slot (`rank`) over the
+    one kept."""
+    old = records.get(record.machine_id)
+    if old is None or rank(record) > rank(old):
+        records[record.machine_id] = record

@@ -19,12 +19,14 @@ from .api import (
     T_CONFIGURE,
     T_CONFIGURE_AT,
     T_DRAIN_UNTIL,
+    T_MACHINE,
+    T_NOTICE,
     NoCapacity,
     error_code,
     error_message,
 )
 from .machines import Ec2Machines, share_budget
-from .records import Offering, Record
+from .records import Offering, Record, keep_best
 
 S = MachineState
 
@@ -193,4 +195,40 @@ class Ec2Steps(Ec2Machines):
                     machines.append(self._speculative(offering, i))
                     left -= 1
                 i += 1
+        return machines
+
+    def _noticed_listing(self, offerings: builtins.list[Offering]) -> builtins.list[Machine]:
+        """The machines of these offerings under a notice, their due steps taken first, without
+        a scan of every instance: a shard asks for them every `notice_seconds`, and listing a
+        few thousand instances that often spends the account's DescribeInstances budget.
+        DescribeInstances reads the instances tagged with a notice and those whose notice EC2
+        would not take as a tag (kept in memory), then every instance of those machines' slots,
+        so the one that speaks for a slot (`rank`: a live one over a terminated one, the
+        newest) is the same one a full listing picks."""
+        wanted = {o.key for o in offerings}
+        slots: set[str] = set()
+        remembered = sorted(self._noticed)
+        queries = [[{"Name": "tag-key", "Values": [T_NOTICE]}]] + [
+            [{"Name": "instance-id", "Values": remembered[at : at + 200]}]
+            for at in range(0, len(remembered), 200)
+        ]
+        for query in queries:
+            for instance in self._describe([], query):
+                record = self._record(instance)
+                if record is not None and record.offering.key in wanted:
+                    slots.add(record.machine_id)
+        records: dict[str, Record] = {}
+        ids = sorted(slots)
+        for at in range(0, len(ids), 200):
+            query = [{"Name": f"tag:{T_MACHINE}", "Values": ids[at : at + 200]}]
+            for instance in self._describe([], query):
+                record = self._record(instance)
+                if record is not None and record.machine_id in slots:
+                    keep_best(records, record)
+        machines = []
+        for record in records.values():
+            self._advance(record)
+            machine = self._machine(record)
+            if machine.notice is not None and machine.state is not S.SPECULATIVE:
+                machines.append(machine)
         return machines
