@@ -98,6 +98,8 @@ class Shard(ShardViews):
         self.keep_unheard = True
         # Marks steer the engine (disruption.py `mark`); False: a run begun before, on replay.
         self.steer_by_marks = True
+        # A spread need keeps to its skew when it waits or preempts; False: a run begun before.
+        self.spread_in_phase_2 = True
         # What each cluster's operator bounds of BigFleet's voluntary moves (issue 33).
         self.disruption = DisruptionBook(self.policy)
 
@@ -363,6 +365,7 @@ class Shard(ShardViews):
         if self.steer_by_marks:
             bounds.mark(self.inventory, now)
         self.engine.memory.victims_from_end = self.steer_by_marks
+        self.engine.memory.spread_in_phase_2 = self.spread_in_phase_2
         early, held = self.notices.act(self.inventory, bounds, members, self.transfer_out, now)
         decision = self.engine.decide(needs, now)
         if self.unheard:

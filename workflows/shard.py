@@ -259,6 +259,8 @@ class ShardWorkflow(
         self.shard.keep_unheard = workflow.patched("unheard-clusters-kept")
         # Runs begun before marks steered the engine took victims off the start of a claim.
         self.shard.steer_by_marks = workflow.patched("marks-steer")
+        # Runs begun before a spread need kept to its skew in Phase 2 preempted anywhere.
+        self.shard.spread_in_phase_2 = workflow.patched("spread-in-phase-2")
 
     async def _take_over(self, inp: ShardInput) -> None:
         """The state this run starts from: read back from the snapshot store; for a shard

@@ -27,6 +27,9 @@ class EngineMemory:
     # Preemption victims come off the end of a claim, where a cluster's marked machines are not
     # (rows.py); False: off its start, as shards decided before (set by the shard each cycle).
     victims_from_end: bool = True
+    # A spread need keeps to its skew in Phase 2 too (what it waits for and preempts); False:
+    # anywhere, as shards decided before (set by the shard each cycle).
+    spread_in_phase_2: bool = True
 
     def observe_counts(self, needs: list[Need], now: float) -> None:
         """Notes since when each need has had its count; forgets needs gone from the table."""

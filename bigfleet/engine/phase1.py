@@ -205,7 +205,12 @@ def _on_its_way(state: CycleState) -> np.ndarray:
     return out
 
 
-def _spread(state: CycleState, need: Need, cc: ClusterClaims, supply: list, deficit: int) -> list:
+def spread_frame(
+    state: CycleState, need: Need, cc: ClusterClaims
+) -> tuple[list[str | None], dict[str, int], set[str]]:
+    """A spread need's view of its rule's domains: each profile's domain (by id), how many
+    machines it claims in each, and the domains it could use (those of matching profiles
+    with a live machine)."""
     rule = need.spec.spread[0]
     labels = state.inventory.profiles.labels(rule.key)
     counts = state.inventory.counts
@@ -220,6 +225,24 @@ def _spread(state: CycleState, need: Need, cc: ClusterClaims, supply: list, defi
     pids = pids[pids < len(live)]
     found = np.unique(codes[pids[live[pids] > 0]]).tolist()
     eligible = {values[d] for d in found if d >= 0 and values[d]}
+    return labels, current, eligible
+
+
+def spread_picks(
+    current: dict[str, int],
+    free: dict[str, int],
+    eligible: set[str],
+    max_skew: int,
+    deficit: int,
+) -> Counter[str]:
+    """How many machines each domain gives a spread need of `free` (machines per domain),
+    one at a time (`_spread_domains`), up to `deficit`; `current` counts them in."""
+    return Counter(islice(_spread_domains(current, free, eligible, max_skew), deficit))
+
+
+def _spread(state: CycleState, need: Need, cc: ClusterClaims, supply: list, deficit: int) -> list:
+    rule = need.spec.spread[0]
+    labels, current, eligible = spread_frame(state, need, cc)
     pools: dict[str, list[tuple]] = defaultdict(list)
     for state, p, pool in supply:
         d = labels[p]
@@ -228,7 +251,7 @@ def _spread(state: CycleState, need: Need, cc: ClusterClaims, supply: list, defi
     free = {k: sum(e[2] for e in v) for k, v in pools.items()}
     # How many machines each domain gets, one machine at a time; within a domain they come
     # from its entries in supply order, whichever order the domains were picked in.
-    per_domain = Counter(islice(_spread_domains(current, free, eligible, rule.max_skew), deficit))
+    per_domain = spread_picks(current, free, eligible, rule.max_skew, deficit)
     taken: dict[tuple, int] = {}
     for d, wanted in per_domain.items():
         for state, p, have in pools[d]:

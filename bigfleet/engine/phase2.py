@@ -17,7 +17,7 @@ from .cycle import CycleState
 from .decision import Decision
 from .displace import purchases, yield_for_cost
 from .domains import domain_tallies, pick_same_wait_domain
-from .phase1 import Assignment
+from .phase1 import Assignment, spread_frame, spread_picks
 from .regret import swap_owned
 from .rows import RowPicker
 from .shortfalls import describe
@@ -46,9 +46,7 @@ def resolve_inversions(
     """
     if state.policy.fleet_cost:
         swap_owned(state, assignments)
-    assigned: dict[str, int] = defaultdict(int)
-    for a in assignments:
-        assigned[a.need.key] += a.count
+    assigned, gifts = _given(assignments)
     supply = _ShortSupply(state)
     lost: dict[str, int] = defaultdict(int)
     victims: list[Victim] = []
@@ -67,7 +65,7 @@ def resolve_inversions(
         if kept:
             out.earmarked[key] = kept
         if deficit > 0:
-            took, hit = _wait_or_preempt(state, need, supply, deficit, victims, lost)
+            took, hit = _wait_or_preempt(state, need, supply, (deficit, gifts[key]), victims, lost)
             deficit -= took + hit
             out.earmarked[key] = kept + took + hit
             if deficit > 0:
@@ -85,6 +83,19 @@ def resolve_inversions(
     if bought:
         assignments[:] = [a for a in assignments if a.count > 0]
     return victims, unmet
+
+
+def _given(
+    assignments: list[Assignment],
+) -> tuple[dict[str, int], dict[str, list[tuple[int, int]]]]:
+    """What Phase 1 gave each need: how many machines, and a spread need's by profile."""
+    assigned: dict[str, int] = defaultdict(int)
+    gifts: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for a in assignments:
+        assigned[a.need.key] += a.count
+        if a.need.spec.spread:
+            gifts[a.need.key].append((a.profile, a.count))
+    return assigned, gifts
 
 
 class _ShortSupply:
@@ -200,12 +211,16 @@ def _wait_or_preempt(
     state: CycleState,
     need: Need,
     supply: _ShortSupply,
-    deficit: int,
+    short: tuple[int, list[tuple[int, int]]],
     victims: list[Victim],
     lost: dict[str, int],
 ) -> tuple[int, int]:
-    """One short need: machines it waits for (taken from the waiting pools), then machines
+    """One short need (`short`: its deficit, and the machines Phase 1 gave it by profile, a
+    spread need's only): machines it waits for (taken from the waiting pools), then machines
     it preempts (appended to `victims`, counted in `lost` for their needs). Returns both."""
+    if need.spec.spread and not need.spec.same and state.memory.spread_in_phase_2:
+        return _spread_wait_or_preempt(state, need, supply, short, victims, lost)
+    deficit = short[0]
     if need.spec.same:
         home = _same_home(state, need, supply, deficit)
         if home is None:
@@ -234,11 +249,70 @@ def _wait_or_preempt(
             n = min(deficit - hit, int(held.left[i]))
             if n <= 0:
                 break
-            victim = held.needs[int(held.holder[i])]
-            victims.append(Victim(victim, need, int(held.profile[i]), held.tail(i, n), n))
-            supply.preempt(i, n)
-            lost[victim.key] += n
-            hit += n
+            hit += _preempt(supply, need, i, n, victims, lost)
+    return took, hit
+
+
+def _preempt(
+    supply: _ShortSupply, need: Need, i: int, n: int, victims: list[Victim], lost: dict[str, int]
+) -> int:
+    """`n` machines of the victim pool's entry `i` preempted for `need`; returns `n`."""
+    held = supply.held
+    victim = held.needs[int(held.holder[i])]
+    victims.append(Victim(victim, need, int(held.profile[i]), held.tail(i, n), n))
+    supply.preempt(i, n)
+    lost[victim.key] += n
+    return n
+
+
+def _spread_wait_or_preempt(
+    state: CycleState,
+    need: Need,
+    supply: _ShortSupply,
+    short: tuple[int, list[tuple[int, int]]],
+    victims: list[Victim],
+    lost: dict[str, int],
+) -> tuple[int, int]:
+    """A short spread need (`short`: its deficit, and the machines Phase 1 gave it by
+    profile) waits, then preempts, one machine at a time in the domain Phase 1 would pick
+    (`spread_picks`: the least-filled with supply, never more than `max_skew` above the
+    least-filled domain it could use), counting what it claims and what Phase 1 gave it.
+    Everything on its way that the rule allows comes before any victim. Without the rule
+    here, a need Phase 1 held back for its skew preempted in the very domain it was held
+    back from."""
+    deficit, given = short
+    max_skew = need.spec.spread[0].max_skew
+    labels, current, eligible = spread_frame(state, need, state.claims[need.cluster])
+    for p, n in given:
+        current[labels[p] or ""] += n
+    offered = state.supply.offered
+    incoming = [(pool, p) for pool in supply.waiting for p in offered(pool, need) if labels[p]]
+    free: dict[str, int] = defaultdict(int)
+    for pool, p in incoming:
+        free[cast(str, labels[p])] += pool[p]
+    room = spread_picks(current, free, eligible, max_skew, deficit)
+    took = 0
+    for pool, p in incoming:
+        d = cast(str, labels[p])
+        n = min(room[d], pool[p])
+        if n > 0:
+            supply.take(pool, p, n)
+            room[d] -= n
+            took += n
+    held = supply.held
+    found = held.candidates(need.priority, state.supply.ranked(need)).tolist()
+    free = defaultdict(int)
+    for i in found:
+        if d_ := labels[int(held.profile[i])]:
+            free[d_] += int(held.left[i])
+    room = spread_picks(current, free, eligible, max_skew, deficit - took)
+    hit = 0
+    for i in found:
+        d_ = labels[int(held.profile[i])]
+        n = min(room[d_], int(held.left[i])) if d_ else 0
+        if n > 0:
+            room[cast(str, d_)] -= n
+            hit += _preempt(supply, need, i, n, victims, lost)
     return took, hit
 
 

@@ -12,7 +12,18 @@ from hypothesis import strategies as st
 from bigfleet import labels as L
 from bigfleet.engine.domains import pick_spread_domain
 from bigfleet.engine.phase1 import _spread_domains
-from tests.fleet import ENGINES, S, created, many, need, on_demand, rollup, shortfall_of, table
+from tests.fleet import (
+    ENGINES,
+    S,
+    created,
+    fast_shard,
+    many,
+    need,
+    on_demand,
+    rollup,
+    shortfall_of,
+    table,
+)
 
 
 def slots(zone: str, count: int, start: int, **kw):
@@ -97,3 +108,46 @@ def test_the_fast_spread_picks_the_domains_one_machine_at_a_time_would(
     fast = list(islice(_spread_domains(fast_current, fast_free, eligible, max_skew), deficit))
     assert fast == slow
     assert (fast_current, fast_free) == (slow_current, slow_free)
+
+
+@ENGINES
+def test_a_spread_need_preempts_only_where_its_skew_allows(make_shard):
+    """Phase 1 gives the need one free machine in z1 and one in z2: z3 has none free, and
+    its rule allows no zone more than one ahead of z3. For the rest it preempts the lower
+    cluster's machines where the rule allows, z3 first (the least filled), then one in z1,
+    never a third one there with z2 at one; the last machine is short. (It used to preempt
+    both of z1's and both of z3's: z1 three ahead of z2's one.)"""
+    fleet = skew_held_fleet()
+    shard = make_shard(fleet)
+
+    decision = shard.decide(SKEW_HELD_NEEDS, 10)
+
+    assert created_per_zone(decision, fleet) == {"z1": 1, "z2": 1}
+    assert preempted_per_zone(decision, fleet) == {"z3": 2, "z1": 1}
+    assert shortfall_of(decision, "a").count == 1
+
+
+def skew_held_fleet() -> list:
+    low = slots("z1", 2, 30, state=S.CONFIGURED, cluster="low")
+    low += slots("z3", 2, 20, state=S.CONFIGURED, cluster="low")
+    return slots("z1", 3, 0) + slots("z2", 3, 10) + low
+
+
+SKEW_HELD_NEEDS = table(rollup("low", 1, need(4, 100)), rollup("a", 1, spread_need(6, 1)))
+
+
+def preempted_per_zone(decision, fleet) -> Counter:
+    zone = {m.id: m.zone for m in fleet}
+    return Counter(zone[p.machine_id] for p in decision.preemptions)
+
+
+def test_a_shard_run_begun_before_preempts_for_a_spread_need_as_it_did():
+    """A shard workflow begun before the rule (patch `spread-in-phase-2`) decides, on
+    replay, as it did then: the spread need preempts every lower machine that matches."""
+    fleet = skew_held_fleet()
+    shard = fast_shard(fleet)
+    shard.engine.memory.spread_in_phase_2 = False
+
+    decision = shard.decide(SKEW_HELD_NEEDS, 10)
+
+    assert preempted_per_zone(decision, fleet) == {"z1": 2, "z3": 2}

@@ -103,22 +103,42 @@ def _spread(
 ) -> list[Rec]:
     """A spread need's machines one at a time, each from the domain `pick_spread_domain`
     picks, until its deficit is met or no domain may take one more."""
+    current = spread_counts(need, claimed)
+    return spread_take(need, current, spread_eligible(cycle, need), supply, deficit)
+
+
+def spread_counts(need: Need, machines: list[Rec]) -> dict[str, int]:
+    """How many of `machines` are in each domain of the need's spread key ("" without it)."""
     key = need.spec.spread[0].key
     current: dict[str, int] = defaultdict(int)
-    for m in claimed:
+    for m in machines:
         current[m.profile.label(key) or ""] += 1
-    eligible = {
+    return current
+
+
+def spread_eligible(cycle: Cycle, need: Need) -> set[str]:
+    """The domains a spread need could use: those of the live machines that match it."""
+    key = need.spec.spread[0].key
+    return {
         m.profile.label(key)
         for m in cycle.machines
         if m.state is not S.FAILED and m.profile.label(key) and cycle.matches(need, m)
     }
+
+
+def spread_take(
+    need: Need, current: dict[str, int], eligible: set[str], supply: list[Rec], most: int
+) -> list[Rec]:
+    """Up to `most` machines of `supply` (in its order within a domain), one at a time from
+    the domain `pick_spread_domain` picks; each counted in `current`."""
+    key = need.spec.spread[0].key
     pools: dict[str, list[Rec]] = defaultdict(list)
     for m in supply:
         label = m.profile.label(key)
         if label:
             pools[label].append(m)
     chosen: list[Rec] = []
-    while len(chosen) < deficit:
+    while len(chosen) < most:
         d = pick_spread_domain(
             current,
             {k: len(v) for k, v in pools.items()},

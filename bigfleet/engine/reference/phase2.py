@@ -21,6 +21,7 @@ from .actions import preempt
 from .cycle import Cycle
 from .displace import yield_for_cost
 from .fleet import Rec
+from .phase1 import spread_counts, spread_eligible, spread_take
 from .regret import swap_owned
 
 S = MachineState
@@ -80,6 +81,8 @@ def _wait_or_preempt(cycle: Cycle, need: Need, deficit: int, out: Decision) -> N
     victims = _victims(cycle, need)
     if need.spec.same:
         incoming, victims = _same_supply(cycle, need, incoming, victims, deficit)
+    elif need.spec.spread:
+        incoming, victims = _spread_supply(cycle, need, incoming, victims, deficit)
     took = incoming[:deficit]
     for m in took:
         cycle.earmarked.add(m.ordinal)
@@ -152,6 +155,23 @@ def _same_supply(
     return (
         [m for m in incoming if domain_of(need, m.profile) == home],
         [m for m in victims if domain_of(need, m.profile) == home],
+    )
+
+
+def _spread_supply(
+    cycle: Cycle, need: Need, incoming: list[Rec], victims: list[Rec], deficit: int
+) -> tuple[list[Rec], list[Rec]]:
+    """A spread need waits, then preempts, one machine at a time in the domain Phase 1 would
+    pick, counting the machines it claims and those Phase 1 gave it: what it may wait for
+    first, then victims (each list in its own order)."""
+    mine = cycle.claims[need.key] + cycle.chosen_of.get(need.key, [])
+    current = spread_counts(need, mine)
+    eligible = spread_eligible(cycle, need)
+    took = {m.ordinal for m in spread_take(need, current, eligible, incoming, deficit)}
+    hits = {m.ordinal for m in spread_take(need, current, eligible, victims, deficit - len(took))}
+    return (
+        [m for m in incoming if m.ordinal in took],
+        [m for m in victims if m.ordinal in hits],
     )
 
 
