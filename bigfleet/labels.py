@@ -10,10 +10,15 @@ CAPACITY_TYPE = "bigfleet.io/capacity-type"
 PROVIDER = "bigfleet.io/provider"
 RACK = "bigfleet.io/rack"
 KUBELET_VERSION = "bigfleet.io/kubelet-version"
+HOSTNAME = "kubernetes.io/hostname"
 
 # Labels that describe the machine itself. A requirement on any other key the machine does not
 # carry (a kubelet version, a feature gate) is for the operator's bootstrap to satisfy (design §13).
 MACHINE_KEYS = frozenset({INSTANCE_TYPE, ZONE, REGION, ARCH, CAPACITY_TYPE, PROVIDER, RACK})
+
+# Keys whose every value is one machine's own: a spread over one of them holds by itself (each
+# machine is a domain of its own, so a need's machines are never more than one apart there).
+PER_MACHINE_KEYS = frozenset({HOSTNAME})
 
 
 def machine_labels(

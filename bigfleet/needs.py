@@ -8,12 +8,14 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
+from .labels import PER_MACHINE_KEYS
 from .models import (
     MAX_GENERATION,
     CapacityNeed,
     ClusterCapacityNeeds,
     NodeHealth,
     NodeSelectorRequirement,
+    TopologySpread,
     from_wire,
 )
 
@@ -27,11 +29,16 @@ class Need:
     arrival: int
     spec: CapacityNeed
     signature: str = ""
+    # The spread rules placement keeps to: the spec's, less those over a key whose every
+    # value is one machine's (`labels.PER_MACHINE_KEYS`: they hold by themselves). None: all
+    # of the spec's (a shard's run begun before, on replay: `NeedsTable.host_spread_holds`).
+    binding: tuple[TopologySpread, ...] | None = None
     # Copies of hot fields: the cycle reads them for every need, every cycle.
     key: str = field(init=False)
     priority: int = field(init=False)
     count: int = field(init=False)
     order: tuple[int, int, str, int] = field(init=False)
+    spread: tuple[TopologySpread, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", f"{self.cluster}#{self.index}")
@@ -40,6 +47,8 @@ class Need:
         object.__setattr__(
             self, "order", (-self.spec.priority, self.arrival, self.cluster, self.index)
         )
+        spread = tuple(self.spec.spread) if self.binding is None else self.binding
+        object.__setattr__(self, "spread", spread)
 
     @property
     def requirements(self) -> tuple[NodeSelectorRequirement, ...]:
@@ -47,6 +56,11 @@ class Need:
 
     def sort_key(self) -> tuple[int, int, str, int]:
         return self.order
+
+
+def binding_spread(spec: CapacityNeed) -> tuple[TopologySpread, ...]:
+    """The spread rules of `spec` that placement keeps to (`Need.binding`)."""
+    return tuple(r for r in spec.spread if r.key not in PER_MACHINE_KEYS)
 
 
 def _identity(need: CapacityNeed) -> str:
@@ -78,6 +92,10 @@ class NeedsTable:
     # False: a stale roll-up moves nothing, as before issue 30 (a shard's run begun before
     # then replays as it ran: workflows/shard.py sets it from workflow.patched).
     stale_keeps_alive: bool = True
+    # True: a spread over `kubernetes.io/hostname` holds by itself; False: it binds as any
+    # other key (no machine carries it, so the need got no machine), as in a shard's run begun
+    # before (workflows/shard.py sets it from workflow.patched before the run reads needs).
+    host_spread_holds: bool = True
     _sorted: SortedList = field(default_factory=lambda: SortedList(key=Need.sort_key))
     _clusters: dict[str, _ClusterEntry] = field(default_factory=dict)
     _arrivals: int = 0
@@ -117,7 +135,8 @@ class NeedsTable:
                 # (claims cached per need) still holds.
                 fresh.append(old)
             else:
-                fresh.append(Need(rollup.cluster, index, arrival, spec, ident))
+                binding = binding_spread(spec) if self.host_spread_holds else None
+                fresh.append(Need(rollup.cluster, index, arrival, spec, ident, binding))
         kept = {id(n) for n in fresh}
         for need in before:
             if id(need) not in kept:

@@ -21,7 +21,7 @@ from .models import (
     Resources,
     from_wire,
 )
-from .needs import needs_state, restore_needs
+from .needs import NeedsTable, needs_state, restore_needs
 from .profiles import Profile
 from .shard import Shard
 from .shard_state import ShardState
@@ -163,7 +163,10 @@ def restore_shard(state: Mapping[str, Any] | ShardState, shard: Shard) -> Shard:
     shard.seq = s.seq
     shard.cycles = s.cycles
     shard.inventory = restore_inventory(s.inventory)
-    shard.needs = restore_needs(s.needs, shard.policy.max_silence_seconds)
+    # (The table as the run set it up: how it reads a need's spread, for one.)
+    table = NeedsTable(shard.policy.max_silence_seconds)
+    table.host_spread_holds = shard.needs.host_spread_holds
+    shard.needs = restore_needs(s.needs, shard.policy.max_silence_seconds, table)
     shard.engine = FastEngine(shard.inventory, shard.policy)
     shard.engine.memory = EngineMemory(
         shortfall_age=dict(s.memory["shortfall_age"]),

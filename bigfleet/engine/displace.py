@@ -202,7 +202,7 @@ def _displace(
 
 def _held(state: CycleState, need: Need, given: list[Assignment]) -> list:
     """A spread need's machines by profile: its claims and this cycle's assignments."""
-    if not need.spec.spread:
+    if not need.spread:
         return []
     profiles = state.inventory.profiles.profiles
     claims = state.claims[need.cluster].claims[need.key]

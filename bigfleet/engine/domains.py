@@ -78,5 +78,5 @@ def pick_spread_domain(
 def move_domain(need: Need, profile: Profile) -> tuple[str | None, ...]:
     """The domains a replacement must share with the machine it replaces: the need's `same`
     key and its spread keys (so a move never breaks a `Same` placement nor changes a spread)."""
-    keys = ([need.spec.same] if need.spec.same else []) + [r.key for r in need.spec.spread]
+    keys = ([need.spec.same] if need.spec.same else []) + [r.key for r in need.spread]
     return tuple(profile.label(k) for k in keys)

@@ -48,7 +48,7 @@ class SpreadRoom:
     no room. A need without spread rules has room everywhere."""
 
     def __init__(self, need: Need, held: Iterable[tuple[Profile, int]]) -> None:
-        self.rules = list(need.spec.spread)
+        self.rules = list(need.spread)
         self.count: list[dict[str, int]] = [defaultdict(int) for _ in self.rules]
         for profile, n in held:
             self.add(profile, n)

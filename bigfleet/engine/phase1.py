@@ -66,7 +66,7 @@ def assign_free_capacity(state: CycleState) -> list[Assignment]:
         deficit = need.count - cc.claimed[need.key]
         if deficit <= 0 or not (idle or spec):
             continue
-        if not (need.spec.same or need.spec.spread):
+        if not (need.spec.same or need.spread):
             picks = _first_free(need, deficit, ((S.IDLE, idle), (S.SPECULATIVE, spec)), offered)
         elif need.spec.same:
             free = _free_by_domain(state, need)
@@ -211,7 +211,7 @@ def spread_frame(
     """A spread need's view of its rule's domains: each profile's domain (by id), how many
     machines it claims in each, and the domains it could use (those of matching profiles
     with a live machine)."""
-    rule = need.spec.spread[0]
+    rule = need.spread[0]
     labels = state.inventory.profiles.labels(rule.key)
     counts = state.inventory.counts
     failed = CODE[S.FAILED]
@@ -241,7 +241,7 @@ def spread_picks(
 
 
 def _spread(state: CycleState, need: Need, cc: ClusterClaims, supply: list, deficit: int) -> list:
-    rule = need.spec.spread[0]
+    rule = need.spread[0]
     labels, current, eligible = spread_frame(state, need, cc)
     pools: dict[str, list[tuple]] = defaultdict(list)
     for state, p, pool in supply:

@@ -93,7 +93,7 @@ def _given(
     gifts: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for a in assignments:
         assigned[a.need.key] += a.count
-        if a.need.spec.spread:
+        if a.need.spread:
             gifts[a.need.key].append((a.profile, a.count))
     return assigned, gifts
 
@@ -218,7 +218,7 @@ def _wait_or_preempt(
     """One short need (`short`: its deficit, and the machines Phase 1 gave it by profile, a
     spread need's only): machines it waits for (taken from the waiting pools), then machines
     it preempts (appended to `victims`, counted in `lost` for their needs). Returns both."""
-    if need.spec.spread and not need.spec.same and state.memory.spread_in_phase_2:
+    if need.spread and not need.spec.same and state.memory.spread_in_phase_2:
         return _spread_wait_or_preempt(state, need, supply, short, victims, lost)
     deficit = short[0]
     if need.spec.same:
@@ -281,7 +281,7 @@ def _spread_wait_or_preempt(
     here, a need Phase 1 held back for its skew preempted in the very domain it was held
     back from."""
     deficit, given = short
-    max_skew = need.spec.spread[0].max_skew
+    max_skew = need.spread[0].max_skew
     labels, current, eligible = spread_frame(state, need, state.claims[need.cluster])
     for p, n in given:
         current[labels[p] or ""] += n

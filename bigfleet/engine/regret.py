@@ -25,7 +25,7 @@ def swap_owned(state: CycleState, assignments: list[Assignment]) -> int:
     profiles = state.inventory.profiles.profiles
 
     def plain(need: Need) -> bool:
-        return not (need.spec.same or need.spec.spread)
+        return not (need.spec.same or need.spread)
 
     given = [
         (a.need, a.profile, a.count)

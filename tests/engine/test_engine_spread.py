@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from bigfleet import labels as L
 from bigfleet.engine.domains import pick_spread_domain
 from bigfleet.engine.phase1 import _spread_domains
+from bigfleet.needs import NeedsTable
 from tests.fleet import (
     ENGINES,
     S,
@@ -151,3 +152,36 @@ def test_a_shard_run_begun_before_preempts_for_a_spread_need_as_it_did():
     decision = shard.decide(SKEW_HELD_NEEDS, 10)
 
     assert preempted_per_zone(decision, fleet) == {"z1": 2, "z3": 2}
+
+
+@ENGINES
+def test_a_spread_over_hostnames_holds_by_itself(make_shard):
+    """No machine carries `kubernetes.io/hostname` as a profile label: every machine is a
+    host of its own, so a need's machines are never more than one apart there. Such a rule
+    places as no rule; beside a zone rule, the zone rule decides. (It used to bind as any
+    key: no domain had supply, and the need got no machine at all.)"""
+    fleet = slots("z1", 4, 0) + slots("z2", 4, 10)
+    host = {"key": L.HOSTNAME, "max_skew": 1}
+    zone = {"key": L.ZONE, "max_skew": 1}
+    shard = make_shard(fleet)
+
+    decision = shard.decide(table(rollup("a", 1, need(3, 1000, spread=[host]))), 10)
+
+    assert len(created(decision)) == 3 and shortfall_of(decision, "a") is None
+    shard = make_shard(fleet)
+    both = table(rollup("b", 1, need(6, 1000, spread=[host, zone])))
+    assert created_per_zone(shard.decide(both, 10), fleet) == {"z1": 3, "z2": 3}
+
+
+def test_a_shard_run_begun_before_reads_a_hostname_spread_as_binding():
+    """A shard workflow begun before (patch `host-spread-holds`) replays as it decided: the
+    needs table builds its needs with every rule binding, and the need gets nothing."""
+    fleet = slots("z1", 4, 0)
+    shard = fast_shard(fleet)
+    needs = NeedsTable()
+    needs.host_spread_holds = False
+    needs.submit(rollup("a", 1, need(3, 1000, spread=[{"key": L.HOSTNAME, "max_skew": 1}])), 0)
+
+    decision = shard.decide(needs, 10)
+
+    assert created(decision) == [] and shortfall_of(decision, "a").count == 3

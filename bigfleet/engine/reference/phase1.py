@@ -79,7 +79,7 @@ def _choose(
     """The free machines (of `supply`, in its order) the need takes for its deficit."""
     if need.spec.same:
         return _same(need, claimed, supply, deficit)
-    if need.spec.spread:
+    if need.spread:
         return _spread(cycle, need, claimed, supply, deficit)
     return supply[:deficit]
 
@@ -109,7 +109,7 @@ def _spread(
 
 def spread_counts(need: Need, machines: list[Rec]) -> dict[str, int]:
     """How many of `machines` are in each domain of the need's spread key ("" without it)."""
-    key = need.spec.spread[0].key
+    key = need.spread[0].key
     current: dict[str, int] = defaultdict(int)
     for m in machines:
         current[m.profile.label(key) or ""] += 1
@@ -118,7 +118,7 @@ def spread_counts(need: Need, machines: list[Rec]) -> dict[str, int]:
 
 def spread_eligible(cycle: Cycle, need: Need) -> set[str]:
     """The domains a spread need could use: those of the live machines that match it."""
-    key = need.spec.spread[0].key
+    key = need.spread[0].key
     return {
         m.profile.label(key)
         for m in cycle.machines
@@ -131,7 +131,7 @@ def spread_take(
 ) -> list[Rec]:
     """Up to `most` machines of `supply` (in its order within a domain), one at a time from
     the domain `pick_spread_domain` picks; each counted in `current`."""
-    key = need.spec.spread[0].key
+    key = need.spread[0].key
     pools: dict[str, list[Rec]] = defaultdict(list)
     for m in supply:
         label = m.profile.label(key)
@@ -143,7 +143,7 @@ def spread_take(
             current,
             {k: len(v) for k, v in pools.items()},
             eligible,
-            need.spec.spread[0].max_skew,
+            need.spread[0].max_skew,
         )
         if d is None:
             break

@@ -81,7 +81,7 @@ def _wait_or_preempt(cycle: Cycle, need: Need, deficit: int, out: Decision) -> N
     victims = _victims(cycle, need)
     if need.spec.same:
         incoming, victims = _same_supply(cycle, need, incoming, victims, deficit)
-    elif need.spec.spread:
+    elif need.spread:
         incoming, victims = _spread_supply(cycle, need, incoming, victims, deficit)
     took = incoming[:deficit]
     for m in took:

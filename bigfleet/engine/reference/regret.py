@@ -70,7 +70,7 @@ def swap_owned(cycle: Cycle) -> None:
 
 
 def _plain(need: Need) -> bool:
-    return not (need.spec.same or need.spec.spread)
+    return not (need.spec.same or need.spread)
 
 
 def _grouped(
