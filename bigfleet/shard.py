@@ -100,6 +100,8 @@ class Shard(ShardViews):
         self.steer_by_marks = True
         # A spread need keeps to its skew when it waits or preempts; False: a run begun before.
         self.spread_in_phase_2 = True
+        # Placement keeps to every spread rule; False: the first only (a run begun before).
+        self.every_spread_rule = True
         # What each cluster's operator bounds of BigFleet's voluntary moves (issue 33).
         self.disruption = DisruptionBook(self.policy)
 
@@ -366,6 +368,7 @@ class Shard(ShardViews):
             bounds.mark(self.inventory, now)
         self.engine.memory.victims_from_end = self.steer_by_marks
         self.engine.memory.spread_in_phase_2 = self.spread_in_phase_2
+        self.engine.memory.every_spread_rule = self.every_spread_rule
         early, held = self.notices.act(self.inventory, bounds, members, self.transfer_out, now)
         decision = self.engine.decide(needs, now)
         if self.unheard:

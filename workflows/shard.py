@@ -261,6 +261,8 @@ class ShardWorkflow(
         self.shard.steer_by_marks = workflow.patched("marks-steer")
         # Runs begun before a spread need kept to its skew in Phase 2 preempted anywhere.
         self.shard.spread_in_phase_2 = workflow.patched("spread-in-phase-2")
+        # Runs begun before placed a need by its first spread rule only.
+        self.shard.every_spread_rule = workflow.patched("every-spread-rule")
         # Runs begun before read a spread over kubernetes.io/hostname as binding (and placed
         # nothing for it); set before the state is read back, whose needs it shapes.
         self.shard.needs.host_spread_holds = workflow.patched("host-spread-holds")

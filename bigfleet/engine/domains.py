@@ -4,6 +4,7 @@ domain a spread need takes its next machine from, and the domains a move must ke
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import cast
 
 import numpy as np
 
@@ -73,6 +74,45 @@ def pick_spread_domain(
     if current.get(best, 0) + 1 - floor > max_skew:
         return None
     return best
+
+
+def pick_every_spread(
+    rules: list[tuple[dict[str, int], set[str], int]],
+    domains: list[tuple[str | None, ...]],
+    left: list[int],
+    most: int,
+) -> list[int]:
+    """How many machines of each candidate a need with several spread rules takes, at most
+    `most`. `rules`: per rule, its machines per domain (counted into as it takes), the domains
+    it could use and its `max_skew`; `domains`: each candidate's domain under each rule;
+    `left`: each candidate's machines. One machine at a time from the domains (one per rule)
+    that keep every rule within its `max_skew` of its least-filled usable domain: the
+    least-filled by the first rule, then the next, then by name, from the first candidate
+    there with a machine left. A candidate without some rule's key is never taken."""
+    taken = [0] * len(left)
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for i, ds in enumerate(domains):
+        if all(ds):
+            groups.setdefault(cast(tuple[str, ...], ds), []).append(i)
+    for _ in range(most):
+        floors = [min((c.get(d, 0) for d in usable), default=0) for c, usable, _ in rules]
+        best: tuple[tuple[int, ...], tuple[str, ...]] | None = None
+        for ds, members in groups.items():
+            if all(taken[i] >= left[i] for i in members):
+                continue
+            have = tuple(c.get(d, 0) for (c, _, _), d in zip(rules, ds, strict=True))
+            over = zip(have, floors, rules, strict=True)
+            if any(n + 1 - floor > skew for n, floor, (_, _, skew) in over):
+                continue
+            if best is None or (have, ds) < best:
+                best = (have, ds)
+        if best is None:
+            break
+        ds = best[1]
+        taken[next(i for i in groups[ds] if taken[i] < left[i])] += 1
+        for (c, _, _), d in zip(rules, ds, strict=True):
+            c[d] = c.get(d, 0) + 1
+    return taken
 
 
 def move_domain(need: Need, profile: Profile) -> tuple[str | None, ...]:

@@ -30,6 +30,9 @@ class EngineMemory:
     # A spread need keeps to its skew in Phase 2 too (what it waits for and preempts); False:
     # anywhere, as shards decided before (set by the shard each cycle).
     spread_in_phase_2: bool = True
+    # A need's placement keeps to every spread rule it has; False: to its first one only, as
+    # shards decided before (set by the shard each cycle).
+    every_spread_rule: bool = True
 
     def observe_counts(self, needs: list[Need], now: float) -> None:
         """Notes since when each need has had its count; forgets needs gone from the table."""

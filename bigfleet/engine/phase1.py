@@ -16,7 +16,13 @@ from ..models import ConfigureAction, MachineState
 from ..needs import Need
 from .claims import ClusterClaims, excess_by_profile
 from .cycle import CycleState
-from .domains import domain_tallies, pick_same_domain, pick_same_wait_domain, pick_spread_domain
+from .domains import (
+    domain_tallies,
+    pick_every_spread,
+    pick_same_domain,
+    pick_same_wait_domain,
+    pick_spread_domain,
+)
 from .supply import pool_column
 
 S = MachineState
@@ -205,66 +211,68 @@ def _on_its_way(state: CycleState) -> np.ndarray:
     return out
 
 
-def spread_frame(
-    state: CycleState, need: Need, cc: ClusterClaims
-) -> tuple[list[str | None], dict[str, int], set[str]]:
-    """A spread need's view of its rule's domains: each profile's domain (by id), how many
+Frame = tuple[list[str | None], dict[str, int], set[str]]
+
+
+def spread_frames(state: CycleState, need: Need, cc: ClusterClaims) -> list[Frame]:
+    """A spread need's view of each rule's domains: each profile's domain (by id), how many
     machines it claims in each, and the domains it could use (those of matching profiles
-    with a live machine)."""
-    rule = need.spread[0]
-    labels = state.inventory.profiles.labels(rule.key)
+    with a live machine). Only its first rule's when the shard's run began before placement
+    kept to every rule (`EngineMemory.every_spread_rule`)."""
     counts = state.inventory.counts
     failed = CODE[S.FAILED]
     live = counts.sum(axis=0) - counts[failed]
-    current: dict[str, int] = defaultdict(int)
-    for c in cc.claims[need.key]:
-        current[labels[c.profile] or ""] += c.count
-    # The domains of matching profiles with a live machine, by column.
-    codes, values = state.inventory.profiles.label_codes(rule.key)
     pids = state.supply.ranked(need)
     pids = pids[pids < len(live)]
-    found = np.unique(codes[pids[live[pids] > 0]]).tolist()
-    eligible = {values[d] for d in found if d >= 0 and values[d]}
-    return labels, current, eligible
+    frames = []
+    for rule in need.spread if state.memory.every_spread_rule else need.spread[:1]:
+        labels = state.inventory.profiles.labels(rule.key)
+        current: dict[str, int] = defaultdict(int)
+        for c in cc.claims[need.key]:
+            current[labels[c.profile] or ""] += c.count
+        # The domains of matching profiles with a live machine, by column.
+        codes, values = state.inventory.profiles.label_codes(rule.key)
+        found = np.unique(codes[pids[live[pids] > 0]]).tolist()
+        eligible = {values[d] for d in found if d >= 0 and values[d]}
+        frames.append((labels, current, eligible))
+    return frames
 
 
-def spread_picks(
-    current: dict[str, int],
-    free: dict[str, int],
-    eligible: set[str],
-    max_skew: int,
-    deficit: int,
-) -> Counter[str]:
-    """How many machines each domain gives a spread need of `free` (machines per domain),
-    one at a time (`_spread_domains`), up to `deficit`; `current` counts them in."""
-    return Counter(islice(_spread_domains(current, free, eligible, max_skew), deficit))
+def spread_take(
+    need: Need, frames: list[Frame], candidates: list[tuple[int, int]], most: int
+) -> list[int]:
+    """How many machines of each candidate (profile, machines it has), in order, a spread
+    need takes, at most `most`, each counted in `frames`. One rule: one machine at a time
+    into the domain `_spread_domains` picks, each domain's from its candidates in order.
+    Several rules: `pick_every_spread`, every rule kept. A candidate without a rule's key is
+    never taken."""
+    if len(frames) > 1:
+        rules = [(f[1], f[2], r.max_skew) for f, r in zip(frames, need.spread, strict=True)]
+        domains = [tuple(f[0][p] for f in frames) for p, _ in candidates]
+        return pick_every_spread(rules, domains, [n for _, n in candidates], most)
+    labels, current, eligible = frames[0]
+    free: dict[str, int] = defaultdict(int)
+    for p, n in candidates:
+        if d := labels[p]:
+            free[d] += n
+    room = Counter(islice(_spread_domains(current, free, eligible, need.spread[0].max_skew), most))
+    out = []
+    for p, n in candidates:
+        d = labels[p]
+        k = min(room[d], n) if d else 0
+        if k > 0:
+            room[cast(str, d)] -= k
+        out.append(max(k, 0))
+    return out
 
 
 def _spread(state: CycleState, need: Need, cc: ClusterClaims, supply: list, deficit: int) -> list:
-    rule = need.spread[0]
-    labels, current, eligible = spread_frame(state, need, cc)
-    pools: dict[str, list[tuple]] = defaultdict(list)
-    for state, p, pool in supply:
-        d = labels[p]
-        if d:
-            pools[d].append((state, p, pool[p]))
-    free = {k: sum(e[2] for e in v) for k, v in pools.items()}
-    # How many machines each domain gets, one machine at a time; within a domain they come
-    # from its entries in supply order, whichever order the domains were picked in.
-    per_domain = spread_picks(current, free, eligible, rule.max_skew, deficit)
-    taken: dict[tuple, int] = {}
-    for d, wanted in per_domain.items():
-        for state, p, have in pools[d]:
-            n = min(wanted, have)
-            if n > 0:
-                taken[(state, p)] = n
-                wanted -= n
-            if wanted == 0:
-                break
+    frames = spread_frames(state, need, cc)
+    taken = spread_take(need, frames, [(p, pool[p]) for _, p, pool in supply], deficit)
     return [
-        (state, p, pool, taken[(state, p)])
-        for state, p, pool in supply
-        if taken.get((state, p), 0) > 0
+        (free_state, p, pool, n)
+        for (free_state, p, pool), n in zip(supply, taken, strict=True)
+        if n > 0
     ]
 
 

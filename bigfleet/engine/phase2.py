@@ -17,7 +17,7 @@ from .cycle import CycleState
 from .decision import Decision
 from .displace import purchases, yield_for_cost
 from .domains import domain_tallies, pick_same_wait_domain
-from .phase1 import Assignment, spread_frame, spread_picks
+from .phase1 import Assignment, spread_frames, spread_take
 from .regret import swap_owned
 from .rows import RowPicker
 from .shortfalls import describe
@@ -274,44 +274,31 @@ def _spread_wait_or_preempt(
     lost: dict[str, int],
 ) -> tuple[int, int]:
     """A short spread need (`short`: its deficit, and the machines Phase 1 gave it by
-    profile) waits, then preempts, one machine at a time in the domain Phase 1 would pick
-    (`spread_picks`: the least-filled with supply, never more than `max_skew` above the
-    least-filled domain it could use), counting what it claims and what Phase 1 gave it.
-    Everything on its way that the rule allows comes before any victim. Without the rule
-    here, a need Phase 1 held back for its skew preempted in the very domain it was held
-    back from."""
+    profile) waits, then preempts, by its rules as Phase 1 places it (`spread_take`: one
+    machine at a time in the least-filled domain that has one, never more than `max_skew`
+    above the least-filled domain it could use), counting what it claims and what Phase 1
+    gave it. Everything on its way that the rules allow comes before any victim. Without the
+    rules here, a need Phase 1 held back for its skew preempted in the very domain it was
+    held back from."""
     deficit, given = short
-    max_skew = need.spread[0].max_skew
-    labels, current, eligible = spread_frame(state, need, state.claims[need.cluster])
-    for p, n in given:
-        current[labels[p] or ""] += n
+    frames = spread_frames(state, need, state.claims[need.cluster])
+    for labels, current, _ in frames:
+        for p, n in given:
+            current[labels[p] or ""] += n
     offered = state.supply.offered
-    incoming = [(pool, p) for pool in supply.waiting for p in offered(pool, need) if labels[p]]
-    free: dict[str, int] = defaultdict(int)
-    for pool, p in incoming:
-        free[cast(str, labels[p])] += pool[p]
-    room = spread_picks(current, free, eligible, max_skew, deficit)
+    incoming = [(pool, p) for pool in supply.waiting for p in offered(pool, need)]
+    counts = spread_take(need, frames, [(p, pool[p]) for pool, p in incoming], deficit)
     took = 0
-    for pool, p in incoming:
-        d = cast(str, labels[p])
-        n = min(room[d], pool[p])
+    for (pool, p), n in zip(incoming, counts, strict=True):
         if n > 0:
             supply.take(pool, p, n)
-            room[d] -= n
             took += n
     held = supply.held
     found = held.candidates(need.priority, state.supply.ranked(need)).tolist()
-    free = defaultdict(int)
-    for i in found:
-        if d_ := labels[int(held.profile[i])]:
-            free[d_] += int(held.left[i])
-    room = spread_picks(current, free, eligible, max_skew, deficit - took)
+    offer = [(int(held.profile[i]), int(held.left[i])) for i in found]
     hit = 0
-    for i in found:
-        d_ = labels[int(held.profile[i])]
-        n = min(room[d_], int(held.left[i])) if d_ else 0
+    for i, n in zip(found, spread_take(need, frames, offer, deficit - took), strict=True):
         if n > 0:
-            room[cast(str, d_)] -= n
             hit += _preempt(supply, need, i, n, victims, lost)
     return took, hit
 

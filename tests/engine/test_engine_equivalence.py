@@ -50,7 +50,9 @@ def summary(decision):
     }
 
 
-def run_both(seed, machines, clusters, needs, scale, cycles):
+def run_both(seed, machines, clusters, needs, scale, cycles, shape=None):
+    """Both engines over the same random fleet and roll-ups, cycle by cycle; `shape(rng,
+    rollup)` may change each roll-up first."""
     rng = random.Random(seed)
     fleet_machines = fleet(rng, machines, clusters, busy=rng.random())
     inv = Inventory()
@@ -61,7 +63,7 @@ def run_both(seed, machines, clusters, needs, scale, cycles):
     for generation in range(1, cycles + 1):
         for rollup in rollups(rng, clusters, needs, scale, generation):
             if generation == 1 or rng.random() < 0.3:
-                table.apply(rollup, generation * 10)
+                table.apply(shape(rng, rollup) if shape else rollup, generation * 10)
         now = generation * 10
         a, b = fast.decide(table, now), ref.decide(table, now)
         assert summary(a) == summary(b), f"cycle {generation}"
@@ -96,6 +98,31 @@ def shards(machines, clusters, needs, scale, cycles):
 @given(**shards((0, 120), (1, 6), (0, 4), [1, 5, 30], (1, 3)))
 def test_fast_engine_decides_like_the_reference(seed, machines, clusters, needs, scale, cycles):
     run_both(seed, machines, clusters, needs, scale, cycles)
+
+
+def two_rules(rng, rollup):
+    """Some needs spread by zone and by rack (a hostname rule beside, at times): every rule
+    counts in placement, preemption and waiting."""
+    needs = []
+    for n in rollup.needs:
+        if not n.same and rng.random() < 0.4:
+            rules = [
+                TopologySpread(key=L.ZONE, max_skew=rng.randint(1, 2)),
+                TopologySpread(key=L.RACK, max_skew=rng.randint(1, 3)),
+            ]
+            if rng.random() < 0.3:
+                rules.insert(rng.randint(0, 2), TopologySpread(key=L.HOSTNAME, max_skew=1))
+            n = n.model_copy(update={"spread": rules})
+        needs.append(n)
+    return rollup.model_copy(update={"needs": needs})
+
+
+@PROPERTY
+@given(**shards((0, 120), (1, 6), (0, 4), [1, 5, 30], (1, 3)))
+def test_fast_engine_keeps_several_spread_rules_like_the_reference(
+    seed, machines, clusters, needs, scale, cycles
+):
+    run_both(seed, machines, clusters, needs, scale, cycles, two_rules)
 
 
 # ---- consolidation: GPU needs any GPU offer fits, transitions that complete between cycles ----

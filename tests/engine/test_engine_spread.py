@@ -16,6 +16,8 @@ from bigfleet.needs import NeedsTable
 from tests.fleet import (
     ENGINES,
     S,
+    bare_metal,
+    configured,
     created,
     fast_shard,
     many,
@@ -185,3 +187,41 @@ def test_a_shard_run_begun_before_reads_a_hostname_spread_as_binding():
     decision = shard.decide(needs, 10)
 
     assert created(decision) == [] and shortfall_of(decision, "a").count == 3
+
+
+def racks_of(decision, fleet) -> Counter:
+    rack = {m.id: m.labels.get(L.RACK) for m in fleet}
+    return Counter(rack[mid] for mid in configured(decision))
+
+
+@ENGINES
+def test_a_need_with_two_spread_rules_keeps_to_both(make_shard):
+    """Bare metal in two zones of two racks each. By zone alone, z1's two machines would both
+    come from its first rack; with a rack rule too (max_skew 1), each rack gives one. (Until
+    2026-12-06 placement kept to the first rule only.)"""
+    fleet = []
+    for n, (zone, rack) in enumerate([("z1", "r1"), ("z1", "r2"), ("z2", "r3"), ("z2", "r4")]):
+        fleet += many(bare_metal, 3, start=10 * n, zone=zone, rack=rack)
+    rules = [{"key": L.ZONE, "max_skew": 1}, {"key": L.RACK, "max_skew": 1}]
+    shard = make_shard(fleet)
+
+    decision = shard.decide(table(rollup("a", 1, need(4, 1000, spread=rules))), 10)
+
+    assert racks_of(decision, fleet) == {"r1": 1, "r2": 1, "r3": 1, "r4": 1}
+    by_zone = table(rollup("a", 1, need(4, 1000, spread=rules[:1])))
+    zone_only = make_shard(fleet).decide(by_zone, 10)
+    assert racks_of(zone_only, fleet) == {"r1": 2, "r3": 2}
+
+
+def test_a_shard_run_begun_before_places_by_the_first_spread_rule_only():
+    """Patch `every-spread-rule`: a run begun before places as it did, by the zone rule."""
+    fleet = []
+    for n, (zone, rack) in enumerate([("z1", "r1"), ("z1", "r2"), ("z2", "r3"), ("z2", "r4")]):
+        fleet += many(bare_metal, 3, start=10 * n, zone=zone, rack=rack)
+    rules = [{"key": L.ZONE, "max_skew": 1}, {"key": L.RACK, "max_skew": 1}]
+    shard = fast_shard(fleet)
+    shard.engine.memory.every_spread_rule = False
+
+    decision = shard.decide(table(rollup("a", 1, need(4, 1000, spread=rules))), 10)
+
+    assert racks_of(decision, fleet) == {"r1": 2, "r3": 2}

@@ -10,7 +10,13 @@ from collections import defaultdict
 
 from ...models import MachineState
 from ...needs import Need
-from ..domains import domain_of, pick_same_domain, pick_same_wait_domain, pick_spread_domain
+from ..domains import (
+    domain_of,
+    pick_every_spread,
+    pick_same_domain,
+    pick_same_wait_domain,
+    pick_spread_domain,
+)
 from ..ranking import supply_key
 from .cycle import Cycle
 from .fleet import Rec
@@ -102,36 +108,51 @@ def _spread(
     cycle: Cycle, need: Need, claimed: list[Rec], supply: list[Rec], deficit: int
 ) -> list[Rec]:
     """A spread need's machines one at a time, each from the domain `pick_spread_domain`
-    picks, until its deficit is met or no domain may take one more."""
-    current = spread_counts(need, claimed)
-    return spread_take(need, current, spread_eligible(cycle, need), supply, deficit)
+    picks (several rules: `pick_every_spread`), until its deficit is met or no domain may
+    take one more."""
+    currents = spread_counts(need, claimed)
+    return spread_take(need, currents, spread_eligible(cycle, need), supply, deficit)
 
 
-def spread_counts(need: Need, machines: list[Rec]) -> dict[str, int]:
-    """How many of `machines` are in each domain of the need's spread key ("" without it)."""
-    key = need.spread[0].key
-    current: dict[str, int] = defaultdict(int)
-    for m in machines:
-        current[m.profile.label(key) or ""] += 1
-    return current
+def spread_counts(need: Need, machines: list[Rec]) -> list[dict[str, int]]:
+    """Per spread rule, how many of `machines` are in each of its domains ("" without the
+    key)."""
+    currents = []
+    for rule in need.spread:
+        current: dict[str, int] = defaultdict(int)
+        for m in machines:
+            current[m.profile.label(rule.key) or ""] += 1
+        currents.append(current)
+    return currents
 
 
-def spread_eligible(cycle: Cycle, need: Need) -> set[str]:
-    """The domains a spread need could use: those of the live machines that match it."""
-    key = need.spread[0].key
-    return {
-        m.profile.label(key)
-        for m in cycle.machines
-        if m.state is not S.FAILED and m.profile.label(key) and cycle.matches(need, m)
-    }
+def spread_eligible(cycle: Cycle, need: Need) -> list[set[str]]:
+    """Per spread rule, the domains the need could use: those of the live machines that
+    match it."""
+    live = [m for m in cycle.machines if m.state is not S.FAILED and cycle.matches(need, m)]
+    return [
+        {m.profile.label(r.key) for m in live if m.profile.label(r.key)} for r in need.spread
+    ]
 
 
 def spread_take(
-    need: Need, current: dict[str, int], eligible: set[str], supply: list[Rec], most: int
+    need: Need,
+    currents: list[dict[str, int]],
+    eligible: list[set[str]],
+    supply: list[Rec],
+    most: int,
 ) -> list[Rec]:
     """Up to `most` machines of `supply` (in its order within a domain), one at a time from
-    the domain `pick_spread_domain` picks; each counted in `current`."""
-    key = need.spread[0].key
+    the domain `pick_spread_domain` picks; each counted in `currents`. Several rules: those
+    `pick_every_spread` takes, in `supply`'s order."""
+    if len(need.spread) > 1:
+        rules = [
+            (c, e, r.max_skew) for c, e, r in zip(currents, eligible, need.spread, strict=True)
+        ]
+        domains = [tuple(m.profile.label(r.key) for r in need.spread) for m in supply]
+        taken = pick_every_spread(rules, domains, [1] * len(supply), most)
+        return [m for m, n in zip(supply, taken, strict=True) if n]
+    key, current = need.spread[0].key, currents[0]
     pools: dict[str, list[Rec]] = defaultdict(list)
     for m in supply:
         label = m.profile.label(key)
@@ -142,7 +163,7 @@ def spread_take(
         d = pick_spread_domain(
             current,
             {k: len(v) for k, v in pools.items()},
-            eligible,
+            eligible[0],
             need.spread[0].max_skew,
         )
         if d is None:

@@ -165,10 +165,11 @@ def _spread_supply(
     pick, counting the machines it claims and those Phase 1 gave it: what it may wait for
     first, then victims (each list in its own order)."""
     mine = cycle.claims[need.key] + cycle.chosen_of.get(need.key, [])
-    current = spread_counts(need, mine)
+    currents = spread_counts(need, mine)
     eligible = spread_eligible(cycle, need)
-    took = {m.ordinal for m in spread_take(need, current, eligible, incoming, deficit)}
-    hits = {m.ordinal for m in spread_take(need, current, eligible, victims, deficit - len(took))}
+    took = {m.ordinal for m in spread_take(need, currents, eligible, incoming, deficit)}
+    left = deficit - len(took)
+    hits = {m.ordinal for m in spread_take(need, currents, eligible, victims, left)}
     return (
         [m for m in incoming if m.ordinal in took],
         [m for m in victims if m.ordinal in hits],
