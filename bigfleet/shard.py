@@ -102,6 +102,8 @@ class Shard(ShardViews):
         self.spread_in_phase_2 = True
         # Placement keeps to every spread rule; False: the first only (a run begun before).
         self.every_spread_rule = True
+        # Consolidation leaves marked machines be; False: a run begun before.
+        self.marks_steer_moves = True
         # What each cluster's operator bounds of BigFleet's voluntary moves (issue 33).
         self.disruption = DisruptionBook(self.policy)
 
@@ -369,6 +371,7 @@ class Shard(ShardViews):
         self.engine.memory.victims_from_end = self.steer_by_marks
         self.engine.memory.spread_in_phase_2 = self.spread_in_phase_2
         self.engine.memory.every_spread_rule = self.every_spread_rule
+        self.engine.memory.marks_steer_moves = self.marks_steer_moves
         early, held = self.notices.act(self.inventory, bounds, members, self.transfer_out, now)
         decision = self.engine.decide(needs, now)
         if self.unheard:

@@ -263,6 +263,8 @@ class ShardWorkflow(
         self.shard.spread_in_phase_2 = workflow.patched("spread-in-phase-2")
         # Runs begun before placed a need by its first spread rule only.
         self.shard.every_spread_rule = workflow.patched("every-spread-rule")
+        # Runs begun before consolidated marked machines too (their replacements then waited).
+        self.shard.marks_steer_moves = workflow.patched("marks-steer-moves")
         # Runs begun before read a spread over kubernetes.io/hostname as binding (and placed
         # nothing for it); set before the state is read back, whose needs it shapes.
         self.shard.needs.host_spread_holds = workflow.patched("host-spread-holds")

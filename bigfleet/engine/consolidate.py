@@ -8,6 +8,7 @@ machine is left over: excess, drained by Phase 3.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import cast
 
 import numpy as np
@@ -59,8 +60,9 @@ def consolidate(
         and claims[n.cluster].settled_of(n, supply) is not None
     ]
     moves: list[Assignment] = []
+    movable = _unmarked(state)
     for need in _worth_a_look(state, settled, free):
-        budget = _moves(state, need, budget, moves)
+        budget = _moves(state, need, budget, moves, movable)
         if budget == 0:
             break
     for move in moves:
@@ -98,8 +100,29 @@ def _worth_a_look(state: CycleState, needs: list[Need], free: list[int]) -> list
     return [needs[i] for i in np.flatnonzero(keep).tolist()]
 
 
-def _moves(state: CycleState, need: Need, budget: int, out: list[Assignment]) -> int:
-    """One settled need's moves, appended to `out`; returns the budget left."""
+def _unmarked(state: CycleState) -> Counter[tuple[int, int]] | None:
+    """Configured machines per (cluster code, profile) that their cluster has not marked
+    do-not-disrupt: only those can leave once a move's replacement is up (the excess drain
+    takes marked machines last, `rows.py`, and holds them). None: no machine is marked (or a
+    shard's run begun before marks steered consolidation), every machine can."""
+    inv = state.inventory
+    n = inv.rows_used
+    if not state.memory.marks_steer_moves or not inv.kept[:n].any():
+        return None
+    rows = np.flatnonzero((inv.state[:n] == CODE[S.CONFIGURED]) & (inv.kept[:n] == 0))
+    return Counter(zip(inv.cluster[rows].tolist(), inv.profile[rows].tolist(), strict=True))
+
+
+def _moves(
+    state: CycleState,
+    need: Need,
+    budget: int,
+    out: list[Assignment],
+    movable: Counter[tuple[int, int]] | None = None,
+) -> int:
+    """One settled need's moves, appended to `out`; returns the budget left. `movable`: how
+    many machines of each (cluster, profile) may still be moved away (`_unmarked`), taken
+    down by each move."""
     profiles = state.inventory.profiles.profiles
     rank = state.supply.supply_rank(need)
     offers = sorted(
@@ -113,9 +136,13 @@ def _moves(state: CycleState, need: Need, budget: int, out: list[Assignment]) ->
 
     configured = _settled(state, need)
     held = sorted(configured, key=lambda c: (-cost(c.profile), profiles[c.profile].name))
+    code = state.inventory.clusters.get(need.cluster)
+    code = -1 if code is None else code
     for claim in held:
         home = move_domain(need, profiles[claim.profile])
         left = claim.count
+        if movable is not None:
+            left = min(left, movable[(code, claim.profile)])
         while left and budget:
             to = next(
                 (
@@ -131,6 +158,8 @@ def _moves(state: CycleState, need: Need, budget: int, out: list[Assignment]) ->
             if not worth_moving(need, state.policy, cost(claim.profile) - cost(p)):
                 break
             n = min(left, pools[kind][p], budget)
+            if movable is not None:
+                movable[(code, claim.profile)] -= n
             pools[kind][p] -= n
             left -= n
             budget -= n

@@ -33,6 +33,9 @@ class EngineMemory:
     # A need's placement keeps to every spread rule it has; False: to its first one only, as
     # shards decided before (set by the shard each cycle).
     every_spread_rule: bool = True
+    # Consolidation moves no machine its cluster marked do-not-disrupt (it could not leave);
+    # False: as shards decided before (set by the shard each cycle).
+    marks_steer_moves: bool = True
 
     def observe_counts(self, needs: list[Need], now: float) -> None:
         """Notes since when each need has had its count; forgets needs gone from the table."""

@@ -185,6 +185,27 @@ def test_a_consolidation_budget_of_none_starts_no_consolidation_move(budget, mov
     assert len([a for a in decision.actions if a.kind == "configure"]) == moves
 
 
+@pytest.mark.parametrize("steer", [True, False], ids=["marks-steer-moves", "run-begun-before"])
+def test_consolidation_moves_no_machine_that_could_not_leave(steer: bool):
+    """Work on four on-demand machines would move to four idle bare-metal ones, but the
+    cluster marked three of the on-demand ones do-not-disrupt: once their replacements were
+    up they could not drain, and the fleet would pay for both. One moves. (A shard's run begun
+    before, patch `marks-steer-moves`, moved all four and held three drains back.)"""
+    policy = Policy(consolidation_max_fraction=1.0, consolidation_stable_seconds=0)
+    shard = Shard(0, policy)
+    shard.marks_steer_moves = steer
+    shard.adopt([on_demand(i, S.CONFIGURED, cluster="a") for i in range(4)]
+                + [bare_metal(i) for i in range(4)], TUESDAY_10)  # fmt: skip
+    raw = rollup("a", 1, need(4, 1000))
+    marks = [{"machine_id": f"od-{i:04d}", "until": TUESDAY_10 + 3600} for i in range(3)]
+    raw["disruption"] = {"do_not_disrupt": marks}
+    assert shard.receive(raw, TUESDAY_10) is None
+    decision = shard.cycle(TUESDAY_10 + 1)
+    moved = 1 if steer else 4
+    assert sum(decision.consolidations.values()) == moved
+    assert len([a for a in decision.actions if a.kind == "configure"]) == moved
+
+
 def test_bounds_survive_a_snapshot_and_go_with_a_roll_up_that_sets_none():
     shard = shrinking({"budgets": [{"machines": "2"}], "do_not_disrupt": [
         {"machine_id": "gpu-0000", "until": TUESDAY_10 + 600}]})  # fmt: skip
