@@ -99,6 +99,10 @@ class ProfileTable:
         self.interruption = np.zeros(0, dtype=np.float64)
         self._match_cache: dict[str, tuple[int, np.ndarray]] = {}
         self._labels: dict[str, list[str | None]] = {}
+        # The label keys some profile carries: only their columns are kept (any other key is a
+        # sender's choice, from a roll-up's `same` or spread: kept, thousands of them would
+        # each hold a column as long as the profile table).
+        self._keys: set[str] = set()
         self._codes: dict[tuple[str, ...], tuple[np.ndarray, list[str]]] = {}
         self._providers: list[str] = []
 
@@ -116,11 +120,15 @@ class ProfileTable:
             self.deletable = np.append(self.deletable, profile.capacity_type in DELETABLE)
             self.owned = np.append(self.owned, profile.capacity_type in OWNED)
             self.interruption = np.append(self.interruption, profile.interruption_probability)
+            self._keys.update(profile.label_map)
         return pid
 
     def labels(self, key: str) -> list[str | None]:
         """Each profile's value of label `key` (None where it has none), indexed by profile id:
-        the engine's domain questions (`Same`, spread) read it per profile in their inner loops."""
+        the engine's domain questions (`Same`, spread) read it per profile in their inner loops.
+        A key no profile carries gets a fresh column of None, not kept."""
+        if key not in self._keys:
+            return [None] * len(self.profiles)
         column = self._labels.setdefault(key, [])
         if len(column) < len(self.profiles):
             column.extend(p.label_map.get(key) for p in self.profiles[len(column) :])
@@ -130,6 +138,8 @@ class ProfileTable:
         """`labels(key)` as a column of small integers (-1 where a profile has none) and the
         values they stand for, first seen first: what a per-domain tally sums over with
         `numpy.bincount` instead of a Python loop per profile."""
+        if key not in self._keys:
+            return np.full(len(self.profiles), -1, dtype=np.int64), []
         return self._coded(("label", key), self.labels(key))
 
     def provider_codes(self) -> tuple[np.ndarray, list[str]]:

@@ -68,7 +68,8 @@ class CapacityNeed(Wire):
         default=None,
         description="Topology key whose single domain must hold all machines (e.g. a rack).",
     )
-    spread: list[TopologySpread] = Field(default_factory=list)
+    # At most 16 rules: a pod's constraints are a handful, and each rule costs every cycle.
+    spread: list[TopologySpread] = Field(default_factory=list, max_length=16)
     interruption_penalty: Dollars = 0.0
     reclamation_penalty: Dollars = 0.0
     drain_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None

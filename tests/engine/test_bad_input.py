@@ -43,6 +43,10 @@ BAD = {
         ),
         "values",
     ),
+    "seventeen spread rules": (
+        _broken(("needs", 0, "spread"), [{"key": f"k{i}", "max_skew": 1} for i in range(17)]),
+        "spread",
+    ),
     "unknown need field": (_broken(("needs", 0, "urgency"), "high"), "urgency"),
     "unknown roll-up field": (_broken(("shard",), 3), "shard"),
 }
@@ -102,3 +106,25 @@ def test_silent_cluster_ages_out():
     assert [n.cluster for n in needs] == ["b"]
     assert needs.expire(551) == ["b"]
     assert len(needs) == 0
+
+
+@ENGINES
+def test_label_keys_no_machine_carries_are_not_kept(make_shard):
+    """Anyone who may send a roll-up chooses its `same` and spread keys: a signal's worth of
+    them (here 1 200 keys) must leave nothing behind in the shard's profile table, whose
+    columns of a kept key are as long as the table. The needs are short, not served."""
+    fleet = many(bare_metal, 8)
+    shard = make_shard(fleet)
+    keys = [f"example.com/k{i}" for i in range(1200)]
+    needs = [need(1, 1000, same=keys[i]) for i in range(400)]
+    needs += [
+        need(1, 1000, spread=[{"key": k, "max_skew": 1} for k in keys[400 + 2 * i : 402 + 2 * i]])
+        for i in range(400)
+    ]
+    decision = shard.decide(table(rollup("a", 1, *needs)), 10)
+
+    assert configured(decision) == []
+    if shard.inventory is not None:  # (the fast engine's table)
+        profiles = shard.inventory.profiles
+        assert not set(profiles._labels) & set(keys)
+        assert not {k[-1] for k in profiles._codes} & set(keys)
