@@ -124,6 +124,7 @@ class FastEngine:
         nothing repeats its outcome, until a need becomes stable enough to consolidate.
         """
         needs = list(needs)
+        self.supply.retain(needs)
         quiet = self._quiet
         if (
             quiet is not None

@@ -55,6 +55,11 @@ def _components(
     return Components(of_signature, of_pid.tolist(), count, masks, key)
 
 
+# Entries a cache may gain beyond twice what it kept last time before it drops what no need in
+# the table has any more.
+RETAIN_SLACK = 256
+
+
 class SupplyIndex:
     """A need's matching profiles and its preference order over them (docs/engine.md, Terms),
     cached per need signature until the profile table grows."""
@@ -66,8 +71,22 @@ class SupplyIndex:
         self._match: dict[str, tuple[int, frozenset[int], np.ndarray, int]] = {}
         self._rank: dict[str, tuple[int, np.ndarray]] = {}
         self._rank_of: dict[str, tuple[int, dict[int, int]]] = {}
+        self._retained = 0  # entries kept at the last `retain` that dropped any
         self._columns = _MatchColumns(inventory.profiles)
         self._names = np.zeros(0, dtype=np.int64)
+
+    def retain(self, needs: Sequence[Need]) -> None:
+        """Forget what was worked out for needs no longer in the table, once what is kept
+        has doubled since the last time (amortised over the cycles): a need's signature and
+        its requirements are its sender's choice, and every roll-up may bring new ones."""
+        kept = len(self._match) + len(self._rank) + len(self._rank_of)
+        if kept > 2 * self._retained + RETAIN_SLACK:
+            present = {n.signature for n in needs}
+            for cache in (self._match, self._rank, self._rank_of):
+                for signature in [k for k in cache if k not in present]:
+                    del cache[signature]
+            self._retained = len(self._match) + len(self._rank) + len(self._rank_of)
+        self._columns.retain(needs)
 
     @property
     def sunk(self) -> bool:
@@ -212,6 +231,24 @@ class _MatchColumns:
     def __init__(self, table: ProfileTable) -> None:
         self.table = table
         self._masks: dict[tuple, np.ndarray] = {}
+        self._retained = 0  # masks kept at the last `retain` that dropped any
+
+    def retain(self, needs: Sequence[Need]) -> None:
+        """Forget the masks of requirements no need in the table has, once they are most of
+        what is kept (`SupplyIndex.retain`)."""
+        if len(self._masks) <= 2 * self._retained + RETAIN_SLACK:
+            return
+        present: set[tuple] = {
+            ("requirement", r.key, r.operator, tuple(r.values))
+            for n in needs
+            for r in n.requirements
+        }
+        present |= {
+            ("resources", n.spec.resources.cpu, n.spec.resources.memory_gib, n.spec.resources.gpu)
+            for n in needs
+        }
+        self._masks = {k: v for k, v in self._masks.items() if k in present}
+        self._retained = len(self._masks)
 
     def matching(
         self, requirements: tuple[NodeSelectorRequirement, ...], resources: Resources

@@ -128,3 +128,26 @@ def test_label_keys_no_machine_carries_are_not_kept(make_shard):
         profiles = shard.inventory.profiles
         assert not set(profiles._labels) & set(keys)
         assert not {k[-1] for k in profiles._codes} & set(keys)
+
+
+def test_what_the_engine_works_out_per_need_is_forgotten_with_the_need():
+    """Each roll-up may bring needs never seen (their requirements are the sender's choice):
+    what the engine caches per need signature and per requirement is dropped once the needs
+    are gone, so 40 roll-ups of 20 new needs each leave about the last roll-up's behind."""
+    from bigfleet.engine.supply import RETAIN_SLACK
+    from tests.fleet import GPU, fast_shard
+
+    shard = fast_shard(many(bare_metal, 8))
+    for generation in range(1, 41):
+        fresh = [
+            {**need(1, 1000), "requirements": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "In",
+                 "values": [GPU, f"type-{generation}-{i}"]}]}
+            for i in range(20)
+        ]  # fmt: skip
+        decision = shard.cycle(table(rollup("a", generation, *fresh)), generation * 10)
+    supply = shard.engine.supply
+    kept = len(supply._match) + len(supply._rank) + len(supply._rank_of)
+    assert kept <= 2 * 3 * 20 + RETAIN_SLACK < 40 * 20  # (three caches per signature)
+    assert len(supply._columns._masks) <= 2 * 21 + RETAIN_SLACK < 40 * 20
+    assert sum(decision.satisfied.values()) == 8  # (and the engine still serves them)
