@@ -178,6 +178,8 @@ class ShardWorkflow(
             return  # (in `early_rollups` until the coordinator answers: `new_clusters.settle`)
         # A stale roll-up still proves its cluster alive (runs begun before: as they ran).
         self.shard.needs.stale_keeps_alive = workflow.patched("stale-rollup-keeps-alive")
+        # (Set here too: a roll-up may come in the run's first task, before `run` begins.)
+        self.shard.needs.host_spread_holds = workflow.patched("host-spread-holds")
         reason = self.shard.receive(raw, workflow.now().timestamp())
         if reason:
             raise Rejected(reason)
