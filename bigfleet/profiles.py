@@ -123,6 +123,10 @@ class ProfileTable:
             self._keys.update(profile.label_map)
         return pid
 
+    def carries(self, key: str) -> bool:
+        """Whether some profile carries label `key`."""
+        return key in self._keys
+
     def labels(self, key: str) -> list[str | None]:
         """Each profile's value of label `key` (None where it has none), indexed by profile id:
         the engine's domain questions (`Same`, spread) read it per profile in their inner loops.

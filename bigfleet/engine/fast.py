@@ -146,7 +146,8 @@ class FastEngine:
         clock.lap("phase 2")
         assignments += consolidate(state, victims, out, now)
         clock.lap("consolidation")
-        out.shortfalls = age_shortfalls(self.memory, self.policy, unmet)
+        carried = self.inventory.profiles.carries
+        out.shortfalls = age_shortfalls(self.memory, self.policy, unmet, carried)
         self.memory.observe_demand(state.demand, self.policy)
         clock.lap("shortfalls and forecast")
         self._emit(state, assignments, victims, out, now)
@@ -223,7 +224,8 @@ class FastEngine:
         """Nothing the phases read has changed since a cycle that changed nothing: its
         outcome stands. Only what time alone moves is redone: ages, forecast, upkeep."""
         out = Decision(satisfied=dict(quiet.satisfied), earmarked=dict(quiet.earmarked))
-        out.shortfalls = age_shortfalls(self.memory, self.policy, quiet.unmet)
+        carried = self.inventory.profiles.carries
+        out.shortfalls = age_shortfalls(self.memory, self.policy, quiet.unmet, carried)
         self.memory.observe_demand(quiet.demand, self.policy)
         self._holders = []
         inv, policy, memory, supply = self.inventory, self.policy, self.memory, self.supply

@@ -3,7 +3,7 @@ need's requirements are named when no profile matches it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..models import NodeSelectorRequirement, Shortfall
 from ..needs import Need
@@ -17,12 +17,25 @@ def describe(requirements: Iterable[NodeSelectorRequirement]) -> str:
     return "; ".join(describe_requirement(r) for r in requirements) or "any machine"
 
 
+def unplaceable(need: Need, carried: Callable[[str], bool]) -> str:
+    """Why no machine could ever serve `need`, if a `same` or spread key of it is one no
+    machine carries (`carried`: whether some machine of the shard carries a label key)."""
+    keys = ([need.spec.same] if need.spec.same else []) + [r.key for r in need.spread]
+    missing = sorted({k for k in keys if not carried(k)})
+    if not missing:
+        return ""
+    shown = ", ".join(k[:100] for k in missing[:3]) + (", ..." if len(missing) > 3 else "")
+    return f"no machine of this shard carries label key {shown} (same or spread)"
+
+
 def age_shortfalls(
     memory: EngineMemory,
     policy: Policy,
     unmet: list[tuple[Need, int, str]],
+    carried: Callable[[str], bool] = lambda key: True,
 ) -> list[Shortfall]:
-    """Turn this cycle's unmet needs (table order) into aged, bounded shortfalls (design §9)."""
+    """Turn this cycle's unmet needs (table order) into aged, bounded shortfalls (design §9),
+    each saying why it can never be served here where that is so (`unplaceable`)."""
     ages: dict[str, int] = {}
     out: list[Shortfall] = []
     for need, deficit, profile in unmet:
@@ -41,6 +54,7 @@ def age_shortfalls(
                     interruption_penalty=need.spec.interruption_penalty,
                     escalated=age > policy.escalate_after_cycles,
                     same=need.spec.same,
+                    why=unplaceable(need, carried),
                 )
             )
     memory.shortfall_age = ages

@@ -138,3 +138,6 @@ class Shortfall(Wire):
     # The preemption drains the need has waited on too long (bigfleet/blocked.py): the
     # coordinator may shorten their grace once the shortfall is escalated.
     blocked_drains: list[str] = Field(default_factory=list, max_length=64)
+    # Why no machine could ever serve it here, when the shard can tell: a `same` or spread key
+    # that no machine of the shard carries ("" otherwise: only short of machines).
+    why: str = Field(default="", max_length=400)

@@ -124,6 +124,10 @@ def test_label_keys_no_machine_carries_are_not_kept(make_shard):
     decision = shard.decide(table(rollup("a", 1, *needs)), 10)
 
     assert configured(decision) == []
+    # Each is short, and says why no machine here could ever serve it.
+    whys = {s.why for s in decision.shortfalls}
+    assert "no machine of this shard carries label key example.com/k0 (same or spread)" in whys
+    assert all(s.why.startswith("no machine of this shard carries") for s in decision.shortfalls)
     if shard.inventory is not None:  # (the fast engine's table)
         profiles = shard.inventory.profiles
         assert not set(profiles._labels) & set(keys)

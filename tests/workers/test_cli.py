@@ -352,7 +352,16 @@ def test_status_text():
                     "count": 4,
                     "age": 6,
                     "escalated": True,
-                }
+                },
+                {
+                    "cluster": "b",
+                    "requirements": GPU,
+                    "priority": 100,
+                    "count": 2,
+                    "age": 1,
+                    "why": "no machine of this shard carries label key example.com/room "
+                    "(same or spread)",
+                },
             ],
             "rejections": ["roll-up from cluster c rejected: needs.0.count: bad"],
             "failures": [
@@ -365,6 +374,7 @@ def test_status_text():
     assert "CONFIGURED 8, DRAINING 2" in text and "SPECULATIVE" not in text
     assert "a: 4 × instance-type In [gpu-8xh100] at priority 500000" in text
     assert "ESCALATED" in text
+    assert "at priority 100, 1 cycle(s): no machine of this shard carries label key" in text
     assert "needs.0.count" in text
 
 

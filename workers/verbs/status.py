@@ -155,6 +155,7 @@ def render_status(st: dict[str, Any]) -> str:
         lines.append(
             f"    {s['cluster']}: {s['count']} × {_requirements(s['requirements'])} at priority "
             f"{s['priority']}, {s['age']} cycle(s)" + (" ESCALATED" if s.get("escalated") else "")
+            + (f": {s['why']}" if s.get("why") else "")
         )
     if st.get("rejections"):
         lines.append("  rejected roll-ups (latest last):")

@@ -51,7 +51,8 @@ class ReferenceEngine(ReferenceFleet):
         resolve_inversions(cycle, out)
         out.actions.extend(configure(need, m) for need, m in cycle.configures)
         create(cycle.creates, cycle.holder, policy, out)
-        out.shortfalls = age_shortfalls(self.memory, policy, cycle.unmet)
+        keys = {k for m in self.machines for k in m.profile.label_map}
+        out.shortfalls = age_shortfalls(self.memory, policy, cycle.unmet, keys.__contains__)
         consolidate(cycle, out, now)
         reclaim_excess(cycle, out)
         self.memory.observe_demand(cycle.demand, policy)
