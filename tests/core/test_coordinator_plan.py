@@ -126,6 +126,17 @@ def test_a_same_rack_shortfall_is_never_resolved_across_shards():
     assert c.plan() == []
 
 
+def test_a_shortfall_no_machine_could_serve_is_not_served_from_another_shard():
+    """The shard says no machine of it carries the need's spread key: machines of the same
+    profile from another shard would sit idle there."""
+    never = shortfall(1_000_000, 8).model_copy(
+        update={"why": "no machine of this shard carries label key example.com/room"}
+    )
+    idle = gpus("idle", 64, MachineState.IDLE)
+    c = coordinator(report(1, shortfalls=[never]), report(2, idle=idle))
+    assert c.plan() == []
+
+
 def test_missing_reports_and_fleet_wide_shortfalls_are_surfaced():
     c = coordinator(
         report(1, shortfalls=[shortfall(1_000_000, 4)]),
