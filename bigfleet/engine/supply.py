@@ -234,8 +234,8 @@ class _MatchColumns:
         self._retained = 0  # masks kept at the last `retain` that dropped any
 
     def retain(self, needs: Sequence[Need]) -> None:
-        """Forget the masks of requirements no need in the table has, once they are most of
-        what is kept (`SupplyIndex.retain`)."""
+        """Forget the masks of requirements no need in the table has, once the masks have
+        doubled since the last time (`SupplyIndex.retain`)."""
         if len(self._masks) <= 2 * self._retained + RETAIN_SLACK:
             return
         present: set[tuple] = {
