@@ -15,8 +15,7 @@ import numpy as np
 
 from . import labels as L
 from .cost import DELETABLE, OWNED, marginal_price
-from .models import CapacityType, Machine, NodeSelectorRequirement, Resources
-from .requirements import all_match
+from .models import CapacityType, Machine, Resources
 
 
 @dataclass(frozen=True)
@@ -97,7 +96,6 @@ class ProfileTable:
         # Whether the profile is owned or committed capacity (`cost.OWNED`).
         self.owned = np.zeros(0, dtype=bool)
         self.interruption = np.zeros(0, dtype=np.float64)
-        self._match_cache: dict[str, tuple[int, np.ndarray]] = {}
         self._labels: dict[str, list[str | None]] = {}
         # The label keys some profile carries: only their columns are kept (any other key is a
         # sender's choice, from a roll-up's `same` or spread: kept, thousands of them would
@@ -166,30 +164,3 @@ class ProfileTable:
             codes = np.concatenate([codes, np.array(fresh, dtype=np.int64)])
             self._codes[key] = (codes, values)
         return codes, values
-
-    def matching(
-        self,
-        key: str,
-        requirements: tuple[NodeSelectorRequirement, ...],
-        resources: Resources,
-    ) -> np.ndarray:
-        """Ids of the profiles that satisfy `requirements` and offer at least `resources`.
-
-        `key` identifies the requirement set (a need's signature): the answer is cached under it
-        and only profiles interned since are examined on the next call.
-        """
-        cached = self._match_cache.get(key)
-        if cached is not None and cached[0] == len(self.profiles):
-            return cached[1]
-        start = cached[0] if cached else 0
-        found = [
-            pid
-            for pid in range(start, len(self.profiles))
-            if self.profiles[pid].resources.covers(resources)
-            and all_match(requirements, self.profiles[pid].label_map)
-        ]
-        ids = np.concatenate([cached[1], np.array(found, dtype=np.int64)]) if cached else (
-            np.array(found, dtype=np.int64)
-        )
-        self._match_cache[key] = (len(self.profiles), ids)
-        return ids
