@@ -17,7 +17,7 @@ from .cycle import CycleState
 from .decision import Decision
 from .displace import purchases, yield_for_cost
 from .domains import domain_tallies, pick_same_wait_domain
-from .phase1 import Assignment, spread_frames, spread_take
+from .phase1 import Assignment, Frame, spread_frames, spread_take
 from .regret import swap_owned
 from .rows import RowPicker
 from .shortfalls import describe
@@ -281,23 +281,34 @@ def _spread_wait_or_preempt(
     rules here, a need Phase 1 held back for its skew preempted in the very domain it was
     held back from."""
     deficit, given = short
-    frames = spread_frames(state, need, state.claims[need.cluster])
-    for labels, current, _ in frames:
-        for p, n in given:
-            current[labels[p] or ""] += n
+    frames: list[Frame] = []
+
+    def take(candidates: list[tuple[int, int]], most: int) -> list[int]:
+        if not frames:  # (worked out once there is something to take)
+            frames.extend(spread_frames(state, need, state.claims[need.cluster]))
+            for labels, current, _ in frames:
+                for p, n in given:
+                    current[labels[p] or ""] += n
+        return spread_take(need, frames, candidates, most)
+
     offered = state.supply.offered
     incoming = [(pool, p) for pool in supply.waiting for p in offered(pool, need)]
-    counts = spread_take(need, frames, [(p, pool[p]) for pool, p in incoming], deficit)
     took = 0
-    for (pool, p), n in zip(incoming, counts, strict=True):
-        if n > 0:
-            supply.take(pool, p, n)
-            took += n
+    if incoming:
+        counts = take([(p, pool[p]) for pool, p in incoming], deficit)
+        for (pool, p), n in zip(incoming, counts, strict=True):
+            if n > 0:
+                supply.take(pool, p, n)
+                took += n
+    if took >= deficit:
+        return took, 0  # (the victim pool is built on first use: not for nothing)
     held = supply.held
     found = held.candidates(need.priority, state.supply.ranked(need)).tolist()
+    if not found:
+        return took, 0
     offer = [(int(held.profile[i]), int(held.left[i])) for i in found]
     hit = 0
-    for i, n in zip(found, spread_take(need, frames, offer, deficit - took), strict=True):
+    for i, n in zip(found, take(offer, deficit - took), strict=True):
         if n > 0:
             hit += _preempt(supply, need, i, n, victims, lost)
     return took, hit

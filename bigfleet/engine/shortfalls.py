@@ -54,7 +54,7 @@ def age_shortfalls(
                     interruption_penalty=need.spec.interruption_penalty,
                     escalated=age > policy.escalate_after_cycles,
                     same=need.spec.same,
-                    why=unplaceable(need, carried),
+                    why=unplaceable(need, carried) if need.spec.same or need.spread else "",
                 )
             )
     memory.shortfall_age = ages
