@@ -13,6 +13,7 @@ from typing import cast
 
 import numpy as np
 
+from ..held import HELD_SLOT
 from ..inventory import CODE
 from ..models import MachineState
 from ..needs import Need
@@ -60,9 +61,9 @@ def consolidate(
         and claims[n.cluster].settled_of(n, supply) is not None
     ]
     moves: list[Assignment] = []
-    movable = _unmarked(state)
+    staying = _staying(state)
     for need in _worth_a_look(state, settled, free):
-        budget = _moves(state, need, budget, moves, movable)
+        budget = _moves(state, need, budget, moves, staying)
         if budget == 0:
             break
     for move in moves:
@@ -100,16 +101,20 @@ def _worth_a_look(state: CycleState, needs: list[Need], free: list[int]) -> list
     return [needs[i] for i in np.flatnonzero(keep).tolist()]
 
 
-def _unmarked(state: CycleState) -> Counter[tuple[int, int]] | None:
-    """Configured machines per (cluster code, profile) that their cluster has not marked
-    do-not-disrupt: only those can leave once a move's replacement is up (the excess drain
-    takes marked machines last, `rows.py`, and holds them). None: no machine is marked (or a
-    shard's run begun before marks steered consolidation), every machine can."""
+def _staying(state: CycleState) -> Counter[tuple[int, int]] | None:
+    """Configured machines per (cluster code, profile) that cannot be moved away: those their
+    cluster marked do-not-disrupt (the excess drain takes marked machines last, `rows.py`, and
+    holds them), and, as `_moves` counts them in, those already moved this cycle. From the
+    marked rows alone, which are few. None: no machine is marked (or a shard's run begun
+    before marks steered consolidation), every machine can move."""
     inv = state.inventory
     n = inv.rows_used
-    if not state.memory.marks_steer_moves or not inv.kept[:n].any():
+    if not state.memory.marks_steer_moves:
         return None
-    rows = np.flatnonzero((inv.state[:n] == CODE[S.CONFIGURED]) & (inv.kept[:n] == 0))
+    rows = np.flatnonzero(inv.kept[:n])
+    rows = rows[inv.state[rows] == CODE[S.CONFIGURED]]
+    if not len(rows):
+        return None
     return Counter(zip(inv.cluster[rows].tolist(), inv.profile[rows].tolist(), strict=True))
 
 
@@ -118,11 +123,11 @@ def _moves(
     need: Need,
     budget: int,
     out: list[Assignment],
-    movable: Counter[tuple[int, int]] | None = None,
+    staying: Counter[tuple[int, int]] | None = None,
 ) -> int:
-    """One settled need's moves, appended to `out`; returns the budget left. `movable`: how
-    many machines of each (cluster, profile) may still be moved away (`_unmarked`), taken
-    down by each move."""
+    """One settled need's moves, appended to `out`; returns the budget left. `staying`: the
+    configured machines of each (cluster, profile) that cannot be moved away (`_staying`),
+    each move counted in."""
     profiles = state.inventory.profiles.profiles
     rank = state.supply.supply_rank(need)
     offers = sorted(
@@ -141,8 +146,10 @@ def _moves(
     for claim in held:
         home = move_domain(need, profiles[claim.profile])
         left = claim.count
-        if movable is not None:
-            left = min(left, movable[(code, claim.profile)])
+        if staying is not None:
+            tally = state.inventory.held.get(code, {}).get(claim.profile)
+            there = tally[HELD_SLOT[S.CONFIGURED]] if tally else 0
+            left = min(left, max(0, there - staying[(code, claim.profile)]))
         while left and budget:
             to = next(
                 (
@@ -158,8 +165,8 @@ def _moves(
             if not worth_moving(need, state.policy, cost(claim.profile) - cost(p)):
                 break
             n = min(left, pools[kind][p], budget)
-            if movable is not None:
-                movable[(code, claim.profile)] -= n
+            if staying is not None:
+                staying[(code, claim.profile)] += n
             pools[kind][p] -= n
             left -= n
             budget -= n
