@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import query_retrying
 from tests.procs import ROOT, Proc, free_port
 
 boto3 = pytest.importorskip("boto3")
@@ -156,7 +157,9 @@ async def test_a_fleet_runs_on_ec2_through_its_provider_server(dev_env, tmp_path
             assert data and base64.b64decode(data).startswith(b"#cloud-config"), data
         shard = dev_env.client.get_workflow_handle("shard-0")
         deadline = time.monotonic() + 60
-        while (st := await shard.query("status"))["machines"].get("CONFIGURED") != 3:
+        while (st := await query_retrying(lambda: shard.query("status")))["machines"].get(
+            "CONFIGURED"
+        ) != 3:
             assert time.monotonic() < deadline, f"{st}\n{logs()}"
             await asyncio.sleep(0.5)
 

@@ -29,6 +29,7 @@ import yaml
 
 from bigfleet.deployment import ProviderEndpoint
 from bigfleet.models import ListFilter, Machine, MachineState
+from tests.conftest import query_retrying
 from tests.procs import ROOT, Proc, free_port
 
 S = MachineState
@@ -256,7 +257,9 @@ async def test_a_fleet_over_grpc_survives_its_worker_and_its_provider_restarting
         assert edge.send("b", 1).returncode == 0
 
         async def shortfall() -> list[dict[str, Any]]:
-            st = await dev_env.client.get_workflow_handle("shard-0").query("status")
+            st = await query_retrying(
+                lambda: dev_env.client.get_workflow_handle("shard-0").query("status")
+            )
             return [s for s in st["shortfalls"] if s["cluster"] == "b"]
 
         deadline = time.monotonic() + 60
@@ -269,7 +272,9 @@ async def test_a_fleet_over_grpc_survives_its_worker_and_its_provider_restarting
 
         # All along, the malformed provider was refused with the field named, and the shard
         # served from the other one.
-        st = await dev_env.client.get_workflow_handle("shard-0").query("status")
+        st = await query_retrying(
+            lambda: dev_env.client.get_workflow_handle("shard-0").query("status")
+        )
         refused = [f["error"] for f in st["failures"] if "provider cloud" in f["error"]]
         assert refused and "machines.0.id" in refused[-1], st["failures"]
     finally:

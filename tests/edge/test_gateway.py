@@ -35,7 +35,7 @@ from bigfleet.edge.rollup_client import RollupSender
 from bigfleet.models import ClusterCapacityNeeds, from_wire
 from bigfleet.v1 import machine_pb2 as mpb
 from bigfleet.v1 import rollups_pb2 as rpb
-from tests.conftest import eventually, fleet_workers
+from tests.conftest import eventually, fleet_workers, query_retrying
 from tests.procs import ROOT, Proc, free_port
 from tests.temporal.test_temporal_coordinator import gpu_fleet, start
 
@@ -87,15 +87,17 @@ class Fleet:
         )  # fmt: skip
 
     async def shard(self) -> dict[str, Any]:
-        status = await self.client.get_workflow_handle("shard-0").query("status")
+        shard = self.client.get_workflow_handle("shard-0")
+        status = await query_retrying(lambda: shard.query("status"))
         needs = {}
         for cluster in status["clusters"]:
-            view = await self.client.get_workflow_handle("shard-0").query("cluster", cluster)
+            view = await query_retrying(lambda c=cluster: shard.query("cluster", c))
             needs[cluster] = [(n["count"], n["priority"]) for n in view["needs"]]
         return {"needs": needs, "rejections": status["rejections"]}
 
     async def assigned(self) -> dict[str, int]:
-        return (await self.client.get_workflow_handle("coordinator").query("status"))["clusters"]
+        coordinator = self.client.get_workflow_handle("coordinator")
+        return (await query_retrying(lambda: coordinator.query("status")))["clusters"]
 
     def get(self, path: str, port: int | None = None) -> tuple[int, str]:
         url = f"http://127.0.0.1:{port or self.health_port}{path}"
@@ -229,7 +231,8 @@ async def test_the_gateway_lets_a_cluster_send_only_its_own_valid_rollups(
         assert after == {"needs": {"web": [(2, 1000)], "batch": [(1, 7)]}, "rejections": []}
         assert sorted(await fleet.assigned()) == ["batch", "web"]
         # The shard refused nothing either (it once refused the 1 000 needs the gateway took).
-        shard = await fleet.client.get_workflow_handle("shard-0").query("status")
+        handle = fleet.client.get_workflow_handle("shard-0")
+        shard = await query_retrying(lambda: handle.query("status"))
         assert shard["rejected_inputs"] == {}
         await web.close()
 

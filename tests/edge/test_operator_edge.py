@@ -308,7 +308,7 @@ async def test_a_cluster_whose_operator_is_down_gets_a_shortfall_not_a_stuck_mac
     at once with the machine idle again; the shard shows a shortfall saying why."""
     from bigfleet.models import from_wire
     from bigfleet.simulation.scenario import Scenario
-    from tests.conftest import eventually, fleet_workers
+    from tests.conftest import eventually, fleet_workers, query_retrying
     from tests.temporal.test_temporal_coordinator import gpu_fleet, start
     from workers.worker import SimulatedFleet
 
@@ -341,6 +341,6 @@ async def test_a_cluster_whose_operator_is_down_gets_a_shortfall_not_a_stuck_mac
             (profile,) = short(st)
             assert profile.startswith("refused by operator: operator of cluster ghost unreachable")
             assert f"127.0.0.1:{dead}" in profile
-            assert (await shard.query("cluster", "ghost"))["upcoming"] == []
+            assert (await query_retrying(lambda: shard.query("cluster", "ghost")))["upcoming"] == []
     finally:
         remote.close()
