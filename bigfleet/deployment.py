@@ -126,6 +126,30 @@ class ClusterToken(Spec):
         return self
 
 
+Count = Annotated[int, Field(ge=1, le=1_000_000)]
+Limit = Annotated[float, Field(gt=0, le=86_400, allow_inf_nan=False)]  # seconds
+
+
+class GatewayLimits(Spec):
+    """What the roll-up gateway gives a sender (docs/operations.md, "The roll-up gateway").
+    A sender's credentials are checked before its call holds anything; these bound what an
+    authenticated one holds, so that no sender, idle or not, takes what the others need."""
+
+    sends: Count = 2000  # roll-ups in flight in the whole gateway
+    sends_per_cluster: Count = 8  # in flight per credential (a token's or certificate's clusters)
+    # Per peer address: behind a proxy or NAT that hides senders' addresses, raise these.
+    sends_per_address: Count = 500
+    connections_per_address: Count = 256  # (connections with a roll-up in flight)
+    streams_per_connection: Count = 100  # HTTP/2 streams a connection may open at once
+    receive_seconds: Limit = 10.0  # the roll-up must arrive this soon after its call's headers
+    handshake_seconds: Limit = 10.0  # a connection's TLS and HTTP/2 handshake
+    idle_seconds: Limit = 300.0  # a connection with no call in flight is closed
+    connection_age_seconds: Limit = 3600.0  # then the client reconnects (its calls finish)
+    # Pings of a client with no call sending data, at most this often (clients of BigFleet
+    # ping every 30 s): twice more often and the connection is closed.
+    min_ping_interval_seconds: Limit = 20.0
+
+
 class Gateway(Spec):
     """The roll-up gateway. A sender is authenticated by its TLS client certificate (whose
     common name or a DNS name in its subjectAltName is the cluster's name; needs
@@ -139,6 +163,7 @@ class Gateway(Spec):
     # server either requires a client certificate on a port or asks for none.)
     token_listen: Endpoint | None = None
     health_port: Annotated[int, Field(ge=0, le=65535)] = 0
+    limits: GatewayLimits = Field(default_factory=lambda: GatewayLimits())
 
 
 class Deployment(Spec):

@@ -5,29 +5,44 @@ signals it to the cluster's shard.
 
 For each Send, in this order (the first that fails answers; nothing is signalled then):
 
-1. Authenticate: a TLS client certificate whose common name or a DNS name names clusters (needs
-   `gateway.tls.client_ca`), or `authorization: Bearer TOKEN` matching a token of
-   `gateway.tokens` (compared in constant time; token files are read at start). Neither:
-   UNAUTHENTICATED; a token that is no cluster's: UNAUTHENTICATED.
-2. Authorise: the roll-up's `cluster` must be one the sender authenticated as, else
+1. Authenticate, from the call's headers and its connection's TLS handshake, before the request
+   is read or the call holds anything: a TLS client certificate whose common name or a DNS
+   name names clusters (needs `gateway.tls.client_ca`; without one the handshake itself
+   fails), or `authorization: Bearer TOKEN` matching a token of `gateway.tokens` (compared in
+   constant time; token files are read at start). Neither: UNAUTHENTICATED; a token that is
+   no cluster's: UNAUTHENTICATED.
+2. Take a slot (`Slots`, gateway.limits): at most `sends_per_cluster` roll-ups in flight per
+   credential, `sends_per_address` and `connections_per_address` per peer address, `sends` in
+   all; past one, RESOURCE_EXHAUSTED naming it (send again shortly).
+3. Receive the roll-up within `receive_seconds` of the call's start, else DEADLINE_EXCEEDED
+   (a call that never sends its body holds its slot that long, no longer); a body that is no
+   ClusterCapacityNeeds: INVALID_ARGUMENT.
+4. Authorise: the roll-up's `cluster` must be one the sender authenticated as, else
    PERMISSION_DENIED naming both.
-3. Validate (bigfleet/edge/convert.py): INVALID_ARGUMENT naming the field (a generation over
+5. Validate (bigfleet/edge/convert.py): INVALID_ARGUMENT naming the field (a generation over
    2^53 - 1 names `generation`), then the shard's own limit of a roll-up (SIGNAL_BYTES of
    JSON, bigfleet/inputs.py): INVALID_ARGUMENT (ROLLUP_TOO_LARGE) with the size and the limit.
-4. The cluster must have an operator endpoint in the deployment config, else
+6. The cluster must have an operator endpoint in the deployment config, else
    FAILED_PRECONDITION (UNKNOWN_CLUSTER): nothing could ever be configured for it.
-5. Deliver: the coordinator assigns the cluster's shard (asked once per cluster, then cached;
+7. Deliver: the coordinator assigns the cluster's shard (asked once per cluster, then cached;
    asked again if the shard is gone), and the roll-up is signalled to it. Only a failure that
    may pass (Temporal unreachable or busy, the shard moving) is UNAVAILABLE (send it again);
    the coordinator refusing the cluster, or Temporal refusing the signal, is
    FAILED_PRECONDITION, and the gateway's own access refused INTERNAL.
-6. A roll-up whose generation is not above the cluster's current one (Generations: what the
+8. A roll-up whose generation is not above the cluster's current one (Generations: what the
    gateway delivered, and what the shard said when last asked) was delivered all the same (it
    keeps the cluster from ageing out) but changes nothing: FAILED_PRECONDITION
    (STALE_GENERATION), with the current generation.
 
 Answer: RollupAccepted(shard, generation, workflow_id). Messages are at most 1 MB (a roll-up is
 ~2 KB). Counted in bigfleet_gateway_rollups_total{outcome}.
+
+Send is served as a client-streaming method (the same on the wire as the unary one clients
+call): a unary handler's request is read before the handler runs, so a call that never sent
+its body would hold the server before any check. Connections are bounded by gRPC itself
+(`server_options`): streams per connection, the handshake's time, idle and old connections
+closed, keep-alive pings enforced. There is no gRPC-wide limit of calls: an unauthenticated
+call is answered at once and holds nothing.
 
 gRPC's Python server cannot ask for a client certificate without requiring one: with
 `tls.client_ca` every sender must present a certificate signed by it (a token may come too);
@@ -41,6 +56,7 @@ import contextlib
 import hmac
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -52,7 +68,7 @@ from temporalio.client import RPCTimeoutOrCancelledError, WorkflowUpdateFailedEr
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.metrics import GATEWAY_ROLLUPS, GATEWAY_SEND_SECONDS
-from bigfleet.deployment import Deployment, hash_token
+from bigfleet.deployment import Deployment, GatewayLimits, hash_token
 from bigfleet.edge.convert import WireError, rollup_from_proto
 from bigfleet.edge.errors import refusal
 from bigfleet.edge.rollup_client import read_token
@@ -60,26 +76,19 @@ from bigfleet.edge.tls import add_port, certificate_names
 from bigfleet.inputs import SIGNAL_BYTES, json_size
 from bigfleet.v1 import machine_pb2 as mpb
 from bigfleet.v1 import rollups_pb2 as rpb
-from bigfleet.v1 import rollups_pb2_grpc as rpg
 from workers.errors import CliError
 from workers.generations import Generations
 
 log = logging.getLogger("bigfleet.gateway")
 SERVICE = rpb.DESCRIPTOR.services_by_name["Rollups"].full_name
 MAX_ROLLUP_BYTES = 1024 * 1024
-SERVER_OPTIONS = [
-    ("grpc.max_receive_message_length", MAX_ROLLUP_BYTES),
-    ("grpc.max_send_message_length", 64 * 1024),
-    ("grpc.max_metadata_size", 16 * 1024),
-    ("grpc.max_concurrent_streams", 100),
-    ("grpc.keepalive_time_ms", 30_000),
-]
-MAX_CONCURRENT_SENDS = 2000
 READY_EVERY_SECONDS = 5.0
 OUTCOMES = (
     "accepted",
     "stale",  # delivered, but its generation is not above the cluster's current one
     "unauthenticated",
+    "over_limit",  # a limit of gateway.limits reached: send again shortly
+    "no_request",  # no roll-up within gateway.limits.receive_seconds of the call's start
     "permission_denied",
     "invalid_argument",
     "too_large",
@@ -115,6 +124,30 @@ class Refused(Exception):
 def _shown(text: str, limit: int = 80) -> str:
     """A sender's string in a message: quoted, and cut (it may be up to 1 MB of anything)."""
     return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def server_options(limits: GatewayLimits) -> list[tuple[str, Any]]:
+    """gRPC's own bounds of a connection, from gateway.limits."""
+
+    def ms(seconds: float) -> int:
+        return max(1, round(seconds * 1000))
+
+    return [
+        ("grpc.max_receive_message_length", MAX_ROLLUP_BYTES),
+        ("grpc.max_send_message_length", 64 * 1024),
+        ("grpc.max_metadata_size", 16 * 1024),
+        ("grpc.max_concurrent_streams", limits.streams_per_connection),
+        ("grpc.server_handshake_timeout_ms", ms(limits.handshake_seconds)),
+        ("grpc.max_connection_idle_ms", ms(limits.idle_seconds)),
+        ("grpc.max_connection_age_ms", ms(limits.connection_age_seconds)),
+        # A call in flight when its connection is too old may finish (it is bounded too).
+        ("grpc.max_connection_age_grace_ms", ms(limits.receive_seconds + 30)),
+        ("grpc.keepalive_time_ms", 30_000),  # the gateway's pings: a dead peer is let go
+        ("grpc.keepalive_timeout_ms", 20_000),
+        ("grpc.keepalive_permit_without_calls", 0),  # a client's pings with no call are bad
+        ("grpc.http2.min_ping_interval_without_data_ms", ms(limits.min_ping_interval_seconds)),
+        ("grpc.http2.max_ping_strikes", 2),  # bad pings before the connection is closed
+    ]
 
 
 # ---- who is sending ---------------------------------------------------------------------------
@@ -169,11 +202,112 @@ def bearer_token(context: Any) -> str | None:
     return token.strip()
 
 
+# ---- what a sender may hold -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sender:
+    """Who a call is from, as its headers and TLS handshake say (before its body is read)."""
+
+    by_token: frozenset[str]  # the clusters of its bearer token
+    by_cert: frozenset[str]  # the names of its client certificate
+    peer: str  # gRPC's peer: "ipv4:10.0.0.7:53211", "ipv6:%5B::1%5D:53211", "unix:/path"
+
+    @property
+    def credential(self) -> str:
+        """What the per-cluster limit counts: the clusters the sender authenticated as."""
+        return ",".join(sorted(self.by_token | self.by_cert))
+
+    @property
+    def address(self) -> str:
+        """The peer's address without its port (a connection's port tells connections apart)."""
+        kind, _, rest = self.peer.partition(":")
+        if kind in ("ipv4", "ipv6"):
+            return rest.rpartition(":")[0] or rest
+        return self.peer
+
+
+class Slots:
+    """Roll-ups in flight, counted per credential, per peer address (and its connections),
+    and in all (gateway.limits); a slot is taken once the sender is authenticated and given
+    back when its call ends."""
+
+    def __init__(self, limits: GatewayLimits) -> None:
+        self.limits = limits
+        self.total = 0
+        self.per_credential: Counter[str] = Counter()
+        self.per_address: Counter[str] = Counter()
+        self.connections: dict[str, Counter[str]] = {}  # address -> peer -> roll-ups
+
+    def take(self, sender: Sender) -> Callable[[], None]:
+        """A slot for `sender` (call what it returns to give it back); Refused (over_limit,
+        RESOURCE_EXHAUSTED, naming the limit) if a limit is reached: the sender's own first."""
+        lim, who, address = self.limits, sender.credential, sender.address
+        connections = self.connections.get(address, Counter())
+        full = [
+            (self.per_credential[who] >= lim.sends_per_cluster, "sends_per_cluster",
+             lim.sends_per_cluster, f"roll-ups in flight for {_shown(who)}"),
+            (self.per_address[address] >= lim.sends_per_address, "sends_per_address",
+             lim.sends_per_address, f"roll-ups in flight from {_shown(address)}"),
+            (sender.peer not in connections and len(connections) >= lim.connections_per_address,
+             "connections_per_address", lim.connections_per_address,
+             f"connections with a roll-up in flight from {_shown(address)}"),
+            (self.total >= lim.sends, "sends", lim.sends, "roll-ups in flight in the gateway"),
+        ]  # fmt: skip
+        for reached, field, limit, what in full:
+            if reached:
+                raise Refused(
+                    "over_limit",
+                    None,
+                    f"{limit} {what}, the most it takes (gateway.limits.{field}): send again "
+                    "when one is answered",
+                    code=grpc.StatusCode.RESOURCE_EXHAUSTED,
+                )
+        self.total += 1
+        self.per_credential[who] += 1
+        self.per_address[address] += 1
+        connections[sender.peer] += 1
+        self.connections[address] = connections
+        given = [False]
+
+        def give_back() -> None:
+            if given[0]:
+                return
+            given[0] = True
+            self.total -= 1
+            for counter, key in ((self.per_credential, who), (self.per_address, address),
+                                 (connections, sender.peer)):  # fmt: skip
+                counter[key] -= 1
+                if counter[key] <= 0:
+                    del counter[key]
+            if not connections:
+                self.connections.pop(address, None)
+
+        return give_back
+
+
+# Reads abandoned at the receive deadline, kept until gRPC ends them (the call's status sent);
+# a read is never cancelled while gRPC's core may still write its message.
+_ABANDONED: set[asyncio.Future[Any]] = set()
+
+
+def _abandon(read: asyncio.Future[Any]) -> None:
+    _ABANDONED.add(read)
+
+    def done(f: asyncio.Future[Any]) -> None:
+        _ABANDONED.discard(f)
+        if not f.cancelled():
+            f.exception()  # (retrieved: the call was answered already)
+
+    read.add_done_callback(done)
+
+
 # ---- the service ------------------------------------------------------------------------------
 
 
-class RollupGateway(rpg.RollupsServicer):
-    """The Rollups service: authenticate, authorise, validate, deliver (see the module's doc)."""
+class RollupGateway:
+    """The Rollups service: authenticate, take a slot, receive, authorise, validate, deliver
+    (see the module's doc)."""
 
     def __init__(
         self,
@@ -186,15 +320,31 @@ class RollupGateway(rpg.RollupsServicer):
         self.tokens = tokens
         self.deliver = deliver
         self.generations = generations if generations is not None else Generations(None)
+        self.limits = deployment.gateway.limits
+        self.slots = Slots(self.limits)
         for outcome in OUTCOMES:  # exported at 0
             GATEWAY_ROLLUPS.labels(outcome)
 
+    def handler(self) -> grpc.GenericRpcHandler:
+        """Send, served as client-streaming: the handler runs on the call's headers, before
+        its body is read (see the module's doc)."""
+        send = grpc.stream_unary_rpc_method_handler(
+            self.Send,
+            request_deserializer=rpb.ClusterCapacityNeeds.FromString,
+            response_serializer=rpb.RollupAccepted.SerializeToString,
+        )
+        return grpc.method_handlers_generic_handler(SERVICE, {"Send": send})
+
     async def Send(  # noqa: N802 (the service's name)
-        self, request: rpb.ClusterCapacityNeeds, context: grpc.aio.ServicerContext
+        self, requests: Any, context: grpc.aio.ServicerContext
     ) -> rpb.RollupAccepted:
         started = time.monotonic()
+        give_back: Callable[[], None] | None = None
         try:
-            answer = await self._accept(request, context)
+            sender = self.authenticate(context)
+            give_back = self.slots.take(sender)
+            request = await self.receive(context)
+            answer = await self._accept(request, sender)
         except Refused as refused:
             GATEWAY_ROLLUPS.labels(refused.outcome).inc()
             code, details, trailers = refused.status
@@ -204,16 +354,71 @@ class RollupGateway(rpg.RollupsServicer):
                 log.warning("refused a roll-up (%s): %s", refused.outcome, details)
             await context.abort(code, details, trailing_metadata=trailers)
             raise  # abort raises; for the type checker
+        finally:
+            if give_back is not None:
+                give_back()
         GATEWAY_ROLLUPS.labels("accepted").inc()
         GATEWAY_SEND_SECONDS.observe(time.monotonic() - started)
-        log.debug("roll-up of %s (generation %d) -> %s", request.cluster, answer.generation,
-                  answer.workflow_id)
+        log.debug(
+            "roll-up of %s (generation %d) -> %s",
+            request.cluster, answer.generation, answer.workflow_id,
+        )  # fmt: skip
         return answer
 
+    def authenticate(self, context: Any) -> Sender:
+        """Who the call is from, by its headers and TLS handshake; Refused if nobody."""
+        token = bearer_token(context)
+        by_token = self.tokens.clusters_of(token) if token is not None else set()
+        if token is not None and not by_token:
+            raise Refused(
+                "unauthenticated", mpb.UNAUTHENTICATED, "the bearer token is no cluster's"
+            )
+        sender = Sender(frozenset(by_token), frozenset(certificate_names(context)),
+                        context.peer() or "")  # fmt: skip
+        if not sender.by_token and not sender.by_cert:
+            raise Refused(
+                "unauthenticated",
+                mpb.UNAUTHENTICATED,
+                "no credentials: send an 'authorization: Bearer TOKEN' header or a TLS client "
+                "certificate naming the cluster",
+            )
+        return sender
+
+    async def receive(self, context: Any) -> rpb.ClusterCapacityNeeds:
+        """The call's one roll-up, within gateway.limits.receive_seconds."""
+        read = asyncio.ensure_future(context.read())
+        try:
+            done, _ = await asyncio.wait({read}, timeout=self.limits.receive_seconds)
+        finally:
+            if not read.done():
+                _abandon(read)
+        if not done:
+            raise Refused(
+                "no_request",
+                None,
+                f"no roll-up received within {self.limits.receive_seconds:g} s of the call's "
+                "start (gateway.limits.receive_seconds)",
+                code=grpc.StatusCode.DEADLINE_EXCEEDED,
+            )
+        try:
+            message = read.result()
+        except Exception as err:  # (its body is no ClusterCapacityNeeds)
+            raise Refused(
+                "invalid_argument", None,
+                f"the request is not a bigfleet.v1.ClusterCapacityNeeds: {err}",
+                code=grpc.StatusCode.INVALID_ARGUMENT,
+            ) from None  # fmt: skip
+        if not isinstance(message, rpb.ClusterCapacityNeeds):  # (the call ended without one)
+            raise Refused(
+                "invalid_argument", None, "the call ended without a roll-up",
+                code=grpc.StatusCode.INVALID_ARGUMENT,
+            )  # fmt: skip
+        return message
+
     async def _accept(
-        self, request: rpb.ClusterCapacityNeeds, context: Any
+        self, request: rpb.ClusterCapacityNeeds, sender: Sender
     ) -> rpb.RollupAccepted:
-        self.authorize(request.cluster, context)
+        self.authorize(request.cluster, sender)
         try:
             rollup = rollup_from_proto(request)
         except WireError as err:
@@ -260,22 +465,9 @@ class RollupGateway(rpg.RollupsServicer):
             )
         return rpb.RollupAccepted(shard=shard, generation=rollup.generation, workflow_id=wid)
 
-    def authorize(self, cluster: str, context: Any) -> None:
+    def authorize(self, cluster: str, sender: Sender) -> None:
         """Refused unless the sender authenticated as `cluster`."""
-        token = bearer_token(context)
-        by_token = self.tokens.clusters_of(token) if token is not None else set()
-        by_cert = certificate_names(context)
-        if token is not None and not by_token:
-            raise Refused(
-                "unauthenticated", mpb.UNAUTHENTICATED, "the bearer token is no cluster's"
-            )
-        if not by_token and not by_cert:
-            raise Refused(
-                "unauthenticated",
-                mpb.UNAUTHENTICATED,
-                "no credentials: send an 'authorization: Bearer TOKEN' header or a TLS client "
-                "certificate naming the cluster",
-            )
+        by_token, by_cert = sender.by_token, sender.by_cert
         if cluster in by_token or cluster in by_cert:
             return
         who = []
@@ -354,11 +546,13 @@ def undeliverable(cluster: str, err: Exception) -> Refused:
 
 @dataclass
 class GatewayServer:
-    """A running roll-up gateway: its gRPC server, the port bound, its health service."""
+    """A running roll-up gateway: its gRPC server, the port bound, its health service, its
+    Rollups service (the slots it holds)."""
     server: grpc.aio.Server
     port: int
     health: health.aio.HealthServicer
     token_port: int = 0  # `token_listen`'s (0: none)
+    service: RollupGateway | None = None
 
     async def stop(self, grace: float = 5.0) -> None:
         await self.health.enter_graceful_shutdown()
@@ -374,12 +568,9 @@ async def start_gateway(
 ) -> GatewayServer:
     """Serve Rollups and grpc.health.v1 on `listen` (default: the config's). `generations`:
     how the gateway learns a cluster's generation (default: only from what it delivers)."""
-    server = grpc.aio.server(
-        options=SERVER_OPTIONS, maximum_concurrent_rpcs=MAX_CONCURRENT_SENDS
-    )
-    rpg.add_RollupsServicer_to_server(
-        RollupGateway(deployment, tokens, deliver, generations), server
-    )
+    server = grpc.aio.server(options=server_options(deployment.gateway.limits))
+    gateway = RollupGateway(deployment, tokens, deliver, generations)
+    server.add_generic_rpc_handlers((gateway.handler(),))
     checker = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
     gw = deployment.gateway
@@ -391,7 +582,7 @@ async def start_gateway(
     await server.start()
     for name in ("", SERVICE):
         await checker.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return GatewayServer(server, bound, checker, token_port)
+    return GatewayServer(server, bound, checker, token_port, gateway)
 
 
 async def watch_temporal(
