@@ -114,7 +114,7 @@ def _limited_dep(limits: dict[str, Any]) -> Any:
     return from_wire(Deployment, {
         "name": "gw", "providers": [{"name": "dc", "endpoint": "127.0.0.1:1"}],
         "operators": {"template": "op-{cluster}:50061"},
-        "gateway": {"listen": "127.0.0.1:0", "limits": limits, "tokens": [
+        "gateway": {"listen": "127.0.0.1:0", **({"limits": limits} if limits else {}), "tokens": [
             {"cluster": c, "sha256": hash_token(f"{c}-secret")} for c in CLUSTERS]},
     })  # fmt: skip
 
