@@ -286,6 +286,30 @@ class Slots:
         return give_back
 
 
+class RefusalLog:
+    """Refusals logged as warnings; those anyone can cause by the thousand (no credentials, a
+    limit reached, no roll-up sent) at most once every `every` seconds each, with how many
+    were not logged since (bigfleet_gateway_rollups_total counts every one)."""
+
+    FLOODS = frozenset({"unauthenticated", "over_limit", "no_request"})
+
+    def __init__(self, every: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every, self.clock = every, clock
+        self.last: dict[str, float] = {}
+        self.unlogged: Counter[str] = Counter()
+
+    def log(self, outcome: str, details: str) -> None:
+        now = self.clock()
+        if outcome in self.FLOODS:
+            if outcome in self.last and now - self.last[outcome] < self.every:
+                self.unlogged[outcome] += 1
+                return
+            self.last[outcome] = now
+        more = self.unlogged.pop(outcome, 0)
+        since = f" (and {more} more since the last logged)" if more else ""
+        log.warning("refused a roll-up (%s): %s%s", outcome, details, since)
+
+
 # Reads abandoned at the receive deadline, kept until gRPC ends them (the call's status sent);
 # a read is never cancelled while gRPC's core may still write its message.
 _ABANDONED: set[asyncio.Future[Any]] = set()
@@ -322,6 +346,7 @@ class RollupGateway:
         self.generations = generations if generations is not None else Generations(None)
         self.limits = deployment.gateway.limits
         self.slots = Slots(self.limits)
+        self.refusals = RefusalLog()
         for outcome in OUTCOMES:  # exported at 0
             GATEWAY_ROLLUPS.labels(outcome)
 
@@ -351,7 +376,7 @@ class RollupGateway:
             if refused.outcome == "stale":  # (an operator's routine mistake, not an attack)
                 log.info("stale roll-up: %s", details)
             else:
-                log.warning("refused a roll-up (%s): %s", refused.outcome, details)
+                self.refusals.log(refused.outcome, details)
             await context.abort(code, details, trailing_metadata=trailers)
             raise  # abort raises; for the type checker
         finally:

@@ -102,6 +102,9 @@ async def test_idle_calls_without_a_body_do_not_starve_a_legitimate_cluster(
                                ("no_request", PER_CLUSTER)]:  # fmt: skip
             line = f'bigfleet_gateway_rollups_total{{outcome="{outcome}"}} {count}.0'
             assert line in metrics, [m for m in metrics.splitlines() if "rollups_total{" in m]
+        # ... and its log did not take a line for each (a flood of its own).
+        logged = fleet.proc.log.read_text().count("refused a roll-up (unauthenticated)")
+        assert 1 <= logged <= 10, logged
 
 
 # ---- the limits, in this process (a stand-in for Temporal) ------------------------------------
@@ -278,3 +281,24 @@ def test_a_bad_gateway_limit_is_refused_naming_the_field(tmp_path: Path):
     for field in ("gateway.limits.receive_seconds", "gateway.limits.sends_per_cluster",
                   "gateway.limits.streams"):  # fmt: skip
         assert f"  {field}: " in text, text
+
+
+def test_refusals_anyone_can_cause_are_logged_now_and_then_with_a_count(caplog):
+    from workers.gateway import RefusalLog
+
+    now = [0.0]
+    refusals = RefusalLog(every=10, clock=lambda: now[0])
+    with caplog.at_level("WARNING", logger="bigfleet.gateway"):
+        for _ in range(1000):
+            refusals.log("unauthenticated", "no credentials")
+        refusals.log("permission_denied", "web may not send batch's")  # (always logged)
+        refusals.log("permission_denied", "web may not send batch's")
+        now[0] = 10
+        refusals.log("unauthenticated", "no credentials")
+    assert [r.getMessage() for r in caplog.records] == [
+        "refused a roll-up (unauthenticated): no credentials",
+        "refused a roll-up (permission_denied): web may not send batch's",
+        "refused a roll-up (permission_denied): web may not send batch's",
+        "refused a roll-up (unauthenticated): no credentials (and 999 more since the last "
+        "logged)",
+    ]
