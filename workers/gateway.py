@@ -42,7 +42,8 @@ call): a unary handler's request is read before the handler runs, so a call that
 its body would hold the server before any check. Connections are bounded by gRPC itself
 (`server_options`): streams per connection, the handshake's time, idle and old connections
 closed, keep-alive pings enforced. There is no gRPC-wide limit of calls: an unauthenticated
-call is answered at once and holds nothing.
+call is answered at once and holds nothing. Refusals anyone can cause by the thousand are
+logged now and then, with a count (`RefusalLog`).
 
 gRPC's Python server cannot ask for a client certificate without requiring one: with
 `tls.client_ca` every sender must present a certificate signed by it (a token may come too);
