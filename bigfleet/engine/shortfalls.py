@@ -31,14 +31,15 @@ def unplaceable(need: Need, carried: Callable[[str], bool]) -> str:
 def age_shortfalls(
     memory: EngineMemory,
     policy: Policy,
-    unmet: list[tuple[Need, int, str]],
+    unmet: list[tuple[Need, int, str, str]],
     carried: Callable[[str], bool] = lambda key: True,
 ) -> list[Shortfall]:
     """Turn this cycle's unmet needs (table order) into aged, bounded shortfalls (design §9),
-    each saying why it can never be served here where that is so (`unplaceable`)."""
+    each saying why it can never be served here where that is so (`unplaceable`), or why it
+    waits (the unmet entry's own why: machines their clusters hold back)."""
     ages: dict[str, int] = {}
     out: list[Shortfall] = []
-    for need, deficit, profile in unmet:
+    for need, deficit, profile, waits in unmet:
         ident = f"{need.key}|{need.arrival}"
         age = memory.shortfall_age.get(ident, 0) + 1
         ages[ident] = age
@@ -54,7 +55,8 @@ def age_shortfalls(
                     interruption_penalty=need.spec.interruption_penalty,
                     escalated=age > policy.escalate_after_cycles,
                     same=need.spec.same,
-                    why=unplaceable(need, carried) if need.spec.same or need.spread else "",
+                    why=(unplaceable(need, carried) if need.spec.same or need.spread else "")
+                    or waits,
                 )
             )
     memory.shortfall_age = ages

@@ -89,11 +89,14 @@ def _wait_or_preempt(cycle: Cycle, need: Need, deficit: int, out: Decision) -> N
     deficit -= len(took)
     hits = victims[:deficit] if not need.spec.same or len(victims) >= deficit else []
     for m in hits:
-        preempt(m, cycle.holder[m.ordinal], need, cycle.preempted, out)
+        h = cycle.holder[m.ordinal]
+        cycle.room.preempted(h, need, 1, 0 if cycle.marked(m) else 1)
+        preempt(m, h, need, cycle.preempted, out)
     deficit -= len(hits)
     out.earmarked[need.key] = cycle.reserved[need.key] + len(took) + len(hits)
-    if deficit > 0:
-        _unmet(cycle, need, deficit)
+    held, why = cycle.room.waiting(need)
+    if deficit > 0 or held:
+        _unmet(cycle, need, deficit, held, why)
 
 
 def _open_supply(cycle: Cycle, need: Need, state: S) -> list[Rec]:
@@ -128,6 +131,7 @@ def _victims(cycle: Cycle, need: Need) -> list[Rec]:
         key=lambda m: (
             *victim_order(weights, holder[m.ordinal], policy),
             m.profile.name,
+            m.kept,  # (a claim's marked machines last, as the fast engine's tail)
             m.ordinal,
         )
     )
@@ -176,13 +180,14 @@ def _spread_supply(
     )
 
 
-def _unmet(cycle: Cycle, need: Need, deficit: int) -> None:
+def _unmet(cycle: Cycle, need: Need, deficit: int, held: int = 0, why: str = "") -> None:
     """The need's missing machines: a shortfall under the cheapest matching profile's name
-    (its requirements when none matches), counted in that profile's demand."""
+    (its requirements when none matches), counted in that profile's demand; with the `held`
+    ones it waits on that their clusters hold back (`why`), not counted in demand."""
     matching = sorted(
         (m.profile for m in cycle.machines if cycle.matches(need, m)),
         key=lambda p: supply_key(need, p, cycle.sunk),
     )
     label = matching[0].short_name if matching else describe(need.requirements)
-    cycle.unmet.append((need, deficit, label))
+    cycle.unmet.append((need, deficit + held, label, why))
     cycle.demand[matching[0].name if matching else label] += deficit
