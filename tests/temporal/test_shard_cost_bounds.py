@@ -16,41 +16,30 @@ from bigfleet import labels as L
 from bigfleet.models import ListFilter, MachineState
 from tests.conftest import eventually, fleet_workers, query_retrying
 from tests.temporal.test_temporal_coordinator import start
+from tests.temporal.test_temporal_shard import fleet
 
 S = MachineState
 GPU, P5 = "gpu-8xh100", "p5.48xlarge"
-FLEET = {
-    "name": "cost-bounds",
-    "cycle_seconds": 1,
-    "duration_seconds": 1,
-    "shards": 1,
-    "providers": [
+AWS = {
+    "name": "aws",
+    "kind": "cloud",
+    "create_latency": [1, 1],
+    "configure_latency": 1,
+    "drain_latency": 1,
+    "quota": [
         {
-            "name": "dc",
-            "kind": "bare-metal",
-            "configure_latency": 1,
-            "drain_latency": 1,
-            "racks": [{"rack": "r1", "zone": "ams-1", "instance_type": GPU, "count": 4}],
-        },
-        {
-            "name": "aws",
-            "kind": "cloud",
-            "create_latency": [1, 1],
-            "configure_latency": 1,
-            "drain_latency": 1,
-            "quota": [
-                {
-                    "instance_type": P5,
-                    "zone": "eu-west-1a",
-                    "capacity_type": "on-demand",
-                    "count": 4,
-                    "price_per_hour": 98.0,
-                },
-            ],
+            "instance_type": P5,
+            "zone": "eu-west-1a",
+            "capacity_type": "on-demand",
+            "count": 4,
+            "price_per_hour": 98.0,
         },
     ],
-    "clusters": [{"name": "research"}, {"name": "infer"}],
 }
+# One rack of 4 GPU servers (test_temporal_shard's fleet), on-demand p5 beside it.
+FLEET = fleet(4, configure_latency=1, drain_latency=1).model_dump(mode="json", exclude_unset=True)
+FLEET["providers"].append(AWS)
+FLEET["clusters"] = [{"name": "research"}, {"name": "infer"}]
 BARE = {"key": L.CAPACITY_TYPE, "operator": "In", "values": ["bare-metal"]}
 
 
