@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from .engine.decision import Actions, Decision
+from .engine.memory import EngineMemory
 from .held import NONE16
 from .inventory import CODE, Inventory
 from .models import (
@@ -174,6 +175,20 @@ class DisruptionBook:
     def bounded(self) -> bool:
         """Whether any budget or mark could hold anything back."""
         return bool(self.policy.disruption_budgets) or bool(self.clusters)
+
+    def tell(
+        self, memory: EngineMemory, inventory: Inventory, now: float, members: Members | None
+    ) -> None:
+        """What the engine must know of the bounds before it decides: the clusters whose
+        consolidation budget allows no move now (`frozen`) and, with `cost`, each cluster's
+        preempt room (`preempt_room`). A change in either is a change the engine must not
+        repeat an earlier cycle's outcome across."""
+        frozen = frozenset(self.frozen(inventory, now, members))
+        room = self.preempt_room(inventory, now, members) if self.cost else {}
+        memory.cost_moves_bounded = self.cost
+        if frozen != memory.frozen or room != memory.drain_room:
+            memory.frozen, memory.drain_room = frozen, room
+            inventory.version += 1
 
     def preempt_room(
         self, inventory: Inventory, now: float, members: Members | None = None

@@ -104,8 +104,7 @@ class Shard(ShardViews):
         self.every_spread_rule = True
         # Consolidation leaves marked machines be; False: a run begun before.
         self.marks_steer_moves = True
-        # Moves for cost keep to marks and budgets (and buy instead), and a need waiting on
-        # preemptions held back is a shortfall; False: a run begun before.
+        # Moves for cost keep to marks and budgets (DrainRoom); False: a run begun before.
         self.cost_moves_bounded = True
         # What each cluster's operator bounds of BigFleet's voluntary moves (issue 33).
         self.disruption = DisruptionBook(self.policy)
@@ -365,22 +364,15 @@ class Shard(ShardViews):
         if bounds.clusters:
             bounds.forget(set(self.needs.clusters()))
         members = bounds.members(self.inventory)  # (one pass over the inventory a cycle)
-        frozen = frozenset(bounds.frozen(self.inventory, now, members))
         memory = self.engine.memory
-        if frozen != memory.frozen:
-            memory.frozen = frozen
-            self.inventory.version += 1  # (an earlier cycle's outcome is not repeated across it)
+        bounds.cost = self.cost_moves_bounded
+        bounds.tell(memory, self.inventory, now, members)
         if self.steer_by_marks:
             bounds.mark(self.inventory, now)
         memory.victims_from_end = self.steer_by_marks
         memory.spread_in_phase_2 = self.spread_in_phase_2
         memory.every_spread_rule = self.every_spread_rule
         memory.marks_steer_moves = self.marks_steer_moves
-        bounds.cost = memory.cost_moves_bounded = self.cost_moves_bounded
-        room = bounds.preempt_room(self.inventory, now, members) if self.cost_moves_bounded else {}
-        if room != memory.drain_room:
-            memory.drain_room = room
-            self.inventory.version += 1  # (as for `frozen`)
         early, held = self.notices.act(self.inventory, bounds, members, self.transfer_out, now)
         decision = self.engine.decide(needs, now)
         if self.unheard:
