@@ -20,7 +20,7 @@ from .domains import domain_tallies, pick_same_wait_domain
 from .phase1 import Assignment, Frame, spread_frames, spread_take
 from .regret import swap_owned
 from .rows import RowPicker
-from .shortfalls import describe
+from .shortfalls import Unmet, describe
 from .supply import Pool, free_pool, pool_column
 from .victims import Victim, VictimPool
 
@@ -29,7 +29,7 @@ S = MachineState
 
 def resolve_inversions(
     state: CycleState, assignments: list[Assignment], out: Decision
-) -> tuple[list[Victim], list[tuple[Need, int, str, str]]]:
+) -> tuple[list[Victim], list[Unmet]]:
     """Phase 2 of design §8 ("resolving priority inversions"; docs/engine.md, The cycle 3-4).
 
     Walks `state.needs` in table order with what Phase 1 `assignments` gave them and what it
@@ -42,7 +42,7 @@ def resolve_inversions(
     `state.demand` under the cheapest matching profile the shard knows.
 
     Returns the victims (configured machines to drain, per claim segment) and the unmet needs
-    as (need, missing count, profile label, why), in table order, for `age_shortfalls`: a
+    (`Unmet`: need, missing count, profile label, ...), in table order, for `age_shortfalls`: a
     need waiting on victims their clusters' bounds will hold back (`DrainRoom`) counts them
     as missing, and says so.
     """
@@ -340,7 +340,7 @@ def _same_home(
 
 def _unmet(
     state: CycleState, need: Need, deficit: int, held: int = 0, why: str = ""
-) -> tuple[Need, int, str, str]:
+) -> Unmet:
     """A shortfall's raw form, named by the cheapest matching profile the shard has machines
     of (else by the requirements); the missing machines count as demand for that profile.
     `held`: machines it waits on that their clusters hold back (`DrainRoom.waiting`, `why`),
@@ -353,7 +353,7 @@ def _unmet(
     best = next((p for p in rank if p < len(present) and present[p]), None)
     label = profiles[best].short_name if best is not None else describe(need.requirements)
     state.demand[profiles[best].name if best is not None else label] += deficit
-    return (need, deficit + held, label, why)
+    return Unmet(need, deficit + held, label, held, why)
 
 
 def emit_preemptions(

@@ -372,7 +372,7 @@ def test_a_need_waiting_on_machines_held_back_is_a_shortfall_that_says_why():
     decision = shard.cycle(TUESDAY_10)
     assert drained(decision) == []
     [short] = [s for s in decision.shortfalls if s.cluster == "infer"]
-    assert short.count == 2 and short.age == 1
+    assert (short.count, short.held_back, short.age) == (2, 2, 1)
     assert short.why == (
         "waiting on 2 machine(s) it preempts that their clusters hold back "
         "(cluster research: 2 marked do-not-disrupt)"

@@ -402,7 +402,7 @@ def test_a_need_that_can_only_wait_on_held_machines_is_a_shortfall(make_shard):
     assert len(of_kind(decision, "drain")) == 3
     assert not any(p.for_cost for p in decision.preemptions)
     short = shortfall_of(decision, "infer")
-    assert short is not None and short.count == 2
+    assert short is not None and (short.count, short.held_back) == (2, 2)
     assert short.why == (
         "waiting on 2 machine(s) it preempts that their clusters hold back "
         "(cluster research: 1 marked do-not-disrupt, 1 over its disruption budget)"

@@ -15,6 +15,7 @@ from ...cost import VictimWeights
 from ...needs import Need
 from ...policy import Policy
 from ..fleet_cost import DrainRoom
+from ..shortfalls import Unmet
 from .fleet import Rec, ReferenceFleet
 
 
@@ -47,7 +48,7 @@ class Cycle:
     preempted: set[int] = field(default_factory=set)
     weights: VictimWeights | None = None
     displace_left: int = 0
-    unmet: list[tuple[Need, int, str, str]] = field(default_factory=list)
+    unmet: list[Unmet] = field(default_factory=list)
     # Machines wanted per profile name (assigned or missing): the demand forecast's input.
     demand: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     # Each need's position in the table (need key -> index).

@@ -16,7 +16,7 @@ from ..decision import Decision
 from ..domains import domain_of, pick_same_wait_domain
 from ..fleet_cost import displace_budget
 from ..ranking import supply_key, victim_order
-from ..shortfalls import describe
+from ..shortfalls import Unmet, describe
 from .actions import preempt
 from .cycle import Cycle
 from .displace import yield_for_cost
@@ -189,5 +189,5 @@ def _unmet(cycle: Cycle, need: Need, deficit: int, held: int = 0, why: str = "")
         key=lambda p: supply_key(need, p, cycle.sunk),
     )
     label = matching[0].short_name if matching else describe(need.requirements)
-    cycle.unmet.append((need, deficit + held, label, why))
+    cycle.unmet.append(Unmet(need, deficit + held, label, held, why))
     cycle.demand[matching[0].name if matching else label] += deficit
