@@ -64,11 +64,12 @@ class DrainRoom:
         if cluster in self.left:
             self.left[cluster] -= n
 
-    def preempted(self, victim: Need, preemptor: Need, count: int, unmarked: int) -> None:
+    def preempted(self, victim: Need, preemptor: Need, count: int, unmarked: int) -> int:
         """`count` machines of `victim`'s preempted for `preemptor` by priority, `unmarked`
-        of them not marked: those the bounds will hold back are counted in `held`."""
+        of them not marked: those the bounds will hold back are counted in `held`, and
+        returned (the victim keeps them: it is not short of them)."""
         if not self.on or preemptor.priority - victim.priority >= self.gap:
-            return
+            return 0
         room = self.left.get(victim.cluster)
         kept = unmarked if room is None else min(unmarked, room)
         if room is not None:
@@ -77,6 +78,7 @@ class DrainRoom:
             held = self.held.setdefault(preemptor.key, {}).setdefault(victim.cluster, [0, 0])
             held[0] += count - unmarked
             held[1] += unmarked - kept
+        return count - kept
 
     def waiting(self, need: Need) -> tuple[int, str]:
         """How many machines `need` waits on that the bounds hold back, and why."""

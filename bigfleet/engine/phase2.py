@@ -263,9 +263,9 @@ def _preempt(
     held = supply.held
     victim = held.needs[int(held.holder[i])]
     victims.append(Victim(victim, need, int(held.profile[i]), held.tail(i, n), n))
-    held.preempted(supply.state.room(), need, i, n)
+    kept = held.preempted(supply.state.room(), need, i, n)  # (held back: the victim keeps)
     supply.preempt(i, n)
-    lost[victim.key] += n
+    lost[victim.key] += n - kept
     return n
 
 

@@ -135,10 +135,11 @@ class VictimPool:
         """Machines entry `i` still has that its cluster did not mark (they come off first)."""
         return max(0, int(self.left[i] - self.marked[i]))
 
-    def preempted(self, room: DrainRoom, preemptor: Need, i: int, n: int) -> None:
-        """`n` machines of entry `i` preempted by priority, counted in `room` (`DrainRoom`)."""
+    def preempted(self, room: DrainRoom, preemptor: Need, i: int, n: int) -> int:
+        """`n` machines of entry `i` preempted by priority, counted in `room` (`DrainRoom`);
+        returns how many of them its bounds hold back."""
         unmarked = min(n, self.unmarked(i))
-        room.preempted(self.needs[int(self.holder[i])], preemptor, n, unmarked)
+        return room.preempted(self.needs[int(self.holder[i])], preemptor, n, unmarked)
 
     def tail(self, i: int, n: int) -> int:
         """Where the last `n` machines entry `i` still has begin, in its claim's rows: victims

@@ -373,6 +373,8 @@ def test_a_need_waiting_on_machines_held_back_is_a_shortfall_that_says_why():
     assert drained(decision) == []
     [short] = [s for s in decision.shortfalls if s.cluster == "infer"]
     assert (short.count, short.held_back, short.age) == (2, 2, 1)
+    # Research keeps what is held back: it is not short (before: short 2, escalated).
+    assert [s for s in decision.shortfalls if s.cluster == "research"] == []
     assert short.why == (
         "waiting on 2 machine(s) it preempts that their clusters hold back "
         "(cluster research: 2 marked do-not-disrupt)"

@@ -388,7 +388,8 @@ def test_a_need_that_can_only_wait_on_held_machines_is_a_shortfall(make_shard):
     gap (1 000 000), and research marked two of its machines and allows one drain: of the 3
     it asks for (the unmarked ones first), one is marked and one over the budget. Those
     drains are asked for (the shard holds them back and counts them) and inference waits on
-    them: a shortfall of 2 that says why."""
+    them: a shortfall of 2 that says why. Research keeps those 2: it is short only the one
+    that drains."""
     machines, needs = infer_at(900_000, od=False)
     needs = table(
         rollup("research", 1, {**need(4, 0), "requirements": [BARE]}),
@@ -403,6 +404,7 @@ def test_a_need_that_can_only_wait_on_held_machines_is_a_shortfall(make_shard):
     assert not any(p.for_cost for p in decision.preemptions)
     short = shortfall_of(decision, "infer")
     assert short is not None and (short.count, short.held_back) == (2, 2)
+    assert shortfall_of(decision, "research").count == 1
     assert short.why == (
         "waiting on 2 machine(s) it preempts that their clusters hold back "
         "(cluster research: 1 marked do-not-disrupt, 1 over its disruption budget)"

@@ -7,6 +7,7 @@ marks' life); the shard buys 2 p5 instead and research keeps every machine."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -17,6 +18,7 @@ from bigfleet.models import ListFilter, MachineState
 from tests.conftest import eventually, fleet_workers, query_retrying
 from tests.temporal.test_temporal_coordinator import start
 from tests.temporal.test_temporal_shard import fleet
+from workers import cli
 
 S = MachineState
 GPU, P5 = "gpu-8xh100", "p5.48xlarge"
@@ -75,6 +77,20 @@ def held(sim, provider: str) -> dict[str, tuple[MachineState, str | None]]:
     return {m.id: (m.state, m.cluster) for m in sim.providers[provider].list(ListFilter())}
 
 
+async def research_marks_its_racks(sim, shard) -> dict[str, tuple[MachineState, str | None]]:
+    """Research served on the 4 racks, which it then marks do-not-disrupt; inference asks."""
+    await shard.signal("rollup", research(1, []))
+    racks = await eventually(
+        lambda: held(sim, "dc"),
+        lambda ms: len(ms) == 4 and set(ms.values()) == {(S.CONFIGURED, "research")},
+        timeout=60,
+        what="research on the 4 racks",
+    )
+    await shard.signal("rollup", research(2, sorted(racks)))
+    await shard.signal("rollup", INFER)
+    return racks
+
+
 async def test_marked_backfill_is_not_displaced_for_cost_the_shard_buys(
     dev_env: WorkflowEnvironment,
 ):
@@ -82,15 +98,7 @@ async def test_marked_backfill_is_not_displaced_for_cost_the_shard_buys(
     shard = client.get_workflow_handle("shard-0")
     async with fleet_workers(client, FLEET) as sim:
         await start(client, FLEET)
-        await shard.signal("rollup", research(1, []))
-        racks = await eventually(
-            lambda: held(sim, "dc"),
-            lambda ms: len(ms) == 4 and set(ms.values()) == {(S.CONFIGURED, "research")},
-            timeout=60,
-            what="research on the 4 racks",
-        )
-        await shard.signal("rollup", research(2, sorted(racks)))
-        await shard.signal("rollup", INFER)
+        racks = await research_marks_its_racks(sim, shard)
         bought = await eventually(
             lambda: held(sim, "aws"),
             lambda ms: sum(1 for v in ms.values() if v == (S.CONFIGURED, "infer")) == 2,
@@ -105,3 +113,37 @@ async def test_marked_backfill_is_not_displaced_for_cost_the_shard_buys(
     assert view["disruption"]["do_not_disrupt"] == 4
     assert view["disruption"]["held_back"] == {}
     assert [s for s in status["shortfalls"] if s["cluster"] == "infer"] == []
+
+
+async def test_a_need_waiting_on_held_machines_is_a_shortfall_bigfleet_status_shows(
+    dev_env: WorkflowEnvironment, capsys
+):
+    """Nothing for sale: inference can only preempt research's marked racks, below the
+    override gap. The shard holds the drains back, and inference's wait is a shortfall that
+    says why, in the shard's status and `bigfleet status` (before: no shortfall at all)."""
+    client = dev_env.client
+    address = client.service_client.config.target_host
+    shard = client.get_workflow_handle("shard-0")
+    racks_only = {**FLEET, "providers": FLEET["providers"][:1]}
+    async with fleet_workers(client, racks_only) as sim:
+        await start(client, racks_only)
+        racks = await research_marks_its_racks(sim, shard)
+        status = await eventually(
+            lambda: query_retrying(lambda: shard.query("status")),
+            lambda st: any(s["cluster"] == "infer" for s in st["shortfalls"]),
+            timeout=60,
+            what="inference's shortfall",
+        )
+        capsys.readouterr()
+        assert await asyncio.to_thread(cli.main, ["status", "--address", address]) == 0
+        out = capsys.readouterr().out
+
+    [short] = [s for s in status["shortfalls"] if s["cluster"] == "infer"]
+    why = (
+        "waiting on 2 machine(s) it preempts that their clusters hold back "
+        "(cluster research: 2 marked do-not-disrupt)"
+    )
+    assert (short["count"], short["held_back"], short["why"]) == (2, 2, why)
+    assert [s for s in status["shortfalls"] if s["cluster"] == "research"] == []
+    assert "at priority 900000, " in out and why in out
+    assert held(sim, "dc") == racks  # (held back: nothing drained)

@@ -46,6 +46,8 @@ class Cycle:
     # cost, and the needs left short as (need, missing count, profile label).
     earmarked: set[int] = field(default_factory=set)
     preempted: set[int] = field(default_factory=set)
+    # Of those, the ones their clusters' bounds hold back (`DrainRoom`): their holders keep them.
+    kept_by_bounds: set[int] = field(default_factory=set)
     weights: VictimWeights | None = None
     displace_left: int = 0
     unmet: list[Unmet] = field(default_factory=list)

@@ -42,7 +42,8 @@ def resolve_inversions(cycle: Cycle, out: Decision) -> None:
     _begin(cycle)
     for need in cycle.needs:
         claimed, reserved = cycle.claims[need.key], cycle.reserved
-        have = len(claimed) - sum(1 for m in claimed if m.ordinal in cycle.preempted)
+        gone = cycle.preempted - cycle.kept_by_bounds
+        have = len(claimed) - sum(1 for m in claimed if m.ordinal in gone)
         deficit = need.count - have - cycle.assigned.get(need.key, 0) - reserved[need.key]
         out.satisfied[need.key] = have + cycle.assigned.get(need.key, 0)
         if reserved[need.key]:
@@ -90,7 +91,8 @@ def _wait_or_preempt(cycle: Cycle, need: Need, deficit: int, out: Decision) -> N
     hits = victims[:deficit] if not need.spec.same or len(victims) >= deficit else []
     for m in hits:
         h = cycle.holder[m.ordinal]
-        cycle.room.preempted(h, need, 1, 0 if cycle.marked(m) else 1)
+        if cycle.room.preempted(h, need, 1, 0 if cycle.marked(m) else 1):
+            cycle.kept_by_bounds.add(m.ordinal)  # (held back: `h` keeps it)
         preempt(m, h, need, cycle.preempted, out)
     deficit -= len(hits)
     out.earmarked[need.key] = cycle.reserved[need.key] + len(took) + len(hits)
