@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from .engine.decision import Actions, Decision
+from .engine.fleet_cost import overrides_bounds
 from .engine.memory import EngineMemory
 from .held import NONE16
 from .inventory import CODE, Inventory
@@ -276,8 +277,7 @@ class DisruptionBook:
             return False
         if action.preemptor_priority is None or action.victim_priority is None:
             return False
-        gap = action.preemptor_priority - action.victim_priority
-        return gap >= self.policy.disruption_override_gap
+        return overrides_bounds(action.preemptor_priority, action.victim_priority, self.policy)
 
     # ---- views and snapshots --------------------------------------------------------------
 

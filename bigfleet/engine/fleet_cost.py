@@ -33,6 +33,13 @@ def displaceable(holder: Need, preemptor: Need, policy: Policy) -> bool:
     return holder.priority < displace_floor(preemptor, policy)
 
 
+def overrides_bounds(preemptor: int, victim: int, policy: Policy) -> bool:
+    """A preemption by priority from `preemptor` to `victim` (priorities) ignores its
+    victim's disruption bounds: at least `disruption_override_gap` above it (design §5:
+    priority is then the only throttle). Never a move for cost (`DrainRoom`)."""
+    return preemptor - victim >= policy.disruption_override_gap
+
+
 class DrainRoom:
     """What the clusters' disruption bounds (bigfleet/disruption.py) let one cycle drain of
     them voluntarily, counted as the shard holds the decision to them (`DisruptionBook.hold`:
@@ -48,7 +55,7 @@ class DrainRoom:
 
     def __init__(self, policy: Policy, memory: EngineMemory) -> None:
         self.on: bool = memory.cost_moves_bounded
-        self.gap = policy.disruption_override_gap
+        self.policy = policy
         self.left: dict[str, int] = dict(memory.drain_room) if self.on else {}
         self.held: dict[str, dict[str, list[int]]] = {}
 
@@ -68,7 +75,7 @@ class DrainRoom:
         """`count` machines of `victim`'s preempted for `preemptor` by priority, `unmarked`
         of them not marked: those the bounds will hold back are counted in `held`, and
         returned (the victim keeps them: it is not short of them)."""
-        if not self.on or preemptor.priority - victim.priority >= self.gap:
+        if not self.on or overrides_bounds(preemptor.priority, victim.priority, self.policy):
             return 0
         room = self.left.get(victim.cluster)
         kept = unmarked if room is None else min(unmarked, room)
