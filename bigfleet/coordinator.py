@@ -319,10 +319,11 @@ class Coordinator:
         budget = {s: max(1, int(r.size * max_share)) for s, r in self.reports.items()}
         moves: dict[tuple[MoveKind, int, int, int, float], Move] = {}
         for receiver, sf in self.fleet_shortfalls():
-            if _confined_to_a_domain(sf) or sf.repair_held or sf.why:
+            if _confined_to_a_domain(sf) or sf.repair_held or (sf.why and not sf.held_back):
                 # Topology never crosses shards (design §16); a held repair is a human's; a
                 # need no machine of its shard could ever serve (`why`: a label key none
-                # carries) is not served by machines of the same profile from elsewhere.
+                # carries) is not served by machines of the same profile from elsewhere. (One
+                # waiting on machines their clusters hold back, `held_back`, may be.)
                 continue
             asked = (receiver, sf.cluster, sf.priority)
             on_the_way = min(sf.count, pending.get(asked, 0))

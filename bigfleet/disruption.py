@@ -12,8 +12,10 @@ A cluster's operator bounds what BigFleet takes from its cluster voluntarily, in
   (at most `policy.max_do_not_disrupt_seconds` after it was received).
 
 A preemption whose need is at least `policy.disruption_override_gap` priority points above its
-victim ignores both: above that gap, priority is the only throttle (design §5). Involuntary
-drains (a failed or unhealthy machine, decommissioning) are never held back.
+victim ignores both: above that gap, priority is the only throttle (design §5); a machine
+displaced for the fleet's cost (docs/decisions/0012) never does, and the engine takes none
+that would be held back (it buys instead: `fleet_cost.DrainRoom`). Involuntary drains (a
+failed or unhealthy machine, decommissioning) are never held back.
 
 The shard applies this to each decision before the decision is applied (`DisruptionBook.hold`):
 drains over a budget or of a marked machine are dropped from it and counted as held back (the
@@ -32,6 +34,8 @@ from typing import Any
 import numpy as np
 
 from .engine.decision import Actions, Decision
+from .engine.fleet_cost import overrides_bounds
+from .engine.memory import EngineMemory
 from .held import NONE16
 from .inventory import CODE, Inventory
 from .models import (
@@ -88,6 +92,9 @@ class DisruptionBook:
         self.policy = policy
         self.clusters: dict[str, ClusterBounds] = {}
         self._kept: list[int] = []  # the inventory rows `mark` flagged last (derived, not kept)
+        # A drain for the fleet's cost is never past a mark or budget, whatever its gap; False:
+        # as shards decided before (set by the shard each cycle).
+        self.cost = True
 
     # ---- roll-ups -------------------------------------------------------------------------
 
@@ -170,6 +177,31 @@ class DisruptionBook:
         """Whether any budget or mark could hold anything back."""
         return bool(self.policy.disruption_budgets) or bool(self.clusters)
 
+    def tell(
+        self, memory: EngineMemory, inventory: Inventory, now: float, members: Members | None
+    ) -> None:
+        """What the engine must know of the bounds before it decides: the clusters whose
+        consolidation budget allows no move now (`frozen`) and, with `cost`, each cluster's
+        preempt room (`preempt_room`). A change in either is a change the engine must not
+        repeat an earlier cycle's outcome across."""
+        frozen = frozenset(self.frozen(inventory, now, members))
+        room = self.preempt_room(inventory, now, members) if self.cost else {}
+        memory.cost_moves_bounded = self.cost
+        if frozen != memory.frozen or room != memory.drain_room:
+            memory.frozen, memory.drain_room = frozen, room
+            inventory.version += 1
+
+    def preempt_room(
+        self, inventory: Inventory, now: float, members: Members | None = None
+    ) -> dict[str, int]:
+        """Per cluster whose preempt budget holds now: how many more of its machines may be
+        drained (the engine's `drain_room`: a move for cost stays inside it)."""
+        if not self.bounded():
+            return {}
+        members = members or count_members(inventory)
+        rooms = {c: self.room(c, R.PREEMPT, *members(c), now) for c in inventory.clusters.names}
+        return {c: room for c, room in rooms.items() if room >= 0}
+
     def frozen(self, inventory: Inventory, now: float, members: Members | None = None) -> set[str]:
         """Clusters whose consolidation budget allows no move now (`members`: the cycle's
         count of each cluster's machines, if it has one)."""
@@ -195,12 +227,16 @@ class DisruptionBook:
         started: Counter[str] = Counter()  # drains this decision keeps, by cluster
         kept: list[Any] = []
         dropped = 0
+        # Drains for the fleet's cost never override (None: as shards decided before).
+        cost = {p.machine_id for p in decision.preemptions if p.for_cost} if self.cost else None
         for action in decision.actions:
             if not isinstance(action, DrainAction):
                 kept.append(action)
                 continue
             reason = BOUNDED.get(action.reason)
-            if reason is None or self._overrides(action):
+            if reason is None or (
+                self._overrides(action) and not (cost and action.machine_id in cost)
+            ):
                 kept.append(action)
                 continue
             cluster = action.cluster
@@ -241,8 +277,7 @@ class DisruptionBook:
             return False
         if action.preemptor_priority is None or action.victim_priority is None:
             return False
-        gap = action.preemptor_priority - action.victim_priority
-        return gap >= self.policy.disruption_override_gap
+        return overrides_bounds(action.preemptor_priority, action.victim_priority, self.policy)
 
     # ---- views and snapshots --------------------------------------------------------------
 

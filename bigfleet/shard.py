@@ -104,6 +104,8 @@ class Shard(ShardViews):
         self.every_spread_rule = True
         # Consolidation leaves marked machines be; False: a run begun before.
         self.marks_steer_moves = True
+        # Moves for cost keep to marks and budgets (DrainRoom); False: a run begun before.
+        self.cost_moves_bounded = True
         # What each cluster's operator bounds of BigFleet's voluntary moves (issue 33).
         self.disruption = DisruptionBook(self.policy)
 
@@ -362,16 +364,15 @@ class Shard(ShardViews):
         if bounds.clusters:
             bounds.forget(set(self.needs.clusters()))
         members = bounds.members(self.inventory)  # (one pass over the inventory a cycle)
-        frozen = frozenset(bounds.frozen(self.inventory, now, members))
-        if frozen != self.engine.memory.frozen:
-            self.engine.memory.frozen = frozen
-            self.inventory.version += 1  # (an earlier cycle's outcome is not repeated across it)
+        memory = self.engine.memory
+        bounds.cost = self.cost_moves_bounded
+        bounds.tell(memory, self.inventory, now, members)
         if self.steer_by_marks:
             bounds.mark(self.inventory, now)
-        self.engine.memory.victims_from_end = self.steer_by_marks
-        self.engine.memory.spread_in_phase_2 = self.spread_in_phase_2
-        self.engine.memory.every_spread_rule = self.every_spread_rule
-        self.engine.memory.marks_steer_moves = self.marks_steer_moves
+        memory.victims_from_end = self.steer_by_marks
+        memory.spread_in_phase_2 = self.spread_in_phase_2
+        memory.every_spread_rule = self.every_spread_rule
+        memory.marks_steer_moves = self.marks_steer_moves
         early, held = self.notices.act(self.inventory, bounds, members, self.transfer_out, now)
         decision = self.engine.decide(needs, now)
         if self.unheard:

@@ -127,6 +127,21 @@ class Shard:
             else:
                 self.engine._move(self.engine.find(mid), target, now)
 
+    def mark(self, machine_ids: Iterable[str]) -> None:
+        """Their clusters marked these machines do-not-disrupt (as the shard flags them)."""
+        for mid in machine_ids:
+            if self.inventory is not None:
+                self.inventory.kept[self.inventory.row(mid)] = 1
+                self.inventory.version += 1
+            else:
+                self.engine.find(mid).kept = True
+
+    def bound(self, **room: int) -> None:
+        """Per cluster, how many more of its machines its preempt budget lets drain now."""
+        self.engine.memory.drain_room = dict(room)
+        if self.inventory is not None:
+            self.inventory.version += 1
+
     def state(self, mid: str) -> MachineState:
         if self.inventory is not None:
             return self.inventory.state_of(self.inventory.row(mid))

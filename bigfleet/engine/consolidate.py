@@ -25,6 +25,7 @@ from .moves import consolidation_budget, worth_moving
 from .phase1 import Assignment
 from .phase2 import Victim
 from .ranking import supply_key
+from .victims import marked_configured
 
 S = MachineState
 
@@ -107,15 +108,9 @@ def _staying(state: CycleState) -> Counter[tuple[int, int]] | None:
     holds them), and, as `_moves` counts them in, those already moved this cycle. From the
     marked rows alone, which are few. None: no machine is marked (or a shard's run begun
     before marks steered consolidation), every machine can move."""
-    inv = state.inventory
-    n = inv.rows_used
     if not state.memory.marks_steer_moves:
         return None
-    rows = np.flatnonzero(inv.kept[:n])
-    rows = rows[inv.state[rows] == CODE[S.CONFIGURED]]
-    if not len(rows):
-        return None
-    return Counter(zip(inv.cluster[rows].tolist(), inv.profile[rows].tolist(), strict=True))
+    return marked_configured(state.inventory) or None
 
 
 def _moves(

@@ -18,6 +18,7 @@ from ..models import MachineState
 from ..needs import Need
 from ..policy import Policy
 from .claims import ClusterClaims
+from .fleet_cost import DrainRoom
 from .memory import EngineMemory
 from .supply import SupplyIndex
 
@@ -61,6 +62,14 @@ class CycleState:
     moves: list[tuple[MachineState, str | None, np.ndarray]] = field(default_factory=list)
     # Which profiles have any machine, per profile id (computed once, on first ask).
     present_profiles: list[bool] | None = None
+    # What the clusters' disruption bounds let this cycle drain (built on first use).
+    drain_room: DrainRoom | None = None
+
+    def room(self) -> DrainRoom:
+        """`drain_room`, built on first use."""
+        if self.drain_room is None:
+            self.drain_room = DrainRoom(self.policy, self.memory)
+        return self.drain_room
 
     def present(self) -> list[bool]:
         """Per profile id: does the shard have any machine of it (in any state)?"""

@@ -21,6 +21,8 @@ class Preemption:
     preemptor_cluster: str
     preemptor_priority: int
     grace_seconds: float
+    # Displaced for the fleet's cost: never past its cluster's marks or budget (disruption.py).
+    for_cost: bool = False
 
 
 class Actions(Sequence[Action]):

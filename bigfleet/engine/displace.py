@@ -17,7 +17,13 @@ from ..inventory import CODE
 from ..models import MachineState
 from ..needs import Need
 from .cycle import CycleState
-from .fleet_cost import SpreadRoom, displace_budget, displaceable, worth_displacing
+from .fleet_cost import (
+    SpreadRoom,
+    displace_budget,
+    displace_floor,
+    displaceable,
+    worth_displacing,
+)
 from .phase1 import Assignment
 from .ranking import supply_key
 from .victims import Victim, VictimPool
@@ -172,25 +178,29 @@ def _take_draining(state: CycleState, y: _Yield, supply: Supply) -> int:
 def _displace(
     state: CycleState, y: _Yield, supply: Supply, victims: list[Victim], lost: dict[str, int]
 ) -> int:
-    """CONFIGURED owned machines of needs `displaceable` for `y.need`, best victim first."""
+    """CONFIGURED owned machines of needs `displaceable` for `y.need`, best victim first,
+    never one its cluster marked do-not-disrupt nor past its budget (`DrainRoom`): then the
+    need keeps its purchases."""
     if state.displace_left is None:
         configured = int(state.inventory.counts[CODE[S.CONFIGURED]].sum())
         state.displace_left = displace_budget(state.policy, configured)
     if y.got == y.want or state.displace_left <= 0:
         return 0
     profiles, held, total = state.inventory.profiles.profiles, supply.held, 0
-    floor = y.need.priority - state.policy.displace_gap + 1
-    for i in held.candidates(floor, y.mine).tolist():
+    bounds = state.room()
+    for i in held.candidates(displace_floor(y.need, state.policy), y.mine).tolist():
         victim = held.needs[int(held.holder[i])]
         p = int(held.profile[i])
         if not y.worth(state, victim):
             continue
-        n = int(min(y.want - y.got, held.left[i], y.room.room(profiles[p]), state.displace_left))
+        free = bounds.for_cost(victim.cluster, held.unmarked(i))
+        n = int(min(y.want - y.got, free, y.room.room(profiles[p]), state.displace_left))
         if n <= 0:
             continue
         y.room.add(profiles[p], n)
         state.displace_left -= n
-        victims.append(Victim(victim, y.need, p, held.tail(i, n), n))
+        bounds.drained(victim.cluster, n)
+        victims.append(Victim(victim, y.need, p, held.tail(i, n), n, for_cost=True))
         supply.preempt(i, n)
         lost[victim.key] += n
         y.got += n

@@ -14,14 +14,93 @@ from ..cost import DELETABLE, ELASTIC
 from ..needs import Need
 from ..policy import Policy
 from ..profiles import Profile
+from .memory import EngineMemory
 from .moves import worth_moving
+
+
+def displace_floor(preemptor: Need, policy: Policy) -> int:
+    """The priority a holder must be below for `preemptor` to displace it for cost: backfill
+    at least `displace_gap` below it (`displaceable`; the fast engine reads its candidates
+    by it)."""
+    return preemptor.priority - policy.displace_gap + 1
 
 
 def displaceable(holder: Need, preemptor: Need, policy: Policy) -> bool:
     """Whether `holder`'s owned machines may be displaced for `preemptor`, which would
     otherwise buy elastic capacity (`Policy.fleet_cost`): backfill at least `displace_gap`
-    below it. Between closer priorities preemption stays the last resort (design §8)."""
-    return holder.priority <= preemptor.priority - policy.displace_gap
+    below it. Between closer priorities preemption stays the last resort (design §8). (Its
+    cluster's do-not-disrupt marks and disruption budget bound it too: `DrainRoom`.)"""
+    return holder.priority < displace_floor(preemptor, policy)
+
+
+def overrides_bounds(preemptor: int, victim: int, policy: Policy) -> bool:
+    """A preemption by priority from `preemptor` to `victim` (priorities) ignores its
+    victim's disruption bounds: at least `disruption_override_gap` above it (design §5:
+    priority is then the only throttle). Never a move for cost (`DrainRoom`)."""
+    return preemptor - victim >= policy.disruption_override_gap
+
+
+class DrainRoom:
+    """What the clusters' disruption bounds (bigfleet/disruption.py) let one cycle drain of
+    them voluntarily, counted as the shard holds the decision to them (`DisruptionBook.hold`:
+    the drains in order, each kept one counting against its cluster's budget), so the engine
+    decides knowing it. With `EngineMemory.cost_moves_bounded` (else every call allows
+    everything, as shards decided before): a machine its cluster marked do-not-disrupt is
+    not drained, nor more of a cluster than `EngineMemory.drain_room` says its preempt budget
+    allows now (absent: unbounded). Only a priority preemption at least
+    `disruption_override_gap` above its victim ignores both (design §5: priority is then the
+    only throttle); a move for the fleet's cost never does. `held` counts, per preemptor need
+    key and victim cluster, the machines a priority preemption asked for that the bounds
+    will hold back, as (marked, over the budget): that need waits on them, a shortfall."""
+
+    def __init__(self, policy: Policy, memory: EngineMemory) -> None:
+        self.on: bool = memory.cost_moves_bounded
+        self.policy = policy
+        self.left: dict[str, int] = dict(memory.drain_room) if self.on else {}
+        self.held: dict[str, dict[str, list[int]]] = {}
+
+    def for_cost(self, cluster: str, unmarked: int) -> int:
+        """Of `unmarked` machines of `cluster`, how many a move for cost may drain now (all,
+        when off: the caller counts every machine as unmarked then), counted against its
+        budget. Call with what it drains."""
+        room = self.left.get(cluster)
+        return unmarked if room is None else min(unmarked, room)
+
+    def drained(self, cluster: str, n: int) -> None:
+        """`n` unmarked machines of `cluster` drained for cost."""
+        if cluster in self.left:
+            self.left[cluster] -= n
+
+    def preempted(self, victim: Need, preemptor: Need, count: int, unmarked: int) -> int:
+        """`count` machines of `victim`'s preempted for `preemptor` by priority, `unmarked`
+        of them not marked: those the bounds will hold back are counted in `held`, and
+        returned (the victim keeps them: it is not short of them)."""
+        if not self.on or overrides_bounds(preemptor.priority, victim.priority, self.policy):
+            return 0
+        room = self.left.get(victim.cluster)
+        kept = unmarked if room is None else min(unmarked, room)
+        if room is not None:
+            self.left[victim.cluster] = room - kept
+        if kept < count:
+            held = self.held.setdefault(preemptor.key, {}).setdefault(victim.cluster, [0, 0])
+            held[0] += count - unmarked
+            held[1] += unmarked - kept
+        return count - kept
+
+    def waiting(self, need: Need) -> tuple[int, str]:
+        """How many machines `need` waits on that the bounds hold back, and why."""
+        held = self.held.get(need.key)
+        if not held:
+            return 0, ""
+        parts = []
+        for cluster, (marked, over) in sorted(held.items())[:3]:
+            what = [f"{marked} marked do-not-disrupt"] if marked else []
+            what += [f"{over} over its disruption budget"] if over else []
+            parts.append(f"cluster {cluster[:80]}: {', '.join(what)}")
+        more = ", ..." if len(held) > 3 else ""
+        count = sum(m + o for m, o in held.values())
+        why = f"waiting on {count} machine(s) it preempts that their clusters hold back "
+        return count, f"{why}({'; '.join(parts)}{more})"[:400]
 
 
 def worth_displacing(holder: Need, policy: Policy, bought: float, instead: float) -> bool:

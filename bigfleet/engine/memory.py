@@ -36,6 +36,13 @@ class EngineMemory:
     # Consolidation moves no machine its cluster marked do-not-disrupt (it could not leave);
     # False: as shards decided before (set by the shard each cycle).
     marks_steer_moves: bool = True
+    # Moves for the fleet's cost respect do-not-disrupt marks and disruption budgets (and buy
+    # instead), and a need waiting on preemptions they hold back is a shortfall
+    # (`fleet_cost.DrainRoom`); False: as shards decided before (set by the shard each cycle).
+    cost_moves_bounded: bool = True
+    # Per cluster whose preempt budget holds now: how many more of its machines may drain
+    # (absent: unbounded; set by the shard before each cycle, not in its snapshot).
+    drain_room: dict[str, int] = field(default_factory=dict)
 
     def observe_counts(self, needs: list[Need], now: float) -> None:
         """Notes since when each need has had its count; forgets needs gone from the table."""

@@ -20,7 +20,7 @@ from .domains import domain_tallies, pick_same_wait_domain
 from .phase1 import Assignment, Frame, spread_frames, spread_take
 from .regret import swap_owned
 from .rows import RowPicker
-from .shortfalls import describe
+from .shortfalls import Unmet, describe
 from .supply import Pool, free_pool, pool_column
 from .victims import Victim, VictimPool
 
@@ -29,7 +29,7 @@ S = MachineState
 
 def resolve_inversions(
     state: CycleState, assignments: list[Assignment], out: Decision
-) -> tuple[list[Victim], list[tuple[Need, int, str]]]:
+) -> tuple[list[Victim], list[Unmet]]:
     """Phase 2 of design §8 ("resolving priority inversions"; docs/engine.md, The cycle 3-4).
 
     Walks `state.needs` in table order with what Phase 1 `assignments` gave them and what it
@@ -42,7 +42,9 @@ def resolve_inversions(
     `state.demand` under the cheapest matching profile the shard knows.
 
     Returns the victims (configured machines to drain, per claim segment) and the unmet needs
-    as (need, missing count, profile label), in table order, for `age_shortfalls`.
+    (`Unmet`: need, missing count, profile label, ...), in table order, for `age_shortfalls`: a
+    need waiting on victims their clusters' bounds will hold back (`DrainRoom`) counts them
+    as missing, and says so.
     """
     if state.policy.fleet_cost:
         swap_owned(state, assignments)
@@ -68,8 +70,9 @@ def resolve_inversions(
             took, hit = _wait_or_preempt(state, need, supply, (deficit, gifts[key]), victims, lost)
             deficit -= took + hit
             out.earmarked[key] = kept + took + hit
-            if deficit > 0:
-                unmet.append(_unmet(state, need, deficit))
+            held, why = state.room().waiting(need) if hit else (0, "")
+            if deficit > 0 or held:
+                unmet.append(_unmet(state, need, deficit, held, why))
         if key in bought and not need.spec.same:
             cycle = (assignments, assigned, position)
             _, took, hit = yield_for_cost(
@@ -260,8 +263,9 @@ def _preempt(
     held = supply.held
     victim = held.needs[int(held.holder[i])]
     victims.append(Victim(victim, need, int(held.profile[i]), held.tail(i, n), n))
+    kept = held.preempted(supply.state.room(), need, i, n)  # (held back: the victim keeps)
     supply.preempt(i, n)
-    lost[victim.key] += n
+    lost[victim.key] += n - kept
     return n
 
 
@@ -334,9 +338,13 @@ def _same_home(
     return None if home is None else ranked[domain == values.index(home)]
 
 
-def _unmet(state: CycleState, need: Need, deficit: int) -> tuple[Need, int, str]:
+def _unmet(
+    state: CycleState, need: Need, deficit: int, held: int = 0, why: str = ""
+) -> Unmet:
     """A shortfall's raw form, named by the cheapest matching profile the shard has machines
-    of (else by the requirements); the missing machines count as demand for that profile."""
+    of (else by the requirements); the missing machines count as demand for that profile.
+    `held`: machines it waits on that their clusters hold back (`DrainRoom.waiting`, `why`),
+    short too, though drains are asked for them (so no more demand)."""
     inv = state.inventory
     profiles = inv.profiles.profiles
     present = state.present()
@@ -345,7 +353,7 @@ def _unmet(state: CycleState, need: Need, deficit: int) -> tuple[Need, int, str]
     best = next((p for p in rank if p < len(present) and present[p]), None)
     label = profiles[best].short_name if best is not None else describe(need.requirements)
     state.demand[profiles[best].name if best is not None else label] += deficit
-    return (need, deficit, label)
+    return Unmet(need, deficit + held, label, held, why)
 
 
 def emit_preemptions(

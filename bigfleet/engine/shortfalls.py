@@ -4,12 +4,24 @@ need's requirements are named when no profile matches it."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 from ..models import NodeSelectorRequirement, Shortfall
 from ..needs import Need
 from ..policy import Policy
 from ..requirements import describe as describe_requirement
 from .memory import EngineMemory
+
+
+class Unmet(NamedTuple):
+    """A need's shortfall in the making: `missing` machines, named by `profile`; of them
+    `held` it preempted but their clusters hold back (`fleet_cost.DrainRoom`), `why`."""
+
+    need: Need
+    missing: int
+    profile: str
+    held: int = 0
+    why: str = ""
 
 
 def describe(requirements: Iterable[NodeSelectorRequirement]) -> str:
@@ -31,14 +43,15 @@ def unplaceable(need: Need, carried: Callable[[str], bool]) -> str:
 def age_shortfalls(
     memory: EngineMemory,
     policy: Policy,
-    unmet: list[tuple[Need, int, str]],
+    unmet: list[Unmet],
     carried: Callable[[str], bool] = lambda key: True,
 ) -> list[Shortfall]:
     """Turn this cycle's unmet needs (table order) into aged, bounded shortfalls (design §9),
-    each saying why it can never be served here where that is so (`unplaceable`)."""
+    each saying why it can never be served here where that is so (`unplaceable`), or why it
+    waits (the unmet entry's own why: machines their clusters hold back)."""
     ages: dict[str, int] = {}
     out: list[Shortfall] = []
-    for need, deficit, profile in unmet:
+    for need, deficit, profile, held, waits in unmet:
         ident = f"{need.key}|{need.arrival}"
         age = memory.shortfall_age.get(ident, 0) + 1
         ages[ident] = age
@@ -54,7 +67,9 @@ def age_shortfalls(
                     interruption_penalty=need.spec.interruption_penalty,
                     escalated=age > policy.escalate_after_cycles,
                     same=need.spec.same,
-                    why=unplaceable(need, carried) if need.spec.same or need.spread else "",
+                    why=(unplaceable(need, carried) if need.spec.same or need.spread else "")
+                    or waits,
+                    held_back=held,
                 )
             )
     memory.shortfall_age = ages

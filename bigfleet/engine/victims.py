@@ -3,20 +3,30 @@ preemptions, and backfill displaced for the fleet's cost), and the pool they are
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..cost import drain_grace_period, shard_pressure, victim_weights
-from ..inventory import CODE
+from ..inventory import CODE, Inventory
 from ..models import DrainAction, DrainReason, MachineState
 from ..needs import Need
 from .claims import CONFIGURED_SLOT
 from .cycle import CycleState
 from .decision import Preemption
+from .fleet_cost import DrainRoom
 from .ranking import victim_order
 
 S = MachineState
+
+
+def marked_configured(inv: Inventory) -> Counter[tuple[int, int]]:
+    """CONFIGURED machines their cluster marked do-not-disrupt (the inventory's `kept`
+    flags, set by the shard), per (cluster code, profile): from the marked rows alone."""
+    rows = np.flatnonzero(inv.kept[: inv.rows_used])
+    rows = rows[inv.state[rows] == CODE[S.CONFIGURED]]
+    return Counter(zip(inv.cluster[rows].tolist(), inv.profile[rows].tolist(), strict=True))
 
 
 @dataclass(slots=True)
@@ -28,6 +38,7 @@ class Victim:
     profile: int
     offset: int
     count: int
+    for_cost: bool = False
 
     @property
     def cluster(self) -> str:
@@ -57,6 +68,7 @@ class Victim:
             self.preemptor.cluster,
             self.preemptor.priority,
             self.grace,
+            self.for_cost,
         )
 
 
@@ -104,6 +116,30 @@ class VictimPool:
         self.left = np.array(count, dtype=np.int64)[order]
         self.used = np.zeros(len(order), dtype=np.int64)
         self.from_end = state.memory.victims_from_end
+        # Per entry: how many of its claim's machines its cluster marked do-not-disrupt (at
+        # its start: rows.py puts them first; victims come off the end). Counted only where
+        # moves respect the marks (`DrainRoom`).
+        self.marked = np.zeros(len(order), dtype=np.int64)
+        if state.memory.cost_moves_bounded and len(order):
+            staying = marked_configured(inv)
+            if staying:
+                clusters = [inv.clusters.get(n.cluster) for n in self.needs]
+                marks = [
+                    staying.get((clusters[h], p), 0)
+                    for h, p in zip(self.holder.tolist(), self.profile.tolist(), strict=True)
+                ]
+                whole = np.array(count, dtype=np.int64)[order]
+                self.marked = np.clip(np.array(marks, dtype=np.int64) - self.offset, 0, whole)
+
+    def unmarked(self, i: int) -> int:
+        """Machines entry `i` still has that its cluster did not mark (they come off first)."""
+        return max(0, int(self.left[i] - self.marked[i]))
+
+    def preempted(self, room: DrainRoom, preemptor: Need, i: int, n: int) -> int:
+        """`n` machines of entry `i` preempted by priority, counted in `room` (`DrainRoom`);
+        returns how many of them its bounds hold back."""
+        unmarked = min(n, self.unmarked(i))
+        return room.preempted(self.needs[int(self.holder[i])], preemptor, n, unmarked)
 
     def tail(self, i: int, n: int) -> int:
         """Where the last `n` machines entry `i` still has begin, in its claim's rows: victims

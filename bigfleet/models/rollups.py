@@ -139,5 +139,9 @@ class Shortfall(Wire):
     # coordinator may shorten their grace once the shortfall is escalated.
     blocked_drains: list[str] = Field(default_factory=list, max_length=64)
     # Why no machine could ever serve it here, when the shard can tell: a `same` or spread key
-    # that no machine of the shard carries ("" otherwise: only short of machines).
+    # that no machine of the shard carries ("" otherwise: only short of machines); or, with
+    # `held_back`, which clusters hold back what it waits on.
     why: str = Field(default="", max_length=400)
+    # Of `count`, machines it preempted that their clusters' do-not-disrupt marks or budgets
+    # hold back (bigfleet/disruption.py): it waits on them, and another shard may serve it.
+    held_back: Count = 0

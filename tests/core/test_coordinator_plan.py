@@ -7,6 +7,7 @@ from bigfleet.models import MachineState, Shortfall, from_wire
 from bigfleet.reports import MoveKind, Preemptible, ShardReport
 from bigfleet.synthetic import OFFERS, machine
 
+S = MachineState
 GPU = next(o for o in OFFERS if o.instance_type == "gpu-8xh100")
 REQ = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["gpu-8xh100"]}]
 
@@ -135,6 +136,25 @@ def test_a_shortfall_no_machine_could_serve_is_not_served_from_another_shard():
     idle = gpus("idle", 64, MachineState.IDLE)
     c = coordinator(report(1, shortfalls=[never]), report(2, idle=idle))
     assert c.plan() == []
+
+
+def test_a_shortfall_waiting_on_machines_held_back_is_served_from_another_shard():
+    """The shard's need preempted machines their cluster marked do-not-disrupt (issue 44): it
+    waits on them, says why, and idle machines of another shard serve it meanwhile."""
+    held = from_wire(
+        Shortfall,
+        {
+            **shortfall(900_000, 2).model_dump(mode="json"),
+            "why": "waiting on 2 machine(s) it preempts that their clusters hold back "
+            "(cluster research: 2 marked do-not-disrupt)",
+            "held_back": 2,
+        },
+    )
+    c = coordinator(report(1, shortfalls=[held]), report(2, idle=gpus("idle", 4, S.IDLE)))
+    [move] = c.plan()
+    assert (move.kind, move.donor, move.receiver, len(move.machine_ids)) == (
+        MoveKind.IDLE, 2, 1, 2,
+    )  # fmt: skip
 
 
 def test_missing_reports_and_fleet_wide_shortfalls_are_surfaced():

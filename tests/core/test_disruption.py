@@ -299,3 +299,93 @@ def test_the_policys_budgets_come_through_a_deployment_file_and_the_shards_confi
     assert [r.value for r in policy.disruption_budgets[0].reasons] == ["excess", "preempt"]
     with pytest.raises(ValueError, match="machines"):
         PolicyOverrides.model_validate({"disruption_budgets": [{"machines": "all"}]})
+
+
+# ---- moves for the fleet's cost keep to the bounds (issue 44, item 5) -----------------------
+
+P5 = "p5.48xlarge"
+BARE = {"key": "bigfleet.io/capacity-type", "operator": "In", "values": ["bare-metal"]}
+
+
+def backfilled(
+    priority: int, disruption: dict, *, od: bool = True, count: int = 2, bounded: bool = True
+) -> Shard:
+    """Research (priority 0, bare metal only) runs on the 4 GPU racks with `disruption`;
+    inference asks for `count` at `priority`, which may run on the racks or on on-demand p5
+    at $98/h (`od`: for sale). (A cycle may drain 2 of the 4 for cost.)"""
+    shard = Shard(0, Policy(consolidation_max_fraction=0.5))
+    shard.cost_moves_bounded = bounded
+    serving(shard, "research", 4, TUESDAY_10 - 60)
+    if od:
+        shard.adopt([on_demand(i, price=98.0, instance_type=P5) for i in range(4)], TUESDAY_10)
+    research = rollup("research", 1, {**need(4, 0), "requirements": [BARE]})
+    research["disruption"] = disruption
+    assert shard.receive(research, TUESDAY_10 - 50) is None
+    shard.cycle(TUESDAY_10 - 40)
+    infer = rollup("infer", 1, need(count, priority, types=("gpu-8xh100", P5)))
+    assert shard.receive(infer, TUESDAY_10 - 1) is None
+    return shard
+
+
+ALL_MARKED = {
+    "do_not_disrupt": [{"machine_id": f"gpu-{i:04d}", "until": TUESDAY_10 + 86400}
+                       for i in range(4)]  # fmt: skip
+}
+NONE_AT_ONCE = {"budgets": [{"machines": "0"}]}
+
+
+def created(decision) -> int:
+    return sum(len(a.machine_ids) for a in decision.actions if a.kind == "create")
+
+
+@pytest.mark.parametrize("priority", [900_000, 1_000_000])
+@pytest.mark.parametrize("disruption", [ALL_MARKED, NONE_AT_ONCE], ids=["marks", "budget-0"])
+def test_a_move_for_cost_keeps_to_marks_and_budgets_and_the_need_buys(priority, disruption):
+    """The issue's two scenarios. At 900 000 the engine displaced research for cost, the
+    bounds held every drain back, nothing was bought and inference waited (for the mark's
+    life, up to 24 h), reported nowhere; at 1 000 000 the drains overrode the marks and a
+    budget of "0" with 10 s of grace, though on-demand was for sale. Now inference buys 2
+    p5, nothing drains, nothing is held back, and nobody is short."""
+    shard = backfilled(priority, disruption)
+    decision = shard.cycle(TUESDAY_10)
+
+    assert created(decision) == 2
+    assert drained(decision) == [] and decision.cost_moves == {}
+    assert decision.shortfalls == []
+    assert shard.disruption.view("research", shard.inventory, TUESDAY_10)["held_back"] == {}
+
+
+@pytest.mark.parametrize("priority", [900_000, 1_000_000])
+def test_a_run_begun_before_displaced_bounded_backfill_for_cost(priority):
+    """Patch `cost-moves-bounded`: a shard's run begun before decides, on replay, as it did
+    (held back and nothing bought at 900 000; the marks overridden at 1 000 000)."""
+    decision = backfilled(priority, ALL_MARKED, bounded=False).cycle(TUESDAY_10)
+    assert created(decision) == 0
+    assert len(drained(decision, "preempt")) == (2 if priority == 1_000_000 else 0)
+
+
+def test_a_need_waiting_on_machines_held_back_is_a_shortfall_that_says_why():
+    """Nothing for sale: inference (900 000, under the override gap) can only preempt
+    research's marked machines. The drains are held back, and inference's wait shows as a
+    shortfall, cycle after cycle, escalated like any other (before: nothing at all)."""
+    shard = backfilled(900_000, ALL_MARKED, od=False)
+    decision = shard.cycle(TUESDAY_10)
+    assert drained(decision) == []
+    [short] = [s for s in decision.shortfalls if s.cluster == "infer"]
+    assert (short.count, short.held_back, short.age) == (2, 2, 1)
+    # Research keeps what is held back: it is not short (before: short 2, escalated).
+    assert [s for s in decision.shortfalls if s.cluster == "research"] == []
+    assert short.why == (
+        "waiting on 2 machine(s) it preempts that their clusters hold back "
+        "(cluster research: 2 marked do-not-disrupt)"
+    )
+    for cycle in range(1, 6):
+        decision = shard.cycle(TUESDAY_10 + 10 * cycle)
+    [short] = [s for s in decision.shortfalls if s.cluster == "infer"]
+    assert short.age == 6 and short.escalated
+    # Once research lifts its marks the preemption drains, and nobody waits on anything held.
+    unmarked = rollup("research", 2, {**need(4, 0), "requirements": [BARE]})
+    assert shard.receive(unmarked, TUESDAY_10 + 55) is None
+    late = shard.cycle(TUESDAY_10 + 60)
+    assert len(drained(late, "preempt")) == 2
+    assert [s for s in late.shortfalls if s.cluster == "infer"] == []

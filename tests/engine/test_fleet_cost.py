@@ -31,6 +31,7 @@ from tests.fleet import (
     of_kind,
     on_demand,
     rollup,
+    shortfall_of,
     spot,
     table,
 )
@@ -322,3 +323,103 @@ def inventory_of(machines):
     inv = Inventory()
     inv.add(machines, 0)
     return inv
+
+
+# ---- moves for cost keep to marks and budgets (issue 44, item 5) ------------------------------
+
+RESEARCH_GPUS = [f"gpu-{i:04d}" for i in range(4)]
+HALF = Policy(consolidation_max_fraction=0.5)  # (a cycle may drain 2 of the 4 for cost)
+
+
+def infer_at(priority: int, *, od: bool = True):
+    """Research (priority 0) on the 4 racks; inference asks for 2 at `priority`, on-demand p5
+    for sale (`od`) or not."""
+    machines = many(bare_metal, 4, state=S.CONFIGURED, cluster="research")
+    if od:
+        machines += many(on_demand, 4, price=98.0, instance_type=P5)
+    research = need(4, 0)
+    research["requirements"].append(BARE)
+    needs = table(
+        rollup("research", 1, research),
+        rollup("infer", 1, need(2, priority, types=(GPU, P5))),
+    )
+    return machines, needs
+
+
+@ENGINES
+@pytest.mark.parametrize("priority", [900_000, 1_000_000])
+def test_marked_backfill_is_not_displaced_for_cost_the_need_buys(make_shard, priority):
+    """The issue's scenario: research marked its 4 machines do-not-disrupt. Displacing them
+    would be held back (at 900 000: the drains dropped, nothing bought, inference waiting for
+    the mark's life, unreported) or would override the marks (at 1 000 000, the override
+    gap); a move for cost does neither: inference buys 2 p5 now and nothing drains."""
+    machines, needs = infer_at(priority)
+    shard = make_shard(machines, HALF)
+    shard.mark(RESEARCH_GPUS)
+    decision = shard.cycle(needs, 10)
+
+    assert len(created(decision)) == 2
+    assert of_kind(decision, "drain") == [] and decision.preemptions == []
+    assert decision.cost_moves == {} and decision.shortfalls == []
+    # Unmarked, the same machines are displaced (the move pays).
+    unmarked = make_shard(machines, HALF).cycle(needs, 10)
+    assert len(of_kind(unmarked, "drain")) == 2 and created(unmarked) == []
+
+
+@ENGINES
+@pytest.mark.parametrize(("room", "drains"), [(0, 0), (1, 1)])
+def test_backfill_is_displaced_for_cost_only_within_its_budget(make_shard, room, drains):
+    """Research's preempt budget allows `room` more drains now ("0": none): a move for cost
+    drains no more of it, at 1 000 000 too, and inference buys the rest."""
+    machines, needs = infer_at(1_000_000)
+    shard = make_shard(machines, HALF)
+    shard.bound(research=room)
+    decision = shard.cycle(needs, 10)
+
+    assert len(of_kind(decision, "drain")) == drains
+    assert len(created(decision)) == 2 - drains
+    assert all(p.for_cost for p in decision.preemptions)
+    assert shortfall_of(decision, "infer") is None
+
+
+@ENGINES
+def test_a_need_that_can_only_wait_on_held_machines_is_a_shortfall(make_shard):
+    """Nothing to buy: inference (900 000) preempts research by priority, below the override
+    gap (1 000 000), and research marked two of its machines and allows one drain: of the 3
+    it asks for (the unmarked ones first), one is marked and one over the budget. Those
+    drains are asked for (the shard holds them back and counts them) and inference waits on
+    them: a shortfall of 2 that says why. Research keeps those 2: it is short only the one
+    that drains."""
+    machines, needs = infer_at(900_000, od=False)
+    needs = table(
+        rollup("research", 1, {**need(4, 0), "requirements": [BARE]}),
+        rollup("infer", 1, need(3, 900_000, types=(GPU, P5))),
+    )
+    shard = make_shard(machines)
+    shard.mark(RESEARCH_GPUS[:2])
+    shard.bound(research=1)
+    decision = shard.decide(needs, 10)
+
+    assert len(of_kind(decision, "drain")) == 3
+    assert not any(p.for_cost for p in decision.preemptions)
+    short = shortfall_of(decision, "infer")
+    assert short is not None and (short.count, short.held_back) == (2, 2)
+    assert shortfall_of(decision, "research").count == 1
+    assert short.why == (
+        "waiting on 2 machine(s) it preempts that their clusters hold back "
+        "(cluster research: 1 marked do-not-disrupt, 1 over its disruption budget)"
+    )
+
+
+@ENGINES
+def test_above_the_override_gap_a_preemption_by_priority_waits_on_nothing_held(make_shard):
+    """At 1 000 000 inference's preemption overrides research's marks and budget (design §5:
+    priority is the only throttle), so it is no shortfall."""
+    machines, _ = infer_at(1_000_000, od=False)
+    _, needs = infer_at(1_000_000)
+    shard = make_shard(machines)
+    shard.mark(RESEARCH_GPUS)
+    shard.bound(research=0)
+    decision = shard.decide(needs, 10)
+
+    assert len(of_kind(decision, "drain")) == 2 and shortfall_of(decision, "infer") is None

@@ -48,8 +48,11 @@ def create(
             )
 
 
-def preempt(m: Rec, h: Need, need: Need, preempted: set[int], out: Decision) -> None:
-    """`m`, held by `h`, drains for `need` with the grace of their priority gap."""
+def preempt(
+    m: Rec, h: Need, need: Need, preempted: set[int], out: Decision, for_cost: bool = False
+) -> None:
+    """`m`, held by `h`, drains for `need` with the grace of their priority gap (`for_cost`:
+    displaced for the fleet's cost)."""
     preempted.add(m.ordinal)
     grace = drain_grace_period(need.priority, h.priority)
     out.actions.append(
@@ -65,5 +68,5 @@ def preempt(m: Rec, h: Need, need: Need, preempted: set[int], out: Decision) -> 
         )
     )
     out.preemptions.append(
-        Preemption(m.id, h.cluster, h.priority, need.cluster, need.priority, grace)
+        Preemption(m.id, h.cluster, h.priority, need.cluster, need.priority, grace, for_cost)
     )

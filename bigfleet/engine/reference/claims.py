@@ -25,6 +25,7 @@ def claim_own_machines(cycle: Cycle) -> None:
             key=lambda m: (
                 CLAIM_ORDER.index(m.state),
                 supply_key(need, m.profile, cycle.sunk),
+                not m.kept,  # (marked machines first: given up last)
                 -m.holder_reclamation,
                 m.ordinal,
             )

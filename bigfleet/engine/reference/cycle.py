@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from ...cost import VictimWeights
 from ...needs import Need
 from ...policy import Policy
+from ..fleet_cost import DrainRoom
+from ..shortfalls import Unmet
 from .fleet import Rec, ReferenceFleet
 
 
@@ -44,16 +46,25 @@ class Cycle:
     # cost, and the needs left short as (need, missing count, profile label).
     earmarked: set[int] = field(default_factory=set)
     preempted: set[int] = field(default_factory=set)
+    # Of those, the ones their clusters' bounds hold back (`DrainRoom`): their holders keep them.
+    kept_by_bounds: set[int] = field(default_factory=set)
     weights: VictimWeights | None = None
     displace_left: int = 0
-    unmet: list[tuple[Need, int, str]] = field(default_factory=list)
+    unmet: list[Unmet] = field(default_factory=list)
     # Machines wanted per profile name (assigned or missing): the demand forecast's input.
     demand: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     # Each need's position in the table (need key -> index).
     position: dict[str, int] = field(init=False)
+    # What the clusters' disruption bounds let this cycle drain.
+    room: DrainRoom = field(init=False)
 
     def __post_init__(self) -> None:
         self.position = {n.key: i for i, n in enumerate(self.needs)}
+        self.room = DrainRoom(self.fleet.policy, self.fleet.memory)
+
+    def marked(self, m: Rec) -> bool:
+        """Marked do-not-disrupt, where moves respect the marks (`DrainRoom`)."""
+        return m.kept and self.room.on
 
     @property
     def policy(self) -> Policy:

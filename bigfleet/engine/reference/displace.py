@@ -124,7 +124,8 @@ def _take_draining(cycle: Cycle, y: _Yield) -> int:
 
 def _displace(cycle: Cycle, y: _Yield, out: Decision) -> int:
     """CONFIGURED owned machines of needs displaceable for it drain for the need, best
-    victim first, within the cycle's displace budget."""
+    victim first, within the cycle's displace budget, never one its cluster marked
+    do-not-disrupt nor past its budget (`DrainRoom`)."""
     need, holder, policy = y.need, cycle.holder, cycle.policy
     victims = sorted(
         (
@@ -133,6 +134,7 @@ def _displace(cycle: Cycle, y: _Yield, out: Decision) -> int:
             if m.state is S.CONFIGURED
             and m.ordinal in holder
             and m.ordinal not in cycle.preempted
+            and not cycle.marked(m)
             and displaceable(holder[m.ordinal], need, policy)
             and _fits(cycle, need, m)
         ),
@@ -147,12 +149,18 @@ def _displace(cycle: Cycle, y: _Yield, out: Decision) -> int:
         if y.got == y.want:
             break
         h = holder[m.ordinal]
-        if cycle.displace_left > 0 and y.room.room(m.profile) >= 1 and _worth(cycle, y, h):
+        if (
+            cycle.displace_left > 0
+            and y.room.room(m.profile) >= 1
+            and cycle.room.for_cost(h.cluster, 1) >= 1
+            and _worth(cycle, y, h)
+        ):
             cycle.displace_left -= 1
+            cycle.room.drained(h.cluster, 1)
             y.room.add(m.profile, 1)
             hits += 1
             y.got += 1
-            preempt(m, h, need, cycle.preempted, out)
+            preempt(m, h, need, cycle.preempted, out, for_cost=True)
     return hits
 
 

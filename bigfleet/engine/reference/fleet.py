@@ -37,6 +37,8 @@ class Rec:
     holder_interruption: float = 0.0
     holder_reclamation: float = 0.0
     missed: int = 0
+    # Marked do-not-disrupt by its cluster now (the fast engine's inventory `kept` flag).
+    kept: bool = False
 
 
 class ReferenceFleet:

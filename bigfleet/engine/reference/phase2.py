@@ -16,7 +16,7 @@ from ..decision import Decision
 from ..domains import domain_of, pick_same_wait_domain
 from ..fleet_cost import displace_budget
 from ..ranking import supply_key, victim_order
-from ..shortfalls import describe
+from ..shortfalls import Unmet, describe
 from .actions import preempt
 from .cycle import Cycle
 from .displace import yield_for_cost
@@ -42,7 +42,8 @@ def resolve_inversions(cycle: Cycle, out: Decision) -> None:
     _begin(cycle)
     for need in cycle.needs:
         claimed, reserved = cycle.claims[need.key], cycle.reserved
-        have = len(claimed) - sum(1 for m in claimed if m.ordinal in cycle.preempted)
+        gone = cycle.preempted - cycle.kept_by_bounds
+        have = len(claimed) - sum(1 for m in claimed if m.ordinal in gone)
         deficit = need.count - have - cycle.assigned.get(need.key, 0) - reserved[need.key]
         out.satisfied[need.key] = have + cycle.assigned.get(need.key, 0)
         if reserved[need.key]:
@@ -89,11 +90,15 @@ def _wait_or_preempt(cycle: Cycle, need: Need, deficit: int, out: Decision) -> N
     deficit -= len(took)
     hits = victims[:deficit] if not need.spec.same or len(victims) >= deficit else []
     for m in hits:
-        preempt(m, cycle.holder[m.ordinal], need, cycle.preempted, out)
+        h = cycle.holder[m.ordinal]
+        if cycle.room.preempted(h, need, 1, 0 if cycle.marked(m) else 1):
+            cycle.kept_by_bounds.add(m.ordinal)  # (held back: `h` keeps it)
+        preempt(m, h, need, cycle.preempted, out)
     deficit -= len(hits)
     out.earmarked[need.key] = cycle.reserved[need.key] + len(took) + len(hits)
-    if deficit > 0:
-        _unmet(cycle, need, deficit)
+    held, why = cycle.room.waiting(need)
+    if deficit > 0 or held:
+        _unmet(cycle, need, deficit, held, why)
 
 
 def _open_supply(cycle: Cycle, need: Need, state: S) -> list[Rec]:
@@ -128,6 +133,7 @@ def _victims(cycle: Cycle, need: Need) -> list[Rec]:
         key=lambda m: (
             *victim_order(weights, holder[m.ordinal], policy),
             m.profile.name,
+            m.kept,  # (a claim's marked machines last, as the fast engine's tail)
             m.ordinal,
         )
     )
@@ -176,13 +182,14 @@ def _spread_supply(
     )
 
 
-def _unmet(cycle: Cycle, need: Need, deficit: int) -> None:
+def _unmet(cycle: Cycle, need: Need, deficit: int, held: int = 0, why: str = "") -> None:
     """The need's missing machines: a shortfall under the cheapest matching profile's name
-    (its requirements when none matches), counted in that profile's demand."""
+    (its requirements when none matches), counted in that profile's demand; with the `held`
+    ones it waits on that their clusters hold back (`why`), not counted in demand."""
     matching = sorted(
         (m.profile for m in cycle.machines if cycle.matches(need, m)),
         key=lambda p: supply_key(need, p, cycle.sunk),
     )
     label = matching[0].short_name if matching else describe(need.requirements)
-    cycle.unmet.append((need, deficit, label))
+    cycle.unmet.append(Unmet(need, deficit + held, label, held, why))
     cycle.demand[matching[0].name if matching else label] += deficit
