@@ -23,6 +23,7 @@ from .blocked import BlockedDrains
 from .disruption import DisruptionBook
 from .engine import Decision, FastEngine
 from .engine.decision import TIMED_OUT, Actions
+from .fences import FenceBook
 from .held import NONE16
 from .inputs import clip, explain
 from .inventory import CODE, Inventory, MachineNotFound
@@ -106,6 +107,8 @@ class Shard(ShardViews):
         self.marks_steer_moves = True
         # What each cluster's operator bounds of BigFleet's voluntary moves (issue 33).
         self.disruption = DisruptionBook(self.policy)
+        # Providers that refused the current epoch as stale, and the new epochs they caused.
+        self.fences = FenceBook()
 
     def token(self) -> FencingToken:
         """The fencing token for the next provider call (design §11)."""
