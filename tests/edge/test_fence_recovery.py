@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import subprocess
 import time
 from typing import Any
@@ -36,11 +37,19 @@ S = MachineState
 
 
 def fences(edge: Edge) -> dict[str, int]:
-    out = subprocess.run(
-        [*BIGFLEET, "provider", "fence", "show", "--state-dir", str(edge.state), "--json"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
+    """The server's fences, read from its SQLite store as `provider fence show` reads them."""
+    db = sqlite3.connect(f"file:{edge.state / 'provider.sqlite3'}?mode=ro", uri=True)
+    try:
+        return {str(k): v for k, v in db.execute("SELECT shard_id, highest_epoch FROM fences")}
+    finally:
+        db.close()
+
+
+def fence(edge: Edge, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*BIGFLEET, "provider", "fence", *args, "--state-dir", str(edge.state)],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    return json.loads(out.stdout)
 
 
 def serving(edge: Edge) -> list[Any]:
@@ -108,15 +117,14 @@ async def test_a_forged_near_future_epoch_no_longer_fences_a_shard_out(dev_env, 
         assert st["fences_escalated"] == []  # one re-epoch is within the bound
 
         # The operator's view and reset, audited.
-        out = subprocess.run(
-            [*BIGFLEET, "provider", "fence", "reset", "--state-dir", str(edge.state),
-             "--shard", "0", "--to", str(epoch), "--reason", "issue 44 test"],
-            cwd=ROOT, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+        shown = fence(edge, "show", "--json")
+        assert shown.returncode == 0 and json.loads(shown.stdout) == fences(edge), shown.stderr
+        out = fence(edge, "reset", "--shard", "0", "--to", str(epoch), "--reason", "issue 44")
         assert out.returncode == 0, out.stderr
         (reset,) = [c for c in edge.calls() if c["method"] == "FenceReset"]
-        assert reset["outcome"] == "reset" and "issue 44 test" in reset["detail"], reset
+        assert reset["outcome"] == "reset" and "(issue 44)" in reset["detail"], reset
         assert f"-> {epoch}" in reset["detail"] and "@" in reset["detail"]
+        assert fences(edge) == {"0": epoch}
     finally:
         for proc in reversed(edge.procs):
             proc.stop()
