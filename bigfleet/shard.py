@@ -5,9 +5,8 @@ back what the providers say of each machine through `observe`; the shard folds t
 inventory. Nothing here does I/O or knows about Temporal.
 """
 
-# The shard's state and what changes it directly (roll-ups, observations, transfers, reports);
-# what it tells (queries, operators' news) is in shard_views.py, splits and merges in
-# membership.py, deciding in engine/.
+# The shard's state and what changes it (roll-ups, observations, transfers, reports); what it
+# tells is in shard_views.py, splits and merges in membership.py, deciding in engine/.
 
 from __future__ import annotations
 
@@ -107,8 +106,7 @@ class Shard(ShardViews):
         self.marks_steer_moves = True
         # What each cluster's operator bounds of BigFleet's voluntary moves (issue 33).
         self.disruption = DisruptionBook(self.policy)
-        # Providers that refused the current epoch as stale, and the new epochs they caused.
-        self.fences = FenceBook()
+        self.fences = FenceBook()  # refusals as stale, and the new epochs they caused
 
     def token(self) -> FencingToken:
         """The fencing token for the next provider call (design §11)."""

@@ -235,10 +235,8 @@ class MachineTransitionWorkflow(TakesSignals):
             return None
         if not workflow.patched(STALE_ENDS):
             return None
-        details = list(cause.details)
-        presented, kept = (details + [0, 0])[:2] if len(details) >= 2 else (0, 0)
-        if type(presented) is not int or type(kept) is not int:
-            presented, kept = 0, 0  # (an unknown refusal: the shard ignores it)
+        epochs = [*cause.details, 0, 0][:2]  # (anything but two ints: the shard ignores it)
+        presented, kept = epochs if all(type(e) is int for e in epochs) else (0, 0)
         return FenceRefusal(provider=self.t.provider, presented=presented, kept=kept)
 
     async def _fenced_out(self, fenced: FenceRefusal) -> TransitionResult:

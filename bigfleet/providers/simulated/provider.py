@@ -277,10 +277,8 @@ class SimulatedProvider(fencing.OwnFences):
 
     def _keep_epoch(self, token: FencingToken) -> None:
         """The last step of a lifecycle call that succeeded: its epoch becomes the shard's."""
-        if self.fenced_by_server:
-            return
         keep = fencing.advanced(self.name, token, self._epochs.get(token.shard_id), self._clock())
-        if keep is not None:
+        if keep is not None and not self.fenced_by_server:
             self._epochs[token.shard_id] = keep
 
     def _in_flight(self, slot: Slot, call: Transition, cluster: str | None = None) -> bool:
