@@ -11,6 +11,9 @@ of a served machine with a forged near-future epoch.
   above the forged one, and its configure goes through: the cluster gets its machines. Before,
   every call of the shard was refused from then on, silently.
 - `bigfleet provider fence show` says so, and `fence reset` is recorded in the call log.
+- Someone who keeps moving the fence above the shard gets MAX_REEPOCHS new epochs out of it
+  within the hour, then no more: the shard escalates, and `bigfleet status` names the provider
+  and the epoch it keeps.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import pytest
 from bigfleet.deployment import ProviderEndpoint
 from bigfleet.edge.provider_client import GrpcProvider
 from bigfleet.epochs import PROVIDER_FUTURE_MS
+from bigfleet.fences import MAX_REEPOCHS
 from bigfleet.models import FencingToken, MachineState
 from bigfleet.providers.base import ProviderError
 from tests.conftest import query_retrying
@@ -67,6 +71,17 @@ def forged_drain(edge: Edge, machine_id: str, ahead_ms: int) -> Any:
         p.close()
 
 
+async def quiet(shard: Any, timeout: float = 120.0) -> dict[str, Any]:
+    """The shard's status once nothing it started is out (polled, as `Edge.until` does)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        st = await query_retrying(lambda: shard.query("status"))
+        if st["in_flight"] == 0 and st["queued_starts"] == 0 and not st["machines"]["CONFIGURING"]:
+            return st
+        assert time.monotonic() < deadline, st
+        await asyncio.sleep(0.5)
+
+
 @pytest.mark.temporal
 async def test_a_forged_near_future_epoch_no_longer_fences_a_shard_out(dev_env, tmp_path):
     temporal = dev_env.client.service_client.config.target_host
@@ -76,9 +91,11 @@ async def test_a_forged_near_future_epoch_no_longer_fences_a_shard_out(dev_env, 
         await edge.until(
             "the gateway accepts a's roll-up", lambda: edge.send("a", 2).returncode == 0
         )
+        shard = dev_env.client.get_workflow_handle("shard-0")
         served = await edge.until(
             "2 machines configured for a", in_state(edge, S.CONFIGURED, 2, "a")
         )
+        await quiet(shard)  # (a drain under a running configure's watch strands it until its time)
         real = fences(edge)["0"]
 
         # Two minutes ahead: inside the five minutes allowed before, beyond the skew now.
@@ -93,7 +110,6 @@ async def test_a_forged_near_future_epoch_no_longer_fences_a_shard_out(dev_env, 
 
         # The shard's next call is refused as stale; it supersedes the fence and goes on.
         assert edge.send("a", 3).returncode == 0
-        shard = dev_env.client.get_workflow_handle("shard-0")
 
         async def reepoched() -> int | None:
             st = await query_retrying(lambda: shard.query("status"))
@@ -125,6 +141,30 @@ async def test_a_forged_near_future_epoch_no_longer_fences_a_shard_out(dev_env, 
         assert reset["outcome"] == "reset" and "(issue 44)" in reset["detail"], reset
         assert f"-> {epoch}" in reset["detail"] and "@" in reset["detail"]
         assert fences(edge) == {"0": epoch}
+
+        # Someone keeps moving the fence above the shard: it supersedes it up to MAX_REEPOCHS
+        # times within the hour, then stops and says so, naming the provider and the fence.
+        async def status() -> dict[str, Any]:
+            return await query_retrying(lambda: shard.query("status"))
+
+        for n in range(MAX_REEPOCHS):  # the first re-epoch was above
+            ours = (await quiet(shard))["epoch"]
+            kept = ours + 1000
+            assert fence(edge, "reset", "--shard", "0", "--to", str(kept)).returncode == 0
+            assert edge.send("a", 1 + n % 2).returncode == 0  # (a drain, a configure: calls)
+            deadline = time.monotonic() + 120
+            while (st := await status())["epoch"] <= kept and not st["fences_escalated"]:
+                assert time.monotonic() < deadline, f"shard at {st['epoch']}\n{edge.logs()}"
+                await asyncio.sleep(0.5)
+        assert [(f["provider"], f["kept_epoch"]) for f in st["fences_escalated"]] == [("dc", kept)]
+        assert st["epoch"] == ours  # no more new epochs: escalated instead of looping
+        shown = subprocess.run(
+            [*BIGFLEET, "status", "--address", temporal, "--shard", "0"],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert f"FENCED OUT: provider dc refuses shard 0 as stale: it keeps epoch {kept}" in (
+            shown.stdout
+        ), shown
     finally:
         for proc in reversed(edge.procs):
             proc.stop()
