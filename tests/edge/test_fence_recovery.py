@@ -7,8 +7,8 @@ of a served machine with a forged near-future epoch.
   never issued and moves no fence: two minutes ahead was accepted before, inside the five
   minutes allowed.
 - One within the skew is taken: the fence moves above the real shard's epoch, and the shard's
-  next Configure is refused as stale. The shard notices (a distinct outcome), takes a new epoch
-  above the forged one, and its configure goes through: the cluster gets its machines. Before,
+  next call is refused as stale. The shard notices (a distinct outcome), takes a new epoch
+  above the forged one, and its calls go through: the cluster gets its machines. Before,
   every call of the shard was refused from then on, silently.
 - `bigfleet provider fence show` says so, and `fence reset` is recorded in the call log.
 - Someone who keeps moving the fence above the shard gets MAX_REEPOCHS new epochs out of it
