@@ -149,8 +149,9 @@ class TransitionInputs:
         """A refusal as stale goes to the shard's fence book (workflows/shard_fences.py acts
         on it); a result of any other call says its provider took the shard's epoch."""
         f = result.fenced
-        if f is not None:
-            self.shard.fences.refused(f.provider, f.presented, f.kept, self.shard.epoch)
+        if f is not None:  # (of a provider it has machines of: a name anyone may send is not)
+            if self.shard.inventory.providers.get(f.provider) is not None:
+                self.shard.fences.refused(f.provider, f.presented, f.kept, self.shard.epoch)
             return
         if not self.shard.fences or not result.machines:
             return
