@@ -9,7 +9,7 @@ from prometheus_client import Counter, Histogram
 
 PROVIDER_CALLS = Counter(
     "bigfleet_provider_calls_total",
-    "Calls that reached a capacity provider",
+    "Calls that reached a capacity provider, by outcome: ok, error, stale (refused as stale)",
     ["provider", "call", "outcome"],
 )
 # A provider call is an HTTP round trip or a cloud API call: milliseconds to the 30 s

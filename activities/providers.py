@@ -47,10 +47,12 @@ from bigfleet.providers.base import (
     ProviderError,
     QuotaExhausted,
     RateLimited,
+    StaleFencingToken,
 )
 from bigfleet.states import TARGET_OF
 
 T = Transition
+STALE = "StaleFencingToken"  # the ApplicationError type of a refusal as stale (issue 44)
 
 
 R = TypeVar("R")
@@ -89,6 +91,10 @@ def provider_errors() -> Iterator[None]:
     except RateLimited as err:
         raise ApplicationError(
             str(err), type="RateLimited", next_retry_delay=timedelta(seconds=err.retry_after)
+        ) from err
+    except StaleFencingToken as err:  # (the epochs: the shard supersedes the kept one)
+        raise ApplicationError(
+            str(err), err.presented, err.highest, type=STALE, non_retryable=True
         ) from err
     except ProviderError as err:
         raise ApplicationError(str(err), type=type(err).__name__, non_retryable=True) from err
@@ -131,6 +137,10 @@ class ProviderActivities:
                 machines = await self._call(c)
             outcome = "ok"
             return machines
+        except ApplicationError as err:
+            if err.type == STALE:  # (its own outcome: an alert tells it from errors)
+                outcome = "stale"
+            raise
         finally:
             PROVIDER_CALLS.labels(c.provider, c.transition.value, outcome).inc()
 

@@ -3,9 +3,9 @@ shard's epoch (a coordinator's term) is its `workflow.now()` in ms when it start
 So one beyond a clock that agrees with the issuer's was never issued, and whoever sees it must
 not take it: taking it would fence out the real shard (coordinator) until that time comes.
 
-This is the one tolerance for that rule, in the pure core so that everyone who needs it can
-import it: the providers' fencing (bigfleet/providers/fencing.py, the reference server's store)
-and the shards' check of coordinator terms (workflows/fencing.py).
+Two tolerances for that rule, in the pure core so that everyone who needs it can import it: the
+shards' check of coordinator terms (workflows/fencing.py, FUTURE_MS) and the providers' fencing
+(bigfleet/providers/fencing.py, the reference server's store: PROVIDER_FUTURE_MS, smaller).
 """
 
 from __future__ import annotations
@@ -15,7 +15,17 @@ FUTURE_MS = 300_000
 server and providers may differ a little (decision 0002's cost: they agree within minutes)."""
 
 
+PROVIDER_FUTURE_MS = 30_000
+"""How far a shard epoch may be beyond a provider's clock (issue 44). Smaller than FUTURE_MS
+because whatever a provider takes fences the real shard until the shard supersedes it: a shard
+refused as stale takes max(its clock, kept + 1) as its new epoch, but only once that is within
+this skew of its own clock (workflows/shard_fences.py), so a forged epoch costs the real shard at
+most this long. Five minutes let one forged Drain hold a shard out for five minutes a call; tens
+of seconds is still far above what NTP-synced hosts differ by (milliseconds)."""
+
+
 def latest_issued(now_seconds: float) -> int:
-    """The highest epoch (or term) a clock reading `now_seconds` (seconds: Unix time, or a
-    simulator's virtual time) can have seen issued: its own time in ms plus FUTURE_MS."""
-    return int(now_seconds * 1000) + FUTURE_MS
+    """The highest shard epoch a provider whose clock reads `now_seconds` (seconds: Unix time,
+    or a simulator's virtual time) can have seen issued: its own time in ms plus
+    PROVIDER_FUTURE_MS."""
+    return int(now_seconds * 1000) + PROVIDER_FUTURE_MS

@@ -5,9 +5,8 @@ back what the providers say of each machine through `observe`; the shard folds t
 inventory. Nothing here does I/O or knows about Temporal.
 """
 
-# The shard's state and what changes it directly (roll-ups, observations, transfers, reports);
-# what it tells (queries, operators' news) is in shard_views.py, splits and merges in
-# membership.py, deciding in engine/.
+# The shard's state and what changes it (roll-ups, observations, transfers, reports); what it
+# tells is in shard_views.py, splits and merges in membership.py, deciding in engine/.
 
 from __future__ import annotations
 
@@ -23,6 +22,7 @@ from .blocked import BlockedDrains
 from .disruption import DisruptionBook
 from .engine import Decision, FastEngine
 from .engine.decision import TIMED_OUT, Actions
+from .fences import FenceBook
 from .held import NONE16
 from .inputs import clip, explain
 from .inventory import CODE, Inventory, MachineNotFound
@@ -108,6 +108,7 @@ class Shard(ShardViews):
         self.cost_moves_bounded = True
         # What each cluster's operator bounds of BigFleet's voluntary moves (issue 33).
         self.disruption = DisruptionBook(self.policy)
+        self.fences = FenceBook()  # refusals as stale, and the new epochs they caused
 
     def token(self) -> FencingToken:
         """The fencing token for the next provider call (design §11)."""

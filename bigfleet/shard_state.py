@@ -49,6 +49,7 @@ class ShardState(BaseModel):
     disruption: dict[str, Any] | None = None  # `DisruptionBook.state`; when any
     notices: dict[str, Any] | None = None  # `Notices.state`; when any (patch carry-notices)
     blocked: dict[str, Any] | None = None  # `BlockedDrains.state`; when any (likewise)
+    fences: Any = None  # `FenceBook.state`; when any (checked where it is read back)
 
     # ---- the workflow's instruction steps (workflows/instruction_steps.py, fencing.py) -----
     term: int = 0  # the coordinator term it serves

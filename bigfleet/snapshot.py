@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .engine import EngineMemory, FastEngine
+from .fences import FenceBook
 from .inventory import _COLUMNS, GONE, Inventory
 from .models import (
     CapacityType,
@@ -151,6 +152,8 @@ def shard_state(shard: Shard) -> dict[str, Any]:
         state["notices"] = shard.notices.state()
     if shard.blocked.drains:  # (likewise)
         state["blocked"] = shard.blocked.state()
+    if shard.fences:  # (likewise; only runs that re-epoch have any: workflows/shard_fences.py)
+        state["fences"] = shard.fences.state()
     return state
 
 
@@ -184,4 +187,5 @@ def restore_shard(state: Mapping[str, Any] | ShardState, shard: Shard) -> Shard:
     shard.disruption.restore(s.disruption)
     shard.notices.restore(s.notices)
     shard.blocked.restore(s.blocked)
+    shard.fences = FenceBook.restore(s.fences)
     return shard

@@ -107,6 +107,7 @@ class TransitionInputs:
         need is configured for that need's cluster right away (the inputs returned)."""
         follow: list[TransitionInput] = []
         for result in results:
+            self._fences(result)
             self.shard.withdraw(result.unavailable)
             for m in result.machines:
                 inv = self.shard.inventory
@@ -142,6 +143,22 @@ class TransitionInputs:
                         )
                     )
         return follow
+
+
+    def _fences(self, result: TransitionResult) -> None:
+        """A refusal as stale goes to the shard's fence book (workflows/shard_fences.py acts
+        on it); a result of any other call says its provider took the shard's epoch."""
+        f = result.fenced
+        if f is not None:  # (of a provider it has machines of: a name anyone may send is not)
+            if self.shard.inventory.providers.get(f.provider) is not None:
+                self.shard.fences.refused(f.provider, f.presented, f.kept, self.shard.epoch)
+            return
+        if not self.shard.fences or not result.machines:
+            return
+        inv = self.shard.inventory
+        row = inv.ids.find(result.machines[0].id)
+        if row >= 0:
+            self.shard.fences.served(inv.profile_of(row).provider)
 
 
 def batched(starts: list[TransitionInput], limits: dict[Transition, int]) -> list[TransitionInput]:

@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.shadow import ShadowSync
     from workflows.shard_carry import CYCLE_ENDS, QUIET_CYCLES, CarriesState
     from workflows.shard_cycle import ShardCycle
+    from workflows.shard_fences import supersede_fences
     from workflows.shard_queries import ShardQueries
     from workflows.shard_results import TransitionResults
     from workflows.snapshot_store import SnapshotStore
@@ -323,6 +324,7 @@ class ShardWorkflow(
             await self._after_revival()
         now = workflow.now().timestamp()
         self._fold_results(now)
+        supersede_fences(self.shard, now)
         await self._pass_on(closing)
         # New clusters' roll-ups: this shard's? (A quiet cycle asks nothing new.)
         await self.new_clusters.settle(wait=not self.background, ask=not closing)

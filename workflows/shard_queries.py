@@ -39,6 +39,8 @@ class ShardQueries(ShardParts):
             "coordinator_term": self.steps.fencing.term,
             "inherited": self.steps.inherited,
             "failures": self.failures,
+            # Providers that keep refusing it as stale past its re-epochs (issue 44).
+            "fences_escalated": self.shard.fences.view(),
             "shadow": self.cfg.shadow,
             # When the last cycles ran (workflow time, s): their intervals show a shard that
             # keeps deciding, or one that waits.

@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
         RESULT_STATE,
         BootstrapAnswer,
         BootstrapCall,
+        FenceRefusal,
         MachinePage,
         ProviderCall,
         ProviderRead,
@@ -44,7 +45,11 @@ CALL: dict[str, Any] = dict(
 )
 # How long a forced drain or a cleanup may take after the transition itself gave up.
 CORRECTIVE_SECONDS = 600.0
-OUTCOMES = ("ok", "failed", "forced", "corrected", "refused")
+OUTCOMES = ("ok", "failed", "forced", "corrected", "refused", "fenced")
+# A refusal as stale ends the transition with the machines as they are and the refusal, for the
+# shard to take a newer epoch (workflows/shard_fences.py); runs begun before failed.
+STALE_ENDS = "stale-ends-transition"
+STALE = "StaleFencingToken"  # (activities/providers.py)
 ESCALATION_MEMO = "escalation-memo"  # an escalated drain notes its new grace in its memo
 
 
@@ -64,6 +69,7 @@ class MachineTransitionWorkflow(TakesSignals):
         self._escalation: float | None = None
         self._grace = t.grace_seconds if t.transition is T.DRAIN else None
         self._machines: list[Machine] = []
+        self._stale: FenceRefusal | None = None  # a call of a batch refused as stale
         self.guard = Guard(self, "MachineTransition")
 
     @accepts(Any)
@@ -89,6 +95,9 @@ class MachineTransitionWorkflow(TakesSignals):
         try:
             return await self._run(t)
         except FailureError as err:  # fails the workflow (other errors retry its task)
+            fenced = self._fenced(err)
+            if fenced is not None:
+                return await self._fenced_out(fenced)
             if not is_cancelled_exception(err):
                 self._failed(err)
             raise
@@ -197,6 +206,7 @@ class MachineTransitionWorkflow(TakesSignals):
         watch = []
         for mid, outcome in zip(asked, done, strict=True):
             if isinstance(outcome, ActivityError):
+                self._stale = self._fenced(outcome) or self._stale
                 workflow.logger.warning("%s of %s failed: %s", transition.value, mid, outcome.cause)
             elif isinstance(outcome, BaseException):  # (cancelled: the workflow ends)
                 raise outcome
@@ -217,6 +227,25 @@ class MachineTransitionWorkflow(TakesSignals):
             and cause.type == "QuotaExhausted"
             and workflow.patched("create-refused")
         )
+
+    def _fenced(self, err: BaseException) -> FenceRefusal | None:
+        """The provider's refusal as stale that `err` is, if it is one (issue 44)."""
+        cause = err.cause if isinstance(err, ActivityError) else None
+        if not (isinstance(cause, ApplicationError) and cause.type == STALE):
+            return None
+        if not workflow.patched(STALE_ENDS):
+            return None
+        epochs = [*cause.details, 0, 0][:2]  # (anything but two ints: the shard ignores it)
+        presented, kept = epochs if all(type(e) is int for e in epochs) else (0, 0)
+        return FenceRefusal(provider=self.t.provider, presented=presented, kept=kept)
+
+    async def _fenced_out(self, fenced: FenceRefusal) -> TransitionResult:
+        """The provider refused a call as stale: the machines go back to the shard as the
+        provider has them, with the refusal, and the shard supersedes the kept epoch."""
+        workflow.logger.warning("%s refused as stale: %s", self.t.transition.value, fenced)
+        result = TransitionResult(transition=self.t.transition, machines=[], fenced=fenced)
+        result.machines = await self._read(self.t.machine_ids, missing_ok=True)
+        return await self._finish(result)
 
     # ---- steps ------------------------------------------------------------------------------
 
@@ -338,6 +367,7 @@ class MachineTransitionWorkflow(TakesSignals):
                 await self._call(T.DRAIN, [m.id], grace=0.0, force=True)
                 return await self._watch([m.id], S.IDLE, CORRECTIVE_SECONDS)
         except ActivityError as err:
+            self._stale = self._fenced(err) or self._stale
             workflow.logger.warning("corrective %s of %s failed: %s", path, m.id, err)
         return [m]
 
@@ -375,6 +405,9 @@ class MachineTransitionWorkflow(TakesSignals):
             outcome = "forced"
         if any(m.state is S.FAILED for m in result.machines):
             outcome = "failed"
+        result.fenced = result.fenced or self._stale
+        if result.fenced is not None:
+            outcome = "fenced"
         self._count(outcome)
         workflow.upsert_search_attributes([RESULT_STATE.value_set(",".join(states))])
         workflow.set_current_details(

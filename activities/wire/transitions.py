@@ -3,7 +3,9 @@ queue, its workflow id, its input and the result it sends its shard."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any
+
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from bigfleet.models import FencingToken, Machine, NodeSelectorRequirement, Transition
 
@@ -66,6 +68,15 @@ class TransitionInput(Model):
     batch_name: bool = False
 
 
+class FenceRefusal(Model):
+    """A provider's refusal of a call as stale (StaleFencingToken): the epoch presented and
+    the one the provider keeps for the shard."""
+
+    provider: str
+    presented: int
+    kept: int
+
+
 class TransitionResult(Model):
     """What a transition workflow sends its shard: the machines as they came out of it, and
     what went wrong with them (corrective paths, a refused bootstrap, capacity no longer
@@ -89,4 +100,15 @@ class TransitionResult(Model):
     need: str | None = None
     priority: int = 0
     requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
+    # The provider refused the call as stale (issue 44): what the shard needs to supersede
+    # the epoch it keeps (workflows/shard_fences.py). Present only then.
+    fenced: FenceRefusal | None = None
+
+    @model_serializer(mode="wrap")
+    def _present(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """`fenced` only when set: a result's JSON is as it was before (snapshots' bytes)."""
+        data: dict[str, Any] = handler(self)
+        if data.get("fenced", 0) is None:
+            del data["fenced"]
+        return data
 

@@ -13,8 +13,11 @@ over gRPC, with what the contract asks of a server beyond the provider's own cal
   clock (plus bigfleet/epochs.py's tolerance) was never issued and is refused as INVALID_FIELD
   `token.shard_epoch`. The epoch is kept only once the call has succeeded (started, or a repeat
   answered from the store): a refused call moves no fencing state (bigfleet/providers/fencing.py).
+- The store's fences are the only ones: a provider that keeps its own (OwnFences) lets the
+  server fence for it, so `bigfleet provider fence reset` on the store is the whole story.
 - The call log records every mutating call: (time, method, key, machine ids, outcome), the
-  outcome "started", "repeat" or the refusal's reason ("STALE_FENCING_TOKEN", "INVALID_FIELD").
+  outcome "started", "repeat" or the refusal's reason ("STALE_FENCING_TOKEN", "INVALID_FIELD"),
+  and every operator's fence reset (method "FenceReset", outcome "reset": who, what, why).
 - List pages in id order; the page token is the last id returned.
 
 The idempotency store, the fencing epochs and the call log are tables of one SQLite database
@@ -50,6 +53,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from ..deployment import ServerTLS
 from ..models import TransitionAck
 from ..providers.base import CapacityProvider
+from ..providers.fencing import OwnFences
 from ..v1 import machine_pb2 as mpb
 from ..v1 import provider_pb2 as ppb
 from ..v1 import provider_pb2_grpc
@@ -91,6 +95,8 @@ class ProviderService(provider_pb2_grpc.CapacityProviderServicer):
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.provider = provider
+        if isinstance(provider, OwnFences):  # the store's fences are the only ones (issue 44)
+            provider.fenced_by_server = True
         self.store = store or ProviderStore()
         self.clock = clock  # what an epoch is checked against (seconds)
         self.persist_provider = persist_provider

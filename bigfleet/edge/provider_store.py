@@ -1,7 +1,8 @@
 """What the reference provider server keeps (bigfleet/edge/provider_server.py), in one SQLite
 database: the idempotency store (key -> the operation it started), the highest fencing epoch
 per shard of the calls that succeeded (bigfleet/providers/fencing.py), the call log, and
-optionally the provider object itself.
+optionally the provider object itself. The fences here are the only ones a served provider
+has (bigfleet/providers/fencing.py `OwnFences`).
 
 Everything the server changes for one call is written in one transaction, so a server killed at
 any moment restarts with a call either wholly recorded (its operation, its log line, the
@@ -145,6 +146,38 @@ class ProviderStore:
                 (token.shard_id, keep),
             )
 
+    def fences(self) -> dict[int, int]:
+        """Every shard's kept epoch (`bigfleet provider fence show`)."""
+        rows = self.db.execute("SELECT shard_id, highest_epoch FROM fences ORDER BY shard_id")
+        return {int(shard): int(epoch) for shard, epoch in rows}
+
+    def reset_fence(self, shard_id: int, to: int | None, who: str, why: str) -> int | None:
+        """An operator's reset of a shard's fence (`bigfleet provider fence reset`): the kept
+        epoch dropped (`to` None: the shard's next call that succeeds is kept) or set to `to`,
+        which must be within the skew of the clock (a reset must not fence anyone out either).
+        Recorded in the call log: who, the epoch before and after, why. Returns the epoch
+        before. Raises ValueError naming the field."""
+        if to is not None and not 0 < to <= latest_issued(time.time()):
+            raise ValueError(
+                f"--to: epoch {to} is not a start time up to the provider's clock plus its "
+                f"skew (at most {latest_issued(time.time())})"
+            )
+        with self.transaction():
+            before = self.epoch(shard_id)
+            if to is None:
+                self.db.execute("DELETE FROM fences WHERE shard_id = ?", (shard_id,))
+            else:
+                self.db.execute(
+                    "INSERT INTO fences VALUES (?, ?) ON CONFLICT (shard_id) DO UPDATE "
+                    "SET highest_epoch = excluded.highest_epoch",
+                    (shard_id, to),
+                )
+            detail = f"by {who}: shard {shard_id} epoch {before} -> {to}" + (
+                f" ({why})" if why else ""
+            )
+            self.log("FenceReset", "", [], "reset", detail[:2000])
+        return before
+
     def log(self, method: str, key: str, machine_ids: list[str], outcome: str, detail: str) -> None:
         self.db.execute(
             "INSERT INTO calls (at, method, key, machine_ids, outcome, detail) "
@@ -200,13 +233,23 @@ def call_rows(db: sqlite3.Connection) -> list[dict[str, Any]]:
     ]
 
 
-def read_calls(state_dir: str | Path) -> list[dict[str, Any]]:
-    """The call log of a server's state dir, read-only (the server may be running)."""
+def _db_path(state_dir: str | Path) -> Path:
     path = Path(state_dir) / DB_NAME
     if not path.is_file():
         raise FileNotFoundError(f"no provider state in {state_dir} (no {DB_NAME})")
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    return path
+
+
+def read_calls(state_dir: str | Path) -> list[dict[str, Any]]:
+    """The call log of a server's state dir, read-only (the server may be running)."""
+    db = sqlite3.connect(f"file:{_db_path(state_dir)}?mode=ro", uri=True)
     try:
         return call_rows(db)
     finally:
         db.close()
+
+
+def existing(state_dir: str | Path) -> ProviderStore:
+    """The store of a server's state dir, to read or reset its fences (the server may be
+    running: SQLite in WAL mode, and the server reads a fence on every call)."""
+    return ProviderStore(_db_path(state_dir))

@@ -4,16 +4,22 @@ simulated ones, EC2, Redfish, and the reference server's store, bigfleet/edge/pr
 Every mutating call carries a token (shard_id, shard_epoch, seq); a provider keeps the highest
 epoch it has seen per shard, and
 
-1. refuses an epoch beyond its own clock plus FUTURE_MS (bigfleet/epochs.py): epochs are shard
-   start times in ms (docs/decisions/0002), so that one was never issued (UnissuedEpoch:
-   INVALID_FIELD `token.shard_epoch` on the wire);
+1. refuses an epoch beyond its own clock plus PROVIDER_FUTURE_MS (bigfleet/epochs.py, tens of
+   seconds): epochs are shard start times in ms (docs/decisions/0002), so that one was never
+   issued (UnissuedEpoch: INVALID_FIELD `token.shard_epoch` on the wire);
 2. refuses an epoch below the one it keeps for the shard (StaleFencingToken);
 3. keeps the epoch only once the call has succeeded (`fenced`, `advanced`): a refused call (not
    found, invalid transition, no quota, throttled, any error) moves no fencing state. Otherwise
    anyone allowed to call could fence a shard out with a call bound to fail (issue 30).
 
-A kept epoch beyond the clock plus FUTURE_MS was never issued either (a provider before issue 30
-kept the epochs of refused calls): it fences nothing, and the next call that succeeds replaces it.
+A kept epoch beyond the clock plus PROVIDER_FUTURE_MS was never issued either (a provider before
+issue 30 kept the epochs of refused calls, and one before issue 44 took epochs up to five minutes
+ahead): it fences nothing, and the next call that succeeds replaces it.
+
+Served behind the reference server (bigfleet/edge/provider_server.py), a provider's own fences
+step aside (`OwnFences.fenced_by_server`): the server's store is the one source of truth, so an
+operator's `bigfleet provider fence reset` is the whole story (issue 44: a reset of the store's
+table did not recover a shard, because the pickled provider kept the epoch too and refused).
 """
 
 from __future__ import annotations
@@ -29,6 +35,13 @@ from .base import StaleFencingToken, UnissuedEpoch
 
 log = logging.getLogger("bigfleet.providers.fencing")
 K = TypeVar("K", bound=Hashable)
+
+
+class OwnFences:
+    """A provider that keeps fencing epochs of its own (simulated, EC2, Redfish): they apply
+    unless a server fences for it (`fenced_by_server`, set by ProviderService)."""
+
+    fenced_by_server = False
 
 
 def check(provider: str, token: FencingToken, kept: int | None, now: float) -> None:

@@ -32,6 +32,7 @@ from typing import Any, NoReturn
 
 import grpc
 
+from bigfleet.edge.errors import refusal
 from bigfleet.edge.provider_requests import Mutation, Refusal, describe_of
 from bigfleet.edge.provider_server import ProviderService, WallClock, serve_provider
 from bigfleet.edge.provider_store import Operation
@@ -110,6 +111,17 @@ class WrongCodeService(ProviderService):
         ProviderService._abort(context, refused)
 
 
+class StaleUnnamedService(ProviderService):
+    """A refusal as stale names no epochs in its ErrorInfo (reason and message kept): a shard
+    could not supersede the one kept (issue 44)."""
+
+    @staticmethod
+    def _abort(context: Any, refused: Refusal) -> NoReturn:
+        if refused.reason == "STALE_FENCING_TOKEN":
+            _, _, refused.trailers = refusal(mpb.STALE_FENCING_TOKEN, refused.details)
+        ProviderService._abort(context, refused)
+
+
 class FencesRefusedService(ProviderService):
     """Fencing before issue 30: every epoch is kept before the call is even looked at."""
 
@@ -155,6 +167,7 @@ MODES: dict[str, type[ProviderService]] = {
     "malformed": MalformedService,
     "wrong-code": WrongCodeService,
     "fences-refused": FencesRefusedService,
+    "stale-unnamed": StaleUnnamedService,
 }
 
 

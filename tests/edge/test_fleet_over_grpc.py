@@ -137,6 +137,20 @@ class Edge:
         )  # fmt: skip
         self.procs = [self.provider, self.broken, self.operator, self.gateway, self.worker]
 
+    async def start(self) -> None:
+        """Every process, the servers listening before the worker starts."""
+        servers = (
+            (self.provider, self.provider_port),
+            (self.broken, self.broken_port),
+            (self.operator, self.operator_port),
+            (self.gateway, self.gateway_port),
+        )
+        for proc, _ in servers:
+            proc.start()
+        for proc, port in servers:
+            await proc.listening(port)
+        self.worker.start()
+
     def machines(self) -> list[Machine]:
         from bigfleet.edge.provider_client import GrpcProvider
 
@@ -202,16 +216,7 @@ async def test_a_fleet_over_grpc_survives_its_worker_and_its_provider_restarting
     temporal = dev_env.client.service_client.config.target_host
     edge = Edge(tmp_path, temporal)
     try:
-        edge.provider.start()
-        edge.broken.start()
-        edge.operator.start()
-        edge.gateway.start()
-        for proc, port in ((edge.provider, edge.provider_port),
-                           (edge.broken, edge.broken_port),
-                           (edge.operator, edge.operator_port),
-                           (edge.gateway, edge.gateway_port)):  # fmt: skip
-            await proc.listening(port)
-        edge.worker.start()
+        await edge.start()
 
         # Through the gateway, as an operator sends it.
         sent = await edge.until("the gateway accepts a's roll-up", lambda: (

@@ -224,12 +224,12 @@ def test_the_server_bounds_an_epoch_by_its_clock_and_keeps_only_calls_that_succe
     fences nothing and is replaced by the next call that succeeds."""
     from bigfleet.edge.errors import error_info
     from bigfleet.edge.provider_store import ProviderStore
-    from bigfleet.epochs import FUTURE_MS, latest_issued
+    from bigfleet.epochs import PROVIDER_FUTURE_MS, latest_issued
     from bigfleet.providers import MachineNotFound, StaleFencingToken
 
     now = time.time()
     latest, real = latest_issued(now), int(now * 1000)
-    assert latest == real + FUTURE_MS
+    assert latest == real + PROVIDER_FUTURE_MS
     store = ProviderStore()
     with store.transaction():  # kept by refused calls before issue 30: a year ahead
         for shard in (5, 12):

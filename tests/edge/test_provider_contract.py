@@ -145,6 +145,11 @@ def malformed(tmp: Path) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="module")
+def stale_unnamed(tmp: Path) -> Iterator[Server]:
+    yield from _served(broken("stale-unnamed", tmp / "stale-unnamed.log"))
+
+
+@pytest.fixture(scope="module")
 def fences_refused(tmp: Path) -> Iterator[Server]:
     yield from _served(broken("fences-refused", tmp / "fences-refused.log"))
 
@@ -255,8 +260,21 @@ def test_a_provider_that_keeps_the_epochs_of_refused_calls_fails_conformance(
     detail = {c["name"]: c["detail"] for c in report["checks"]}
     assert "Configure of an unknown machine" in detail["refused-call-moves-no-epoch"]
     assert "is now refused" in detail["refused-call-moves-no-epoch"]
-    assert "(a day ahead): accepted" in detail["future-epoch-is-refused"]
+    assert "(2 min ahead): accepted" in detail["future-epoch-is-refused"]
     assert "is fenced out until" in detail["future-epoch-is-refused"]
+
+
+def test_a_provider_whose_stale_refusal_names_no_epoch_fails_conformance(
+    stale_unnamed: Server,
+) -> None:
+    """Issue 44: a shard refused as stale takes an epoch above the one the provider keeps, so
+    the refusal must name it (ErrorInfo highest_epoch)."""
+    code, report, _ = conformance(stale_unnamed.address)
+    assert code == 1
+    failed = {name for name, result in results(report).items() if result == "fail"}
+    assert failed == {"stale-token-is-refused"}, report
+    detail = {c["name"]: c["detail"] for c in report["checks"]}
+    assert "highest_epoch" in detail["stale-token-is-refused"]
 
 
 def test_conformance_over_mutual_tls(tmp_path: Path) -> None:

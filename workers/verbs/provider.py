@@ -5,6 +5,7 @@
                           in SQLite under --state-dir (bigfleet/edge/provider_server.py)
     provider calls        that call log: every mutating call, and whether it started an
                           operation or repeated one
+    provider fence        show or reset the fencing epochs it keeps per shard (fence.py)
     provider conformance  the contract checked against a live provider (bigfleet/edge/
                           conformance/): a pass/fail table, exit 1 if any check fails
 
@@ -29,10 +30,11 @@ from bigfleet.models import ListFilter
 from workers.args import bounded_int, need_file, seconds, server_options, server_tls
 from workers.errors import CliError
 from workers.health import Health, serve_health
+from workers.verbs import fence
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
-    """`provider serve`, `provider calls` and `provider conformance`."""
+    """`provider serve`, `provider calls`, `provider conformance` and `provider fence`."""
     p = verbs.add_parser("provider", help="serve, inspect or check a gRPC capacity provider")
     pverbs = p.add_subparsers(dest="what", required=True)
 
@@ -105,6 +107,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     k.add_argument("--json", action="store_true", help="print JSON")
     k.set_defaults(run=run_conformance)
+    fence.register(pverbs)
 
 
 # ---- serve ------------------------------------------------------------------------------------
@@ -188,8 +191,12 @@ def render_calls(calls: list[dict[str, Any]]) -> str:
         )
     started = sum(c["outcome"] == "started" for c in calls)
     repeats = sum(c["outcome"] == "repeat" for c in calls)
-    refused = len(calls) - started - repeats
-    lines.append(f"{len(calls)} calls: {started} started, {repeats} repeats, {refused} refused")
+    resets = sum(c["outcome"] == "reset" for c in calls)  # (`provider fence reset`)
+    refused = len(calls) - started - repeats - resets
+    lines.append(
+        f"{len(calls)} calls: {started} started, {repeats} repeats, {refused} refused"
+        + (f", {resets} fence resets" if resets else "")
+    )
     return "\n".join(lines)
 
 

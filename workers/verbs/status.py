@@ -149,6 +149,13 @@ def render_status(st: dict[str, Any]) -> str:
         lines.append(render_spend(st["spend"]))
     if "oldest_queued_seconds" in st:  # (a shard from before issue 32 does not say)
         lines.append(render_backlog(st))
+    for f in st.get("fences_escalated") or []:  # (issue 44: said before "shortfalls: none")
+        since = time.strftime("%H:%M:%S", time.gmtime(f["since"]))
+        lines.append(
+            f"  FENCED OUT: provider {f['provider']} refuses shard {st['shard']} as stale: it "
+            f"keeps epoch {f['kept_epoch']} (ours {st['epoch']}) since {since}Z, past the new "
+            f"epochs allowed an hour (bigfleet provider fence show|reset)"
+        )
     shortfalls = st.get("shortfalls") or []
     lines.append(f"  shortfalls: {len(shortfalls) or 'none'}")
     for s in shortfalls:

@@ -7,13 +7,15 @@ exactly once, in id order, each a valid Machine; Get of an unknown id is NOT_FOU
 is INVALID_ARGUMENT naming the field; each lifecycle call is acknowledged at once with the
 machine in its transitional or target state, and a repeat with the same idempotency key returns
 the same operation and starts nothing (for Create: no extra machine appears); each transition
-settles; a stale fencing token is refused with ABORTED + STALE_FENCING_TOKEN; calls refused for
+settles; a stale fencing token is refused with ABORTED + STALE_FENCING_TOKEN, naming the epoch
+presented and the one kept (ErrorInfo presented_epoch, highest_epoch); calls refused for
 another reason (an unknown machine, a speculative one configured) with a higher epoch do not
-fence the current epoch out; an epoch a day beyond the clock (never issued: epochs are start
-times in ms) is refused with INVALID_ARGUMENT + INVALID_FIELD `token.shard_epoch` and fences
-nothing out either; a Configure of a speculative machine (valid token, fresh key) is refused
-with FAILED_PRECONDITION + INVALID_TRANSITION and leaves it speculative; Delete is either a
-full lifecycle or, where Describe says it is not supported, UNIMPLEMENTED + NOT_SUPPORTED.
+fence the current epoch out; an epoch two minutes beyond the clock (never issued: epochs are
+start times in ms, and a provider allows 30 s of skew) is refused with INVALID_ARGUMENT +
+INVALID_FIELD `token.shard_epoch` and fences nothing out either; a Configure of a speculative
+machine (valid token, fresh key) is refused with FAILED_PRECONDITION + INVALID_TRANSITION and
+leaves it speculative; Delete is either a full lifecycle or, where Describe says it is not
+supported, UNIMPLEMENTED + NOT_SUPPORTED.
 
 It creates, configures, drains and deletes one real machine, so run it against a test account
 or a fresh reference server (`bigfleet provider serve`), never against production capacity. It

@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 from ...epochs import latest_issued
 from ...models import FencingToken
 from ..base import RateLimited
+from ..fencing import OwnFences
 from .config import Ec2Config
 from .records import Offering, Record, instance_tags
 
@@ -86,7 +87,7 @@ def make_client(config: Ec2Config, service: str, session: Any) -> Any:
     )
 
 
-class Ec2Calls:
+class Ec2Calls(OwnFences):
     """One provider's EC2 client and its calls: throttle counters per action, and the fencing
     epochs (shard -> highest epoch) noted from the `bigfleet:epoch` tags of every instance
     described."""

@@ -382,7 +382,10 @@ class Ec2Provider(Ec2Launch):
         or below the shard's is refused before any mutating EC2 call, and the epoch is kept only
         if the call succeeds. After a restart the epochs come back from the instances'
         `bigfleet:epoch` tags (one DescribeInstances, once), which only calls that start
-        something write."""
+        something write. Behind a server that fences for it, nothing here."""
+        if self.fenced_by_server:
+            yield
+            return
         if token.shard_id not in self._epochs and not self._epochs_loaded:
             for _ in self._describe(self._offerings):
                 pass  # _call notes the epochs of every instance it describes

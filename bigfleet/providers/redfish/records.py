@@ -14,14 +14,14 @@ from typing import Any
 from ...epochs import latest_issued
 from ...models import FencingToken, MachineState
 from ..base import InvalidTransition
-from ..fencing import fenced
+from ..fencing import OwnFences, fenced
 from .bmc import BmcCalls, System
 from .config import RedfishConfig
 
 S = MachineState
 
 
-class RedfishRecords(BmcCalls):
+class RedfishRecords(BmcCalls, OwnFences):
     """The machines' records and the fencing epochs, read from the state file at start."""
 
     def __init__(self, config: RedfishConfig, clock: Callable[[], float]) -> None:
@@ -72,7 +72,11 @@ class RedfishRecords(BmcCalls):
     def _fenced(self, token: FencingToken) -> Iterator[None]:
         """Around one mutating call (bigfleet/providers/fencing.py): an epoch beyond the clock
         or below the shard's is refused before any BMC is asked anything, and the epoch is kept
-        (in the state file) only if the call succeeds."""
+        (in the state file) only if the call succeeds. Behind a server that fences for it,
+        nothing here."""
+        if self.fenced_by_server:
+            yield
+            return
         epochs = self._state["epochs"]
         shard = str(token.shard_id)
         before = epochs.get(shard)

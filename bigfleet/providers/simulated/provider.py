@@ -66,7 +66,7 @@ _INTERRUPTIBLE = frozenset({S.IDLE, S.CONFIGURED})
 _DOOMABLE = frozenset({S.IDLE, S.CONFIGURED, S.CONFIGURING, S.DRAINING})
 
 
-class SimulatedProvider:
+class SimulatedProvider(fencing.OwnFences):
     """Base of the simulated providers; subclasses add pools and say how hosts are named.
 
     Idempotency keys are ignored: a repeated call finds its operation by (machine, target).
@@ -272,12 +272,13 @@ class SimulatedProvider:
         self.calls[call] += 1
         now = self._clock()
         self.advance(now)
-        fencing.check(self.name, token, self._epochs.get(token.shard_id), now)
+        if not self.fenced_by_server:
+            fencing.check(self.name, token, self._epochs.get(token.shard_id), now)
 
     def _keep_epoch(self, token: FencingToken) -> None:
         """The last step of a lifecycle call that succeeded: its epoch becomes the shard's."""
         keep = fencing.advanced(self.name, token, self._epochs.get(token.shard_id), self._clock())
-        if keep is not None:
+        if keep is not None and not self.fenced_by_server:
             self._epochs[token.shard_id] = keep
 
     def _in_flight(self, slot: Slot, call: Transition, cluster: str | None = None) -> bool:
