@@ -20,17 +20,18 @@ from collections import deque
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
-    from activities.wire import ShardInput
+    from activities.wire import ResetGeneration, ShardInput
     from bigfleet.engine import Decision
-    from bigfleet.inputs import SIGNAL_BYTES, Rejected, json_size
+    from bigfleet.inputs import SIGNAL_BYTES, Rejected, clip, json_size
     from bigfleet.policy import Policy
     from bigfleet.reports import ShardReport
     from bigfleet.shard import Shard
     from workflows.actions import TransitionInputs
     from workflows.audit_handlers import AuditHandlers
-    from workflows.guard import Guard, TakesSignals, accepts
+    from workflows.guard import NO_ARGUMENT, Guard, TakesSignals, accepts, guarded
     from workflows.instructions import InstructionHandlers
     from workflows.outbox import Outbox
     from workflows.provider_sync import ProviderSync
@@ -44,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
 EARLY_ROLLUP_BYTES = 500_000  # roll-ups waiting while the state is read back or written
 ROLLUP_BATCH = 500  # roll-ups in one `rollups` signal, at most
 ROLLUPS_BYTES = 1_900_000  # a `rollups` signal's payload (Temporal refuses one over 2 MB)
+GENERATION_BOUND = "generation-clock-bound"  # (the patch: runs begun before take any generation)
 
 
 @workflow.defn(name="Shard")
@@ -180,9 +182,41 @@ class ShardWorkflow(
         self.shard.needs.stale_keeps_alive = workflow.patched("stale-rollup-keeps-alive")
         # (Set here too: a roll-up may come in the run's first task, before `run` begins.)
         self.shard.needs.host_spread_holds = workflow.patched("host-spread-holds")
+        # A generation far ahead of the clock is refused (issue 44; runs begun before: taken).
+        self.shard.generations_bounded = workflow.patched(GENERATION_BOUND)
         reason = self.shard.receive(raw, workflow.now().timestamp())
         if reason:
             raise Rejected(reason)
+
+    @workflow.update
+    @guarded
+    def reset_generation(self, raw: RawValue = NO_ARGUMENT) -> dict[str, Any]:
+        """An operator forgets a cluster's roll-up generation (`bigfleet cluster NAME
+        --reset-generation`): a generation far ahead of what its operator sends made every
+        later roll-up stale (issue 44). Its needs stay in force; its next roll-up applies
+        whatever its generation. Recorded with the shard's refused roll-ups (`status`)."""
+        self._reset_ok(raw)
+        ask: ResetGeneration = self.guard.arg(raw, ResetGeneration, "reset_generation")
+        was = self.shard.needs.reset_generation(ask.cluster)
+        note = (
+            f"cluster {ask.cluster}: generation {was} reset by an operator"
+            + (f" ({clip(ask.reason, 120)})" if ask.reason else "")
+            + "; its next roll-up applies"
+        )
+        self.shard.rejections.append(note)
+        workflow.logger.warning("Shard: %s", note)
+        return {"cluster": ask.cluster, "was": was}
+
+    @reset_generation.validator
+    def _reset_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
+        self._not_restoring()
+        ask: ResetGeneration = self.guard.arg(raw, ResetGeneration, "reset_generation")
+        if self.shard.needs.generation(ask.cluster) < 0:
+            self.guard.count("reset_generation")
+            raise Rejected(
+                f"reset_generation: cluster: {clip(ask.cluster, 80)} has no generation on "
+                f"shard {self.cfg.shard} (not served here, or reset already)"
+            )
 
     @accepts(dict[str, str], optional=True)
     def revived(self, proof: dict[str, str] | None) -> None:
