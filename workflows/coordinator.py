@@ -61,8 +61,8 @@ def _machines(n: int) -> str:
     return f"{n} machine" if n == 1 else f"{n} machines"
 
 
-# History a round may add before the coordinator continues as new at once (`_watch_history`); a
-# round adds KBs. Runs begun before wait for their round.
+# Bytes the signals between two rounds may add to the history before the coordinator continues
+# as new at once (`_watch_history`); shard reports are KBs each. Runs begun before: their round.
 SURGE_BYTES = 8_000_000
 HISTORY_SURGE = "continue-as-new-on-history-surge"
 # Runs begun before give a new cluster the least-loaded shard, never its home.
@@ -110,9 +110,9 @@ class CoordinatorWorkflow(FleetChanges, TakesSignals):
         # Runs begun before the server's lower payload limit keep the map's bound they had.
         small = workflow.patched(SMALL_PAYLOADS)
         self.c.assignment_max = ASSIGNMENT_BYTES if small else ASSIGNMENT_BYTES_BEFORE
-        # The history when the last round ended, and whether signals since grew it past
-        # SURGE_BYTES (a flood: `_watch_history`); None before the first round.
-        self.round_history: int | None = None
+        # The signals' bytes when the last round ended (None before the first round), and
+        # whether signals since grew the history past SURGE_BYTES (a flood: `_watch_history`).
+        self.round_signals: int | None = None
         self.surge = False
         self.guard.on_signal = self._watch_history
 
@@ -240,7 +240,7 @@ class CoordinatorWorkflow(FleetChanges, TakesSignals):
         rounds = 0
         watch = workflow.patched(HISTORY_SURGE)  # (runs begun before: a round, then a check)
         while True:
-            self.round_history = workflow.info().get_current_history_size() if watch else None
+            self.round_signals = self.guard.signal_bytes if watch else None
             if watch:
                 try:
                     await workflow.wait_condition(lambda: self.surge, timeout=inp.plan_seconds)
@@ -259,12 +259,12 @@ class CoordinatorWorkflow(FleetChanges, TakesSignals):
                 )
 
     def _watch_history(self) -> None:
-        """After each signal: a history grown by SURGE_BYTES since the last round ended is a
-        flood (refused signals are in it all the same, and the server ends a run at 50 MB):
-        the coordinator continues as new at once, its state in a fresh history."""
-        if self.round_history is None or self.surge:
+        """After each signal: signals that added SURGE_BYTES to the history since the last
+        round ended are a flood (refused ones are in it all the same, and the server ends a run
+        at 50 MB): the coordinator continues as new at once, its state in a fresh history."""
+        if self.round_signals is None or self.surge:
             return
-        if workflow.info().get_current_history_size() - self.round_history > SURGE_BYTES:
+        if self.guard.signal_bytes - self.round_signals > SURGE_BYTES:
             workflow.logger.warning("Coordinator: history grew fast (a flood?): continuing as new")
             self.surge = True
 

@@ -94,7 +94,10 @@ class Guard:
             handler_names(type(owner)), state if isinstance(state, dict) else None
         )
         self.logged_at, self.logged = 0.0, 0  # (log lines this activation: `reject`)
-        self.on_signal: Callable[[], None] | None = None  # (`_watch`)
+        # The bytes of every signal's payloads this run received, refused or not (each is in
+        # its history): what `on_signal` watches (`_watch`).
+        self.signal_bytes = 0
+        self.on_signal: Callable[[], None] | None = None
         # Exported at 0 for each handler from the start: a dashboard or alert that names the
         # counter finds it before anything is rejected (issue 34).
         counter = self._counter()
@@ -103,6 +106,7 @@ class Guard:
 
     def signal(self, name: str, args: Sequence[RawValue]) -> None:
         """Dispatch a signal by name; never raises."""
+        self.signal_bytes += sum(len(a.payload.data) for a in args if isinstance(a, RawValue))
         method = getattr(type(self.owner), name, None) if len(name) <= 100 else None
         spec = getattr(method, SIGNAL_SPEC, None)
         if method is None or spec is None:
@@ -123,7 +127,7 @@ class Guard:
 
     def _watch(self) -> None:
         """After every signal, accepted or not: the workflow's `on_signal` (it watches how fast
-        its history grows: a refused signal is in it all the same)."""
+        signals grow its history, `signal_bytes`: a refused one is in it all the same)."""
         if self.on_signal is not None:
             try:
                 self.on_signal()

@@ -57,10 +57,10 @@ ROLLUPS_BYTES = 450_000
 ROLLUPS_BYTES_BEFORE = 1_900_000
 
 GENERATION_BOUND = "generation-clock-bound"  # (the patch: runs begun before take any generation)
-# History the signals between two cycles may add before the shard continues as new at once
-# (`_watch_history`): a cycle's own work adds KBs to a few hundred; a flood of refused signals
-# of the largest payload the server takes (600 KB) passes it after 14, the server's 50 MB after
-# 84. Runs begun before wait for their cycle.
+# Bytes the signals between two cycles may add to the history before the shard continues as
+# new at once (`_watch_history`): a thousand clusters' roll-ups of ~2 KB are 2 MB; a flood of
+# refused signals of the largest payload the server takes (600 KB) passes it after 14, the
+# server's 50 MB after 84. Runs begun before wait for their cycle.
 SURGE_BYTES = 8_000_000
 HISTORY_SURGE = "continue-as-new-on-history-surge"
 
@@ -107,9 +107,9 @@ class ShardWorkflow(
         self.early_rollups = list(inp.rollups)
         self.early_bytes = 0
         self.guard = Guard(self, "Shard")
-        # The history when the last cycle ended (None until the cycles begin), and whether
-        # signals since grew it past SURGE_BYTES: a flood (`_watch_history`).
-        self.cycle_history: int | None = None
+        # The signals' bytes when the last cycle ended (None until the cycles begin), and
+        # whether signals since grew the history past SURGE_BYTES: a flood (`_watch_history`).
+        self.cycle_signals: int | None = None
         self.surge = False
         self.guard.on_signal = self._watch_history
         self.inputs = TransitionInputs(self.shard, self.cfg)
@@ -264,13 +264,14 @@ class ShardWorkflow(
         self.revive = self.revived_run = True
 
     def _watch_history(self) -> None:
-        """After each signal: a history grown by SURGE_BYTES since the last cycle ended is a
-        flood (a refused signal is in it all the same, and the server ends a run at 50 MB):
-        the next cycle comes at once and the shard continues as new after it, without quiet
-        cycles first (`_close_or_continue`). Runs begun before wait for their cycle."""
-        if self.cycle_history is None or self.surge:
+        """After each signal: signals that added SURGE_BYTES to the history since the last cycle
+        ended are a flood (a refused signal is in it all the same, and the server ends a run
+        at 50 MB): the next cycle comes at once and the shard continues as new after it,
+        without quiet cycles first (`_close_or_continue`). Runs begun before wait for their
+        cycle."""
+        if self.cycle_signals is None or self.surge:
             return
-        if workflow.info().get_current_history_size() - self.cycle_history <= SURGE_BYTES:
+        if self.guard.signal_bytes - self.cycle_signals <= SURGE_BYTES:
             return
         if workflow.patched(HISTORY_SURGE):
             workflow.logger.warning("Shard: history grew fast (a flood?): continuing as new")
@@ -316,7 +317,7 @@ class ShardWorkflow(
                 return  # (retired)
             cycles_this_run += 1
             machine_cycles += len(self.shard.inventory)
-            self.cycle_history = workflow.info().get_current_history_size()
+            self.cycle_signals = self.guard.signal_bytes
             closing, quiet_cycles = await self._close_or_continue(
                 cycles_this_run, machine_cycles, quiet_cycles
             )
@@ -378,7 +379,7 @@ class ShardWorkflow(
         # snapshot store, the adoption): `_history_full` counts what the cycles add to it.
         info = workflow.info()
         self.base_history = (info.get_current_history_size(), info.get_current_history_length())
-        self.cycle_history = self.base_history[0]  # (`_watch_history` from here on)
+        self.cycle_signals = self.guard.signal_bytes  # (`_watch_history` from here on)
         # A cycle that never waits on Temporal: starts and notices go through the outbox,
         # which `pump` sends beside the loop (issue 32; runs begun before wait as they did).
         self.background = workflow.patched("background-outbox") and not self.cfg.shadow
