@@ -62,8 +62,10 @@ def _machines(n: int) -> str:
 
 
 # Bytes the signals between two rounds may add to the history before the coordinator continues
-# as new at once (`_watch_history`); shard reports are KBs each. Runs begun before: their round.
-SURGE_BYTES = 8_000_000
+# as new at once (`_watch_history`); shard reports are KBs each. Lower than a shard's: a
+# continue-as-new refused because signals came during its task replays the whole run, and the
+# smaller the run the sooner one gets through a flood. Runs begun before: their round.
+SURGE_BYTES = 4_000_000
 HISTORY_SURGE = "continue-as-new-on-history-surge"
 # Runs begun before give a new cluster the least-loaded shard, never its home.
 HOME_PATCH = "clusters-go-home"

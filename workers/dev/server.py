@@ -40,7 +40,7 @@ SQLITE_PRAGMAS = ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "syn
 # history is ended at 50 MB: a flood of refused-but-recorded signals ends a run after
 # 50 MB / BLOB_ERROR_BYTES of them unless the run continues as new first (issues 30 and 44:
 # 27 signals of 2 MB ended a shard and the coordinator; at 600 KB it takes 84, and a shard or
-# the coordinator whose signals add 8 MB to its history between two cycles continues as new:
+# the coordinator whose signals add 8 MB (4 MB) to its history between two cycles continues:
 # SURGE_BYTES in workflows/shard.py and workflows/coordinator.py). BigFleet's own payloads fit
 # under it with 100 KB of encoding to spare:
 #   - the largest argument its handlers accept is 450 KB (`rollups`: ROLLUPS_BYTES in
