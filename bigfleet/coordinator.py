@@ -24,9 +24,12 @@ from .reports import REPORT_SECONDS, MoveKind, ShardReport
 from .requirements import all_match
 
 MAX_SHARE = 0.10
-# The cluster → shard map crosses continue-as-new in the coordinator's one payload (Temporal
-# refuses a payload over 2 MB): at most this many bytes of names (~25 000 names of 30 letters).
-ASSIGNMENT_BYTES = 1_000_000
+# The cluster → shard map crosses continue-as-new in the coordinator's one payload, under the
+# server's payload limit (workers/dev/server.py BLOB_ERROR_BYTES, 600 KB since issue 44) with
+# its sagas beside it: at most this many bytes of names (~8 000 names of 30 letters). A
+# coordinator's run begun before keeps the bound it had (ASSIGNMENT_BYTES_BEFORE).
+ASSIGNMENT_BYTES = 300_000
+ASSIGNMENT_BYTES_BEFORE = 1_000_000
 ClusterName = Annotated[str, Field(min_length=1, max_length=253)]
 # Clusters a shard asks about at once (`ClusterQuestion`): roll-ups of clusters it does not
 # serve yet wait for the answer, at most this many (workflows/new_clusters.py): a fleet's
@@ -98,6 +101,7 @@ class Coordinator:
     # New clusters go home first (`home`); off: to the least-loaded shard (coordinator runs
     # begun before the rule).
     by_home: bool = True
+    assignment_max: int = ASSIGNMENT_BYTES  # (bytes of names in the map, at most)
     # The shards the fleet was deployed with (0 … founding − 1; 0: as many as there are).
     founding: int = 0
     # Blocked preemption drains already escalated (bigfleet/blocked.py): each is escalated
@@ -228,7 +232,7 @@ class Coordinator:
             if owner is None:
                 load = self._load() if load is None else load
                 size = len(cluster) + 8
-                if not load or not 0 < len(cluster) <= 253 or used + size > ASSIGNMENT_BYTES:
+                if not load or not 0 < len(cluster) <= 253 or used + size > self.assignment_max:
                     out[cluster] = NO_SHARD
                     continue
                 owner = self.clusters[cluster] = self._place(cluster, load, shard)
@@ -255,7 +259,7 @@ class Coordinator:
             if cluster in self.clusters:
                 continue
             used = self.assignment_bytes() if used is None else used
-            if 0 < len(cluster) <= 253 and used + len(cluster) + 8 <= ASSIGNMENT_BYTES:
+            if 0 < len(cluster) <= 253 and used + len(cluster) + 8 <= self.assignment_max:
                 self.clusters[cluster] = shard
                 used += len(cluster) + 8
 
@@ -263,10 +267,10 @@ class Coordinator:
         return sum(len(c) + 8 for c in self.clusters)  # name, quotes, colon, shard number
 
     def room_for(self, cluster: str) -> bool:
-        """Whether the map can take one more cluster (`ASSIGNMENT_BYTES`)."""
+        """Whether the map can take one more cluster (`assignment_max`)."""
         return (
             0 < len(cluster) <= 253
-            and self.assignment_bytes() + len(cluster) + 8 <= ASSIGNMENT_BYTES
+            and self.assignment_bytes() + len(cluster) + 8 <= self.assignment_max
         )
 
     def missing(

@@ -202,6 +202,16 @@ class NeedsTable:
         entry = self._clusters.get(cluster)
         return entry.generation if entry else -1
 
+    def reset_generation(self, cluster: str) -> int | None:
+        """Forget the cluster's generation (an operator's `bigfleet cluster NAME
+        --reset-generation`): its next roll-up applies whatever its generation; its needs stay
+        in force until then. The generation it had, or None if the cluster is not in the table."""
+        entry = self._clusters.get(cluster)
+        if entry is None:
+            return None
+        was, entry.generation = entry.generation, -1
+        return was
+
     def health(self, cluster: str) -> tuple[int, NodeHealth | None]:
         """(how many health reports so far, the latest one) for a cluster."""
         entry = self._clusters.get(cluster)
@@ -250,10 +260,11 @@ def restore_needs(
         generation = c["generation"] if c["generation"] <= MAX_GENERATION else 0
         rollup = from_wire(
             ClusterCapacityNeeds,
-            {"cluster": c["cluster"], "generation": generation, "needs": c["needs"]},
+            {"cluster": c["cluster"], "generation": max(generation, 0), "needs": c["needs"]},
         )
         table.apply(rollup, c["last_seen"])
         entry = table._clusters[c["cluster"]]
+        entry.generation = max(generation, -1)  # (-1: reset by an operator, `reset_generation`)
         for need, arrival in zip(entry.needs, c["arrivals"], strict=True):
             table._sorted.remove(need)
             object.__setattr__(need, "arrival", arrival)

@@ -37,6 +37,7 @@ from .models import (
     NodeHealth,
     Shortfall,
     from_wire,
+    generation_ahead,
 )
 from .needs import NeedsTable
 from .notices import NoticeBook
@@ -68,6 +69,9 @@ class Shard(ShardViews):
         self.inventory = Inventory(capacity)
         self.engine = FastEngine(self.inventory, self.policy)
         self.rejections: deque[str] = deque(maxlen=50)
+        # A roll-up's generation far ahead of the clock is refused (a shard's run begun before:
+        # as it ran; workflows/shard.py sets it from workflow.patched).
+        self.generations_bounded = True
         self.refusals: dict[tuple[str, int], tuple[float, str]] = {}
         # Needs refused in a row (`refuse_again`): since when, and how many times.
         self.refused: dict[tuple[str, int], tuple[float, int]] = {}
@@ -131,6 +135,12 @@ class Shard(ShardViews):
             why = explain(err) if isinstance(err, ValidationError) else clip(str(err))
             # Bounded: the cluster's name and the fields are the sender's choice.
             reason = f"roll-up from cluster {clip(cluster, 80)} rejected: {why}"
+            self.rejections.append(reason)
+            return reason
+        ahead = generation_ahead(rollup.generation, now) if self.generations_bounded else None
+        if ahead:
+            # Far ahead of the clock it would make every later roll-up stale (issue 44).
+            reason = f"roll-up from cluster {rollup.cluster} rejected: {ahead}"
             self.rejections.append(reason)
             return reason
         if self.needs.apply(rollup, now):

@@ -48,7 +48,8 @@ from tests.temporal.test_fuzz_handlers import LEGITIMATE, hostile
 
 SHARD_SIGNALS = ["rollup", "transition_done", "revived", "no_such_signal"]
 SHARD_UPDATES = ["adopt", "release", "drain_for_transfer", "cancel_transfer", "split_out",
-                 "hand_out", "take_in", "retire", "decommission", "disown", "observe_records"]
+                 "hand_out", "take_in", "retire", "decommission", "disown", "observe_records",
+                 "reset_generation"]
 COORD_SIGNALS = ["shard_report", "saga_done", "membership_done", "x" * 200]
 COORD_UPDATES = ["assign_cluster", "split_shard", "merge_shards", "add_shard", "decommission",
                  "repair", "cluster_owners"]

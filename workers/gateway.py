@@ -75,6 +75,7 @@ from bigfleet.edge.errors import refusal
 from bigfleet.edge.rollup_client import read_token
 from bigfleet.edge.tls import add_port, certificate_names
 from bigfleet.inputs import SIGNAL_BYTES, json_size
+from bigfleet.models import generation_ahead
 from bigfleet.v1 import machine_pb2 as mpb
 from bigfleet.v1 import rollups_pb2 as rpb
 from workers.errors import CliError
@@ -451,6 +452,9 @@ class RollupGateway:
             raise Refused(
                 "invalid_argument", mpb.INVALID_FIELD, str(err), field=err.field
             ) from None
+        ahead = generation_ahead(rollup.generation, time.time())  # (as the shard judges it)
+        if ahead:
+            raise Refused("invalid_argument", mpb.INVALID_FIELD, ahead, field="generation")
         raw = rollup.model_dump(mode="json")
         size = json_size(raw)  # as the shard counts it (one definition: bigfleet/inputs.py)
         if size > SIGNAL_BYTES:

@@ -55,7 +55,7 @@ ASSIGN_CONCURRENCY = 6  # `assign_cluster` updates a router has in flight at onc
 # Roll-ups bound for one shard are sent together: the first waits this long for others.
 ROLLUP_LINGER_SECONDS = 0.5
 SEND_BATCH = 200  # roll-ups a `rollups` signal carries at most (the shard takes up to 500)
-SEND_BATCH_BYTES = 1_000_000  # and bytes of JSON (a roll-up is ~2 KB; the shard takes 1.9 MB)
+SEND_BATCH_BYTES = 400_000  # and bytes of JSON (a roll-up is ~2 KB; the shard takes 450 KB)
 
 
 class RollupBatcher:

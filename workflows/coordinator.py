@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from bigfleet.coordinator import (
         ASSIGNMENT_BYTES,
+        ASSIGNMENT_BYTES_BEFORE,
         ClusterName,
         ClusterQuestion,
         Coordinator,
@@ -34,12 +35,25 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.reports import ShardReport
     from workflows.coordinator_changes import FleetChanges
     from workflows.fleet_membership import FleetMembership
-    from workflows.guard import NO_ARGUMENT, Guard, TakesSignals, accepts, guarded
-    from workflows.instruction_steps import RECORDS_MAX
+    from workflows.guard import (
+        NO_ARGUMENT,
+        SMALL_PAYLOADS,
+        Guard,
+        TakesSignals,
+        accepts,
+        guarded,
+    )
+    from workflows.instruction_steps import RECORDS_MAX, RECORDS_MAX_BEFORE
     from workflows.sagas import STEP, TransferSagaWorkflow
 
 SEQS_PER_SAGA = 4  # drain, release, adopt, and one compensation
-REPORT_BYTES = 1_000_000  # a shard report (its offers are bounded samples: ~10s of KB)
+REPORT_BYTES = 450_000  # a shard report (its offers are bounded samples: ~10s of KB)
+REPORT_BYTES_BEFORE = 1_000_000  # (runs begun before the server's lower payload limit, issue 44)
+
+
+def report_bytes() -> int:
+    """The `shard_report` signal's bound (runs begun before: as it was)."""
+    return REPORT_BYTES if workflow.patched(SMALL_PAYLOADS) else REPORT_BYTES_BEFORE
 MAX_REPORT_CLUSTERS = 20_000
 
 
@@ -47,6 +61,12 @@ def _machines(n: int) -> str:
     return f"{n} machine" if n == 1 else f"{n} machines"
 
 
+# Bytes the signals between two rounds may add to the history before the coordinator continues
+# as new at once (`_watch_history`); shard reports are KBs each. Lower than a shard's: a
+# continue-as-new refused because signals came during its task replays the whole run, and the
+# smaller the run the sooner one gets through a flood. Runs begun before: their round.
+SURGE_BYTES = 4_000_000
+HISTORY_SURGE = "continue-as-new-on-history-surge"
 # Runs begun before give a new cluster the least-loaded shard, never its home.
 HOME_PATCH = "clusters-go-home"
 ESCALATE_PATCH = "escalate-blocked-drains"
@@ -89,8 +109,16 @@ class CoordinatorWorkflow(FleetChanges, TakesSignals):
         known = state.get("providers")
         self.providers: set[str] | None = set(known) if isinstance(known, list) else None
         self.started = -float("inf")  # (when `run` began: shards never heard from count from it)
+        # Runs begun before the server's lower payload limit keep the map's bound they had.
+        small = workflow.patched(SMALL_PAYLOADS)
+        self.c.assignment_max = ASSIGNMENT_BYTES if small else ASSIGNMENT_BYTES_BEFORE
+        # The signals' bytes when the last round ended (None before the first round), and
+        # whether signals since grew the history past SURGE_BYTES (a flood: `_watch_history`).
+        self.round_signals: int | None = None
+        self.surge = False
+        self.guard.on_signal = self._watch_history
 
-    @accepts(ShardReport, max_bytes=REPORT_BYTES)
+    @accepts(ShardReport, max_bytes=report_bytes)
     def shard_report(self, report: ShardReport) -> None:
         """A shard's report. Refused unless it names a member shard, is no older than that
         shard's last report, and is not from the future (a report names the shard's time)."""
@@ -161,7 +189,7 @@ class CoordinatorWorkflow(FleetChanges, TakesSignals):
         if cluster not in self.c.clusters and not self.c.room_for(cluster):
             raise Rejected(
                 f"assign_cluster: the coordinator holds {len(self.c.clusters)} clusters, "
-                f"{ASSIGNMENT_BYTES} bytes of names: no room for more (split the fleet)"
+                f"{self.c.assignment_max} bytes of names: no room for more (split the fleet)"
             )
 
     @workflow.query
@@ -212,15 +240,35 @@ class CoordinatorWorkflow(FleetChanges, TakesSignals):
             self.c.term = int(workflow.now().timestamp() * 1000)
             await self._learn_clusters()
         rounds = 0
+        watch = workflow.patched(HISTORY_SURGE)  # (runs begun before: a round, then a check)
         while True:
-            await workflow.sleep(inp.plan_seconds)
-            await self._round(inp)
-            rounds += 1
-            if workflow.info().is_continue_as_new_suggested() or rounds >= inp.max_rounds_per_run:
+            self.round_signals = self.guard.signal_bytes if watch else None
+            if watch:
+                try:
+                    await workflow.wait_condition(lambda: self.surge, timeout=inp.plan_seconds)
+                except TimeoutError:
+                    pass  # (the round's time)
+            else:
+                await workflow.sleep(inp.plan_seconds)
+            if not self.surge:
+                await self._round(inp)
+                rounds += 1
+            full = workflow.info().is_continue_as_new_suggested()
+            if self.surge or full or rounds >= inp.max_rounds_per_run:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(
                     CoordinatorInput(**{**inp.model_dump(), "state": self._carried()})
                 )
+
+    def _watch_history(self) -> None:
+        """After each signal: signals that added SURGE_BYTES to the history since the last
+        round ended are a flood (refused ones are in it all the same, and the server ends a run
+        at 50 MB): the coordinator continues as new at once, its state in a fresh history."""
+        if self.round_signals is None or self.surge:
+            return
+        if self.guard.signal_bytes - self.round_signals > SURGE_BYTES:
+            workflow.logger.warning("Coordinator: history grew fast (a flood?): continuing as new")
+            self.surge = True
 
     def _carried(self) -> dict[str, Any]:
         """What the next run starts from (read back in `__init__`)."""
@@ -337,12 +385,13 @@ class CoordinatorWorkflow(FleetChanges, TakesSignals):
         for move in self.c.plan(max_share=inp.max_share, busy=busy, pending=pending):
             # A saga's release returns the machines' records in one reply: parts of at most
             # RECORDS_MAX (shards refuse more).
-            for i in range(0, len(move.machine_ids), RECORDS_MAX):
+            part = RECORDS_MAX if workflow.patched(SMALL_PAYLOADS) else RECORDS_MAX_BEFORE
+            for i in range(0, len(move.machine_ids), part):
                 await self._start_saga(
                     move.kind.value,
                     move.donor,
                     move.receiver,
-                    move.machine_ids[i : i + RECORDS_MAX],
+                    move.machine_ids[i : i + part],
                     move.priority,
                     move.cluster,
                     move.grace_seconds,

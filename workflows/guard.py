@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_BYTES,
         UNKNOWN,
         UPDATE_BYTES,
+        UPDATE_BYTES_BEFORE,
         Rejected,
         Rejections,
         clip,
@@ -37,12 +38,18 @@ with workflow.unsafe.imports_passed_through():
     )
 
 NO_ARGUMENT = RawValue(Payload())
+# What BigFleet's workflows take and send fits the server's lower payload limit (issue 44:
+# workers/dev/server.py BLOB_ERROR_BYTES): runs begun before take and send what they did.
+SMALL_PAYLOADS = "payloads-under-the-blob-limit"
 SIGNAL_SPEC = "__bigfleet_signal__"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def accepts(hint: Any, max_bytes: int = SIGNAL_BYTES, optional: bool = False) -> Callable[[F], F]:
-    """Mark a method as the handler of the signal of its own name, taking one `hint`."""
+def accepts(
+    hint: Any, max_bytes: int | Callable[[], int] = SIGNAL_BYTES, optional: bool = False
+) -> Callable[[F], F]:
+    """Mark a method as the handler of the signal of its own name, taking one `hint` of at most
+    `max_bytes` (or what `max_bytes()` says when the signal comes: a bound behind a patch)."""
 
     def mark(fn: F) -> F:
         setattr(fn, SIGNAL_SPEC, (hint, max_bytes, optional))
@@ -87,6 +94,10 @@ class Guard:
             handler_names(type(owner)), state if isinstance(state, dict) else None
         )
         self.logged_at, self.logged = 0.0, 0  # (log lines this activation: `reject`)
+        # The bytes of every signal's payloads this run received, refused or not (each is in
+        # its history): what `on_signal` watches (`_watch`).
+        self.signal_bytes = 0
+        self.on_signal: Callable[[], None] | None = None
         # Exported at 0 for each handler from the start: a dashboard or alert that names the
         # counter finds it before anything is rejected (issue 34).
         counter = self._counter()
@@ -95,6 +106,7 @@ class Guard:
 
     def signal(self, name: str, args: Sequence[RawValue]) -> None:
         """Dispatch a signal by name; never raises."""
+        self.signal_bytes += sum(len(a.payload.data) for a in args if isinstance(a, RawValue))
         method = getattr(type(self.owner), name, None) if len(name) <= 100 else None
         spec = getattr(method, SIGNAL_SPEC, None)
         if method is None or spec is None:
@@ -102,16 +114,33 @@ class Guard:
             return
         hint, max_bytes, optional = spec
         try:
-            value = decode(_payloads(args), hint, name, max_bytes, optional)
+            limit = max_bytes() if callable(max_bytes) else max_bytes
+            value = decode(_payloads(args), hint, name, limit, optional)
             method(self.owner, value)
         except Rejected as err:
             self.reject(name, str(err))
         except Exception as err:  # a bug must not wedge the workflow: recorded, not raised
             workflow.logger.exception("signal %s failed in its handler", name)
             self.reject(name, f"{name}: the handler failed: {clip(repr(err))}")
+        finally:
+            self._watch()
 
-    def arg(self, raw: RawValue, hint: Any, what: str, max_bytes: int = UPDATE_BYTES) -> Any:
-        """An update's argument as `hint`, or `Rejected` (call it in the validator first)."""
+    def _watch(self) -> None:
+        """After every signal, accepted or not: the workflow's `on_signal` (it watches how fast
+        signals grow its history, `signal_bytes`: a refused one is in it all the same)."""
+        if self.on_signal is not None:
+            try:
+                self.on_signal()
+            except Exception:  # (never fails the task)
+                workflow.logger.exception("watching the history after a signal failed")
+
+    def arg(self, raw: RawValue, hint: Any, what: str, max_bytes: int | None = None) -> Any:
+        """An update's argument as `hint`, or `Rejected` (call it in the validator first). An
+        update's validator takes at most UPDATE_BYTES (issue 44: under the server's payload
+        limit); its handler, called after the validator or replaying a history, what it took
+        before (UPDATE_BYTES_BEFORE): an update a run begun before took replays as it ran."""
+        if max_bytes is None:
+            max_bytes = UPDATE_BYTES if workflow.unsafe.is_read_only() else UPDATE_BYTES_BEFORE
         try:
             return decode(_payloads([raw]), hint, what, max_bytes)
         except Rejected:

@@ -40,10 +40,11 @@ class SnapshotStore:
     def __init__(self, cfg: ShardConfig) -> None:
         self.cfg = cfg
 
-    def encode(self, state: dict[str, Any]) -> str | None:
-        """The state as the store keeps it; None if it is small enough to travel inline."""
+    def encode(self, state: dict[str, Any], beside: int = 0) -> str | None:
+        """The state as the store keeps it; None if it is small enough to travel inline, with
+        `beside` bytes that travel with it."""
         blob = json.dumps(state, separators=(",", ":"))
-        return blob if len(blob) > self.cfg.snapshot_inline_bytes else None
+        return blob if len(blob) + beside > self.cfg.snapshot_inline_bytes else None
 
     def _waves(self, parts: list[T]) -> list[list[T]]:
         """Parts in waves of at most `snapshot_wave_bytes`, one workflow task each: a task's

@@ -165,3 +165,11 @@ class ShardInput(Model):
     # A fresh start whose adoption goes on in this run (see `adopt_history_bytes`).
     adopting: AdoptCursor | None = None
 
+
+
+class ResetGeneration(Model):
+    """`reset_generation` (an operator's, `bigfleet cluster NAME --reset-generation`): forget
+    `cluster`'s roll-up generation, saying why (issue 44)."""
+
+    cluster: str = Field(min_length=1, max_length=253)
+    reason: str = Field(default="", max_length=200)

@@ -59,6 +59,7 @@ from .machines import (
     TransitionAck,
 )
 from .rollups import (
+    GENERATION_AHEAD_MS,
     MAX_GENERATION,
     CapacityNeed,
     ClusterCapacityNeeds,
@@ -67,6 +68,7 @@ from .rollups import (
     Operator,
     Shortfall,
     TopologySpread,
+    generation_ahead,
 )
 
 __all__ = [
@@ -75,6 +77,7 @@ __all__ = [
     "INT32_MIN",
     "MAX_BUDGET_SECONDS",
     "MAX_GENERATION",
+    "GENERATION_AHEAD_MS",
     "NOTICE_DETAIL_MAX",
     "Action",
     "BootstrapBlob",
@@ -110,6 +113,7 @@ __all__ = [
     "Resources",
     "Share",
     "Shortfall",
+    "generation_ahead",
     "TopologySpread",
     "Transition",
     "TransitionAck",

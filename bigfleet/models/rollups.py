@@ -91,11 +91,33 @@ class NodeHealth(Wire):
 MAX_GENERATION = 2**53 - 1
 """The largest roll-up generation: the largest integer every JSON reader keeps exactly (a
 roll-up crosses JSON at every hop, and JavaScript or jq round anything larger). A counter, unix
-seconds, milliseconds (until the year 287 396) or microseconds (until 2255) fit; nanoseconds
-(`time.time_ns()`, about 2^60) do not, and neither does anything near int64's limit. There is
-no limit on how far ahead of the last one a generation may jump: an operator that moves from a
-counter to the clock jumps by 2^40 and is right to. A generation is refused only when it could
-never be followed: one this large would leave its cluster no room above it."""
+seconds or milliseconds fit; nanoseconds (`time.time_ns()`, about 2^60) do not, and neither does
+anything near int64's limit. There is no limit on how far ahead of the last one a generation may
+jump: an operator that moves from a counter to the clock jumps by 2^40 and is right to. But a
+shard refuses one ahead of its clock (GENERATION_AHEAD_MS below: microseconds no longer fit),
+since a generation this large would leave its cluster no room above it."""
+
+
+GENERATION_AHEAD_MS = 3_600_000
+"""How far ahead of the receiving shard's clock, in unix milliseconds, a generation may be (issue
+44): a generation is a counter or a time (`bigfleet rollup send` uses unix ms), and one far ahead
+of the clock would make every later roll-up of its cluster stale until the clock caught up —
+2^53 - 1, never. So a shard refuses a roll-up whose generation is above now in ms + an hour
+(room for clocks that disagree), naming `generation`. A counter, unix seconds or milliseconds
+stay valid; microseconds or anything larger do not. A generation under the bound but still far
+ahead of what its cluster sends (a counter jumped to the clock by mistake) is undone by an
+operator: `bigfleet cluster NAME --reset-generation` (docs/operations.md)."""
+
+
+def generation_ahead(generation: int, now: float) -> str | None:
+    """Why a roll-up's `generation` is too far ahead of the clock `now` (unix seconds), or None."""
+    bound = int(now * 1000) + GENERATION_AHEAD_MS
+    if generation <= bound:
+        return None
+    return (
+        f"generation: {generation} is ahead of the shard's clock: at most {bound} (now in unix "
+        f"ms + {GENERATION_AHEAD_MS // 60_000} min); a counter, unix seconds or ms, not µs or ns"
+    )
 
 
 class ClusterCapacityNeeds(Wire):

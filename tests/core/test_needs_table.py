@@ -12,11 +12,13 @@ from pydantic import ValidationError
 
 from bigfleet.inputs import explain
 from bigfleet.models import (
+    GENERATION_AHEAD_MS,
     MAX_GENERATION,
     CapacityNeed,
     ClusterCapacityNeeds,
     NodeHealth,
     from_wire,
+    generation_ahead,
 )
 from bigfleet.needs import NeedsTable, needs_state, restore_needs
 from bigfleet.policy import Policy
@@ -121,3 +123,42 @@ def test_a_generation_taken_before_the_bound_is_read_back_as_0() -> None:
     assert restored.generation("c") == 0 and [n.count for n in restored] == [3]
     assert restored.apply(_rollup(1, 4), 10)
     assert [n.count for n in restored] == [4]
+
+
+def test_a_generation_ahead_of_the_shards_clock_is_refused() -> None:
+    """Issue 44: 2^53 - 1 passes the type's bound, and taken it froze its cluster. A shard
+    refuses a generation above its clock in unix ms + GENERATION_AHEAD_MS, naming `generation`;
+    a counter, unix seconds and ms stay valid. (Fails on 2e880d5: 2^53 - 1 was taken.)"""
+    now = 1_800_000_000.0  # unix seconds
+    bound = int(now * 1000) + GENERATION_AHEAD_MS
+    assert generation_ahead(bound, now) is None and generation_ahead(3, now) is None
+    assert generation_ahead(int(now), now) is None  # unix seconds
+    assert "generation: " in (generation_ahead(bound + 1, now) or "")
+    ok = {"cluster": "c", "needs": [{"priority": 1, "count": 2}]}
+    shard = Shard(0, Policy())
+    assert shard.receive({**ok, "generation": int(now * 1000)}, now) is None
+    for ahead in (MAX_GENERATION, bound + 1, int(now * 1_000_000)):  # (the last: µs)
+        why = shard.receive({**ok, "generation": ahead, "needs": []}, now)
+        assert why is not None and "generation: " in why and "ahead of the shard's clock" in why
+    assert shard.needs.generation("c") == int(now * 1000)
+    assert [n.count for n in shard.needs] == [2]
+    assert shard.receive({**ok, "generation": int(now * 1000) + 1, "needs": []}, now) is None
+    assert list(shard.needs) == []  # (not locked: the clearing roll-up applied)
+    # A shard's run begun before the bound takes it, as it did.
+    old = Shard(0, Policy())
+    old.generations_bounded = False
+    assert old.receive({**ok, "generation": MAX_GENERATION}, now) is None
+
+
+def test_an_operator_reset_generation_lets_the_next_roll_up_apply() -> None:
+    """`reset_generation` forgets a cluster's generation (-1): its needs stay, its next roll-up
+    applies whatever its generation, and a state read back keeps the -1."""
+    table = NeedsTable()
+    assert table.reset_generation("c") is None  # (not in the table)
+    table.apply(_rollup(10**12, 3), 0)
+    assert not table.apply(_rollup(6, 4), 1)  # stale
+    assert table.reset_generation("c") == 10**12
+    assert table.generation("c") == -1 and [n.count for n in table] == [3]
+    restored = restore_needs(needs_state(table), 300.0)
+    assert restored.generation("c") == -1 and [n.count for n in restored] == [3]
+    assert restored.apply(_rollup(0, 4), 2) and [n.count for n in restored] == [4]

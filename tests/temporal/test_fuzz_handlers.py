@@ -208,6 +208,7 @@ async def test_shard_and_coordinator_survive_hostile_signals_and_updates(
         shard_updates = [
             "adopt", "release", "drain_for_transfer", "cancel_transfer", "split_out",
             "hand_out", "take_in", "retire", "decommission", "disown", "observe_records",
+            "reset_generation",
         ]
         refused = await refused_updates(shard0, shard_updates, seed=3)
         refused |= await refused_updates(

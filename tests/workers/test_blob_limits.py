@@ -1,8 +1,9 @@
-"""The payload bounds BigFleet starts its Temporal servers with (issue 30): `bigfleet dev`'s dev
-server, docker-compose's and what deploy/README.md asks of a platform team agree, and they sit
-above every payload BigFleet itself sends or accepts (a payload of its own refused by the
-server would fail the workflow task that sent it). Read, not run: the server's side is in
-tests/temporal/test_history_flood.py."""
+"""The payload bounds BigFleet starts its Temporal servers with (issues 30 and 44): `bigfleet
+dev`'s dev server, docker-compose's and what deploy/README.md asks of a platform team agree;
+they sit well below the 1.5 MB signals of issue 44's flood, and above every payload BigFleet
+itself sends or accepts (a payload of its own refused by the server would fail the workflow
+task that sent it). Read, not run: the server's side is in tests/temporal/test_history_flood.py.
+The limit and the bounds fail on 2e880d5 (2 000 000 bytes; handlers took 1.9 MB)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from bigfleet.coordinator import ASSIGNMENT_BYTES
+from bigfleet.coordinator import ASSIGNMENT_BYTES, MAX_ASKED
 from bigfleet.inputs import SIGNAL_BYTES, UPDATE_BYTES
 from bigfleet.models import ListFilter, MachineState, from_wire
 from bigfleet.simulation.scenario import Scenario
@@ -21,8 +22,10 @@ from workers.routing import SEND_BATCH_BYTES
 from workers.worker import SimulatedFleet
 from workflows.coordinator import REPORT_BYTES
 from workflows.instruction_steps import RECORDS_MAX
+from workflows.mailbox import PENDING_BYTES, TAKE_BYTES
 from workflows.outbox import START_BATCH_BYTES
-from workflows.shard import ROLLUPS_BYTES
+from workflows.shard import EARLY_ROLLUP_BYTES, ROLLUPS_BYTES
+from workflows.shard_carry import LATE_INLINE_BYTES
 
 ROOT = Path(__file__).resolve().parents[2]
 ENCODING = 100_000  # a payload's metadata and JSON framing, generously
@@ -51,12 +54,26 @@ def test_docker_compose_and_the_deploy_readme_set_the_same_limits():
     assert re.search(rf"limit\.blobSize\.warn:.*\n\s+- value: {BLOB_WARN_BYTES}\n", section)
 
 
+def test_the_limit_is_well_below_the_floods_signals():
+    """Issue 44: 36 signals of 1.5 MB ended the coordinator's run. The server now refuses any
+    payload over 600 KB: a flood that ends a run at 50 MB takes 84 of the largest it takes."""
+    assert BLOB_ERROR_BYTES <= 600_000 < 1_500_000
+    assert 50_000_000 // BLOB_ERROR_BYTES >= 80
+
+
 def test_every_payload_bigfleet_accepts_fits_under_the_error_limit():
     # The arguments BigFleet's handlers accept at most (what its own senders may send).
     for ceiling in (ROLLUPS_BYTES, UPDATE_BYTES, REPORT_BYTES, SIGNAL_BYTES):
         assert ceiling + ENCODING <= BLOB_ERROR_BYTES
-    # (Lowering the error limit needs these lowered first: it is as low as they allow.)
-    assert max(ROLLUPS_BYTES, UPDATE_BYTES) + ENCODING == BLOB_ERROR_BYTES
+    # Continue-as-new inputs: a shard's state inline with the roll-ups waiting beside it (the
+    # two together at most INLINE_BYTES, else the snapshot store), or the reference with what
+    # came late; a mailbox's results; the coordinator's map (its sagas beside it: ~20 KB each).
+    assert INLINE_BYTES + ENCODING <= BLOB_ERROR_BYTES
+    assert LATE_INLINE_BYTES + ENCODING <= BLOB_ERROR_BYTES
+    assert EARLY_ROLLUP_BYTES > SIGNAL_BYTES  # (one roll-up of the largest waits, in the store)
+    assert PENDING_BYTES + ENCODING <= BLOB_ERROR_BYTES
+    assert ASSIGNMENT_BYTES + ENCODING + 10 * RECORDS_MAX * 30 <= BLOB_ERROR_BYTES
+    assert MAX_ASKED * 253 <= UPDATE_BYTES  # (a shard's question about its new clusters)
 
 
 def test_what_bigfleet_sends_in_normal_operation_stays_under_the_warning():
@@ -75,5 +92,5 @@ def test_what_bigfleet_sends_in_normal_operation_stays_under_the_warning():
     assert worst <= RECORD_BYTES - 30  # (room for a longer cluster name or an error)
     # A saga's `release` answer of RECORDS_MAX records, the largest; then the rest.
     sent = [RECORDS_MAX * RECORD_BYTES, SEND_BATCH_BYTES, ASSIGNMENT_BYTES, INLINE_BYTES,
-            START_BATCH_BYTES]
+            START_BATCH_BYTES, TAKE_BYTES, PENDING_BYTES, LATE_INLINE_BYTES]
     assert max(sent) + ENCODING <= BLOB_WARN_BYTES < BLOB_ERROR_BYTES

@@ -37,25 +37,31 @@ SQLITE_PRAGMAS = ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "syn
 # What one payload (a signal's or update's argument, an activity's input or result, a
 # continue-as-new input) may weigh: the server refuses more (`limit.blobSize.error`) and logs
 # a warning past `limit.blobSize.warn`. Every payload enters a workflow's history, and a
-# history is ended at 50 MB: a flood of refused-but-recorded signals ends it after
-# 50 MB / BLOB_ERROR_BYTES of them (issue 30). The limit cannot go lower than BigFleet's own
-# payloads:
-#   - the largest argument its handlers accept is 1.9 MB (`rollups`: ROLLUPS_BYTES in
-#     workflows/shard.py; an update's, UPDATE_BYTES in bigfleet/inputs.py, e.g. a saga's
-#     `release` of RECORDS_MAX ids or `bigfleet audit --repair`'s report to the coordinator);
-#   - the largest it sends in normal operation is ~1.3 MB: a `release`/`hand_out` answer of
-#     RECORDS_MAX (2 000) machine records of ~600–650 bytes; then roll-up batches (the
-#     gateway's RollupBatcher: SEND_BATCH_BYTES, 1 MB), the coordinator's continue-as-new
-#     input (ASSIGNMENT_BYTES, 1 MB of cluster names, plus its sagas' ids), snapshot parts
-#     (INLINE_BYTES, 400 KB), `start_transitions` (400 KB), listing pages (~90 KB).
-# So: 1.9 MB + 100 KB for the payload's encoding and metadata = 2 000 000 bytes, Temporal's
-# default 2 MiB (2 097 152) less 97 KB — the flood needs 25 signals instead of 24; going
-# lower would need BigFleet's own ceilings lowered first. Warn above what BigFleet sends in
-# normal operation (1.3 MB + 100 KB), so a warning means a payload it does not send (the
-# issue's 1.5 MB signals each log one). deploy/compose/dynamicconfig.yaml and
-# deploy/README.md ("Temporal's dynamic config") carry the same values.
-BLOB_ERROR_BYTES = 2_000_000
-BLOB_WARN_BYTES = 1_400_000
+# history is ended at 50 MB: a flood of refused-but-recorded signals ends a run after
+# 50 MB / BLOB_ERROR_BYTES of them unless the run continues as new first (issues 30 and 44:
+# 27 signals of 2 MB ended a shard and the coordinator; at 600 KB it takes 84, and a shard or
+# the coordinator whose signals add 8 MB (4 MB) to its history between two cycles continues:
+# SURGE_BYTES in workflows/shard.py and workflows/coordinator.py). BigFleet's own payloads fit
+# under it with 100 KB of encoding to spare:
+#   - the largest argument its handlers accept is 450 KB (`rollups`: ROLLUPS_BYTES in
+#     workflows/shard.py; an update's, UPDATE_BYTES in bigfleet/inputs.py; a `shard_report`,
+#     REPORT_BYTES in workflows/coordinator.py);
+#   - the largest it sends in normal operation is ~400 KB: a `release`/`hand_out` answer of
+#     RECORDS_MAX (600) machine records of ~600–650 bytes; roll-up batches (the gateway's
+#     RollupBatcher: SEND_BATCH_BYTES); a mailbox's take and continue-as-new input
+#     (TAKE_BYTES, PENDING_BYTES in workflows/mailbox.py); the coordinator's continue-as-new
+#     input (ASSIGNMENT_BYTES, 300 KB of cluster names, plus its sagas' ids); a shard's
+#     (its state inline up to INLINE_BYTES, 400 KB, with the roll-ups waiting, else its
+#     snapshot's reference and LATE_INLINE_BYTES); snapshot parts (INLINE_BYTES);
+#     `start_transitions` (400 KB), listing pages (~90 KB).
+# A shard larger than INLINE_BYTES crosses continue-as-new through the snapshot store (claim
+# check, in parts): a shard of 500 000 machines does too. Warn above what BigFleet sends in
+# normal operation (400 KB + 100 KB), so a warning means a payload it does not send.
+# deploy/compose/dynamicconfig.yaml and deploy/README.md ("Temporal's dynamic config") carry
+# the same values. Runs begun before (issue 44's patch `payloads-under-the-blob-limit`) still
+# take and send what they did: lower the limit once they have continued as new.
+BLOB_ERROR_BYTES = 600_000
+BLOB_WARN_BYTES = 500_000
 BLOB_LIMITS = [
     "--dynamic-config-value",
     f"limit.blobSize.error={BLOB_ERROR_BYTES}",

@@ -1,5 +1,6 @@
 """`bigfleet status` (what each shard holds, and the coordinator) and `bigfleet cluster NAME`
-(one cluster as its shard sees it), with their text renderers.
+(one cluster as its shard sees it, or `--reset-generation`: its roll-up generation forgotten),
+with their text renderers.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import json
 import time
 from typing import Any
 
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.shards import wedged
@@ -32,6 +33,17 @@ def register(verbs: argparse._SubParsersAction) -> None:
     connection_options(c)
     shard_options(c)
     c.add_argument("--json", action="store_true", help="print JSON")
+    c.add_argument(
+        "--reset-generation",
+        action="store_true",
+        help="forget the cluster's roll-up generation, so that its next roll-up applies "
+        "whatever its generation (one far ahead of what its operator sends made every later "
+        "roll-up stale); its needs stay in force until then",
+    )
+    c.add_argument(
+        "--reason", default="", metavar="TEXT", help="why (recorded by the shard, with "
+        "--reset-generation)"
+    )
     c.set_defaults(run=run_cluster)
 
 
@@ -240,6 +252,8 @@ async def run_cluster(args: argparse.Namespace) -> int:
     """`bigfleet cluster NAME`: the cluster as the shard serving it sees it."""
     client = await connect(args)
     shard = await _shard_serving(client, args, args.name)
+    if args.reset_generation:
+        return await _reset_generation(client, shard, args.name, args.reason)
     view = await query(client, shard_workflow_id(shard), "cluster", args.name)
     view = {"shard": shard, **view}
     print(json.dumps(view, indent=2) if args.json else render_cluster(view))
@@ -298,6 +312,26 @@ def _health_lines(h: dict[str, Any]) -> list[str]:
     if len(notices) > 20:
         lines.append(f"    … and {len(notices) - 20} more (--json shows all)")
     return lines
+
+
+async def _reset_generation(client: Any, shard: int, cluster: str, reason: str) -> int:
+    """`bigfleet cluster NAME --reset-generation`: the shard's `reset_generation` update."""
+    if len(reason) > 200:
+        raise CliError(f"--reason: at most 200 characters, got {len(reason)}", code=2)
+    wid = shard_workflow_id(shard)
+    try:
+        done = await client.get_workflow_handle(wid).execute_update(
+            "reset_generation", {"cluster": cluster, "reason": reason}
+        )
+    except WorkflowUpdateFailedError as err:
+        raise CliError(f"{wid} refused: {err.cause}") from None
+    except Exception as err:
+        raise rpc_error(err, wid) from None
+    print(
+        f"cluster {cluster}: generation {done['was']} forgotten by {wid}; its next roll-up "
+        "applies, whatever its generation"
+    )
+    return 0
 
 
 def render_cluster(view: dict[str, Any]) -> str:
