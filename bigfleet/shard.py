@@ -43,7 +43,6 @@ from .needs import NeedsTable
 from .notices import NoticeBook
 from .offers import Offers
 from .policy import Policy
-from .reports import ShardReport
 from .shard_views import ShardViews
 from .states import LEGAL
 
@@ -124,6 +123,7 @@ class Shard(ShardViews):
     def receive(self, raw: Mapping[str, Any] | ClusterCapacityNeeds, now: float) -> str | None:
         """Take a roll-up. Returns None if accepted (or a harmless replay), else why not; a
         rejected roll-up changes nothing and the cluster's previous one stays in force."""
+        why: str | None = None
         try:
             rollup = (
                 raw
@@ -133,14 +133,14 @@ class Shard(ShardViews):
         except ValueError as err:  # (a ValidationError, or data that is not JSON-shaped)
             cluster = raw.get("cluster", "?") if isinstance(raw, Mapping) else "?"
             why = explain(err) if isinstance(err, ValidationError) else clip(str(err))
+        else:
+            # A generation far ahead of the clock would make every later roll-up stale (issue 44).
+            cluster = rollup.cluster
+            if self.generations_bounded:
+                why = generation_ahead(rollup.generation, now)
+        if why:
             # Bounded: the cluster's name and the fields are the sender's choice.
             reason = f"roll-up from cluster {clip(cluster, 80)} rejected: {why}"
-            self.rejections.append(reason)
-            return reason
-        ahead = generation_ahead(rollup.generation, now) if self.generations_bounded else None
-        if ahead:
-            # Far ahead of the clock it would make every later roll-up stale (issue 44).
-            reason = f"roll-up from cluster {rollup.cluster} rejected: {ahead}"
             self.rejections.append(reason)
             return reason
         if self.needs.apply(rollup, now):
@@ -446,16 +446,3 @@ class Shard(ShardViews):
                     )
                 )
         return out
-
-    def report(self, now: float, sample: int = 256) -> ShardReport:
-        """The 30-second report to the coordinator (design §9): summary, shortfalls, and bounded
-        samples of what this shard could give: idle, speculative, lowest-priority configured
-        (`offers.py`; none if `sample` is 0)."""
-        return ShardReport(
-            shard=self.id,
-            at=now,
-            **self.offers.fields(self.inventory, self.engine.claims, sample),
-            machines=self.machines_by_state(),
-            clusters=self.needs.clusters(),
-            shortfalls=self.last.shortfalls,
-        )

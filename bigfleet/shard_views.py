@@ -17,7 +17,9 @@ from .inventory import CODE, GONE, Inventory, MachineNotFound
 from .models import Machine, MachineState
 from .needs import NeedsTable
 from .notices import NoticeBook
+from .offers import Offers
 from .operators import OperatorUpdate, Reclaim, UpcomingNode
+from .reports import ShardReport
 from .spend import Spend, measure
 
 S = MachineState
@@ -35,6 +37,8 @@ class ShardViews:
     leaving: dict[str, Machine]
     decommissioned: set[str]
     notices: NoticeBook
+    id: int
+    offers: Offers
 
     # ---- what it holds (queries page through it) ---------------------------------------------
 
@@ -195,3 +199,16 @@ class ShardViews:
             "available": self.available(),
             "needs": [n.spec.model_dump(mode="json") for n in self.needs.needs_of(cluster)],
         }
+
+    def report(self, now: float, sample: int = 256) -> ShardReport:
+        """The 30-second report to the coordinator (design §9): summary, shortfalls, and bounded
+        samples of what this shard could give: idle, speculative, lowest-priority configured
+        (`offers.py`; none if `sample` is 0)."""
+        return ShardReport(
+            shard=self.id,
+            at=now,
+            **self.offers.fields(self.inventory, self.engine.claims, sample),
+            machines=self.machines_by_state(),
+            clusters=self.needs.clusters(),
+            shortfalls=self.last.shortfalls,
+        )

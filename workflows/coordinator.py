@@ -36,9 +36,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.coordinator_changes import FleetChanges
     from workflows.fleet_membership import FleetMembership
     from workflows.guard import (
+        HISTORY_SURGE,
         NO_ARGUMENT,
         SMALL_PAYLOADS,
         Guard,
+        HistorySurge,
         TakesSignals,
         accepts,
         guarded,
@@ -66,7 +68,6 @@ def _machines(n: int) -> str:
 # continue-as-new refused because signals came during its task replays the whole run, and the
 # smaller the run the sooner one gets through a flood. Runs begun before: their round.
 SURGE_BYTES = 4_000_000
-HISTORY_SURGE = "continue-as-new-on-history-surge"
 # Runs begun before give a new cluster the least-loaded shard, never its home.
 HOME_PATCH = "clusters-go-home"
 ESCALATE_PATCH = "escalate-blocked-drains"
@@ -112,11 +113,8 @@ class CoordinatorWorkflow(FleetChanges, TakesSignals):
         # Runs begun before the server's lower payload limit keep the map's bound they had.
         small = workflow.patched(SMALL_PAYLOADS)
         self.c.assignment_max = ASSIGNMENT_BYTES if small else ASSIGNMENT_BYTES_BEFORE
-        # The signals' bytes when the last round ended (None before the first round), and
-        # whether signals since grew the history past SURGE_BYTES (a flood: `_watch_history`).
-        self.round_signals: int | None = None
-        self.surge = False
-        self.guard.on_signal = self._watch_history
+        # Signals that grew the history past SURGE_BYTES since the last round: a flood.
+        self.surge = HistorySurge(self.guard, SURGE_BYTES)
 
     @accepts(ShardReport, max_bytes=report_bytes)
     def shard_report(self, report: ShardReport) -> None:
@@ -242,33 +240,19 @@ class CoordinatorWorkflow(FleetChanges, TakesSignals):
         rounds = 0
         watch = workflow.patched(HISTORY_SURGE)  # (runs begun before: a round, then a check)
         while True:
-            self.round_signals = self.guard.signal_bytes if watch else None
             if watch:
-                try:
-                    await workflow.wait_condition(lambda: self.surge, timeout=inp.plan_seconds)
-                except TimeoutError:
-                    pass  # (the round's time)
+                await self.surge.wait(inp.plan_seconds)
             else:
                 await workflow.sleep(inp.plan_seconds)
-            if not self.surge:
+            if not self.surge.surged:
                 await self._round(inp)
                 rounds += 1
             full = workflow.info().is_continue_as_new_suggested()
-            if self.surge or full or rounds >= inp.max_rounds_per_run:
+            if self.surge.surged or full or rounds >= inp.max_rounds_per_run:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(
                     CoordinatorInput(**{**inp.model_dump(), "state": self._carried()})
                 )
-
-    def _watch_history(self) -> None:
-        """After each signal: signals that added SURGE_BYTES to the history since the last
-        round ended are a flood (refused ones are in it all the same, and the server ends a run
-        at 50 MB): the coordinator continues as new at once, its state in a fresh history."""
-        if self.round_signals is None or self.surge:
-            return
-        if self.guard.signal_bytes - self.round_signals > SURGE_BYTES:
-            workflow.logger.warning("Coordinator: history grew fast (a flood?): continuing as new")
-            self.surge = True
 
     def _carried(self) -> dict[str, Any]:
         """What the next run starts from (read back in `__init__`)."""

@@ -245,3 +245,43 @@ class NoSignals(TakesSignals):
 
     def __init__(self) -> None:
         self.guard = Guard(self, workflow.info().workflow_type)
+
+
+HISTORY_SURGE = "continue-as-new-on-history-surge"  # (the patch: runs begun before wait)
+
+
+class HistorySurge:
+    """Signals that grow a run's history fast: a flood (issue 44). A handler cannot refuse what
+    the server already wrote to the history (a refused signal is in it all the same, and the
+    server ends a run at 50 MB), so once the signals since the last `mark` (a cycle's or a
+    round's end) add more than `limit` bytes, `surged` is set and `then` called: the workflow
+    continues as new at once, its state in a fresh history. Runs begun before never surge."""
+
+    def __init__(self, guard: Guard, limit: int, then: Callable[[], None] | None = None) -> None:
+        self.guard, self.limit, self.then = guard, limit, then
+        self.since: int | None = None  # the signals' bytes at the last mark (None: not yet)
+        self.surged = False
+        guard.on_signal = self._watch
+
+    def mark(self) -> None:
+        """From here on (a cycle or round ended)."""
+        self.since = self.guard.signal_bytes
+
+    async def wait(self, seconds: float) -> None:
+        """Mark, then wait `seconds` or until the signals since surge."""
+        self.mark()
+        try:
+            await workflow.wait_condition(lambda: self.surged, timeout=seconds)
+        except TimeoutError:
+            pass  # (the time is up)
+
+    def _watch(self) -> None:
+        if self.since is None or self.surged:
+            return
+        if self.guard.signal_bytes - self.since > self.limit and workflow.patched(HISTORY_SURGE):
+            workflow.logger.warning(
+                "%s: history grew fast (a flood?): continuing as new", self.guard.workflow_type
+            )
+            self.surged = True
+            if self.then is not None:
+                self.then()

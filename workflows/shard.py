@@ -20,32 +20,31 @@ from collections import deque
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
-    from activities.wire import ResetGeneration, ShardInput
+    from activities.wire import ShardInput
     from bigfleet.engine import Decision
-    from bigfleet.inputs import SIGNAL_BYTES, Rejected, clip, json_size
+    from bigfleet.inputs import SIGNAL_BYTES, Rejected, json_size
     from bigfleet.policy import Policy
     from bigfleet.reports import ShardReport
     from bigfleet.shard import Shard
     from workflows.actions import TransitionInputs
     from workflows.audit_handlers import AuditHandlers
     from workflows.guard import (
-        NO_ARGUMENT,
         SMALL_PAYLOADS,
         Guard,
+        HistorySurge,
         TakesSignals,
         accepts,
-        guarded,
     )
     from workflows.instructions import InstructionHandlers
     from workflows.outbox import Outbox
     from workflows.provider_sync import ProviderSync
     from workflows.shadow import ShadowSync
-    from workflows.shard_carry import CYCLE_ENDS, QUIET_CYCLES, CarriesState
+    from workflows.shard_carry import CYCLE_ENDS, QUIET_CYCLES, SURGE_BYTES, CarriesState
     from workflows.shard_cycle import ShardCycle
     from workflows.shard_fences import supersede_fences
+    from workflows.shard_generations import GenerationReset
     from workflows.shard_queries import ShardQueries
     from workflows.shard_results import TransitionResults
     from workflows.snapshot_store import SnapshotStore
@@ -58,12 +57,6 @@ ROLLUPS_BYTES = 450_000
 ROLLUPS_BYTES_BEFORE = 1_900_000
 
 GENERATION_BOUND = "generation-clock-bound"  # (the patch: runs begun before take any generation)
-# Bytes the signals between two cycles may add to the history before the shard continues as
-# new at once (`_watch_history`): a thousand clusters' roll-ups of ~2 KB are 2 MB; a flood of
-# refused signals of the largest payload the server takes (600 KB) passes it after 14, the
-# server's 50 MB after 84. Runs begun before wait for their cycle.
-SURGE_BYTES = 8_000_000
-HISTORY_SURGE = "continue-as-new-on-history-surge"
 
 
 def rollups_bytes() -> int:
@@ -75,6 +68,7 @@ def rollups_bytes() -> int:
 class ShardWorkflow(
     InstructionHandlers,
     AuditHandlers,
+    GenerationReset,
     TransitionResults,
     ShardQueries,
     ShardCycle,
@@ -109,10 +103,7 @@ class ShardWorkflow(
         self.early_bytes = 0
         self.guard = Guard(self, "Shard")
         # The signals' bytes when the last cycle ended (None until the cycles begin), and
-        # whether signals since grew the history past SURGE_BYTES: a flood (`_watch_history`).
-        self.cycle_signals: int | None = None
-        self.surge = False
-        self.guard.on_signal = self._watch_history
+        self.surge = HistorySurge(self.guard, SURGE_BYTES, self._wake)
         self.inputs = TransitionInputs(self.shard, self.cfg)
         self.providers = ProviderSync(self.shard, self.cfg, self.inputs, self._note_failure)
         self.shadow = ShadowSync(self.shard, self.cfg, self.providers, self._note_failure)
@@ -216,36 +207,6 @@ class ShardWorkflow(
         if reason:
             raise Rejected(reason)
 
-    @workflow.update
-    @guarded
-    def reset_generation(self, raw: RawValue = NO_ARGUMENT) -> dict[str, Any]:
-        """An operator forgets a cluster's roll-up generation (`bigfleet cluster NAME
-        --reset-generation`): a generation far ahead of what its operator sends made every
-        later roll-up stale (issue 44). Its needs stay in force; its next roll-up applies
-        whatever its generation. Recorded with the shard's refused roll-ups (`status`)."""
-        self._reset_ok(raw)
-        ask: ResetGeneration = self.guard.arg(raw, ResetGeneration, "reset_generation")
-        was = self.shard.needs.reset_generation(ask.cluster)
-        note = (
-            f"cluster {ask.cluster}: generation {was} reset by an operator"
-            + (f" ({clip(ask.reason, 120)})" if ask.reason else "")
-            + "; its next roll-up applies"
-        )
-        self.shard.rejections.append(note)
-        workflow.logger.warning("Shard: %s", note)
-        return {"cluster": ask.cluster, "was": was}
-
-    @reset_generation.validator
-    def _reset_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
-        self._not_restoring()
-        ask: ResetGeneration = self.guard.arg(raw, ResetGeneration, "reset_generation")
-        if self.shard.needs.generation(ask.cluster) < 0:
-            self.guard.count("reset_generation")
-            raise Rejected(
-                f"reset_generation: cluster: {clip(ask.cluster, 80)} has no generation on "
-                f"shard {self.cfg.shard} (not served here, or reset already)"
-            )
-
     @accepts(dict[str, str], optional=True)
     def revived(self, proof: dict[str, str] | None) -> None:
         """Sent by `revive_shard` right after the reset that brought this run back from the
@@ -263,20 +224,6 @@ class ShardWorkflow(
         if self.revive or self.revived_run:
             raise Rejected("revived: this run was already revived")
         self.revive = self.revived_run = True
-
-    def _watch_history(self) -> None:
-        """After each signal: signals that added SURGE_BYTES to the history since the last cycle
-        ended are a flood (a refused signal is in it all the same, and the server ends a run
-        at 50 MB): the next cycle comes at once and the shard continues as new after it,
-        without quiet cycles first (`_close_or_continue`). Runs begun before wait for their
-        cycle."""
-        if self.cycle_signals is None or self.surge:
-            return
-        if self.guard.signal_bytes - self.cycle_signals <= SURGE_BYTES:
-            return
-        if workflow.patched(HISTORY_SURGE):
-            workflow.logger.warning("Shard: history grew fast (a flood?): continuing as new")
-            self.surge = self.woken = True
 
     async def _after_revival(self) -> None:
         """Back from a dead run's durable state (design §6): a new epoch fences the dead run's
@@ -318,7 +265,7 @@ class ShardWorkflow(
                 return  # (retired)
             cycles_this_run += 1
             machine_cycles += len(self.shard.inventory)
-            self.cycle_signals = self.guard.signal_bytes
+            self.surge.mark()
             closing, quiet_cycles = await self._close_or_continue(
                 cycles_this_run, machine_cycles, quiet_cycles
             )
@@ -382,7 +329,7 @@ class ShardWorkflow(
         # snapshot store, the adoption): `_history_full` counts what the cycles add to it.
         info = workflow.info()
         self.base_history = (info.get_current_history_size(), info.get_current_history_length())
-        self.cycle_signals = self.guard.signal_bytes  # (`_watch_history` from here on)
+        self.surge.mark()  # (a flood is watched for from here on)
         # A cycle that never waits on Temporal: starts and notices go through the outbox,
         # which `pump` sends beside the loop (issue 32; runs begun before wait as they did).
         self.background = workflow.patched("background-outbox") and not self.cfg.shadow
@@ -473,12 +420,12 @@ class ShardWorkflow(
         close with a quiet cycle while something is out; the next cycle's `closing` and the
         quiet cycles so far."""
         due = (
-            self.surge
+            self.surge.surged
             or self._history_full()
             or cycles_this_run >= self.cfg.max_cycles_per_run
             or self._replay_budget_spent(machine_cycles)
         ) and self._may_continue_as_new()
-        quiet = quiet_cycles < QUIET_CYCLES and not self.surge  # (a flood: at once)
+        quiet = quiet_cycles < QUIET_CYCLES and not self.surge.surged  # (a flood: at once)
         if due and quiet and not self._settled() and self._quiet_first():
             self.outbox.holding = True  # (its current wave is its last)
             return True, quiet_cycles + 1

@@ -72,6 +72,13 @@ def _fits(results: list[TransitionResult], rollups: list[dict[str, Any]]) -> boo
     return size <= most
 
 
+# Bytes the signals between two cycles may add to the history before the shard continues as
+# new at once (`HistorySurge`): a thousand clusters' roll-ups of ~2 KB are 2 MB; a flood of
+# refused signals of the largest payload the server takes (600 KB) passes it after 14, the
+# server's 50 MB after 84. Runs begun before wait for their cycle.
+SURGE_BYTES = 8_000_000
+
+
 class CarriesState(ShardParts):
     """How a shard run hands its state to the next, and takes it back."""
 
@@ -314,6 +321,11 @@ class CarriesState(ShardParts):
         wave of starts still out took 1.6-2.6 s to come back on a loaded server (issue 32).
         Runs begun before continue as new at once."""
         return self.mailbox and workflow.patched("quiet-cycle-before-continue")
+
+    def _wake(self) -> None:
+        """A flood (`HistorySurge`): the next cycle comes at once, and the run continues as new
+        after it without quiet cycles first (`_close_or_continue`)."""
+        self.woken = True
 
     def _history_full(self) -> bool:
         """Time to continue as new: Temporal suggests it (past a few MB or thousands of
