@@ -420,9 +420,10 @@ def render_comparison(result: dict[str, Any]) -> str:
             held = ", ".join(
                 f"{c} {h['share']}/{h['peak']}" for c, h in pool["clusters"].items() if h["share"]
             )
+            spare = pool["unallocated"]
             out.append(
-                f"  {kind} ({pool['machines']}): {held or 'none'}; "
-                f"unallocated {pool['unallocated']} (paid, idle)"
+                f"  {kind} ({pool['machines']}): {held or 'none'}"
+                + (f"; unallocated {spare} (paid, idle)" if spare else "")
             )
     out.append("")
     out.append("capacity per cluster in the per-cluster run (quota lines not named: whole):")
