@@ -11,9 +11,10 @@ simulated providers and cost model:
   (given counts). The split is over the whole pool of a *kind* (a provider's racks or reserved
   lines of one instance type, any zone): the kind's machines are apportioned by largest
   remainder, then each cluster's share is laid onto the kind's racks or lines (`lay_out`). So
-  the shares add up to every rack and line, both runs own (and pay for) the same hardware, and
-  rounding happens once per kind, not once per rack. A kind nobody's needs can use is split
-  evenly.
+  rounding happens once per kind, not once per rack. No cluster gets more of an owned kind
+  than it could use at its peak, a need fitting several owned kinds counted once over them
+  (`owned_counts`); what no cluster can use stays unallocated, and the per-cluster run pays
+  for it idle (`unallocated`), so both runs own (and pay for) the same hardware.
 - **Cloud capacity bought on demand** (on-demand and spot quota lines): by default
   (`cloud="split"`) each line is split like fixed capacity, per kind (provider, instance type,
   capacity type) by the clusters' demand, so both runs can buy the same cloud capacity in all:
@@ -32,7 +33,7 @@ import json
 import math
 import pathlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, RootModel
@@ -66,6 +67,11 @@ class Unit:
     @property
     def key(self) -> str:
         return f"{self.provider}/{self.name}"
+
+    @property
+    def owned(self) -> bool:
+        """A rack or a reserved line: paid for whether used or not."""
+        return not self.capacity_type
 
     @property
     def kind(self) -> str:
@@ -106,6 +112,13 @@ class Demand:
     units: dict[str, list[float]]
     kinds: dict[str, dict[str, float]]
     same_rack: set[str]
+    # Per cluster, per set of kinds (indexes into the kinds in order of first unit): its demand
+    # (by the rule) for machines of needs that fit exactly the kinds of that set, each need
+    # counted once: a need fitting two pools is one entry, not one in each.
+    groups: dict[str, dict[frozenset[int], float]] = field(default_factory=dict)
+    # The same at the peak, whatever the rule (a cluster's owned share is capped by its peak).
+    group_peaks: dict[str, dict[frozenset[int], float]] = field(default_factory=dict)
+    kind_peaks: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def demand_weights(scenario: Scenario, units: list[Unit], rule: Split) -> dict[str, list[float]]:
@@ -140,32 +153,47 @@ def demand_of(scenario: Scenario, units: list[Unit], rule: Split) -> Demand:
     width = len(units) + len(kinds)  # one level per unit, then one per kind
     events = [(t, c, needs) for t, _, c, needs in sorted(sim._timeline)]
     weights = {c.name: [0.0] * width for c in scenario.clusters}
+    peaks = {c.name: [0.0] * width for c in scenario.clusters}
+    groups: dict[str, dict[frozenset[int], float]] = {c: {} for c in weights}
+    group_peaks: dict[str, dict[frozenset[int], float]] = {c: {} for c in weights}
     same_rack: set[str] = set()
-    last: dict[str, tuple[float, list[float]]] = {}
+    last: dict[str, tuple[float, list[float], dict[frozenset[int], float]]] = {}
     end = scenario.duration_seconds
     for t, cluster, needs in [*events, *((end, c, None) for c in weights)]:
         if cluster in last and rule == "mean":
-            since, level = last[cluster]
+            since, level, by_group = last[cluster]
             for u, v in enumerate(level):
                 weights[cluster][u] += v * (min(t, end) - since) / end
+            for g, v in by_group.items():
+                groups[cluster][g] = groups[cluster].get(g, 0.0) + v * (min(t, end) - since) / end
         if needs is None:
             continue
         level = [0.0] * width
+        by_group = {}
         for i, need in enumerate(needs):
             fit = units_of(cluster, i, need)
             for u in fit:
                 level[u] += need.count
-            for k in {kind_of[u] for u in fit}:
+            fits_kinds = frozenset(kind_of[u] for u in fit)
+            for k in fits_kinds:
                 level[len(units) + k] += need.count
+            if fits_kinds and need.count > 0:
+                by_group[fits_kinds] = by_group.get(fits_kinds, 0.0) + need.count
             if need.same == RACK and need.count > 0:
                 same_rack.add(cluster)
-        if rule == "peak":
-            weights[cluster] = [max(a, b) for a, b in zip(weights[cluster], level, strict=True)]
-        last[cluster] = (min(t, end), level)
+        peaks[cluster] = [max(a, b) for a, b in zip(peaks[cluster], level, strict=True)]
+        for g, v in by_group.items():
+            group_peaks[cluster][g] = max(group_peaks[cluster].get(g, 0.0), v)
+        last[cluster] = (min(t, end), level, by_group)
+    if rule == "peak":
+        weights, groups = peaks, group_peaks
     return Demand(
         units={c: w[: len(units)] for c, w in weights.items()},
         kinds={c: dict(zip(kinds, w[len(units) :], strict=True)) for c, w in weights.items()},
         same_rack=same_rack,
+        groups=groups,
+        group_peaks=group_peaks,
+        kind_peaks={c: dict(zip(kinds, w[len(units) :], strict=True)) for c, w in peaks.items()},
     )
 
 
@@ -204,8 +232,8 @@ def split_counts(count: int, weights: list[float]) -> list[int]:
     if not weights:
         return []
     total = sum(weights)
-    exact = [count * w / total for w in weights] if total > 0 else [count / len(weights)] * len(
-        weights
+    exact = (
+        [count * w / total for w in weights] if total > 0 else [count / len(weights)] * len(weights)
     )
     parts = [math.floor(x) for x in exact]
     order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - parts[i]), i))
@@ -234,13 +262,14 @@ def shares(
     if not units:
         return out
     demand = demand_of(scenario, units, rule)
-    for kind in dict.fromkeys(u.kind for u in units):
+    kinds = list(dict.fromkeys(u.kind for u in units))
+    totals = {k: sum(u.count for u in units if u.kind == k) for k in kinds}
+    owned = owned_counts(clusters, kinds, totals, demand, {u.kind for u in units if u.owned})
+    for kind in kinds:
         members = [u for u, unit in enumerate(units) if unit.kind == kind]
-        total = sum(units[u].count for u in members)
-        counts = split_counts(total, [demand.kinds[c][kind] for c in clusters])
-        usable = {
-            c: [u for u in members if demand.units[c][u] > 0] or members for c in clusters
-        }
+        total = totals[kind]
+        counts = owned.get(kind) or split_counts(total, [demand.kinds[c][kind] for c in clusters])
+        usable = {c: [u for u in members if demand.units[c][u] > 0] or members for c in clusters}
         placed = lay_out(
             [units[u].count for u in members],
             [
@@ -255,6 +284,111 @@ def shares(
         for c, parts in zip(clusters, placed, strict=True):
             for u, n in zip(members, parts, strict=True):
                 out[c][units[u].key] = n
+    return out
+
+
+def owned_counts(
+    clusters: list[str],
+    kinds: list[str],
+    totals: Mapping[str, int],
+    demand: Demand,
+    owned: set[str],
+) -> dict[str, list[int]]:
+    """Per owned kind (racks, reserved lines), each cluster's machines of it: never more than
+    the cluster could use at its peak, a need that fits several kinds counted once over them,
+    and what no cluster can use left unallocated (the per-cluster run still pays for it).
+
+    Each kind (in order) is split over the clusters in proportion to the rule's demand for it,
+    a need that fits several owned kinds weighing on each by the kind's share of their
+    machines; each cluster is capped by what is left of its peak demand for the kind
+    (`capped_split`), and what it takes comes off the needs it serves. A second pass offers
+    what is left of each kind to the clusters whose needs fitting it are still short."""
+    index = {k: i for i, k in enumerate(kinds)}
+    mine = frozenset(index[k] for k in owned)
+    left: dict[str, dict[frozenset[int], float]] = {c: {} for c in clusters}
+    weight: dict[str, dict[frozenset[int], float]] = {c: {} for c in clusters}
+    for into, of in ((left, demand.group_peaks), (weight, demand.groups)):
+        for c in clusters:
+            for g, v in of.get(c, {}).items():
+                if g & mine:
+                    into[c][g & mine] = into[c].get(g & mine, 0.0) + v
+    room = {k: totals[k] for k in kinds if k in owned}
+    size = {index[k]: n for k, n in room.items()}
+    out = {k: [0] * len(clusters) for k in room}
+    for second in (False, True):
+        for kind in room:
+            k = index[kind]
+            serves = [
+                sorted((g for g in left[c] if k in g), key=lambda g: (len(g), sorted(g)))
+                for c in clusters
+            ]
+            caps = [
+                max(
+                    0,
+                    math.floor(
+                        min(
+                            sum(left[c][g] for g in gs),
+                            demand.kind_peaks.get(c, {}).get(kind, 0.0) - out[kind][i],
+                        )
+                    ),
+                )
+                for i, (c, gs) in enumerate(zip(clusters, serves, strict=True))
+            ]
+            weights = [
+                sum(left[c][g] for g in gs)
+                if second
+                else sum(weight[c].get(g, 0.0) * size[k] / sum(size[j] for j in g) for g in gs)
+                for c, gs in zip(clusters, serves, strict=True)
+            ]
+            given = capped_split(room[kind], weights, caps)
+            room[kind] -= sum(given)
+            for i, (c, gs, n) in enumerate(zip(clusters, serves, given, strict=True)):
+                out[kind][i] += n
+                for g in gs:
+                    took = min(float(n), left[c][g])
+                    left[c][g] -= took
+                    n -= int(took)
+    return out
+
+
+def capped_split(count: int, weights: list[float], caps: list[int]) -> list[int]:
+    """At most `count` machines in proportion to `weights` (`split_counts`), none past its cap:
+    what a capped entry cannot take is split again over the others; what nobody can take is
+    left over."""
+    parts = [0] * len(weights)
+    active = [i for i, cap in enumerate(caps) if cap > 0]
+    while active and count - sum(parts) > 0:
+        before = sum(parts)
+        for i, x in zip(
+            active, split_counts(count - before, [weights[i] for i in active]), strict=True
+        ):
+            parts[i] += min(x, caps[i] - parts[i])
+        active = [i for i in active if parts[i] < caps[i]]
+        if sum(parts) == before:
+            break
+    return parts
+
+
+def unallocated(
+    scenario: Scenario, split_of: Mapping[str, Mapping[str, int]]
+) -> list[tuple[Unit, int, float, str]]:
+    """The owned machines no cluster was given: (unit, machines, price an hour, capacity
+    type) per unit with some. The per-cluster run pays for them all the same."""
+    prices: dict[str, tuple[float, str]] = {}
+    for spec in scenario.providers:
+        if isinstance(spec, BareMetalProviderSpec):
+            for r in spec.racks:
+                prices[f"{spec.name}/{r.rack}"] = (float(r.price_per_hour), "bare-metal")
+        else:
+            for q in spec.quota:
+                if q.capacity_type is CapacityType.RESERVED:
+                    key = f"{spec.name}/{q.instance_type}/{q.zone}"
+                    prices[key] = (float(q.price_per_hour), "reserved")
+    out = []
+    for unit in fixed_units(scenario):
+        spare = unit.count - sum(parts.get(unit.key, 0) for parts in split_of.values())
+        if spare > 0 and unit.key in prices:
+            out.append((unit, spare, *prices[unit.key]))
     return out
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .baseline import Cloud, Split, cluster_scenario, shares
+from .baseline import Cloud, Split, cluster_scenario, demand_of, fixed_units, shares, unallocated
 from .measures import BANDS
 from .report import Run, report_of
 from .run import Simulation
@@ -29,7 +29,56 @@ def per_cluster_report(
         sim = Simulation(cluster_scenario(scenario, cluster.name, split_of[cluster.name]), seed)
         sim.run()
         runs.append(Run.of(sim))
-    return report_of(Run.merged(scenario, seed, runs)), split_of
+    report = report_of(Run.merged(scenario, seed, runs))
+    bill_unallocated(report, scenario, split_of)
+    return report, split_of
+
+
+def bill_unallocated(
+    report: dict[str, Any], scenario: Scenario, split_of: Mapping[str, Mapping[str, int]]
+) -> None:
+    """Owned machines no cluster could use still cost the per-cluster run the whole run, idle
+    (both runs pay for the same hardware)."""
+    hours = scenario.duration_seconds / 3600.0
+    summary, cost = report["summary"], report["cost"]
+    for _, machines, price, capacity_type in unallocated(scenario, split_of):
+        extra = machines * price * hours
+        cost["by_capacity_type"][capacity_type] = round(
+            cost["by_capacity_type"].get(capacity_type, 0.0) + extra, 2
+        )
+        cost["total"] = summary["cost_total"] = round(summary["cost_total"] + extra, 2)
+        cost["idle_machine_hours"] = summary["idle_machine_hours"] = round(
+            summary["idle_machine_hours"] + machines * hours, 2
+        )
+    useful = summary["useful_machine_hours"]
+    summary["cost_per_useful_machine_hour"] = (
+        round(summary["cost_total"] / useful, 4) if useful else None
+    )
+
+
+def owned_pools(
+    scenario: Scenario, split_of: Mapping[str, Mapping[str, int]]
+) -> dict[str, dict[str, Any]]:
+    """Per owned pool (a provider's racks or reserved lines of one instance type): its
+    machines, each cluster's share of it against its peak demand for it, and what no cluster
+    was given."""
+    units = [u for u in fixed_units(scenario) if u.owned]
+    if not units:
+        return {}
+    peaks = demand_of(scenario, units, "peak").kind_peaks
+    out: dict[str, dict[str, Any]] = {}
+    for unit in units:
+        pool = out.setdefault(unit.kind, {"machines": 0, "clusters": {}, "unallocated": 0})
+        pool["machines"] += unit.count
+        for cluster, parts in split_of.items():
+            n = parts.get(unit.key, 0)
+            peak = peaks.get(cluster, {}).get(unit.kind, 0.0)
+            if n or peak:
+                held = pool["clusters"].setdefault(cluster, {"share": 0, "peak": int(peak)})
+                held["share"] += n
+    for pool in out.values():
+        pool["unallocated"] = pool["machines"] - sum(h["share"] for h in pool["clusters"].values())
+    return out
 
 
 def compare(
@@ -41,7 +90,9 @@ def compare(
 ) -> dict[str, Any]:
     fleet = Simulation(scenario, seed).run()
     baseline, split_of = per_cluster_report(scenario, seed, split, quotas, cloud)
-    return comparison(fleet, baseline, scenario.name, split, cloud, split_of)
+    out = comparison(fleet, baseline, scenario.name, split, cloud, split_of)
+    out["owned_pools"] = owned_pools(scenario, split_of)
+    return out
 
 
 def comparison(
@@ -72,9 +123,7 @@ SERVICE_BANDS = tuple(b for b in BANDS if b in (">=900000", "500000-899999"))
 LABELS = {"bigfleet": "BigFleet", "per_cluster": "per-cluster"}
 
 
-def served_worse(
-    worse: dict[str, Any], than: dict[str, Any]
-) -> dict[str, dict[str, float]]:
+def served_worse(worse: dict[str, Any], than: dict[str, Any]) -> dict[str, dict[str, float]]:
     """The service bands in which the run of summary `worse` served a smaller fraction of what
     was asked than the run of summary `than`: band -> {"served": ..., "against": ...}."""
     out = {}
@@ -125,8 +174,9 @@ def _verdict_text(
     who = "bigfleet" if cheaper == "equal" else cheaper
     other = "per_cluster" if who == "bigfleet" else "bigfleet"
     if cheaper == "equal":
-        head, subject = f"BigFleet and per-cluster cost the same ({_dollars(costs[who])})", (
-            ", {} BigFleet serves"
+        head, subject = (
+            f"BigFleet and per-cluster cost the same ({_dollars(costs[who])})",
+            (", {} BigFleet serves"),
         )
     else:
         head = (
@@ -181,8 +231,10 @@ def headline(fleet: dict[str, Any], alone: dict[str, Any]) -> dict[str, Any]:
     if top is not None:
         a, b = duration(p99["bigfleet"]), duration(p99["per_cluster"])
         # Said as printed: two waits that read the same are "as long".
-        way = " as long" if a == b else _which_way(
-            p99["bigfleet"], p99["per_cluster"], ("longer", "less", "as long")
+        way = (
+            " as long"
+            if a == b
+            else _which_way(p99["bigfleet"], p99["per_cluster"], ("longer", "less", "as long"))
         )
         clauses.append(f"the highest band ({top}) waited{way}: p99 {a} against {b}")
     return {
@@ -234,7 +286,7 @@ def _percents(a: float | None, b: float | None) -> tuple[str, str]:
 
 
 def _which_way(mine: float | None, theirs: float | None, words: tuple[str, str, str]) -> str:
-    """" " + words[0] when mine is greater, [1] smaller, [2] equal; "" when either is missing."""
+    """ " " + words[0] when mine is greater, [1] smaller, [2] equal; "" when either is missing."""
     if mine is None or theirs is None:
         return ""
     return " " + (words[0] if mine > theirs else words[1] if mine < theirs else words[2])
@@ -362,6 +414,17 @@ def render_comparison(result: dict[str, Any]) -> str:
     out.append(result["verdict"]["text"])
     if "equal_service" in result:
         out += ["", *_equal_service_lines(result["equal_service"])]
+    if result.get("owned_pools"):
+        out += ["", "owned pools in the per-cluster run: each cluster's share / its peak demand"]
+        for kind, pool in result["owned_pools"].items():
+            held = ", ".join(
+                f"{c} {h['share']}/{h['peak']}" for c, h in pool["clusters"].items() if h["share"]
+            )
+            spare = pool["unallocated"]
+            out.append(
+                f"  {kind} ({pool['machines']}): {held or 'none'}"
+                + (f"; unallocated {spare} (paid, idle)" if spare else "")
+            )
     out.append("")
     out.append("capacity per cluster in the per-cluster run (quota lines not named: whole):")
     for cluster, parts in result["shares"].items():

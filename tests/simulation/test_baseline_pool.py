@@ -1,12 +1,23 @@
 """The per-cluster baseline's shares of fixed capacity are apportioned over the whole pool of a
-kind (docs/simulation.md, "Rounding once per kind"), then laid onto its racks."""
+kind (docs/simulation.md, "Rounding once per kind"), then laid onto its racks; no cluster gets
+more of an owned pool than it could use at its peak (issue 44)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from bigfleet.simulation.baseline import lay_out, shares, split_counts
+import pytest
+
+from bigfleet.simulation.baseline import (
+    cluster_scenario,
+    lay_out,
+    shares,
+    split_counts,
+    unallocated,
+)
+from bigfleet.simulation.compare import compare, per_cluster_report, render_comparison
+from bigfleet.simulation.run import Simulation
 from bigfleet.simulation.scenario import Scenario
 
 from .scenarios import bare_metal, cloud, cluster, need, quota, rack, scenario
@@ -30,30 +41,88 @@ def worked_example() -> Scenario:
     )
 
 
-def test_the_worked_example_rounds_once_over_the_pool_not_once_per_rack() -> None:
-    """Per rack (the old split): 10 x 5/16 = 3.125 for a, b, c and 10 x 1/16 = 0.625 for d;
-    floors 3, 3, 3, 0 leave one machine, and d's remainder (0.625) is the largest: every rack
-    gives d one, so d holds 3 machines for a peak of 1 (its fair part of 30 is 1.875).
-    Whole pool: 30 x 5/16 = 9.375 and 30 x 1/16 = 1.875; floors 9, 9, 9, 1 leave two: d
-    (0.875) and then a (0.375, the tie going to the first) -> 10, 9, 9, 2. Laid out, largest
-    share first, each on the rack with the least room that holds all of it: a r1, b r2, c r3;
-    d's 2 fit on no single rack, so one goes on r2 and one on r3."""
-    per_rack = split_counts(10, [5, 5, 5, 1])
-    assert per_rack == [3, 3, 3, 1]
-    old_totals = {c: 3 * n for c, n in zip("abcd", per_rack, strict=True)}
-    assert old_totals == {"a": 9, "b": 9, "c": 9, "d": 3}
-
+def test_no_cluster_gets_more_owned_machines_than_its_peak() -> None:
+    """Issue 44: the whole pool was handed out in proportion to the peaks, so a, b, c (peak 5)
+    held 10, 9, 9 and d (peak 1) 2 of the 30 machines. Now each holds its peak and the 14 no
+    cluster can use are left unallocated (the per-cluster run pays for them, idle). The
+    largest remainder still rounds once over the pool: per rack, d would get one a rack."""
+    assert split_counts(10, [5, 5, 5, 1]) == [3, 3, 3, 1]  # per rack: d 3 for a peak of 1
     split = shares(worked_example(), "peak")
-    assert split == {
-        "a": {"dc-ams/r1": 10, "dc-ams/r2": 0, "dc-ams/r3": 0},
-        "b": {"dc-ams/r1": 0, "dc-ams/r2": 9, "dc-ams/r3": 0},
-        "c": {"dc-ams/r1": 0, "dc-ams/r2": 0, "dc-ams/r3": 9},
-        "d": {"dc-ams/r1": 0, "dc-ams/r2": 1, "dc-ams/r3": 1},
+    assert {c: sum(parts.values()) for c, parts in split.items()} == {
+        "a": 5, "b": 5, "c": 5, "d": 1,
+    }  # fmt: skip
+    assert split["d"] == {"dc-ams/r1": 0, "dc-ams/r2": 1, "dc-ams/r3": 0}
+    for r in RACKS:
+        assert sum(parts[r] for parts in split.values()) <= 10
+    assert [(u.key, n) for u, n, _, _ in unallocated(worked_example(), split)] == [
+        ("dc-ams/r2", 4), ("dc-ams/r3", 10),
+    ]  # fmt: skip
+
+
+def two_gpu_sites() -> Scenario:
+    """Owned GPUs in two datacenters (16 in ams, 12 in iad): research (peak 12) can use
+    either; infer-a (8) only ams, infer-b (6) only iad."""
+    in_zone = lambda z: [  # noqa: E731
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [z]}
+    ]
+    return parsed(
+        scenario(
+            [
+                bare_metal(rack("ams-gpu", 16)),
+                bare_metal(rack("iad-gpu", 12, zone="iad-1"), name="dc-iad"),
+            ],
+            [
+                cluster("research", (0, [need(0, 12)])),
+                cluster("infer-a", (0, [need(MID, 8, requirements=in_zone("ams-1"))])),
+                cluster("infer-b", (0, [need(MID, 6, requirements=in_zone("iad-1"))])),
+            ],
+            600,
+        )
+    )
+
+
+def test_a_need_that_fits_two_pools_is_split_not_counted_in_full_toward_both() -> None:
+    """Issue 44 (the day example's research-gpu, 163 owned GPUs for a peak of 150, while the
+    inference clusters bought p5 on-demand). Counted in full in each pool, research weighed 12
+    against infer-a's 8 for ams's 16 (10 : 6) and 12 against infer-b's 6 for iad's 12 (8 : 4):
+    18 machines for a peak of 12, the inference clusters short. Split, it weighs on each pool
+    by its share of the machines and stops at its peak: the inference clusters get theirs."""
+    split = shares(two_gpu_sites(), "peak")
+    held = {c: sum(parts.values()) for c, parts in split.items()}
+    assert held == {"research": 12, "infer-a": 8, "infer-b": 6}
+    assert split["research"] == {"dc-ams/ams-gpu": 8, "dc-iad/iad-gpu": 4}
+    assert [(u.key, n) for u, n, _, _ in unallocated(two_gpu_sites(), split)] == [
+        ("dc-iad/iad-gpu", 2)
+    ]
+
+
+def test_the_report_shows_each_clusters_share_of_each_owned_pool() -> None:
+    result = compare(two_gpu_sites())
+    assert result["owned_pools"] == {
+        "dc-ams/gpu-8xh100": {
+            "machines": 16,
+            "clusters": {"research": {"share": 8, "peak": 12}, "infer-a": {"share": 8, "peak": 8}},
+            "unallocated": 0,
+        },
+        "dc-iad/gpu-8xh100": {
+            "machines": 12,
+            "clusters": {"research": {"share": 4, "peak": 12}, "infer-b": {"share": 6, "peak": 6}},
+            "unallocated": 2,
+        },
     }
-    totals = {c: sum(parts.values()) for c, parts in split.items()}
-    assert totals == {"a": 10, "b": 9, "c": 9, "d": 2} != old_totals
-    for r in RACKS:  # both runs own the same hardware
-        assert sum(parts[r] for parts in split.values()) == 10
+    text = render_comparison(result)
+    assert "dc-iad/gpu-8xh100 (12): research 4/12, infer-b 6/6; unallocated 2" in text
+
+
+def test_owned_machines_no_cluster_was_given_are_still_paid_for() -> None:
+    """The 2 iad GPUs nobody was given cost the per-cluster run 10 minutes each, idle."""
+    sc = two_gpu_sites()
+    split = shares(sc, "peak")
+    report, _ = per_cluster_report(sc)
+    runs = [Simulation(cluster_scenario(sc, c, split[c])).run() for c in split]
+    paid = sum(r["summary"]["cost_total"] for r in runs)
+    price = sc.providers[1].racks[0].price_per_hour  # type: ignore[union-attr]
+    assert report["summary"]["cost_total"] == pytest.approx(paid + 2 * price * 600 / 3600, abs=0.02)
 
 
 def test_a_one_rack_need_gets_its_share_on_one_rack() -> None:
@@ -107,7 +176,9 @@ def test_reserved_lines_of_one_type_are_one_pool_over_their_zones() -> None:
     split = shares(parsed(raw), "peak")
     assert {c: sum(p.values()) for c, p in split.items()} == {"a": 3, "b": 2, "c": 1}
     assert {c: p["aws/m6i.xlarge/us-east-1a"] for c, p in split.items()} == {
-        "a": 3, "b": 0, "c": 0,
+        "a": 3,
+        "b": 0,
+        "c": 0,
     }
 
 

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from activities.wire import shard_workflow_id
+from activities.wire.shard import ShardConfig
 from bigfleet.models import from_wire
 from bigfleet.simulation.scenario import Scenario
 from workers.args import bounded_int, shard_count
@@ -98,6 +99,9 @@ def fraction(text: str) -> float:
     return value
 
 
+CYCLES_PER_RUN: int = ShardConfig.model_fields["max_cycles_per_run"].default
+
+
 def register(bench: argparse._SubParsersAction) -> None:
     """`bench fleet` under the offline `bench` verb of bigfleet/cli.py."""
     raw = argparse.RawDescriptionHelpFormatter
@@ -117,6 +121,12 @@ def register(bench: argparse._SubParsersAction) -> None:
             bounded_int("a number of starts", 1, 10_000),
             100,
             "of them in flight at once; ",
+        ),
+        (
+            "--cycles-per-run",
+            bounded_int("a number of cycles", 1, 1_000_000),
+            CYCLES_PER_RUN,
+            "a shard continues as new after this many cycles (or when the server asks); ",
         ),
     )
     for option, kind, default, text in sizes:
@@ -188,7 +198,8 @@ async def measure(binary: Any, args: argparse.Namespace) -> dict[str, Any]:
         run = Run(shards=args.shards, shard_pid=shard_proc.pid)
         try:
             began = time.time()
-            await ensure_shards(client, scenario)  # the coordinator too
+            # the coordinator too
+            await ensure_shards(client, scenario, max_cycles_per_run=args.cycles_per_run)
             shards = [client.get_workflow_handle(wid) for wid in shard_ids(args.shards)]
             run.adopted = await adopted(shards, args.machines)
             adopt_s = time.time() - began
