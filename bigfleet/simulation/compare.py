@@ -20,16 +20,45 @@ def per_cluster_report(
     split: Split = "peak",
     quotas: Mapping[str, Mapping[str, int]] | None = None,
     cloud: Cloud = "split",
+    runs: RunCache | None = None,
 ) -> tuple[dict[str, Any], dict[str, dict[str, int]]]:
-    """The baseline run's report, and the split of the capacity it used."""
+    """The baseline run's report, and the split of the capacity it used. With `runs`, a
+    cluster whose own scenario was run before (the planner changing another kind's racks) is
+    not run again."""
     seed = scenario.seed if seed is None else seed
     split_of = shares(scenario, split, quotas, cloud)
-    runs = []
-    for cluster in scenario.clusters:
-        sim = Simulation(cluster_scenario(scenario, cluster.name, split_of[cluster.name]), seed)
+    cache = runs if runs is not None else RunCache()
+    merged = [
+        cache.run(cluster_scenario(scenario, cluster.name, split_of[cluster.name]), seed)
+        for cluster in scenario.clusters
+    ]
+    return report_of(Run.merged(scenario, seed, merged)), split_of
+
+
+class RunCache:
+    """Each cluster's last few runs by their scenario and seed (a run is deterministic for
+    them). A few per cluster: the planner's next fleet differs from a recent one in one kind,
+    and a run's records take memory."""
+
+    KEEP = 4
+
+    def __init__(self) -> None:
+        self.by_cluster: dict[str, dict[str, Run]] = {}
+        self.simulated = 0
+
+    def run(self, scenario: Scenario, seed: int) -> Run:
+        key = f"{seed}:{scenario.model_dump_json()}"
+        mine = self.by_cluster.setdefault(scenario.name, {})
+        if key in mine:
+            mine[key] = mine.pop(key)  # most recently used last
+            return mine[key]
+        sim = Simulation(scenario, seed)
         sim.run()
-        runs.append(Run.of(sim))
-    return report_of(Run.merged(scenario, seed, runs)), split_of
+        self.simulated += 1
+        mine[key] = Run.of(sim)
+        while len(mine) > self.KEEP:
+            del mine[next(iter(mine))]
+        return mine[key]
 
 
 def compare(
@@ -264,6 +293,14 @@ def _equal_service_lines(eq: dict[str, Any]) -> list[str]:
         out.append(
             f"  cheapest found: {racks}, cost {_dollars(best['cost'])} ({eq['runs']} simulations)"
         )
+        if eq["budget_spent"]:
+            out.append(
+                "  (cut short by --equal-service-runs: an upper bound on the per-cluster cost; "
+                "not searched: "
+                + "; ".join(f"{g['kind']} {g['from']} to {g['to']} machines"
+                            for g in eq["unsearched"])
+                + ")"
+            )
         out.append(
             f"  BigFleet costs {_dollars(abs(d))} {'less' if d >= 0 else 'more'} than per-cluster "
             "at the same service"
