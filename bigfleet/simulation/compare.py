@@ -293,19 +293,17 @@ def _equal_service_lines(eq: dict[str, Any]) -> list[str]:
         out.append(
             f"  cheapest found: {racks}, cost {_dollars(best['cost'])} ({eq['runs']} simulations)"
         )
-        if eq["budget_spent"]:
-            out.append(
-                "  (cut short by --equal-service-runs: an upper bound on the per-cluster cost; "
-                "not searched: "
-                + "; ".join(f"{g['kind']} {g['from']} to {g['to']} machines"
-                            for g in eq["unsearched"])
-                + ")"
-            )
         out.append(
             f"  BigFleet costs {_dollars(abs(d))} {'less' if d >= 0 else 'more'} than per-cluster "
             "at the same service"
             if d
             else "  BigFleet costs the same as per-cluster at the same service"
+        )
+    if eq["budget_spent"]:
+        out.append(
+            "  cut short by --equal-service-runs (a longer search may find a cheaper fleet); "
+            "not searched: "
+            + "; ".join(f"{g['kind']} {g['from']} to {g['to']} machines" for g in eq["unsearched"])
         )
     if eq["free_kinds"]:
         out.append("  " + free_note(eq["free_kinds"]))
