@@ -186,6 +186,7 @@ class Line:
     counts: list[int]  # the candidates, ascending
     # Index ranges (inclusive) not settled yet: (first, last, why).
     open: list[tuple[int, int, str]] = field(default_factory=list)
+    fewest: int | None = None  # the fewest meeting the objectives, once found
 
     def run(self, i: int) -> dict[str, Any]:
         return self.search.trial({**self.at, self.kind.name: self.counts[i]})
@@ -199,54 +200,104 @@ class Line:
                 out[i] = self.search._entries[key]
         return out
 
-    def best(self) -> dict[str, Any]:
-        """The best fleet on the line (BudgetSpent with `open` set when the budget runs out)."""
+    def best(self, first: bool, hint: int | None = None) -> dict[str, Any]:
+        """The best fleet on the line (BudgetSpent with `open` set when the budget runs out).
+        The first time a kind's line is searched both its ends are run (the top missing the
+        objectives means nothing on the line meets them); later, the search starts from the
+        fleet it is at and widens its steps away from it."""
         last = len(self.counts) - 1
+        start = self.counts.index(self.at[self.kind.name])
         self.open = [(0, last, "not searched")]
-        self.run(0)
-        if not self.run(last)["met"]:
+        if first:
+            self.run(0)
+            self.run(last)
+        if not self.run(start)["met"] and not self.run(last)["met"]:
             self.open = []
             return min(self.known().values(), key=rank)
-        fewest = self._fewest_meeting()
-        self.open = [(fewest, last, "a cheaper count may lie here")]
-        self._cheapest_from(fewest)
+        self.fewest = self._fewest_meeting(start if hint is None else hint)
+        self._cheapest_from(self.fewest)
         self.open = []
         return min(self.known().values(), key=rank)
 
-    def _fewest_meeting(self) -> int:
+    def _fewest_meeting(self, hint: int) -> int:
+        """Bisection for the fewest meeting the objectives, after steps doubling from `hint`
+        (where it was on the last line of this kind) until they bracket it."""
         known = self.known()
-        hi = min(i for i, e in known.items() if e["met"])
-        lo = max((i for i, e in known.items() if not e["met"] and i < hi), default=-1)
-        while hi - lo > 1:
-            self.open = [(lo + 1, len(self.counts) - 1, "the fewest meeting the objectives "
-                          f"lies from here to {self.counts[hi]} machines; the cheapest above")]
-            mid = (lo + hi) // 2
-            if self.run(mid)["met"]:
-                hi = mid
-            else:
-                lo = mid
-        return hi
-
-    def _cheapest_from(self, fewest: int) -> None:
-        """Branch and bound over the counts from `fewest` up (all meeting the objectives)."""
-        owned = self.search.hours
+        run = known.get(hint) or self.run(hint)
+        # Both ends run (the first line of a kind): bisection at once.
+        down, step, bracketed = run["met"], 1, 0 in known and len(self.counts) - 1 in known
         while True:
             known = self.known()
-            points = sorted(i for i in known if i >= fewest)
-            cheapest = min(known[i]["cost"] for i in points if known[i]["met"])
+            hi = min(i for i, e in known.items() if e["met"])
+            lo = max((i for i, e in known.items() if not e["met"] and i < hi), default=-1)
+            if hi - lo <= 1:
+                return hi
+            self.open = [(lo + 1, len(self.counts) - 1, "the fewest meeting the objectives "
+                          f"lies from here to {self.counts[hi]} machines; the cheapest above")]
+            if bracketed:
+                probe = (lo + hi) // 2
+            elif down:
+                probe = max(lo + 1, hi - step)
+            else:
+                probe = min(hi - 1, lo + step)
+            step *= 2
+            bracketed = self.run(probe)["met"] != down
+
+    def _cheapest_from(self, fewest: int) -> None:
+        """Branch and bound over the counts from `fewest` up (all meeting the objectives):
+        run the count with the lowest bound until no gap's bound is below the cheapest run.
+        Above the highest count run, the bill's slope there says whether more can be cheaper;
+        if so, steps double upward."""
+        top = len(self.counts) - 1
+        while True:
+            known = self.known()
+            points = sorted(known)
+            cheapest = min(known[i]["cost"] for i in points if i >= fewest and known[i]["met"])
             gaps = []
             for a, c in zip(points, points[1:], strict=False):
-                if c - a < 2:
+                if a < fewest or c - a < 2:
                     continue
-                rest = known[c]["cost"] - owned * self.kind.hourly(self.counts[c])
-                bound = owned * self.kind.hourly(self.counts[a + 1]) + rest
+                met = [i for i in points if known[i]["met"]]
+                bound, i = min(
+                    (self._bound(j, met, a, c, known), abs(2 * j - a - c), j)
+                    for j in range(a + 1, c)
+                )[::2]
                 if bound < cheapest - CENT:
-                    gaps.append((bound, a, c))
-            self.open = [(a + 1, c - 1, "a cheaper count may lie here") for _, a, c in gaps]
+                    gaps.append((bound, a, c, i))
+            high = points[-1]
+            if high < top and self._falling(points, known):
+                below = points[-2] if len(points) > 1 else high - 1
+                gaps.append((-math.inf, high, top + 1, min(top, high + max(1, high - below))))
+            self.open = [(a + 1, c - 1, "a cheaper count may lie here") for _, a, c, _ in gaps]
             if not gaps:
                 return
-            _, a, c = min(gaps)
-            self.run((a + c) // 2)
+            self.run(min(gaps)[3])
+
+    def _falling(self, points: list[int], known: dict[int, dict[str, Any]]) -> bool:
+        """Whether the bill still falls at the highest count run (unknown: it may)."""
+        if len(points) < 2:
+            return True
+        return bool(known[points[-1]]["cost"] < known[points[-2]]["cost"] - CENT)
+
+    def _bound(
+        self, j: int, points: list[int], a: int, c: int, known: dict[int, dict[str, Any]]
+    ) -> float:
+        """The least the bill can be at count j, between runs a and c: the owned machines at j
+        plus the rest of c's bill (the rest does not grow with machines); and no less than the
+        lines through a and the run before it, or c and the run after it, reach at j (the
+        bill is convex: a machine more saves no more than the one before), of the runs in
+        `met` (fleets missing the objectives leave demand unserved, which costs nothing)."""
+        x = self.counts
+        cost = {i: e["cost"] for i, e in known.items()}
+        owned = self.search.hours * self.kind.hourly(x[j])
+        bounds = [owned + cost[c] - self.search.hours * self.kind.hourly(x[c])]
+        if a in points and (k := points.index(a)) > 0:
+            b = points[k - 1]
+            bounds.append(cost[a] + (x[j] - x[a]) * (cost[a] - cost[b]) / (x[a] - x[b]))
+        if c in points and (k := points.index(c)) + 1 < len(points):
+            d = points[k + 1]
+            bounds.append(cost[c] - (x[c] - x[j]) * (cost[d] - cost[c]) / (x[d] - x[c]))
+        return max(bounds)
 
 
 def cheapest_fleet(search: Search, max_factor: float, by: By = "machine") -> dict[str, Any]:
@@ -256,6 +307,7 @@ def cheapest_fleet(search: Search, max_factor: float, by: By = "machine") -> dic
     current = {k.name: k.machines(min(upper[k.name], len(k.racks))) for k in kinds}
     order = sorted(kinds, key=lambda k: -k.hourly(k.machines(len(k.racks))))
     searched: dict[str, dict[str, int]] = {}  # kind -> the other kinds when its line was searched
+    fewest: dict[str, int] = {}  # kind -> the fewest meeting the objectives on its last line
     line: Line | None = None
     passes, cut, moved = 0, False, True
     try:
@@ -267,8 +319,10 @@ def cheapest_fleet(search: Search, max_factor: float, by: By = "machine") -> dic
                 if searched.get(kind.name) == _others(current, kind.name):
                     continue
                 line = Line(search, kind, current, counts[kind.name])
-                best = line.best()
+                best = line.best(kind.name not in searched, fewest.get(kind.name))
                 searched[kind.name] = _others(current, kind.name)
+                if line.fewest is not None:
+                    fewest[kind.name] = line.fewest
                 if rank(best) < rank(here):
                     here, moved = best, True
                     current = dict(best["machines"])
