@@ -10,16 +10,21 @@ Cost is the run's whole bill (`summary["cost_total"]`): owned machines at their 
 `price_per_hour` for the whole run, plus the cloud machines the run bought. So on a line where
 only kind K changes, cost(n) = owned_K(n) + rest(n), owned_K known without a run.
 
-Two assumptions, both about one kind's count with the others fixed, make the search short:
+Assumptions, each about one kind's count n with the other kinds fixed, make the search short:
 
-- *service is monotone in capacity*: if n machines meet the objectives, so do more. The fewest
-  meeting them is found by bisection between the line's two ends, both of which are run (if the
-  top misses, nothing on the line meets them). A bigger fleet that served worse is still
-  reported (`bigger_served_worse`), so a reader sees where the assumption did not hold.
-- *more owned machines never raise the rest of the bill*: rest(n) does not grow with n. So
-  between two fleets run, a and c, no count can cost less than owned_K(a + 1) + rest(c); a gap
-  whose bound is not below the cheapest cost found is skipped, the others are split at their
-  middle (branch and bound) until every gap is settled.
+- *service grows with capacity*: if n machines meet the objectives, so do more. The first
+  time a kind is searched both ends of its line are run (the top missing the objectives means
+  nothing on the line meets them); the fewest meeting them is found by bisection, or, on a
+  later line of the kind, by steps doubling away from where it was last time until they
+  bracket it. A bigger fleet that served worse is still reported (`bigger_served_worse`),
+  so a reader sees where the assumption did not hold.
+- *more owned machines never raise the rest of the bill, and each saves no more of it than the
+  one before* (rest(n) falls, and less and less: the bill is convex). Between two fleets run, a
+  and c, no count j can cost less than owned_K(j) + rest(c), nor less than the lines through
+  a and the fleet run before it, or c and the one after it, reach at j. A gap whose bound is
+  not below the cheapest fleet found is skipped; the others are run at their lowest bound
+  (branch and bound). Only fleets that meet the objectives draw those lines: one that misses
+  leaves demand unserved, which costs nothing, and its bill bends the other way.
 
 Kind by kind (most expensive first) the search moves to the cheapest fleet on the line, and
 repeats while a line moves (a line whose other kinds have not changed since it was searched is

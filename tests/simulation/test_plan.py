@@ -16,7 +16,7 @@ from bigfleet.simulation.plan import kinds_of, plan, with_machines
 from bigfleet.simulation.run import Simulation
 from bigfleet.simulation.scenario import Scenario
 
-from .scenarios import bare_metal, cloud, cluster, need, quota, rack, scenario
+from .scenarios import GPU, VM, bare_metal, cloud, cluster, need, quota, rack, scenario
 from .test_compare import two_halves
 
 KIND = "dc-ams/cpu-64"
@@ -306,3 +306,41 @@ def test_the_baseline_reruns_only_the_clusters_whose_share_changed() -> None:
     assert cache.simulated == 3  # web once, train twice
     assert second["summary"] == per_cluster_report(fewer_gpus)[0]["summary"]
     assert first["summary"] != second["summary"]
+
+
+def test_two_kinds_searched_by_machine_agree_with_every_fleet_run() -> None:
+    """Cluster web needs 3 machines of cpu-64 or the cloud's m6i.xlarge for half an hour, then
+    5; train needs 5 GPU machines, with no cloud for them. Owned machines are $1/h (CPU) and
+    $5/h (GPU) in racks of 4; the cloud's are $10/h. The cheapest fleet serving 80 % owns 5 CPU
+    machines (the peak: a cloud machine costs more than an idle owned one) and 4 GPU machines
+    (4 of 5 served): racks of 4 could only say 8 and 4. Running all 81 fleets of 0 to 8 of each
+    agrees; the plan runs a fraction of them."""
+    def wants(*types: str) -> list[dict]:
+        return [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [*types]}]
+
+    raw = scenario(
+        [
+            bare_metal({**rack("c1", 4, "cpu-64"), "price_per_hour": 1.0},
+                       {**rack("g1", 4), "price_per_hour": 5.0}),
+            cloud(quota("on-demand", 8, 10.0)),
+        ],
+        [
+            cluster("web", (0, [need(500_000, 3, requirements=wants("cpu-64", VM))]),
+                    (1800, [need(500_000, 5, requirements=wants("cpu-64", VM))])),
+            cluster("train", (0, [need(500_000, 5, requirements=wants(GPU))])),
+        ],
+        3600,
+    )
+    sc = Scenario.model_validate_json(json.dumps(raw))
+    objective = parse_objective("500000:served=0.8")
+    every = []
+    for cpu in range(9):
+        for gpu in range(9):
+            fleet = {KIND: cpu, "dc-ams/gpu-8xh100": gpu}
+            summary = Simulation(with_machines(sc, kinds_of(sc), fleet)).run()["summary"]
+            every.append((not objective.met(summary), summary["cost_total"], cpu + gpu, fleet))
+    truth = min(every, key=lambda e: e[:3])[3]
+    assert truth == {KIND: 5, "dc-ams/gpu-8xh100": 4}
+    result = plan(sc, [objective])["bigfleet"]
+    assert result["machines"] == truth
+    assert result["complete"] and result["runs"] <= 20
