@@ -161,7 +161,9 @@ def _fleet(machines: dict[str, int]) -> str:
 
 def _unsearched(gap: dict[str, Any]) -> str:
     where = f"{gap['kind']} {gap['from']} to {gap['to']} machines"
-    return f"{where} with {_fleet(gap['with'])}: {gap['why']}" if gap["with"] else where
+    if gap["with"]:
+        where += f" with {_fleet(gap['with'])}"
+    return f"{where}: {gap['why']}"
 
 
 def render_plan(result: dict[str, Any]) -> str:
