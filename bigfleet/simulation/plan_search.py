@@ -219,10 +219,27 @@ class Line:
         if not self.run(start)["met"] and not self.run(last)["met"]:
             self.open = []
             return min(self.known().values(), key=rank)
+        if not first and self._cheapest_nearby(start):
+            self.open = []
+            return self.known()[start]
         self.fewest = self._fewest_meeting(start if hint is None else hint)
         self._cheapest_from(self.fewest)
         self.open = []
         return min(self.known().values(), key=rank)
+
+    def _cheapest_nearby(self, start: int) -> bool:
+        """Whether `start` meets the objectives and a machine more or less costs more or misses
+        them: then nothing on the line is cheaper (fewer machines miss them too, and the bill
+        is convex where they are met)."""
+        here = self.run(start)
+        for i in (start - 1, start + 1):
+            if 0 <= i < len(self.counts):
+                near = self.run(i)
+                if near["met"] and near["cost"] < here["cost"] - CENT:
+                    return False
+                if not near["met"] and i > start:
+                    return False
+        return bool(here["met"])
 
     def _fewest_meeting(self, hint: int) -> int:
         """Bisection for the fewest meeting the objectives, after steps doubling from `hint`
@@ -246,7 +263,8 @@ class Line:
             else:
                 probe = min(hi - 1, lo + step)
             step *= 2
-            bracketed = self.run(probe)["met"] != down
+            turned = self.run(probe)["met"] != down
+            bracketed = bracketed or turned
 
     def _cheapest_from(self, fewest: int) -> None:
         """Branch and bound over the counts from `fewest` up (all meeting the objectives):
