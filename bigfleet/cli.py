@@ -152,6 +152,7 @@ def _plan(args: argparse.Namespace) -> int:
             split=args.split,
             max_factor=args.max_factor,
             max_runs=args.max_runs,
+            by=args.by,
         )
     except (MappingError, TraceError) as err:  # a trace or its mapping the scenario names
         print(f"bigfleet plan: {args.scenario}: {err}", file=sys.stderr)
@@ -272,10 +273,17 @@ def parser(
         help="search up to this many times the scenario's racks of each kind",
     )
     planner.add_argument(
+        "--by",
+        choices=["machine", "rack"],
+        default="machine",
+        help="count owned capacity by machine (default; the last rack trimmed) or whole racks",
+    )
+    planner.add_argument(
         "--max-runs",
         type=_positive,
-        default=24,
-        help="at most this many simulations for each of BigFleet and per-cluster (default 24)",
+        default=80,
+        help="at most this many simulations for each of BigFleet and per-cluster (default "
+        "80); a search cut short says so and what it did not search",
     )
     planner.add_argument("--json", action="store_true", help="print one JSON object")
     planner.set_defaults(run=_plan)

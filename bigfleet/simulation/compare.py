@@ -6,79 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .baseline import Cloud, Split, cluster_scenario, demand_of, fixed_units, shares, unallocated
+from .baseline import Cloud, Split
 from .measures import BANDS
-from .report import Run, report_of
+from .per_cluster import owned_pools, per_cluster_report
 from .run import Simulation
 from .scenario import Scenario
 from .units import duration
-
-
-def per_cluster_report(
-    scenario: Scenario,
-    seed: int | None = None,
-    split: Split = "peak",
-    quotas: Mapping[str, Mapping[str, int]] | None = None,
-    cloud: Cloud = "split",
-) -> tuple[dict[str, Any], dict[str, dict[str, int]]]:
-    """The baseline run's report, and the split of the capacity it used."""
-    seed = scenario.seed if seed is None else seed
-    split_of = shares(scenario, split, quotas, cloud)
-    runs = []
-    for cluster in scenario.clusters:
-        sim = Simulation(cluster_scenario(scenario, cluster.name, split_of[cluster.name]), seed)
-        sim.run()
-        runs.append(Run.of(sim))
-    report = report_of(Run.merged(scenario, seed, runs))
-    bill_unallocated(report, scenario, split_of)
-    return report, split_of
-
-
-def bill_unallocated(
-    report: dict[str, Any], scenario: Scenario, split_of: Mapping[str, Mapping[str, int]]
-) -> None:
-    """Owned machines no cluster could use still cost the per-cluster run the whole run, idle
-    (both runs pay for the same hardware)."""
-    hours = scenario.duration_seconds / 3600.0
-    summary, cost = report["summary"], report["cost"]
-    for _, machines, price, capacity_type in unallocated(scenario, split_of):
-        extra = machines * price * hours
-        cost["by_capacity_type"][capacity_type] = round(
-            cost["by_capacity_type"].get(capacity_type, 0.0) + extra, 2
-        )
-        cost["total"] = summary["cost_total"] = round(summary["cost_total"] + extra, 2)
-        cost["idle_machine_hours"] = summary["idle_machine_hours"] = round(
-            summary["idle_machine_hours"] + machines * hours, 2
-        )
-    useful = summary["useful_machine_hours"]
-    summary["cost_per_useful_machine_hour"] = (
-        round(summary["cost_total"] / useful, 4) if useful else None
-    )
-
-
-def owned_pools(
-    scenario: Scenario, split_of: Mapping[str, Mapping[str, int]]
-) -> dict[str, dict[str, Any]]:
-    """Per owned pool (a provider's racks or reserved lines of one instance type): its
-    machines, each cluster's share of it against its peak demand for it, and what no cluster
-    was given."""
-    units = [u for u in fixed_units(scenario) if u.owned]
-    if not units:
-        return {}
-    peaks = demand_of(scenario, units, "peak").kind_peaks
-    out: dict[str, dict[str, Any]] = {}
-    for unit in units:
-        pool = out.setdefault(unit.kind, {"machines": 0, "clusters": {}, "unallocated": 0})
-        pool["machines"] += unit.count
-        for cluster, parts in split_of.items():
-            n = parts.get(unit.key, 0)
-            peak = peaks.get(cluster, {}).get(unit.kind, 0.0)
-            if n or peak:
-                held = pool["clusters"].setdefault(cluster, {"share": 0, "peak": int(peak)})
-                held["share"] += n
-    for pool in out.values():
-        pool["unallocated"] = pool["machines"] - sum(h["share"] for h in pool["clusters"].values())
-    return out
 
 
 def compare(
@@ -321,6 +254,12 @@ def _equal_service_lines(eq: dict[str, Any]) -> list[str]:
             "at the same service"
             if d
             else "  BigFleet costs the same as per-cluster at the same service"
+        )
+    if eq["budget_spent"]:
+        out.append(
+            "  cut short by --equal-service-runs (a longer search may find a cheaper fleet); "
+            "not searched: "
+            + "; ".join(f"{g['kind']} {g['from']} to {g['to']} machines" for g in eq["unsearched"])
         )
     if eq["free_kinds"]:
         out.append("  " + free_note(eq["free_kinds"]))

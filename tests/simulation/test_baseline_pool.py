@@ -16,7 +16,8 @@ from bigfleet.simulation.baseline import (
     split_counts,
     unallocated,
 )
-from bigfleet.simulation.compare import compare, per_cluster_report, render_comparison
+from bigfleet.simulation.compare import compare, render_comparison
+from bigfleet.simulation.per_cluster import per_cluster_report
 from bigfleet.simulation.run import Simulation
 from bigfleet.simulation.scenario import Scenario
 

@@ -254,5 +254,11 @@ def test_equal_service_prices_the_baseline_at_bigfleets_service(
         "no per-cluster fleet tried meets it (1 simulations, up to 1 racks of dc-ams/cpu-64)"
         in capsys.readouterr().out
     )
+    # One run more than the comparison's: 0 racks, then the budget stops the search (issue 44).
+    assert main([*args, "--equal-service-runs", "1"]) == 0
+    assert (
+        "cut short by --equal-service-runs (a longer search may find a cheaper fleet); not "
+        "searched: dc-ams/cpu-64 0 to 8 machines" in capsys.readouterr().out
+    )
     assert main(["simulate", str(path), "--equal-service"]) == 2
     assert "--equal-service needs --compare per-cluster" in capsys.readouterr().err

@@ -1,0 +1,428 @@
+"""The search behind `bigfleet plan` and `--equal-service`: the cheapest fleet of owned machines
+meeting service objectives, within a budget of simulations.
+
+A candidate fleet holds N machines of each *kind* (a bare-metal provider's racks of one instance
+type): the kind's racks as the scenario lists them, whole, and the last one trimmed to the
+machines left (past the end of the list it repeats, the copies named `RACK+1`, `RACK+2`, ...).
+With `by="rack"` only whole racks are candidates. Cloud quotas stay as the scenario gives them.
+
+Cost is the run's whole bill (`summary["cost_total"]`): owned machines at their rack's amortised
+`price_per_hour` for the whole run, plus the cloud machines the run bought. So on a line where
+only kind K changes, cost(n) = owned_K(n) + rest(n), owned_K known without a run.
+
+Assumptions, each about one kind's count n with the other kinds fixed, make the search short:
+
+- *service grows with capacity*: if n machines meet the objectives, so do more. The first
+  time a kind is searched both ends of its line are run (the top missing the objectives means
+  nothing on the line meets them); the fewest meeting them is found by bisection, or, on a
+  later line of the kind, by steps doubling away from where it was last time until they
+  bracket it. A later line first runs a machine more and a machine fewer than where it is:
+  if both cost more or miss, nothing on the line is cheaper (by both assumptions). A bigger
+  fleet that served worse is still reported (`bigger_served_worse`), so a reader sees where
+  the assumption did not hold.
+- *more owned machines never raise the rest of the bill, and each saves no more of it than the
+  one before* (rest(n) falls, and less and less: the bill is convex). Between two fleets run, a
+  and c, no count j can cost less than owned_K(j) + rest(c), nor less than the lines through
+  a and the fleet run before it, or c and the one after it, reach at j. A gap whose bound is
+  not below the cheapest fleet found is skipped; the others are run at their lowest bound
+  (branch and bound). Only fleets that meet the objectives draw those lines: one that misses
+  leaves demand unserved, which costs nothing, and its bill bends the other way.
+
+Kind by kind (most expensive first) the search moves to the cheapest fleet on the line, and
+repeats while a line moves (a line whose other kinds have not changed since it was searched is
+not searched again). Every fleet is run at most once (`Search.trial` keeps them). When the
+budget of runs is spent the search says so, with the ranges it had not settled: its best fleet
+is then an upper bound on the cheapest, not the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .objectives import Objective
+from .scenario import BareMetalProviderSpec, Scenario
+
+By = Literal["machine", "rack"]
+# Costs closer than this are equal (the bill is rounded to cents).
+CENT = 0.005
+
+
+@dataclass(frozen=True)
+class Kind:
+    provider: str
+    instance_type: str
+    racks: tuple[dict[str, Any], ...]  # the scenario's racks of this kind, as dumped
+
+    @property
+    def name(self) -> str:
+        return f"{self.provider}/{self.instance_type}"
+
+    def rack(self, i: int) -> dict[str, Any]:
+        base = self.racks[i % len(self.racks)]
+        copy = i // len(self.racks)
+        return base if copy == 0 else {**base, "rack": f"{base['rack']}+{copy}"}
+
+    def machines(self, racks: int) -> int:
+        """The machines in the first `racks` racks."""
+        return sum(self.rack(i)["count"] for i in range(racks))
+
+    def layout(self, machines: int) -> list[dict[str, Any]]:
+        """The racks holding `machines`: whole racks in order, the last trimmed."""
+        out, left, i = [], machines, 0
+        while left > 0:
+            r = self.rack(i)
+            out.append(r if r["count"] <= left else {**r, "count": left})
+            left -= out[-1]["count"]
+            i += 1
+        return out
+
+    def hourly(self, machines: int) -> float:
+        return float(sum(r["count"] * r.get("price_per_hour", 0.0) for r in self.layout(machines)))
+
+    def counts(self, racks: int, by: By) -> list[int]:
+        """The candidate machine counts, 0 to the machines of `racks` racks."""
+        if by == "rack":
+            return [self.machines(n) for n in range(racks + 1)]
+        return list(range(self.machines(racks) + 1))
+
+
+def kinds_of(scenario: Scenario) -> list[Kind]:
+    raw = scenario.model_dump(mode="json", exclude_unset=True)
+    found: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for spec, dumped in zip(scenario.providers, raw["providers"], strict=True):
+        if isinstance(spec, BareMetalProviderSpec):
+            for r in dumped["racks"]:
+                found.setdefault((spec.name, r["instance_type"]), []).append(r)
+    return [Kind(p, t, tuple(racks)) for (p, t), racks in found.items()]
+
+
+def with_machines(scenario: Scenario, kinds: list[Kind], counts: dict[str, int]) -> Scenario:
+    """The scenario with `counts[kind]` machines of each kind (a provider left with none is
+    dropped)."""
+    raw = scenario.model_dump(mode="json", exclude_unset=True)
+    providers = []
+    for spec, dumped in zip(scenario.providers, raw["providers"], strict=True):
+        if not isinstance(spec, BareMetalProviderSpec):
+            providers.append(dumped)
+            continue
+        racks = [r for k in kinds if k.provider == spec.name for r in k.layout(counts[k.name])]
+        if racks:
+            providers.append({**dumped, "racks": racks})
+    raw["providers"] = providers
+    return Scenario.model_validate_json(json.dumps(raw))
+
+
+class BudgetSpent(Exception):
+    """The search ran out of simulations."""
+
+
+@dataclass
+class Search:
+    """One run kind's search: how a fleet is evaluated, and every fleet it tried."""
+
+    label: str
+    evaluate: Callable[[Scenario], dict[str, Any]]
+    objectives: list[Objective]
+    scenario: Scenario
+    kinds: list[Kind]
+    max_runs: int
+    tried: list[dict[str, Any]] = field(default_factory=list)
+    summaries: dict[tuple[int, ...], dict[str, Any]] = field(default_factory=dict)
+    _entries: dict[tuple[int, ...], dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def hours(self) -> float:
+        return self.scenario.duration_seconds / 3600
+
+    def key(self, counts: dict[str, int]) -> tuple[int, ...]:
+        return tuple(counts[k.name] for k in self.kinds)
+
+    def seed(self, counts: dict[str, int], summary: dict[str, Any]) -> None:
+        """A fleet already simulated elsewhere (the comparison's own baseline run)."""
+        self._record(counts, summary, runs=0)
+
+    def trial(self, counts: dict[str, int]) -> dict[str, Any]:
+        """The fleet's entry in `tried`, simulated if it was not yet; BudgetSpent when it
+        would take a run more than `max_runs`."""
+        k = self.key(counts)
+        if k in self._entries:
+            return self._entries[k]
+        if self.runs >= self.max_runs:
+            raise BudgetSpent
+        summary = self.evaluate(with_machines(self.scenario, self.kinds, counts))["summary"]
+        return self._record(counts, summary, runs=1)
+
+    @property
+    def runs(self) -> int:
+        return sum(t["simulated"] for t in self.tried)
+
+    def _record(self, counts: dict[str, int], summary: dict[str, Any], runs: int) -> dict[str, Any]:
+        self.summaries[self.key(counts)] = summary
+        entry = {
+            "machines": {k.name: counts[k.name] for k in self.kinds},
+            "racks": {k.name: len(k.layout(counts[k.name])) for k in self.kinds},
+            "owned_per_hour": round(sum(k.hourly(counts[k.name]) for k in self.kinds), 2),
+            "cost": summary["cost_total"],
+            "met": all(o.met(summary) for o in self.objectives),
+            "miss": round(sum(o.miss(summary) for o in self.objectives), 4),
+            "served": {b: v["served_fraction"] for b, v in summary["bands"].items()},
+            "simulated": runs,
+        }
+        self.tried.append(entry)
+        self._entries[self.key(counts)] = entry
+        return entry
+
+
+def rank(entry: dict[str, Any]) -> tuple[bool, float, float, int]:
+    """Better first: meets the objectives, then misses them by less, then cheaper, then fewer
+    machines."""
+    return (not entry["met"], entry["miss"], entry["cost"], sum(entry["machines"].values()))
+
+
+@dataclass
+class Line:
+    """One kind's counts with the other kinds fixed at `at`."""
+
+    search: Search
+    kind: Kind
+    at: dict[str, int]
+    counts: list[int]  # the candidates, ascending
+    # Index ranges (inclusive) not settled yet: (first, last, why).
+    open: list[tuple[int, int, str]] = field(default_factory=list)
+    fewest: int | None = None  # the fewest meeting the objectives, once found
+
+    def run(self, i: int) -> dict[str, Any]:
+        return self.search.trial({**self.at, self.kind.name: self.counts[i]})
+
+    def known(self) -> dict[int, dict[str, Any]]:
+        """The candidates already run (by this line or any before)."""
+        out = {}
+        for i, n in enumerate(self.counts):
+            key = self.search.key({**self.at, self.kind.name: n})
+            if key in self.search._entries:
+                out[i] = self.search._entries[key]
+        return out
+
+    def best(self, first: bool, hint: int | None = None) -> dict[str, Any]:
+        """The best fleet on the line (BudgetSpent with `open` set when the budget runs out).
+        The first time a kind's line is searched both its ends are run (the top missing the
+        objectives means nothing on the line meets them); later, the search starts from the
+        fleet it is at and widens its steps away from it."""
+        last = len(self.counts) - 1
+        start = self.counts.index(self.at[self.kind.name])
+        self.open = [(0, last, "not searched")]
+        if first:
+            self.run(0)
+            self.run(last)
+        if not self.run(start)["met"] and not self.run(last)["met"]:
+            self.open = []
+            return min(self.known().values(), key=rank)
+        if not first and self._cheapest_nearby(start):
+            self.open = []
+            return self.known()[start]
+        self.fewest = self._fewest_meeting(start if hint is None else hint)
+        self._cheapest_from(self.fewest)
+        self.open = []
+        return min(self.known().values(), key=rank)
+
+    def _cheapest_nearby(self, start: int) -> bool:
+        """Whether `start` meets the objectives and a machine more or less costs more or misses
+        them: then nothing on the line is cheaper (fewer machines miss them too, and the bill
+        is convex where they are met)."""
+        here = self.run(start)
+        for i in (start - 1, start + 1):
+            if 0 <= i < len(self.counts):
+                near = self.run(i)
+                if near["met"] and near["cost"] < here["cost"] - CENT:
+                    return False
+                if not near["met"] and i > start:
+                    return False
+        return bool(here["met"])
+
+    def _fewest_meeting(self, hint: int) -> int:
+        """Bisection for the fewest meeting the objectives, after steps doubling from `hint`
+        (where it was on the last line of this kind) until they bracket it."""
+        known = self.known()
+        run = known.get(hint) or self.run(hint)
+        # Both ends run (the first line of a kind): bisection at once.
+        down, step, bracketed = run["met"], 1, 0 in known and len(self.counts) - 1 in known
+        while True:
+            known = self.known()
+            hi = min(i for i, e in known.items() if e["met"])
+            lo = max((i for i, e in known.items() if not e["met"] and i < hi), default=-1)
+            if hi - lo <= 1:
+                return hi
+            self.open = [(lo + 1, len(self.counts) - 1, "the fewest meeting the objectives "
+                          f"lies from here to {self.counts[hi]} machines; the cheapest above")]
+            if bracketed:
+                probe = (lo + hi) // 2
+            elif down:
+                probe = max(lo + 1, hi - step)
+            else:
+                probe = min(hi - 1, lo + step)
+            step *= 2
+            turned = self.run(probe)["met"] != down
+            bracketed = bracketed or turned
+
+    def _cheapest_from(self, fewest: int) -> None:
+        """Branch and bound over the counts from `fewest` up (all meeting the objectives):
+        run the count with the lowest bound until no gap's bound is below the cheapest run.
+        Above the highest count run, the bill's slope there says whether more can be cheaper;
+        if so, steps double upward."""
+        top = len(self.counts) - 1
+        while True:
+            known = self.known()
+            points = sorted(known)
+            cheapest = min(known[i]["cost"] for i in points if i >= fewest and known[i]["met"])
+            gaps = []
+            for a, c in zip(points, points[1:], strict=False):
+                if a < fewest or c - a < 2:
+                    continue
+                met = [i for i in points if known[i]["met"]]
+                bound, i = min(
+                    (self._bound(j, met, a, c, known), abs(2 * j - a - c), j)
+                    for j in range(a + 1, c)
+                )[::2]
+                if bound < cheapest - CENT:
+                    gaps.append((bound, a, c, i))
+            high = points[-1]
+            if high < top and self._falling(points, known):
+                below = points[-2] if len(points) > 1 else high - 1
+                gaps.append((-math.inf, high, top + 1, min(top, high + max(1, high - below))))
+            self.open = [(a + 1, c - 1, "a cheaper count may lie here") for _, a, c, _ in gaps]
+            if not gaps:
+                return
+            self.run(min(gaps)[3])
+
+    def _falling(self, points: list[int], known: dict[int, dict[str, Any]]) -> bool:
+        """Whether the bill still falls at the highest count run (unknown: it may)."""
+        if len(points) < 2:
+            return True
+        return bool(known[points[-1]]["cost"] < known[points[-2]]["cost"] - CENT)
+
+    def _bound(
+        self, j: int, points: list[int], a: int, c: int, known: dict[int, dict[str, Any]]
+    ) -> float:
+        """The least the bill can be at count j, between runs a and c: the owned machines at j
+        plus the rest of c's bill (the rest does not grow with machines); and no less than the
+        lines through a and the run before it, or c and the run after it, reach at j (the
+        bill is convex: a machine more saves no more than the one before), of the runs in
+        `met` (fleets missing the objectives leave demand unserved, which costs nothing)."""
+        x = self.counts
+        cost = {i: e["cost"] for i, e in known.items()}
+        owned = self.search.hours * self.kind.hourly(x[j])
+        bounds = [owned + cost[c] - self.search.hours * self.kind.hourly(x[c])]
+        if a in points and (k := points.index(a)) > 0:
+            b = points[k - 1]
+            bounds.append(cost[a] + (x[j] - x[a]) * (cost[a] - cost[b]) / (x[a] - x[b]))
+        if c in points and (k := points.index(c)) + 1 < len(points):
+            d = points[k + 1]
+            bounds.append(cost[c] - (x[c] - x[j]) * (cost[d] - cost[c]) / (x[d] - x[c]))
+        return max(bounds)
+
+
+def cheapest_fleet(search: Search, max_factor: float, by: By = "machine") -> dict[str, Any]:
+    kinds = search.kinds
+    upper = {k.name: max(1, math.ceil(len(k.racks) * max_factor)) for k in kinds}
+    counts = {k.name: k.counts(upper[k.name], by) for k in kinds}
+    current = {k.name: k.machines(min(upper[k.name], len(k.racks))) for k in kinds}
+    order = sorted(kinds, key=lambda k: -k.hourly(k.machines(len(k.racks))))
+    searched: dict[str, dict[str, int]] = {}  # kind -> the other kinds when its line was searched
+    fewest: dict[str, int] = {}  # kind -> the fewest meeting the objectives on its last line
+    line: Line | None = None
+    passes, cut, moved = 0, False, True
+    try:
+        here = search.trial(current)
+        while moved:
+            passes += 1
+            moved = False
+            for kind in order:
+                if searched.get(kind.name) == _others(current, kind.name):
+                    continue
+                line = Line(search, kind, current, counts[kind.name])
+                best = line.best(kind.name not in searched, fewest.get(kind.name))
+                searched[kind.name] = _others(current, kind.name)
+                if line.fewest is not None:
+                    fewest[kind.name] = line.fewest
+                if rank(best) < rank(here):
+                    here, moved = best, True
+                    current = dict(best["machines"])
+    except BudgetSpent:
+        cut = True
+    unsearched = []
+    if cut:
+        if line is not None:
+            unsearched += [
+                {"kind": line.kind.name, "from": line.counts[a], "to": line.counts[b],
+                 "with": _others(line.at, line.kind.name), "why": why}
+                for a, b, why in line.open
+            ]
+        unsearched += [
+            {"kind": k.name, "from": counts[k.name][0], "to": counts[k.name][-1],
+             "with": _others(current, k.name), "why": "not searched"}
+            for k in order
+            if (line is None or k != line.kind)
+            and searched.get(k.name) != _others(current, k.name)
+        ]
+    met = [t for t in search.tried if t["met"]]
+    best_met = min(met, key=rank) if met else None
+    closest = best_met or (min(search.tried, key=rank) if search.tried else None)
+    out: dict[str, Any] = {
+        "met": best_met is not None,
+        "complete": not cut,
+        "by": by,
+        "upper": upper,
+        "upper_machines": {k: c[-1] for k, c in counts.items()},
+        "runs": search.runs,
+        "passes": passes,
+        "budget_spent": cut,
+        "unsearched": unsearched,
+        "tried": search.tried,
+        "bigger_served_worse": bigger_served_worse(
+            search.tried, {o.band for o in search.objectives}
+        ),
+    }
+    if closest is not None:
+        out.update(
+            racks=closest["racks"],
+            machines=closest["machines"],
+            owned_per_hour=closest["owned_per_hour"],
+            cost=closest["cost"],
+            summary=search.summaries[search.key(closest["machines"])],
+        )
+    return out
+
+
+def bigger_served_worse(tried: list[dict[str, Any]], bands: set[str]) -> list[dict[str, Any]]:
+    """Pairs of fleets tried where one has at least the machines of the other of every kind
+    (and more of some) yet served one of `bands` a smaller fraction: band, both fleets and both
+    fractions, the largest drop first."""
+    out = []
+    for small in tried:
+        for big in tried:
+            s, b = small["machines"], big["machines"]
+            if s == b or any(b[k] < s[k] for k in s):
+                continue
+            for band_name, was in small["served"].items():
+                if band_name not in bands:
+                    continue
+                now = big["served"].get(band_name)
+                if was is not None and now is not None and now < was:
+                    out.append(
+                        {
+                            "band": band_name,
+                            "smaller": s,
+                            "smaller_served": was,
+                            "bigger": b,
+                            "bigger_served": now,
+                        }
+                    )
+    return sorted(out, key=lambda d: d["bigger_served"] - d["smaller_served"])
+
+
+def _others(fleet: dict[str, int], kind: str) -> dict[str, int]:
+    return {k: n for k, n in fleet.items() if k != kind}
