@@ -80,9 +80,9 @@ from workers.gateway_admission import (
     Sender,
     Slots,
     TokenTable,
-    _shown,
     bearer_token,
     server_options,
+    shown,
 )
 from workers.generations import Generations
 
@@ -298,7 +298,7 @@ class RollupGateway:
         if by_token:
             who.append(f"cluster {', '.join(sorted(by_token))} (token)")
         if by_cert:
-            who.append(f"{', '.join(map(_shown, sorted(by_cert)))} (client certificate)")
+            who.append(f"{', '.join(map(shown, sorted(by_cert)))} (client certificate)")
         unknown = (
             "; no token of the gateway's config is that cluster's"
             if not self.tokens.has(cluster) and not by_cert
@@ -308,7 +308,7 @@ class RollupGateway:
             "permission_denied",
             mpb.PERMISSION_DENIED,
             f"authenticated as {' and '.join(who)}, which may not send the roll-up of cluster "
-            f"{_shown(cluster)}{unknown}",
+            f"{shown(cluster)}{unknown}",
         )
 
 

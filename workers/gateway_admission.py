@@ -46,7 +46,7 @@ class Refused(Exception):
             self.status = (code, message, ())
 
 
-def _shown(text: str, limit: int = 80) -> str:
+def shown(text: str, limit: int = 80) -> str:
     """A sender's string in a message: quoted, and cut (it may be up to 1 MB of anything)."""
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
@@ -171,12 +171,12 @@ class Slots:
         connections = self.connections.get(address, Counter())
         full = [
             (self.per_credential[who] >= lim.sends_per_cluster, "sends_per_cluster",
-             lim.sends_per_cluster, f"roll-ups in flight for {_shown(who)}"),
+             lim.sends_per_cluster, f"roll-ups in flight for {shown(who)}"),
             (self.per_address[address] >= lim.sends_per_address, "sends_per_address",
-             lim.sends_per_address, f"roll-ups in flight from {_shown(address)}"),
+             lim.sends_per_address, f"roll-ups in flight from {shown(address)}"),
             (sender.peer not in connections and len(connections) >= lim.connections_per_address,
              "connections_per_address", lim.connections_per_address,
-             f"connections with a roll-up in flight from {_shown(address)}"),
+             f"connections with a roll-up in flight from {shown(address)}"),
             (self.total >= lim.sends, "sends", lim.sends, "roll-ups in flight in the gateway"),
         ]  # fmt: skip
         for reached, field, limit, what in full:
