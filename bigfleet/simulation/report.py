@@ -180,6 +180,11 @@ def report_of(run: Run) -> dict[str, Any]:
             "idle_machine_hours": round(rec.idle_machine_hours, 2),
             "consolidations": rec.consolidations,
             "cost_moves": rec.cost_moves,
+            # Cloud machine-hours bought while matching owned machines sat idle in another
+            # shard (Recorder.stranded; 0 on one shard).
+            "cloud_machine_hours_beside_idle_owned_elsewhere": round(
+                rec.stranded_machine_hours, 2
+            ),
         },
         "shortfalls": sorted(rec.shortfalls.values(), key=lambda s: (-s["priority"], s["cluster"])),
         "escalations": [s for s in rec.shortfalls.values() if s["escalated"]],
