@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from bigfleet.cli import main
-from bigfleet.simulation.compare_shards import shard_comparison
 
 from .scenarios import bare_metal, cloud, cluster, need, quota, rack, scenario, simulate
 
@@ -142,6 +141,8 @@ def test_cloud_bought_beside_idle_owned_machines_in_another_shard_is_measured() 
     buys its 2 machines on-demand while r1's 2 sit idle on shard 1, so every on-demand
     machine-hour is one bought beside idle owned machines elsewhere. On 1 shard, batch runs on
     r1 and buys nothing."""
+    from bigfleet.simulation.compare_shards import shard_comparison  # (issue 45's module)
+
     raw = scenario(
         [
             bare_metal({**rack("r1", 2, "cpu-64"), "price_per_hour": 1.0}),
