@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .simulation.scenario import Scenario
 
 
 def _sizes(text: str) -> list[int]:
@@ -147,7 +150,7 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compare_shards(args: argparse.Namespace, scenario: Any) -> int:
+def _compare_shards(args: argparse.Namespace, scenario: Scenario) -> int:
     """`simulate --compare shards`: the fleet on 1 shard and on --shards (or the file's) N."""
     from .simulation.compare_shards import compare_shards, render_shard_comparison
     from .simulation.trace_mapping import MappingError

@@ -313,7 +313,13 @@ def render_text(report: dict[str, Any], log_lines: int = 20) -> str:
         "",
         f"cost: ${cost['total']:,.2f}  "
         + "  ".join(f"{k} ${v:,.2f}" for k, v in cost["by_capacity_type"].items() if v)
-        + f"  idle machine-hours {cost['idle_machine_hours']:,.1f}",
+        + f"  idle machine-hours {cost['idle_machine_hours']:,.1f}"
+        + (
+            f"  cloud machine-hours beside idle owned machines in another shard "
+            f"{cost['cloud_machine_hours_beside_idle_owned_elsewhere']:,.1f}"
+            if report["shards"] > 1
+            else ""
+        ),
         f"cost per useful machine-hour: {'-' if per_useful is None else f'${per_useful:,.2f}'}"
         f" ({report['summary']['useful_machine_hours']:,.1f} useful machine-hours)",
         "machines taken from work: " + ", ".join(f"{k} {v}" for k, v in moves.items()),

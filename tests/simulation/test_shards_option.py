@@ -52,7 +52,9 @@ def test_shards_overrides_the_scenarios_shard_count(
     assert report["shards"] == 3
     assert {c["shard"] for c in report["clusters"].values()} <= {0, 1, 2}
     assert main(["simulate", str(path), "--shards", "2"]) == 0
-    assert "2 shard(s)" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "2 shard(s)" in text
+    assert "cloud machine-hours beside idle owned machines in another shard " in text
 
 
 @pytest.mark.parametrize("bad", ["0", "65", "two", "1.5"])
