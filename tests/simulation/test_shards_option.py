@@ -55,6 +55,9 @@ def test_shards_overrides_the_scenarios_shard_count(
     text = capsys.readouterr().out
     assert "2 shard(s)" in text
     assert "cloud machine-hours beside idle owned machines in another shard " in text
+    # With --compare per-cluster, BigFleet's run is the one on N shards.
+    assert main(["simulate", str(path), "--shards", "2", "--compare", "per-cluster", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["bigfleet"]["shards"] == 2
 
 
 @pytest.mark.parametrize("bad", ["0", "65", "two", "1.5"])
