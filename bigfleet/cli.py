@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .simulation.scenario import Scenario
 
 
 def _sizes(text: str) -> list[int]:
@@ -39,6 +43,17 @@ def _factor(text: str) -> float:
     return value
 
 
+def _shards(text: str) -> int:
+    from .simulation.scenario import shard_count
+
+    try:
+        return shard_count(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of shards, 1..64: {text!r}: {err}"
+        ) from None
+
+
 def _bench_engine(args: argparse.Namespace) -> int:
     if args.against is not None:
         from . import bench_against
@@ -70,7 +85,7 @@ def _simulate(args: argparse.Namespace) -> int:
     from .simulation.compare import compare, render_comparison
     from .simulation.report import render_text
     from .simulation.run import run_scenario
-    from .simulation.scenario import ScenarioError, load
+    from .simulation.scenario import ScenarioError, load, on_shards
     from .simulation.trace_mapping import MappingError
     from .simulation.traces import TraceError
 
@@ -80,10 +95,14 @@ def _simulate(args: argparse.Namespace) -> int:
     except ScenarioError as err:
         print(f"bigfleet simulate: {err}", file=sys.stderr)
         return 2
+    if args.shards is not None:
+        scenario = on_shards(scenario, args.shards)
+    if args.compare == "shards":
+        return _compare_shards(args, scenario)
     if args.split == "quotas" and quotas is None:
         print("bigfleet simulate: --split quotas needs --quotas FILE", file=sys.stderr)
         return 2
-    if args.equal_service and not args.compare:
+    if args.equal_service and args.compare != "per-cluster":
         print("bigfleet simulate: --equal-service needs --compare per-cluster", file=sys.stderr)
         return 2
     if args.equal_service and args.split == "quotas":
@@ -131,10 +150,48 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare_shards(args: argparse.Namespace, scenario: Scenario) -> int:
+    """`simulate --compare shards`: the fleet on 1 shard and on --shards (or the file's) N."""
+    from .simulation.compare_shards import compare_shards, render_shard_comparison
+    from .simulation.trace_mapping import MappingError
+    from .simulation.traces import TraceError
+
+    shards = scenario.shards
+    if shards == 1:
+        print(
+            "bigfleet simulate: --compare shards needs --shards N with N >= 2 (or a scenario "
+            "with shards: 2 or more) to compare with one shard",
+            file=sys.stderr,
+        )
+        return 2
+    for flag, given in (
+        ("--equal-service", args.equal_service),
+        ("--quotas", args.quotas),
+        ("--split", args.split != "peak"),
+        ("--cloud-quota", args.cloud_quota != "split"),
+    ):
+        if given:
+            print(f"bigfleet simulate: {flag} is for --compare per-cluster", file=sys.stderr)
+            return 2
+    try:
+        result = compare_shards(scenario, args.seed, shards)
+    except (MappingError, TraceError) as err:  # a trace or its mapping the scenario names
+        print(f"bigfleet simulate: {args.scenario}: {err}", file=sys.stderr)
+        return 2
+    if args.html:
+        from .simulation.html import render_html
+
+        runs = [("1 shard", result["one_shard"]), (f"{shards} shards", result["sharded"])]
+        with open(args.html, "w", encoding="utf-8") as page:
+            page.write(render_html(runs, title=scenario.name, verdict=[result["headline"]["text"]]))
+    print(json.dumps(result) if args.json else render_shard_comparison(result))
+    return 0
+
+
 def _plan(args: argparse.Namespace) -> int:
     from .simulation.objectives import ObjectiveError, parse_objective
     from .simulation.plan import plan, render_plan
-    from .simulation.scenario import ScenarioError, load
+    from .simulation.scenario import ScenarioError, load, on_shards
     from .simulation.trace_mapping import MappingError
     from .simulation.traces import TraceError
 
@@ -144,6 +201,8 @@ def _plan(args: argparse.Namespace) -> int:
     except (ScenarioError, ObjectiveError) as err:
         print(f"bigfleet plan: {err}", file=sys.stderr)
         return 2
+    if args.shards is not None:
+        scenario = on_shards(scenario, args.shards)
     try:
         result = plan(
             scenario,
@@ -212,9 +271,16 @@ def parser(
     sim.add_argument("--json", action="store_true", help="print the report as one JSON object")
     sim.add_argument("--log-lines", type=int, default=20, help="action-log lines in the text")
     sim.add_argument(
+        "--shards",
+        type=_shards,
+        metavar="N",
+        help="run on N shards (1..64), overriding the scenario's shards:",
+    )
+    sim.add_argument(
         "--compare",
-        choices=["per-cluster"],
-        help="also run the same demand as every cluster autoscaling alone, and compare",
+        choices=["per-cluster", "shards"],
+        help="also run the same demand as every cluster autoscaling alone (per-cluster), or "
+        "the same fleet on one shard beside --shards N (shards), and compare",
     )
     sim.add_argument(
         "--split",
@@ -265,6 +331,12 @@ def parser(
         help="an objective per priority band, e.g. 900000:served=0.99,p99=600 (repeatable)",
     )
     planner.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    planner.add_argument(
+        "--shards",
+        type=_shards,
+        metavar="N",
+        help="BigFleet's runs on N shards (1..64), overriding the scenario's shards:",
+    )
     planner.add_argument("--split", choices=["peak", "mean"], default="peak")
     planner.add_argument(
         "--max-factor",

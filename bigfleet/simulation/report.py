@@ -180,6 +180,11 @@ def report_of(run: Run) -> dict[str, Any]:
             "idle_machine_hours": round(rec.idle_machine_hours, 2),
             "consolidations": rec.consolidations,
             "cost_moves": rec.cost_moves,
+            # Cloud machine-hours bought while matching owned machines sat idle in another
+            # shard (Recorder.stranded; 0 on one shard).
+            "cloud_machine_hours_beside_idle_owned_elsewhere": round(
+                rec.stranded_machine_hours, 2
+            ),
         },
         "shortfalls": sorted(rec.shortfalls.values(), key=lambda s: (-s["priority"], s["cluster"])),
         "escalations": [s for s in rec.shortfalls.values() if s["escalated"]],
@@ -308,7 +313,13 @@ def render_text(report: dict[str, Any], log_lines: int = 20) -> str:
         "",
         f"cost: ${cost['total']:,.2f}  "
         + "  ".join(f"{k} ${v:,.2f}" for k, v in cost["by_capacity_type"].items() if v)
-        + f"  idle machine-hours {cost['idle_machine_hours']:,.1f}",
+        + f"  idle machine-hours {cost['idle_machine_hours']:,.1f}"
+        + (
+            f"  cloud machine-hours beside idle owned machines in another shard "
+            f"{cost['cloud_machine_hours_beside_idle_owned_elsewhere']:,.1f}"
+            if report["shards"] > 1
+            else ""
+        ),
         f"cost per useful machine-hour: {'-' if per_useful is None else f'${per_useful:,.2f}'}"
         f" ({report['summary']['useful_machine_hours']:,.1f} useful machine-hours)",
         "machines taken from work: " + ", ".join(f"{k} {v}" for k, v in moves.items()),

@@ -179,6 +179,7 @@ class Simulation:
         if seconds > 0:
             for shard in self.shards:
                 self.recorder.bill(shard, seconds)
+            self.recorder.stranded(self.shards, seconds)
 
     def _observe_providers(self) -> None:
         for provider in self.providers.values():

@@ -9,6 +9,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    TypeAdapter,
+    ValidationError,
     field_validator,
     model_validator,
 )
@@ -22,6 +24,8 @@ from ..providers.simulated.cloud import QuotaSpec
 from ..yamlfile import load_model
 
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+# A scenario's `shards:`, and `bigfleet simulate --shards` overriding it.
+ShardCount = Annotated[int, Field(ge=1, le=64)]
 
 
 class Spec(BaseModel):
@@ -166,7 +170,7 @@ class Scenario(Spec):
     seed: int = 1
     cycle_seconds: Annotated[float, Field(gt=0)] = 10.0
     duration_seconds: Annotated[float, Field(gt=0)]
-    shards: Annotated[int, Field(ge=1, le=64)] = 1
+    shards: ShardCount = 1
     # Transition workflows running at once in the whole fleet, shared equally by its shards:
     # they share one Temporal server (workflows/outbox.py; past it, starts wait in the shards'
     # pipelines). Four shards of 1 000 each had 3 600 running on a server that completed 7.5
@@ -209,6 +213,20 @@ class Scenario(Spec):
 
 class ScenarioError(ValueError):
     """A scenario file that cannot be run; the message names the file and every bad field."""
+
+
+def shard_count(value: object) -> int:
+    """`value` checked as a scenario's `shards:` is (a whole number, 1..64); ValueError
+    saying what is wrong otherwise (the caller names the field or flag)."""
+    try:
+        return int(TypeAdapter(ShardCount).validate_python(value, strict=False))
+    except ValidationError as err:
+        raise ValueError(err.errors()[0]["msg"]) from None
+
+
+def on_shards(scenario: Scenario, shards: int) -> Scenario:
+    """The same scenario run on `shards` shards (checked like the file's `shards:`)."""
+    return scenario.model_copy(update={"shards": shard_count(shards)})
 
 
 def load(path: str | pathlib.Path) -> Scenario:
