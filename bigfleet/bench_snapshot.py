@@ -67,6 +67,6 @@ def render(result: dict[str, Any]) -> str:
         )
     lines.append(
         f"state over {result['inline_bytes']} bytes goes through the snapshot store in parts of "
-        "that size (Temporal refuses a payload over 2 MB)"
+        "that size (under the payload limit BigFleet sets its Temporal server to: 600 KB)"
     )
     return "\n".join(lines)

@@ -28,7 +28,7 @@ from .shard import Shard
 from .shard_state import ShardState
 
 # A state larger than this crosses continue-as-new through the snapshot store, in parts of this
-# size (Temporal refuses a payload over 2 MB and warns over 512 KB).
+# size (under the 600 KB payload limit BigFleet sets its Temporal server to; workers/dev/server.py).
 INLINE_BYTES = 400_000
 
 

@@ -90,7 +90,7 @@ class ShardConfig(Model):
     # Coordinator instructions taking more than this share of the shard's machines are refused.
     max_share: float = Field(default=MAX_SHARE, gt=0, le=1)
     # State larger than this crosses continue-as-new through the snapshot store, in parts of
-    # `snapshot_part_bytes` (Temporal refuses a payload over 2 MB and warns over 512 KB).
+    # `snapshot_part_bytes` (under the 600 KB payload limit BigFleet sets its Temporal server to).
     snapshot_inline_bytes: int = Field(default=INLINE_BYTES, ge=1)
     snapshot_part_bytes: int = Field(default=INLINE_BYTES, ge=1)
     # Parts moved in one workflow task at most, in bytes (its commands or the results it
