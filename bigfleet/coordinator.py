@@ -19,9 +19,11 @@ from pydantic import Field
 from .assignment import cluster_shard
 from .cost import drain_grace_period
 from .models import Machine, Shortfall, Wire
-from .profiles import Profile
-from .reports import REPORT_SECONDS, MoveKind, ShardReport
-from .requirements import all_match
+from .pooling.bounds import IDLE_SHARE, Budgets
+from .pooling.fits import fits
+from .pooling.for_cost import cost_moves, keeps
+from .pooling.whole_rack import rack_moves
+from .reports import REPORT_SECONDS, ElasticGroup, MoveKind, ShardReport
 
 MAX_SHARE = 0.10
 # The cluster → shard map crosses continue-as-new in the coordinator's one payload, under the
@@ -80,6 +82,9 @@ class Move:
     priority: int
     grace_seconds: float = 0.0
     cluster: str = ""
+    # Why (issue 45): "shortfall" (design §9's order), "domain" (a `same` need's rack) or
+    # "cost" (idle owned capacity for elastic spend elsewhere, `pooling/for_cost.py`).
+    reason: str = "shortfall"
 
 
 @dataclass
@@ -107,6 +112,10 @@ class Coordinator:
     # Blocked preemption drains already escalated (bigfleet/blocked.py): each is escalated
     # once; kept while a shortfall still names it.
     escalated_drains: set[str] = field(default_factory=set)
+    # One pool across shards (issue 45, `pooling/`): whole domains for `same` shortfalls,
+    # idle owned machines for elastic spend elsewhere, hand-overs bounded apart from drains,
+    # a donor short of a machine keeps it. Off: coordinator runs begun before the rules.
+    pools: bool = True
 
     def next_token(self) -> tuple[int, int]:
         """(coordinator_term, seq) for the next instruction (design §11)."""
@@ -313,50 +322,80 @@ class Coordinator:
         max_share: float = MAX_SHARE,
         busy: Iterable[str] = (),
         pending: Mapping[tuple[int, str, int], int] | None = None,
+        idle_share: float = IDLE_SHARE,
     ) -> list[Move]:
-        """Moves for this round, highest-priority shortfalls first (design §9's order). No donor
-        gives more than `max_share` of its machines a round (shards refuse more); machines in
-        `busy` (already moving) are left alone, and `pending` machines per (receiver, cluster,
-        priority), already on their way, are not asked for again."""
+        """Moves for this round, highest-priority shortfalls first (design §9's order), then
+        (with `pools`) idle owned machines to elastic spend elsewhere (`pooling/for_cost.py`).
+        No donor gives more than `max_share` of its machines a round in drains, nor (with
+        `pools`) `idle_share` in hand-overs (`pooling/bounds.py`; shards refuse more);
+        machines in `busy` (already moving) are left alone, and `pending` machines per
+        (receiver, cluster, priority), already on their way, are not asked for again."""
         used: set[str] = set(busy)
         pending = dict(pending or {})
-        budget = {s: max(1, int(r.size * max_share)) for s, r in self.reports.items()}
-        moves: dict[tuple[MoveKind, int, int, int, float], Move] = {}
+        budget = Budgets.of(self.reports, max_share, idle_share if self.pools else None)
+        moves: dict[tuple[MoveKind, int, int, int, float, str, str], Move] = {}
+
+        def still_wanted(receiver: int, cluster: str, priority: int, count: int) -> int:
+            asked = (receiver, cluster, priority)
+            on_the_way = min(count, pending.get(asked, 0))
+            pending[asked] = pending.get(asked, 0) - on_the_way
+            return count - on_the_way
+
+        def take(
+            kind: MoveKind,
+            donor: int,
+            receiver: int,
+            sf: Shortfall | ElasticGroup,
+            mid: str,
+            grace: float = 0.0,
+            reason: str = "shortfall",
+        ) -> bool:  # (`pooling.for_cost.Take`)
+            if budget.left(kind, donor) <= 0:
+                return False
+            key = (kind, donor, receiver, sf.priority, grace, sf.cluster, reason)
+            self._take(moves, key, mid)
+            used.add(mid)
+            budget.spend(kind, donor)
+            return True
+
         for receiver, sf in self.fleet_shortfalls():
-            if _confined_to_a_domain(sf) or sf.repair_held or (sf.why and not sf.held_back):
-                # Topology never crosses shards (design §16); a held repair is a human's; a
-                # need no machine of its shard could ever serve (`why`: a label key none
+            if sf.repair_held:
+                continue  # a held repair is a human's
+            if _confined_to_a_domain(sf):
+                # Topology never crosses shards (design §16): a whole domain moves instead.
+                if self.pools:
+                    want = still_wanted(receiver, sf.cluster, sf.priority, sf.count)
+                    for kind, donor, mid, holder in rack_moves(
+                        self.reports, receiver, sf, used, want
+                    ):
+                        grace = 0.0 if holder < 0 else drain_grace_period(sf.priority, holder)
+                        if not take(kind, donor, receiver, sf, mid, grace, "domain"):
+                            break
+                continue
+            if sf.why and not sf.held_back:
+                # A need no machine of its shard could ever serve (`why`: a label key none
                 # carries) is not served by machines of the same profile from elsewhere. (One
                 # waiting on machines their clusters hold back, `held_back`, may be.)
                 continue
-            asked = (receiver, sf.cluster, sf.priority)
-            on_the_way = min(sf.count, pending.get(asked, 0))
-            pending[asked] = pending.get(asked, 0) - on_the_way
-            want = sf.count - on_the_way
+            want = still_wanted(receiver, sf.cluster, sf.priority, sf.count)
             if want == 0:
                 continue
             free_anywhere = False
             for kind in (MoveKind.IDLE, MoveKind.SPECULATIVE):
                 for donor, mid in self._offers(kind, receiver, sf, used):
                     free_anywhere = True
-                    if want == 0 or budget[donor] == 0:
-                        continue
-                    key = (kind, donor, receiver, sf.priority, 0.0, sf.cluster)
-                    self._take(moves, key, mid)
-                    used.add(mid)
-                    budget[donor] -= 1
-                    want -= 1
+                    if want and take(kind, donor, receiver, sf, mid):
+                        want -= 1
             if want == 0 or free_anywhere:
                 continue
             for donor, mid, priority in self._victims(receiver, sf, used):
-                if want == 0 or budget[donor] == 0:
+                if want == 0:
                     break
                 grace = drain_grace_period(sf.priority, priority)
-                key = (MoveKind.PREEMPT, donor, receiver, sf.priority, grace, sf.cluster)
-                self._take(moves, key, mid)
-                used.add(mid)
-                budget[donor] -= 1
-                want -= 1
+                if take(MoveKind.PREEMPT, donor, receiver, sf, mid, grace):
+                    want -= 1
+        if self.pools:
+            cost_moves(self.reports, used, still_wanted, take)
         return list(moves.values())
 
     def _offers(
@@ -365,8 +404,9 @@ class Coordinator:
         for donor in sorted(self.reports):
             if donor == receiver:
                 continue
-            for m, ids in self.reports[donor].offers(kind):
-                if _fits(sf, m):
+            report = self.reports[donor]
+            for m, ids in report.offers(kind):
+                if _fits(sf, m) and not (self.pools and keeps(report, m, sf.priority)):
                     yield from ((donor, mid) for mid in ids if mid not in used)
 
     def _victims(
@@ -386,12 +426,12 @@ class Coordinator:
 
     @staticmethod
     def _take(
-        moves: dict, key: tuple[MoveKind, int, int, int, float, str], machine_id: str
+        moves: dict, key: tuple[MoveKind, int, int, int, float, str, str], machine_id: str
     ) -> None:
         move = moves.get(key)
         if move is None:
-            kind, donor, receiver, priority, grace, cluster = key
-            move = moves[key] = Move(kind, donor, receiver, [], priority, grace, cluster)
+            kind, donor, receiver, priority, grace, cluster, reason = key
+            move = moves[key] = Move(kind, donor, receiver, [], priority, grace, cluster, reason)
         move.machine_ids.append(machine_id)
 
 
@@ -400,5 +440,4 @@ def _confined_to_a_domain(sf: Shortfall) -> bool:
 
 
 def _fits(sf: Shortfall, m: Machine) -> bool:
-    """The shard's own matching: the machine's labels plus those its fields imply."""
-    return all_match(sf.requirements, Profile.of(m).label_map)
+    return fits(sf.requirements, m)

@@ -109,6 +109,8 @@ class Inventory:
         self.held = self.tallies.held
         self.cluster_version = self.tallies.versions
         self.version = 0
+        # Rows given to a new machine after another left them: a row then names another machine.
+        self.reused = 0
         self.last_error: dict[int, str] = {}
 
     # ---- adding and removing machines -------------------------------------------------------
@@ -136,6 +138,7 @@ class Inventory:
                 raise ValueError(f"machine {m.id} is already in the inventory")
             seen.add(m.id)
         reuse = [self._free.pop() for _ in range(min(len(self._free), len(machines)))]
+        self.reused += len(reuse)
         fresh = len(machines) - len(reuse)
         self._grow(self.rows_used + fresh)
         rows = np.array(

@@ -10,16 +10,22 @@ samples are rebuilt only when the inventory or the claims on it changed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from .cost import ELASTIC, effective_cost
 from .engine.claims import CONFIGURED_SLOT, ClusterClaims
+from .engine.fleet_cost import displace_floor
+from .engine.moves import worth_moving
 from .engine.rows import RowPicker
 from .inventory import CODE, Inventory
 from .models import Machine, MachineState
-from .reports import OfferGroup, PreemptibleGroup
+from .models.base import INT32_MIN
+from .needs import Need
+from .policy import Policy
+from .reports import ELASTIC_GROUPS, ElasticGroup, OfferGroup, preemptible_groups
 
 S = MachineState
 # At most this many idle (and as many speculative) machines in a report, whatever the sample.
@@ -35,18 +41,31 @@ class Offers:
 
     def __init__(self) -> None:
         self._picked: tuple[Inventory | None, int, int, list[ClusterClaims]] = (None, -1, -1, [])
-        self._rows: tuple[list[int], list[int], list[tuple[int, int, str]]] = ([], [], [])
+        self._rows: tuple[list[int], list[int], list[tuple[int, int, str, float]]] = ([], [], [])
         self._fields: dict[str, list[Any]] = {}
+        self._reused = 0
 
     def fields(
-        self, inventory: Inventory, claims: Mapping[str, ClusterClaims], sample: int
+        self,
+        inventory: Inventory,
+        claims: Mapping[str, ClusterClaims],
+        sample: int,
+        policy: Policy | None = None,
+        settled: Callable[[Need], bool] = lambda need: False,
     ) -> dict[str, list[Any]]:
         """`profiles`, `idle`, `speculative`, `preemptible`: up to `sample` machines of each
         profile idle and speculative, and the `sample` configured machines whose claiming
-        need has the lowest priority, lowest first."""
+        need has the lowest priority, lowest first; `elastic`, made anew each time (whether
+        a need is `settled` changes with time alone)."""
         if sample <= 0:
             return {}
         held = list(claims.values())
+        spend = elastic_groups(inventory, held, policy or Policy(), settled)
+        return {**self._offers(inventory, held, sample), "elastic": spend}
+
+    def _offers(
+        self, inventory: Inventory, held: list[ClusterClaims], sample: int
+    ) -> dict[str, list[Any]]:
         inv, version, size, before = self._picked
         if (
             inv is inventory
@@ -62,8 +81,10 @@ class Offers:
             _sample(inventory, S.SPECULATIVE, sample),
             _lowest_held(inventory, held, sample),
         )
-        if rows != self._rows or not self._fields:
-            self._rows = rows
+        # The same rows name other machines once a row was reused (one machine left, another
+        # came): the ids are then made again.
+        if rows != self._rows or not self._fields or inventory.reused != self._reused:
+            self._rows, self._reused = rows, inventory.reused
             self._fields = _offer_fields(inventory, *rows)
         return self._fields
 
@@ -81,22 +102,70 @@ def _sample(inventory: Inventory, state: MachineState, per_profile: int) -> list
     return out
 
 
+def elastic_groups(
+    inventory: Inventory,
+    claims: Sequence[ClusterClaims],
+    policy: Policy,
+    settled: Callable[[Need], bool],
+    limit: int = ELASTIC_GROUPS,
+) -> list[ElasticGroup]:
+    """Per need, the elastic machines (on-demand, spot) it holds configured or has coming up,
+    the dearest spend first, at most `limit` needs: what idle owned capacity elsewhere would
+    save this shard (issue 45). Only needs the shard's consolidation would move onto a free
+    owned machine (`worth_moving` a saving of their whole effective cost): another shard's
+    machine moved for one that would not would sit idle here. Needs confined to one
+    topology domain are left out (the coordinator moves whole domains for those, on their
+    shortfall)."""
+    profiles = inventory.profiles.profiles
+    held: dict[str, tuple[Need, int, float]] = {}
+    for cc in claims:
+        for cs in cc.claims.values():
+            for c in cs:
+                p = profiles[c.profile]
+                if p.capacity_type not in ELASTIC or c.need.spec.same or not c.count:
+                    continue
+                need, count, dearest = held.get(c.need.key, (c.need, 0, 0.0))
+                cost = effective_cost(
+                    p.price_per_hour, p.interruption_probability, need.spec.interruption_penalty
+                )
+                held[c.need.key] = (need, count + c.count, max(dearest, cost))
+    worth = [t for t in held.values() if worth_moving(t[0], policy, t[2])]
+    ranked = sorted(worth, key=lambda t: (-t[1] * t[2], t[0].order))[:limit]
+    return [
+        ElasticGroup(
+            cluster=need.cluster,
+            priority=need.priority,
+            requirements=list(need.requirements),
+            count=count,
+            cost_per_hour=cost,
+            interruption_penalty=need.spec.interruption_penalty,
+            displace_below=max(INT32_MIN, displace_floor(need, policy))
+            if policy.fleet_cost
+            else INT32_MIN,
+            horizon_hours=policy.consolidation_horizon_hours,
+            settled=settled(need),
+        )
+        for need, count, cost in ranked
+    ]
+
+
 def _lowest_held(
     inventory: Inventory, claims: Sequence[ClusterClaims], sample: int
-) -> list[tuple[int, int, str]]:
-    """Up to `sample` configured machines as (row, priority, cluster), by the priority of the
-    need that claims them now, lowest first."""
+) -> list[tuple[int, int, str, float]]:
+    """Up to `sample` configured machines as (row, priority, cluster, reclamation penalty), by
+    the priority of the need that claims them now, lowest first."""
     held = sorted(
         (c for cc in claims for cs in cc.claims.values() for c in cs if c.slot == CONFIGURED_SLOT),
         key=lambda c: (c.need.priority, c.need.order, c.profile),
     )
     picker = RowPicker(inventory, free=[], configured=[(c.need.cluster, c.profile) for c in held])
-    lowest: list[tuple[int, int, str]] = []
+    lowest: list[tuple[int, int, str, float]] = []
     for c in held:
         if len(lowest) >= sample:
             break
+        penalty = c.need.spec.reclamation_penalty
         for r in picker.configured(c.need.cluster, c.profile, c.offset, c.count).tolist():
-            lowest.append((r, c.need.priority, c.need.cluster))
+            lowest.append((r, c.need.priority, c.need.cluster, penalty))
     return lowest[:sample]
 
 
@@ -104,11 +173,11 @@ def _offer_fields(
     inventory: Inventory,
     idle: Sequence[int],
     speculative: Sequence[int],
-    preemptible: Sequence[tuple[int, int, str]],
+    preemptible: Sequence[tuple[int, int, str, float]],
 ) -> dict[str, list[Any]]:
     """The report's fields for these rows, as `ShardReport.of` makes them from the rows' machine
     records: profiles numbered in the order met (preemptible, idle, speculative), each one's
-    record that of its first row; `preemptible` holds (row, priority, cluster)."""
+    record that of its first row; `preemptible` holds (row, priority, cluster, penalty)."""
     templates: dict[int, int] = {}
     profiles: list[Machine] = []
     id_of = inventory.machine_id
@@ -124,10 +193,13 @@ def _offer_fields(
         return inventory.profile[list(rows)].tolist() if len(rows) else []
 
     held: dict[tuple[int, int, str], list[str]] = {}
-    for (row, priority, cluster), pid in zip(
+    penalties: dict[tuple[int, int, str], float] = {}
+    for (row, priority, cluster, penalty), pid in zip(
         preemptible, pids([p[0] for p in preemptible]), strict=True
     ):
-        held.setdefault((index(row, pid), priority, cluster), []).append(id_of(row))
+        key = (index(row, pid), priority, cluster)
+        held.setdefault(key, []).append(id_of(row))
+        penalties[key] = max(penalties.get(key, 0.0), penalty)
 
     def groups(rows: Sequence[int]) -> list[OfferGroup]:
         out: dict[int, list[str]] = {}
@@ -138,9 +210,6 @@ def _offer_fields(
     return {
         "idle": groups(idle),
         "speculative": groups(speculative),
-        "preemptible": [
-            PreemptibleGroup(profile=i, ids=ids, priority=priority, cluster=cluster)
-            for (i, priority, cluster), ids in held.items()
-        ],
+        "preemptible": preemptible_groups(held, penalties),
         "profiles": profiles,
     }

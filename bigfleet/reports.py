@@ -7,14 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 
-from .models import Count, Int32, Machine, Shortfall, Wire
+from .models import Count, Dollars, Int32, Machine, NodeSelectorRequirement, Shortfall, Wire
+from .models.base import INT32_MIN
 from .profiles import Profile
 
 REPORT_SECONDS = 30.0
+# Needs whose elastic machines a report names, at most (the dearest spend first).
+ELASTIC_GROUPS = 128
 
 
 class MoveKind(StrEnum):
@@ -31,6 +34,7 @@ class Preemptible(Wire):
     machine: Machine
     priority: Int32
     cluster: str
+    reclamation_penalty: Dollars = 0.0
 
 
 class OfferGroup(Wire):
@@ -41,10 +45,50 @@ class OfferGroup(Wire):
 
 
 class PreemptibleGroup(OfferGroup):
-    """Configured machines of one profile held by one cluster at one priority."""
+    """Configured machines of one profile held by one cluster at one priority;
+    `reclamation_penalty`, the highest of the needs holding them (what a move for cost must
+    save more than, issue 45)."""
 
     priority: Int32
     cluster: str
+    reclamation_penalty: Dollars = 0.0
+
+
+class ElasticGroup(Wire):
+    """Elastic machines (on-demand, spot) a shard runs or is bringing up for one need, which
+    would move onto an owned machine if it had one free (issue 45): what such a machine idle
+    in another shard would save it. `cost_per_hour`: the dearest of them, per machine, at its
+    effective cost (price + interruption probability × the need's `interruption_penalty`)."""
+
+    cluster: str = Field(max_length=253)
+    priority: Int32
+    requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
+    count: Count
+    cost_per_hour: Dollars
+    interruption_penalty: Dollars = 0.0
+    # Its shard's placement by the fleet's cost (bigfleet/engine/fleet_cost.py): an owned
+    # machine held by a priority below `displace_below` may be drained for the need when
+    # `cost_per_hour` × `horizon_hours` is more than its holder's reclamation penalty (the
+    # lowest Int32: never).
+    displace_below: Int32 = INT32_MIN
+    horizon_hours: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    # The need's count has held still long enough for its shard's consolidation to move it
+    # (`Policy.consolidation_stable_seconds`): only then is a machine drained elsewhere for it,
+    # or kept from another shard's need for it.
+    settled: bool = False
+
+
+def preemptible_groups(
+    held: dict[tuple[int, int, str], list[str]], penalties: dict[tuple[int, int, str], float]
+) -> list[PreemptibleGroup]:
+    """Groups from machine ids and reclamation penalties per (profile, priority, cluster)."""
+    return [
+        PreemptibleGroup(
+            profile=i, ids=ids, priority=priority, cluster=cluster, reclamation_penalty=penalties[k]
+        )
+        for k, ids in held.items()
+        for i, priority, cluster in (k,)
+    ]
 
 
 class ShardReport(Wire):
@@ -62,6 +106,7 @@ class ShardReport(Wire):
     idle: list[OfferGroup] = Field(default_factory=list)
     speculative: list[OfferGroup] = Field(default_factory=list)
     preemptible: list[PreemptibleGroup] = Field(default_factory=list)
+    elastic: list[ElasticGroup] = Field(default_factory=list, max_length=ELASTIC_GROUPS)
 
     @classmethod
     def of(
@@ -91,21 +136,19 @@ class ShardReport(Wire):
                 out.setdefault(i, OfferGroup(profile=i, ids=[])).ids.append(m.id)
             return list(out.values())
 
-        held: dict[tuple[int, int, str], PreemptibleGroup] = {}
+        held: dict[tuple[int, int, str], list[str]] = {}
+        penalties: dict[tuple[int, int, str], float] = {}
         for p in preemptible:
-            i = index(p.machine)
-            key = (i, p.priority, p.cluster)
-            if key not in held:
-                held[key] = PreemptibleGroup(
-                    profile=i, ids=[], priority=p.priority, cluster=p.cluster
-                )
-            held[key].ids.append(p.machine.id)
+            key = (index(p.machine), p.priority, p.cluster)
+            held.setdefault(key, []).append(p.machine.id)
+            penalties[key] = max(penalties.get(key, 0.0), p.reclamation_penalty)
+        groups_held = preemptible_groups(held, penalties)
         return cls(
             shard=shard,
             at=at,
             idle=groups(idle),
             speculative=groups(speculative),
-            preemptible=list(held.values()),
+            preemptible=groups_held,
             profiles=profiles,
             **summary,
         )

@@ -207,7 +207,13 @@ class ShardViews:
         return ShardReport(
             shard=self.id,
             at=now,
-            **self.offers.fields(self.inventory, self.engine.claims, sample),
+            **self.offers.fields(
+                self.inventory,
+                self.engine.claims,
+                sample,
+                self.policy,
+                lambda need: self.engine.memory.stable(need, self.policy, now),
+            ),
             machines=self.machines_by_state(),
             clusters=self.needs.clusters(),
             shortfalls=self.last.shortfalls,

@@ -59,10 +59,6 @@ def report_bytes() -> int:
 MAX_REPORT_CLUSTERS = 20_000
 
 
-def _machines(n: int) -> str:
-    return f"{n} machine" if n == 1 else f"{n} machines"
-
-
 # Bytes the signals between two rounds may add to the history before the coordinator continues
 # as new at once (`_watch_history`); shard reports are KBs each. Lower than a shard's: a
 # continue-as-new refused because signals came during its task replays the whole run, and the
@@ -71,6 +67,7 @@ SURGE_BYTES = 4_000_000
 # Runs begun before give a new cluster the least-loaded shard, never its home.
 HOME_PATCH = "clusters-go-home"
 ESCALATE_PATCH = "escalate-blocked-drains"
+POOL_PATCH = "one-pool-across-shards"  # bigfleet/pooling/ (issue 45)
 MISSING_PATCH = "missing-since-start"
 
 
@@ -366,7 +363,8 @@ class CoordinatorWorkflow(FleetChanges, TakesSignals):
         for saga in self.sagas.values():
             key = (saga["receiver"], saga["cluster"], saga["priority"])
             pending[key] = pending.get(key, 0) + len(saga["machine_ids"])
-        for move in self.c.plan(max_share=inp.max_share, busy=busy, pending=pending):
+        self.c.pools = workflow.patched(POOL_PATCH)
+        for move in self.c.plan(inp.max_share, busy, pending, inp.idle_share):
             # A saga's release returns the machines' records in one reply: parts of at most
             # RECORDS_MAX (shards refuse more).
             part = RECORDS_MAX if workflow.patched(SMALL_PAYLOADS) else RECORDS_MAX_BEFORE
@@ -436,7 +434,7 @@ class CoordinatorWorkflow(FleetChanges, TakesSignals):
             ),
             id=saga_id,
             parent_close_policy=ParentClosePolicy.ABANDON,
-            static_summary=f"{kind}: {_machines(len(machine_ids))}, {where}",
+            static_summary=f"{kind}: {len(machine_ids)} machine(s), {where}",
             execution_timeout=timedelta(hours=6),
         )
         self.sagas[saga_id] = {

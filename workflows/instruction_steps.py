@@ -84,14 +84,16 @@ class InstructionSteps:
         touched: int,
         now: float,
         any_term: bool = False,
+        share: float | None = None,
     ) -> bool:
-        """`Fencing.check` against this shard as it is now. True: a replay."""
+        """`Fencing.check` against this shard as it is now (at most `share` of its machines
+        touched, by default `max_share`). True: a replay."""
         return self.fencing.check(
             ins,
             touched,
             shard=self.shard.id,
             size=len(self.shard.inventory) + len(self.shard.handoff),
-            max_share=self.cfg.max_share,
+            max_share=self.cfg.max_share if share is None else share,
             now_ms=now * 1000,
             any_term=any_term,
         )
@@ -115,10 +117,13 @@ class InstructionSteps:
         return self.shard.adopt(ins.machines, now)
 
     def check_release(self, ins: Instruction, now: float) -> None:
-        """A release: fenced and share-limited, at most RECORDS_MAX, idle or speculative only."""
+        """A release: fenced and share-limited, at most RECORDS_MAX, idle or speculative only.
+        Handing over idle machines disrupts nothing: `idle_share` bounds it, not `max_share`
+        (the larger of the two: a config that sets only `max_share` higher keeps it)."""
         # Machines drained for this transfer were counted when the drain was accepted.
         touched = sum(1 for mid in ins.machine_ids if mid not in self.shard.handoff)
-        if self.fence(ins, touched, now):
+        share = max(self.cfg.max_share, self.cfg.idle_share)
+        if self.fence(ins, touched, now, share=share):
             self.fencing.first_outcome(ins, "release")  # refused if no longer kept
             return
         if len(ins.machine_ids) > records_max():

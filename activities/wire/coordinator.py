@@ -11,6 +11,7 @@ from pydantic import Field
 from bigfleet.coordinator import MAX_SHARE, MembershipThresholds
 from bigfleet.decommission import DecommissionRequest as DecommissionRequest
 from bigfleet.models import Machine
+from bigfleet.pooling.bounds import IDLE_SHARE
 
 from .base import Model
 
@@ -125,6 +126,9 @@ class CoordinatorInput(Model):
     shards: int
     # The most a round (or one decommission saga) asks of a shard; shards refuse more anyway.
     max_share: float = Field(default=MAX_SHARE, gt=0, le=1)
+    # The same for hand-overs of idle or speculative machines, which disrupt nothing
+    # (bigfleet/pooling/bounds.py; issue 45).
+    idle_share: float = Field(default=IDLE_SHARE, gt=0, le=1)
     membership: MembershipThresholds = Field(default_factory=MembershipThresholds)
     membership_chunk: int = 200
     plan_seconds: float = 30.0

@@ -11,6 +11,7 @@ from pydantic import ConfigDict, Field
 
 from bigfleet.coordinator import MAX_SHARE
 from bigfleet.deployment import MAX_TASK_TIMEOUT_SECONDS, SHARD_TASK_TIMEOUT_SECONDS
+from bigfleet.pooling.bounds import IDLE_SHARE
 from bigfleet.shard_state import ShardState
 from bigfleet.snapshot import INLINE_BYTES
 from bigfleet.transitions import MAX_TRANSITION_BATCH
@@ -89,6 +90,9 @@ class ShardConfig(Model):
     fold_per_cycle: int = Field(default=10_000, ge=1)
     # Coordinator instructions taking more than this share of the shard's machines are refused.
     max_share: float = Field(default=MAX_SHARE, gt=0, le=1)
+    # Releases of idle or speculative machines (hand-overs that disrupt nothing) have their
+    # own, larger share (bigfleet/pooling/bounds.py; issue 45).
+    idle_share: float = Field(default=IDLE_SHARE, gt=0, le=1)
     # State larger than this crosses continue-as-new through the snapshot store, in parts of
     # `snapshot_part_bytes` (under the 600 KB payload limit BigFleet sets its Temporal server to).
     snapshot_inline_bytes: int = Field(default=INLINE_BYTES, ge=1)

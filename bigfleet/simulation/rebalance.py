@@ -71,6 +71,7 @@ class Rebalancer:
                     "machines": len(move.machine_ids),
                     "machine_ids": move.machine_ids,
                     "grace_seconds": move.grace_seconds,
+                    "reason": move.reason,
                 }
             )
             if move.kind is MoveKind.PREEMPT:

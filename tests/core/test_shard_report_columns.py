@@ -22,13 +22,19 @@ def _from_records(shard: Shard, r: ShardReport) -> ShardReport:
         idle=[record(mid) for g in r.idle for mid in g.ids],
         speculative=[record(mid) for g in r.speculative for mid in g.ids],
         preemptible=[
-            Preemptible(machine=record(mid), priority=g.priority, cluster=g.cluster)
+            Preemptible(
+                machine=record(mid),
+                priority=g.priority,
+                cluster=g.cluster,
+                reclamation_penalty=g.reclamation_penalty,
+            )
             for g in r.preemptible
             for mid in g.ids
         ],
         machines=r.machines,
         clusters=r.clusters,
         shortfalls=r.shortfalls,
+        elastic=r.elastic,
     )
 
 
@@ -86,3 +92,18 @@ def test_a_report_without_samples_still_says_what_the_shard_has_and_misses():
     assert (bare.machines, bare.clusters, bare.shortfalls) == (
         full.machines, full.clusters, full.shortfalls
     )
+
+
+def test_a_machine_that_left_is_never_offered_again_even_when_its_row_is_reused():
+    """A shard hands an idle machine over and adopts another, which takes the freed row with
+    the same profile: the next report offers the newcomer, not the machine gone (the
+    coordinator would move a machine the shard no longer has)."""
+    cpu = next(o for o in OFFERS if o.instance_type == "cpu-64")
+    shard = Shard(4)
+    shard.adopt([machine(f"a-{i}", cpu, MachineState.IDLE, rack="r") for i in range(3)], 0)
+    shard.cycle(10)
+    assert sorted(shard.report(10).idle[0].ids) == ["a-0", "a-1", "a-2"]
+    shard.release(["a-1"])
+    shard.adopt([machine("b-0", cpu, MachineState.IDLE, rack="r")], 11)
+    shard.cycle(20)
+    assert sorted(shard.report(20).idle[0].ids) == ["a-0", "a-2", "b-0"]

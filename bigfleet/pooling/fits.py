@@ -1,0 +1,37 @@
+"""Whether a machine a shard reports could serve a need another shard reports: the shard's own
+matching, on the machine's labels plus those its fields imply."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..models import Machine, NodeSelectorRequirement
+from ..profiles import Profile
+from ..reports import MoveKind, ShardReport
+from ..requirements import all_match
+
+
+def fits(requirements: Iterable[NodeSelectorRequirement], m: Machine) -> bool:
+    return all_match(requirements, Profile.of(m).label_map)
+
+
+def short_of(report: ShardReport, m: Machine, priority: int) -> bool:
+    """Whether the shard that reports `report` is itself short of machines like `m` for a need
+    at `priority` or above: it keeps its free machines for that need rather than give them
+    to another shard's lower or equal one (a need spread or confined to a domain included)."""
+    return any(
+        sf.priority >= priority and not sf.repair_held and fits(sf.requirements, m)
+        for sf in report.shortfalls
+    )
+
+
+def free_offers(
+    report: ShardReport, used: set[str]
+) -> Iterable[tuple[MoveKind, Machine, list[str]]]:
+    """(kind, profile record, ids not yet taken this round) of a report's idle then speculative
+    samples."""
+    for kind in (MoveKind.IDLE, MoveKind.SPECULATIVE):
+        for m, ids in report.offers(kind):
+            free = [mid for mid in ids if mid not in used]
+            if free:
+                yield kind, m, free

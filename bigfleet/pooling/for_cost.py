@@ -1,0 +1,155 @@
+"""Idle owned capacity goes where the fleet would otherwise pay for elastic machines (issue 45;
+decision 0012 applied across shards).
+
+A shard that can buy on-demand or spot never has a shortfall, so design §9's order alone never
+learns that an owned machine idle in another shard would have served it. Shards report the
+elastic machines of each need their consolidation would move onto a free owned machine
+(`ShardReport.elastic`); here each is matched, dearest first, with idle (or speculative)
+machines of other shards that fit the need at a lower effective cost (owned: nothing at the
+margin). The move is a hand-over (no drain); the receiving shard's own consolidation then brings
+the need onto the cheaper machine and returns the elastic one, make-before-break, by the rules
+it already has.
+
+When no free machine is left anywhere, an owned machine another shard's backfill holds (a
+priority below the need's `displace_below`) is drained for it, when the need's saving over
+`horizon_hours` is more than the backfill's reclamation penalty: what the need's own shard does
+inside itself (bigfleet/engine/fleet_cost.py), across shards (`cost_victims`).
+
+Not moved, so that a machine never goes back and forth:
+- to a shard that already holds a free machine fitting the need for less: its engine has not
+  used it yet (the need is not settled, or the move is under way), and another would wait the
+  same way;
+- from a shard that would use it itself: short of such a machine for a need at the same
+  priority or above (`short_of`), or paying more for one of its own needs it fits (`saves`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from ..cost import drain_grace_period, effective_cost
+from ..models import Machine
+from ..profiles import Profile
+from ..reports import ElasticGroup, MoveKind, ShardReport
+from .fits import fits, free_offers, short_of
+
+
+def spend_order(reports: Mapping[int, ShardReport]) -> list[tuple[int, ElasticGroup]]:
+    """(shard, group) of every report's elastic machines of settled needs (its consolidation
+    moves them onto a free owned machine at its next cycle), the dearest per machine first,
+    then the higher priority, then the larger group."""
+    pairs = [(s, g) for s, r in reports.items() for g in r.elastic if g.settled]
+    return sorted(
+        pairs, key=lambda p: (-p[1].cost_per_hour, -p[1].priority, -p[1].count, p[0], p[1].cluster)
+    )
+
+
+def stands_in(group: ElasticGroup, m: Machine) -> bool:
+    """Whether machine `m` fits `group`'s need at a lower effective cost than its dearest
+    elastic machine."""
+    p = Profile.of(m)
+    cost = effective_cost(p.marginal_price, p.interruption_probability, group.interruption_penalty)
+    return cost < group.cost_per_hour and fits(group.requirements, m)
+
+
+def saves(report: ShardReport, m: Machine, priority: int | None = None) -> bool:
+    """Whether `m` would stand in for elastic machines of a settled need of the reporting
+    shard's own (at `priority` or above, if given)."""
+    return any(
+        g.settled and stands_in(g, m) and (priority is None or g.priority >= priority)
+        for g in report.elastic
+    )
+
+
+def cheaper(
+    group: ElasticGroup, report: ShardReport, used: set[str]
+) -> Iterator[tuple[MoveKind, str]]:
+    """(kind, machine id) of `report`'s free machines that would stand in for `group`'s."""
+    for kind, m, ids in free_offers(report, used):
+        if stands_in(group, m):
+            yield from ((kind, mid) for mid in ids)
+
+
+def waits_at_home(
+    reports: Mapping[int, ShardReport], receiver: int, group: ElasticGroup, used: set[str]
+) -> bool:
+    """Whether `receiver` already holds a free machine that would stand in for `group`'s (or
+    has not reported): nothing is moved to it for the group (see the module)."""
+    own = reports.get(receiver)
+    return own is None or next(cheaper(group, own, used), None) is not None
+
+
+def cost_offers(
+    reports: Mapping[int, ShardReport], receiver: int, group: ElasticGroup, used: set[str]
+) -> Iterator[tuple[MoveKind, int, str]]:
+    """(kind, donor, machine id) that could stand in for `group`'s elastic machines on
+    `receiver`, idle before speculative, donors in shard order (see the module for what is
+    left out; `waits_at_home` first)."""
+    for donor in sorted(reports):
+        if donor == receiver:
+            continue
+        report = reports[donor]
+        for kind, m, ids in free_offers(report, used):
+            if (
+                stands_in(group, m)
+                and not short_of(report, m, group.priority)
+                and not saves(report, m)
+            ):
+                yield from ((kind, donor, mid) for mid in ids)
+
+
+def cost_victims(
+    reports: Mapping[int, ShardReport], receiver: int, group: ElasticGroup, used: set[str]
+) -> list[tuple[int, str, int]]:
+    """(donor, machine id, holder's priority) of owned machines other shards' backfill holds
+    that `group`'s shard would displace for it (see the module), lowest priority first."""
+    worth = group.cost_per_hour * group.horizon_hours
+    found = [
+        (g.priority, donor, mid)
+        for donor, report in reports.items()
+        if donor != receiver
+        for m, g in report.victims()
+        if group.settled
+        and g.priority < group.displace_below
+        and worth > g.reclamation_penalty
+        and stands_in(group, m)
+        and not short_of(report, m, group.priority)
+        for mid in g.ids
+        if mid not in used
+    ]
+    return [(donor, mid, priority) for priority, donor, mid in sorted(found)]
+
+
+def keeps(report: ShardReport, m: Machine, priority: int) -> bool:
+    """Whether the reporting shard keeps its free machine `m` from another shard's need at
+    `priority`: it is short of such a machine at that priority or above, or it would replace
+    elastic machines of a settled need of its own at that priority or above."""
+    return short_of(report, m, priority) or saves(report, m, priority)
+
+
+# The coordinator's bookkeeping for one round (`Coordinator.plan`): machines still wanted for
+# (receiver, cluster, priority, count) less those on their way; take one machine (False: the
+# donor's bound for the kind is spent).
+Wanted = Callable[[int, str, int, int], int]
+Take = Callable[[MoveKind, int, int, ElasticGroup, str, float, str], bool]
+
+
+def cost_moves(
+    reports: Mapping[int, ShardReport], used: set[str], wanted: Wanted, take: Take
+) -> None:
+    """This round's moves for cost, through `take`: for each settled need paying for elastic
+    machines, the dearest first, free machines of other shards that would stand in for them,
+    then other shards' backfill that its shard would displace (see the module)."""
+    for receiver, group in spend_order(reports):
+        want = wanted(receiver, group.cluster, group.priority, group.count)
+        if want == 0 or waits_at_home(reports, receiver, group, used):
+            continue
+        for kind, donor, mid in cost_offers(reports, receiver, group, used):
+            if want == 0:
+                break
+            want -= take(kind, donor, receiver, group, mid, 0.0, "cost")
+        for donor, mid, holder in cost_victims(reports, receiver, group, used):
+            if want == 0:
+                break
+            grace = drain_grace_period(group.priority, holder)
+            want -= take(MoveKind.PREEMPT, donor, receiver, group, mid, grace, "cost")
