@@ -12,16 +12,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated
 
 from pydantic import Field
 
 from .assignment import cluster_shard
+from .cluster_questions import MAX_ASKED as MAX_ASKED
+from .cluster_questions import NO_SHARD as NO_SHARD
+from .cluster_questions import ClusterAsk as ClusterAsk
+from .cluster_questions import ClusterName as ClusterName
+from .cluster_questions import ClusterOwners as ClusterOwners
+from .cluster_questions import ClusterQuestion as ClusterQuestion
+from .cluster_questions import wants_of as wants_of
 from .cost import drain_grace_period
+from .fleet_shape import merge_candidate, split_candidate
 from .models import Machine, Shortfall, Wire
 from .pooling.bounds import IDLE_SHARE, Budgets
 from .pooling.fits import fits
 from .pooling.for_cost import cost_moves, keeps
+from .pooling.holdings import Wants, fitting
 from .pooling.whole_rack import rack_moves
 from .reports import REPORT_SECONDS, ElasticGroup, MoveKind, ShardReport
 
@@ -32,32 +40,6 @@ MAX_SHARE = 0.10
 # coordinator's run begun before keeps the bound it had (ASSIGNMENT_BYTES_BEFORE).
 ASSIGNMENT_BYTES = 300_000
 ASSIGNMENT_BYTES_BEFORE = 1_000_000
-ClusterName = Annotated[str, Field(min_length=1, max_length=253)]
-# Clusters a shard asks about at once (`ClusterQuestion`): roll-ups of clusters it does not
-# serve yet wait for the answer, at most this many (workflows/new_clusters.py): a fleet's
-# first roll-ups reach a shard at most this many new clusters a cycle, the rest when their
-# operators send again.
-MAX_ASKED = 250
-NO_SHARD = -1  # `owners`: a cluster the map has no room for is nobody's
-
-
-class ClusterQuestion(Wire):
-    """A shard that got roll-ups of clusters it does not serve yet asks whose they are."""
-
-    shard: int = Field(ge=0)
-    clusters: list[ClusterName] = Field(min_length=1, max_length=MAX_ASKED)
-
-
-class ClusterOwners(Wire):
-    """The answer a shard gets (activities/coordination.py): the shard each cluster is assigned
-    to, and the clusters refused before the coordinator was asked (the deployment has no
-    operator endpoint for them). `running` False: no coordinator runs, nobody was asked."""
-
-    running: bool
-    owners: dict[str, int] = Field(default_factory=dict)
-    refused: dict[str, str] = Field(default_factory=dict)
-
-
 class MembershipThresholds(Wire):
     """Seed §16: split a shard over either split threshold; merge two shards under both merge
     thresholds (`merge_machines` 0: never merge on its own)."""
@@ -148,46 +130,26 @@ class Coordinator:
 
     def membership_change(self, limits: MembershipThresholds) -> tuple[str, int, int] | None:
         """("split", shard, new shard) or ("merge", donor, into) this round, or None."""
-        shard = self.split_candidate(limits.split_machines, limits.split_clusters)
+        members = {s: r for s, r in self.reports.items() if s not in self.retiring}
+        shard = split_candidate(members, limits.split_machines, limits.split_clusters)
         if shard is not None:
             return "split", shard, self.new_shard_id()
-        pair = self.merge_candidate(limits.merge_machines, limits.merge_clusters)
+        if len(self.shards) - len(self.retiring) < 2:
+            return None
+        pair = merge_candidate(members, limits.merge_machines, limits.merge_clusters)
         return None if pair is None else ("merge", *pair)
 
-    def split_candidate(self, max_machines: int, max_clusters: int) -> int | None:
-        """The shard most over a split threshold (machines or clusters), if any (design §16)."""
-        over = [
-            (r.size / max_machines if max_machines else 0, len(r.clusters) / max_clusters, s)
-            for s, r in self.reports.items()
-            if s not in self.retiring
-            and ((max_machines and r.size > max_machines) or len(r.clusters) > max_clusters)
-        ]
-        return max(over)[2] if over else None
-
-    def merge_candidate(self, max_machines: int, max_clusters: int) -> tuple[int, int] | None:
-        """Two under-used shards (each under both thresholds): the smaller merges into the
-        other. None if merging is off (`max_machines` 0) or no two qualify."""
-        if not max_machines:
-            return None
-        under = sorted(
-            (r.size, len(r.clusters), s)
-            for s, r in self.reports.items()
-            if s not in self.retiring and r.size < max_machines and len(r.clusters) < max_clusters
-        )
-        if len(under) < 2 or len(self.shards) - len(self.retiring) < 2:
-            return None
-        return under[0][2], under[1][2]
-
-    def assign(self, cluster: str, prefer: int | None = None) -> int:
+    def assign(self, cluster: str, prefer: int | None = None, wants: Wants = ()) -> int:
         """A cluster's shard, chosen on first contact and kept forever (design §16): its home
         (`home`, the seed's "at random") while the fleet has the shards it was deployed with,
         else the least-loaded one (fewest clusters; among equals the lowest number, or
-        `prefer`)."""
+        `prefer`); with `pools`, among the shards that hold owned machines its needs
+        (`wants`) fit, if any (`pooling/holdings.py`)."""
         shard = self.clusters.get(cluster)
         if shard is None:
             if not set(self.shards) - self.retiring:
                 raise ValueError("no shards: add one before assigning clusters")
-            shard = self._place(cluster, self._load(), prefer)
+            shard = self._place(cluster, self._load(), prefer, wants)
             self.clusters[cluster] = shard
         return shard
 
@@ -196,20 +158,25 @@ class Coordinator:
         fresh start (assignment.machine_shard): `cluster_shard` over the founding shards."""
         return cluster_shard(cluster, self.founding or len(self.shards))
 
-    def _place(self, cluster: str, load: Mapping[int, int], prefer: int | None) -> int:
+    def _place(
+        self, cluster: str, load: Mapping[int, int], prefer: int | None, wants: Wants = ()
+    ) -> int:
         """Where a new cluster goes, given clusters per member shard (`load`). Home, not the
         least-loaded: a fleet started over machines that already serve clusters has adopted
         each cluster's machines into its home, and a cluster sent anywhere else would find
         none of them (its home would give them up after `max_silence_seconds`). Hashing
         1 000 clusters over 4 shards leaves each within a few percent of the mean. Once
         shards were added, split off or merged away, new clusters fill the least-loaded (a
-        shard added by hand is the one they go to first)."""
+        shard added by hand is the one they go to first). With `pools` and `wants`, both
+        choose among the shards holding owned machines the cluster's needs fit, if any: its
+        home when it is one of them (`pooling/holdings.py`)."""
+        fit = fitting(self.reports, wants, load) if self.pools and wants else set()
         founding = self.founding or len(self.shards)
         if self.by_home and not self.retired and all(s < founding for s in self.shards):
             home = self.home(cluster)
-            if home in load:
+            if home in load and (not fit or home in fit):
                 return home
-        return self._least_loaded(load, prefer)
+        return self._least_loaded({s: load[s] for s in fit} if fit else load, prefer)
 
     def _load(self) -> dict[int, int]:
         """Clusters per member shard (merging ones are assigned nothing new)."""
@@ -224,7 +191,11 @@ class Coordinator:
         return min(load, key=lambda s: (load[s], s != prefer, s))
 
     def owners(
-        self, shard: int, clusters: Iterable[str], moving: Mapping[int, int] | None = None
+        self,
+        shard: int,
+        clusters: Iterable[str],
+        moving: Mapping[int, int] | None = None,
+        wants: Mapping[str, Wants] | None = None,
     ) -> dict[str, int]:
         """Whose each of `clusters` is, for `shard`, which got their roll-ups without serving
         them yet. A cluster nobody has asked about is assigned now as `assign_cluster` would
@@ -244,7 +215,8 @@ class Coordinator:
                 if not load or not 0 < len(cluster) <= 253 or used + size > self.assignment_max:
                     out[cluster] = NO_SHARD
                     continue
-                owner = self.clusters[cluster] = self._place(cluster, load, shard)
+                owner = self._place(cluster, load, shard, (wants or {}).get(cluster, ()))
+                self.clusters[cluster] = owner
                 load[owner] += 1
                 used += size
             out[cluster] = shard if moving.get(owner) == shard else owner

@@ -109,26 +109,26 @@ def elastic_groups(
     settled: Callable[[Need], bool],
     limit: int = ELASTIC_GROUPS,
 ) -> list[ElasticGroup]:
-    """Per need, the elastic machines (on-demand, spot) it holds configured or has coming up,
-    the dearest spend first, at most `limit` needs: what idle owned capacity elsewhere would
-    save this shard (issue 45). Only needs the shard's consolidation would move onto a free
-    owned machine (`worth_moving` a saving of their whole effective cost): another shard's
-    machine moved for one that would not would sit idle here. Needs confined to one
-    topology domain are left out (the coordinator moves whole domains for those, on their
-    shortfall)."""
+    """Per need and effective cost, the elastic machines (on-demand, spot) it holds configured
+    or has coming up, the most spend first, at most `limit` groups: what idle owned capacity
+    elsewhere would save this shard (issue 45). A need on 7 spot machines and 1 on-demand is
+    two groups: a stand-in cheaper than on-demand but not than spot replaces one machine.
+    Only needs the shard's consolidation would move onto a free owned machine (`worth_moving`
+    a saving of their whole effective cost): another shard's machine moved for one that
+    would not would sit idle here. Needs confined to one topology domain are left out (the
+    coordinator moves whole domains for those, on their shortfall)."""
     profiles = inventory.profiles.profiles
-    held: dict[str, tuple[Need, int, float]] = {}
+    held: dict[tuple[str, float], tuple[Need, int, float]] = {}
     for cc in claims:
         for cs in cc.claims.values():
             for c in cs:
                 p = profiles[c.profile]
                 if p.capacity_type not in ELASTIC or c.need.spec.same or not c.count:
                     continue
-                need, count, dearest = held.get(c.need.key, (c.need, 0, 0.0))
-                cost = effective_cost(
-                    p.price_per_hour, p.interruption_probability, need.spec.interruption_penalty
-                )
-                held[c.need.key] = (need, count + c.count, max(dearest, cost))
+                penalty = c.need.spec.interruption_penalty
+                cost = effective_cost(p.price_per_hour, p.interruption_probability, penalty)
+                need, count, _ = held.get((c.need.key, cost), (c.need, 0, cost))
+                held[(c.need.key, cost)] = (need, count + c.count, cost)
     worth = [t for t in held.values() if worth_moving(t[0], policy, t[2])]
     ranked = sorted(worth, key=lambda t: (-t[1] * t[2], t[0].order))[:limit]
     return [

@@ -16,8 +16,10 @@ from .models.base import INT32_MIN
 from .profiles import Profile
 
 REPORT_SECONDS = 30.0
-# Needs whose elastic machines a report names, at most (the dearest spend first).
+# (Need, cost) groups of elastic machines a report names, at most (the most spend first).
 ELASTIC_GROUPS = 128
+# Kinds of owned machines a report names, at most (the most machines first).
+HOLDINGS = 128
 
 
 class MoveKind(StrEnum):
@@ -55,9 +57,9 @@ class PreemptibleGroup(OfferGroup):
 
 
 class ElasticGroup(Wire):
-    """Elastic machines (on-demand, spot) a shard runs or is bringing up for one need, which
-    would move onto an owned machine if it had one free (issue 45): what such a machine idle
-    in another shard would save it. `cost_per_hour`: the dearest of them, per machine, at its
+    """Elastic machines (on-demand, spot) a shard runs or is bringing up for one need at one
+    effective cost, which would move onto an owned machine if it had one free (issue 45):
+    what such a machine idle in another shard would save it. `cost_per_hour`: each one's
     effective cost (price + interruption probability × the need's `interruption_penalty`)."""
 
     cluster: str = Field(max_length=253)
@@ -76,6 +78,15 @@ class ElasticGroup(Wire):
     # (`Policy.consolidation_stable_seconds`): only then is a machine drained elsewhere for it,
     # or kept from another shard's need for it.
     settled: bool = False
+
+
+class Holding(Wire):
+    """Owned machines (bare metal, reserved) of one kind a shard holds, in any state: where a
+    new cluster whose needs they fit can be served without buying (issue 45). `labels`: one of
+    its profiles' labels (the kind's first)."""
+
+    labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+    owned: Count
 
 
 def preemptible_groups(
@@ -107,6 +118,7 @@ class ShardReport(Wire):
     speculative: list[OfferGroup] = Field(default_factory=list)
     preemptible: list[PreemptibleGroup] = Field(default_factory=list)
     elastic: list[ElasticGroup] = Field(default_factory=list, max_length=ELASTIC_GROUPS)
+    holds: list[Holding] = Field(default_factory=list, max_length=HOLDINGS)
 
     @classmethod
     def of(

@@ -19,6 +19,8 @@ from .needs import NeedsTable
 from .notices import NoticeBook
 from .offers import Offers
 from .operators import OperatorUpdate, Reclaim, UpcomingNode
+from .policy import Policy
+from .pooling.holdings import holdings
 from .reports import ShardReport
 from .spend import Spend, measure
 
@@ -39,6 +41,7 @@ class ShardViews:
     notices: NoticeBook
     id: int
     offers: Offers
+    policy: Policy
 
     # ---- what it holds (queries page through it) ---------------------------------------------
 
@@ -215,6 +218,7 @@ class ShardViews:
                 lambda need: self.engine.memory.stable(need, self.policy, now),
             ),
             machines=self.machines_by_state(),
+            holds=holdings(self.inventory) if sample > 0 else [],
             clusters=self.needs.clusters(),
             shortfalls=self.last.shortfalls,
         )

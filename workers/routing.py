@@ -16,7 +16,9 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.wire import SHARD_TASK_QUEUE, CoordinatorInput, shard_workflow_id
+from bigfleet.cluster_questions import ClusterAsk, wants_of
 from bigfleet.inputs import SIGNAL_BYTES, json_size
+from bigfleet.models import ClusterCapacityNeeds, from_wire
 from workflows.coordinator import CoordinatorWorkflow
 from workflows.sagas import COORDINATOR_ID
 
@@ -39,13 +41,22 @@ def coordinator_start(shards: int, plan_seconds: float | None = None) -> dict[st
     )
 
 
-async def assign_cluster(client: Client, cluster: str, shards: int) -> int:
-    """The shard a cluster's roll-ups go to: the coordinator's answer (its home on first
-    contact, permanent after), starting the coordinator if need be. Ask once, then signal the
-    shard directly; ask again only if the shard is gone (a split or merge moved the cluster)."""
+async def assign_cluster(
+    client: Client, cluster: str, shards: int, rollup: dict[str, Any] | None = None
+) -> int:
+    """The shard a cluster's roll-ups go to: the coordinator's answer (on first contact, where
+    the owned machines its `rollup`'s needs fit are, else its home; permanent after), starting
+    the coordinator if need be. Ask once, then signal the shard directly; ask again only if
+    the shard is gone (a split or merge moved the cluster)."""
+    arg: Any = cluster  # (a bare name, or a ClusterAsk: the update decodes either)
+    try:
+        needs = from_wire(ClusterCapacityNeeds, rollup).needs if rollup is not None else []
+        arg = ClusterAsk(cluster=cluster, wants=wants_of(needs)) if needs else cluster
+    except ValueError:
+        pass  # (the shard refuses the roll-up itself, naming the field)
     return await client.execute_update_with_start_workflow(
         CoordinatorWorkflow.assign_cluster,
-        cluster,
+        arg,
         start_workflow_operation=WithStartWorkflowOperation(**coordinator_start(shards)),
     )
 
@@ -141,12 +152,12 @@ class ShardRouter:
         # coordinator too): a gateway (re)started before 1 000 clusters asks a few at a time.
         self.asking = asyncio.Semaphore(ASSIGN_CONCURRENCY)
 
-    async def _assign(self, cluster: str) -> int:
+    async def _assign(self, cluster: str, rollup: dict[str, Any] | None = None) -> int:
         async with self.asking:
             shard = self.assigned.get(cluster)  # (another sender may have asked meanwhile)
             if shard is None:
                 shard = self.assigned[cluster] = await assign_cluster(
-                    self.client, cluster, self.shards
+                    self.client, cluster, self.shards, rollup
                 )
             return shard
 
@@ -154,7 +165,7 @@ class ShardRouter:
         for attempt in range(2):
             shard = self.assigned.get(cluster)
             if shard is None:
-                shard = await self._assign(cluster)
+                shard = await self._assign(cluster, rollup)
             wid = shard_workflow_id(shard)
             try:
                 await self.batcher.send(shard, rollup)

@@ -24,10 +24,10 @@ with workflow.unsafe.imports_passed_through():
         EscalateDrains,
         SagaInput,
     )
+    from bigfleet.cluster_questions import AssignArgument, asked
     from bigfleet.coordinator import (
         ASSIGNMENT_BYTES,
         ASSIGNMENT_BYTES_BEFORE,
-        ClusterName,
         ClusterQuestion,
         Coordinator,
     )
@@ -144,15 +144,15 @@ class CoordinatorWorkflow(FleetChanges, TakesSignals):
         """A cluster's shard: its home, else the least-loaded, on first contact; permanent
         after (design §16; `Coordinator.assign`). Roll-up senders ask once (update-with-start)
         and then signal the shard directly."""
-        cluster = self.guard.arg(raw, ClusterName, "assign_cluster")
+        ask = asked(self.guard.arg(raw, AssignArgument, "assign_cluster"))
         await workflow.wait_condition(lambda: self.ready)
-        self._room_for(cluster)
-        self.c.by_home = workflow.patched(HOME_PATCH)
-        return self.c.assign(cluster)
+        self._room_for(ask.cluster)
+        self.c.by_home, self.c.pools = workflow.patched(HOME_PATCH), workflow.patched(POOL_PATCH)
+        return self.c.assign(ask.cluster, wants=ask.wants)
 
     @assign_cluster.validator
     def _assign_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
-        cluster = self.guard.arg(raw, ClusterName, "assign_cluster")
+        cluster = asked(self.guard.arg(raw, AssignArgument, "assign_cluster")).cluster
         if not cluster.strip():
             raise Rejected("assign_cluster: cluster: a non-empty name is required")
         self._room_for(cluster)
@@ -168,8 +168,8 @@ class CoordinatorWorkflow(FleetChanges, TakesSignals):
         question = self.guard.arg(raw, ClusterQuestion, "cluster_owners")
         await workflow.wait_condition(lambda: self.ready)
         moving = {m["donor"]: m["into"] for m in self.members.running.values()}
-        self.c.by_home = workflow.patched(HOME_PATCH)
-        return self.c.owners(question.shard, question.clusters, moving)
+        self.c.by_home, self.c.pools = workflow.patched(HOME_PATCH), workflow.patched(POOL_PATCH)
+        return self.c.owners(question.shard, question.clusters, moving, question.wants)
 
     @cluster_owners.validator
     def _owners_ok(self, raw: RawValue = NO_ARGUMENT) -> None:

@@ -35,6 +35,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from bigfleet.cluster_questions import wants_of
     from bigfleet.coordinator import MAX_ASKED, NO_SHARD, ClusterOwners, ClusterQuestion
     from bigfleet.inputs import Rejected, clip, json_size
     from bigfleet.models import ClusterCapacityNeeds, from_wire
@@ -42,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.guard import Guard
 
 PATCH = "rollups-of-assigned-clusters"  # runs begun before take every cluster's roll-ups
+WANTS_PATCH = "cluster-question-wants"  # runs begun before ask with the names alone
 HELD_CLUSTERS = MAX_ASKED
 # (At least one roll-up of the largest size waits; below EARLY_ROLLUP_BYTES, which bounds what
 # waits in all, these and those that come while the snapshot is written: a continue-as-new
@@ -138,6 +140,8 @@ class NewClusters:
             clusters = sorted({str(raw["cluster"]) for raw in owner.early_rollups})[:MAX_ASKED]
             self.asked = set(clusters)
             question = ClusterQuestion(shard=owner.shard.id, clusters=clusters)
+            if workflow.patched(WANTS_PATCH):  # (where their capacity is counts: issue 45)
+                question = question.model_copy(update={"wants": self._wants(clusters)})
             self.asking = workflow.start_activity(
                 "cluster_owners",
                 question,
@@ -166,6 +170,15 @@ class NewClusters:
             self.ask_after = workflow.now().timestamp() + ASK_AGAIN_SECONDS
             return
         self._apply(answer)
+
+    def _wants(self, clusters: list[str]) -> dict[str, list[Any]]:
+        """The asked clusters' needs' requirements (`ClusterQuestion.wants`), from the
+        roll-ups waiting (validated when they were held)."""
+        asked, out = set(clusters), {}
+        for raw in self.owner.early_rollups:
+            if raw.get("cluster") in asked:
+                out[str(raw["cluster"])] = wants_of(from_wire(ClusterCapacityNeeds, raw).needs)
+        return out
 
     def _apply(self, answer: ClusterOwners) -> None:
         owner = self.owner

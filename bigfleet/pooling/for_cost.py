@@ -32,6 +32,7 @@ from ..models import Machine
 from ..profiles import Profile
 from ..reports import ElasticGroup, MoveKind, ShardReport
 from .fits import fits, free_offers, short_of
+from .headroom import spare_wanted, spares
 
 
 def spend_order(reports: Mapping[int, ShardReport]) -> list[tuple[int, ElasticGroup]]:
@@ -45,7 +46,7 @@ def spend_order(reports: Mapping[int, ShardReport]) -> list[tuple[int, ElasticGr
 
 
 def stands_in(group: ElasticGroup, m: Machine) -> bool:
-    """Whether machine `m` fits `group`'s need at a lower effective cost than its dearest
+    """Whether machine `m` fits `group`'s need at a lower effective cost than its
     elastic machine."""
     p = Profile.of(m)
     cost = effective_cost(p.marginal_price, p.interruption_probability, group.interruption_penalty)
@@ -139,7 +140,8 @@ def cost_moves(
 ) -> None:
     """This round's moves for cost, through `take`: for each settled need paying for elastic
     machines, the dearest first, free machines of other shards that would stand in for them,
-    then other shards' backfill that its shard would displace (see the module)."""
+    then other shards' backfill that its shard would displace (see the module); then spare
+    quota for every need paying for elastic machines (`headroom.py`)."""
     for receiver, group in spend_order(reports):
         want = wanted(receiver, group.cluster, group.priority, group.count)
         if want == 0 or waits_at_home(reports, receiver, group, used):
@@ -153,3 +155,11 @@ def cost_moves(
                 break
             grace = drain_grace_period(group.priority, holder)
             want -= take(MoveKind.PREEMPT, donor, receiver, group, mid, grace, "cost")
+    for receiver, group in sorted(
+        ((s, g) for s, r in reports.items() for g in r.elastic), key=lambda p: (p[0], p[1].cluster)
+    ):
+        want = wanted(receiver, group.cluster, group.priority, spare_wanted(group))
+        for kind, donor, mid in spares(reports, receiver, group, used):
+            if want == 0:
+                break
+            want -= take(kind, donor, receiver, group, mid, 0.0, "spare")

@@ -40,6 +40,13 @@ class Rebalancer:
     def coordinator(self) -> Coordinator:
         return self.sim.coordinator
 
+    def first_reports(self, now: float) -> None:
+        """Before the coordinator's first round, what it has when it first assigns a cluster:
+        every shard's report (their holdings: `pooling/holdings.py`), once."""
+        if not self.coordinator.reports and len(self.sim.shards) > 1:
+            for shard in self.sim.shards:
+                self.coordinator.receive(shard.report(now), now)
+
     def step(self, now: float) -> None:
         self._finish_drained(now)
         if now < self.next_round:

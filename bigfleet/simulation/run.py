@@ -197,7 +197,10 @@ class Simulation:
         rollup = ClusterCapacityNeeds(
             cluster=cluster, generation=self.generation[cluster], needs=needs, health=health
         )
-        shard = self.coordinator.assign(cluster)
+        if cluster not in self.coordinator.clusters:
+            self.rebalancer.first_reports(self.now)
+        wants = [n.requirements for n in needs]
+        shard = self.coordinator.assign(cluster, wants=wants)
         reason = self.shards[shard].receive(rollup, self.now)
         if reason:
             self.recorder.rejected_rollups.append(reason)

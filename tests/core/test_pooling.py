@@ -5,6 +5,8 @@
 - Hand-overs that disrupt nothing have their own, larger bound than drains.
 - A shard reports the elastic machines its consolidation would move onto owned ones."""
 
+import pytest
+
 from bigfleet.coordinator import Coordinator
 from bigfleet.models import MachineState, Shortfall, from_wire
 from bigfleet.policy import Policy
@@ -134,9 +136,12 @@ def test_idle_owned_machines_go_where_elastic_ones_are_paid_for():
     assert len(move.machine_ids) == 6
     pending = {(1, "web", 900_000): 6}  # on their way: not asked for again
     assert c.plan(busy=move.machine_ids, pending=pending) == []
-    assert coordinator(
-        report(1, elastic=[elastic(6, 98.0)]), report(2, idle=idle_gpus(10, "A")), pools=False
-    ).plan() == []
+    assert (
+        coordinator(
+            report(1, elastic=[elastic(6, 98.0)]), report(2, idle=idle_gpus(10, "A")), pools=False
+        ).plan()
+        == []
+    )
 
 
 def test_no_cost_move_to_a_shard_that_leaves_its_own_free_machines_unused():
@@ -178,7 +183,8 @@ def test_a_stand_in_must_cost_less_at_its_effective_cost():
 
     [move] = coordinator(report(1, elastic=[group(100.0)]), report(2, speculative=slots)).plan()
     assert move.kind is MoveKind.SPECULATIVE and len(move.machine_ids) == 4
-    assert coordinator(report(1, elastic=[group(1500.0)]), report(2, speculative=slots)).plan() == []
+    dear = coordinator(report(1, elastic=[group(1500.0)]), report(2, speculative=slots))
+    assert dear.plan() == []
 
 
 # ---- bounds -----------------------------------------------------------------------------------
@@ -257,3 +263,105 @@ def test_a_need_not_settled_draws_no_machine_from_another_shard():
         report(1, elastic=[elastic(6, 98.0, settled=False)]), report(2, idle=idle_gpus(10, "A"))
     )
     assert c.plan() == []
+
+
+# ---- a new cluster goes where owned capacity for it is ----------------------------------------
+
+
+def homed(shard: int, prefix: str = "team") -> str:
+    """A cluster name whose home among 3 shards is `shard`."""
+    import zlib
+
+    names = (f"{prefix}-{i}" for i in range(100))
+    return next(n for n in names if zlib.crc32(n.encode()) % 3 == shard)
+
+
+def holding_reports() -> list[ShardReport]:
+    """Shard 0 holds owned CPU machines, shard 1 and shard 2 owned GPU ones (shard 2 fewer)."""
+    from bigfleet.inventory import Inventory
+    from bigfleet.pooling.holdings import holdings
+
+    def holds(machines: list) -> list:
+        inv = Inventory()
+        inv.add(machines, 0)
+        return holdings(inv)
+
+    cpu = many(bare_metal, 6, rack="C", instance_type="cpu-64")
+    return [
+        report(0, holds=holds(cpu)),
+        report(1, holds=holds(idle_gpus(8, "G"))),
+        report(2, holds=holds(idle_gpus(2, "H"))),
+    ]
+
+
+def test_a_new_cluster_goes_where_owned_machines_its_needs_fit_are():
+    """A GPU cluster whose home (shard 0) holds only CPU machines goes to the least-loaded of
+    the shards holding GPUs; one whose home holds GPUs stays home; one wanting a type nobody
+    owns goes home; runs begun before the rule always go home."""
+    c = coordinator(*holding_reports())
+    c.shards = [0, 1, 2]
+    c.clusters = {"busy-1": 1}  # shard 1 serves a cluster already: shard 2 is less loaded
+    gpu = [elastic(1, 1.0).requirements]
+    assert c.assign(homed(0), wants=gpu) == 2
+    assert c.assign(homed(1), wants=gpu) == 1  # home holds GPUs
+    m6i = [from_wire(ElasticGroup, {**elastic(1, 1.0).model_dump(mode="json"), "requirements": [
+        {**GPU_REQ[0], "values": ["m6i.xlarge"]}]}).requirements]  # fmt: skip
+    assert c.assign(homed(0, "svc"), wants=m6i) == 0  # nobody owns any: home
+    before = coordinator(*holding_reports(), pools=False)
+    before.shards = [0, 1, 2]
+    assert before.assign(homed(0), wants=gpu) == 0
+
+
+def test_a_shard_asking_whose_new_clusters_are_gets_the_same_answer():
+    """`ClusterQuestion.wants`: the roll-ups' requirements the asking shard holds."""
+    from bigfleet.cluster_questions import ClusterQuestion, wants_of
+    from bigfleet.models import CapacityNeed
+
+    needs = [from_wire(CapacityNeed, need(4, 900_000, types=("gpu-8xh100",)))]
+    question = from_wire(ClusterQuestion, {
+        "shard": 0, "clusters": [homed(0)],
+        "wants": {homed(0): [[r.model_dump(mode="json") for r in w] for w in wants_of(needs)]},
+    })  # fmt: skip
+    c = coordinator(*holding_reports())
+    c.shards = [0, 1, 2]
+    assert c.owners(0, question.clusters, wants=question.wants) == {homed(0): 1}
+
+
+def test_assign_cluster_takes_a_bare_name_or_a_name_with_wants_and_names_a_bad_field():
+    from bigfleet.cluster_questions import AssignArgument, asked
+    from bigfleet.inputs import Rejected, decode
+
+    def arg(raw: str) -> object:
+        return decode([("json/plain", raw.encode())], AssignArgument, "assign_cluster")
+
+    assert asked(arg('"web"')).cluster == "web" and asked(arg('"web"')).wants == []
+    ask = asked(arg('{"cluster": "web", "wants": [[{"key": "k", "operator": "Exists"}]]}'))
+    assert (ask.cluster, len(ask.wants)) == ("web", 1)
+    with pytest.raises(Rejected) as bad:
+        arg('{"cluster": "web", "wants": [[{"key": "k", "operator": "Sideways"}]]}')
+    assert "wants" in str(bad.value) and "operator" in str(bad.value)
+    with pytest.raises(Rejected) as many_wants:
+        arg('{"cluster": "web", "wants": [[], [], [], [], []]}')
+    assert "wants" in str(many_wants.value)
+
+
+def test_spare_quota_goes_to_a_shard_running_all_of_its_own():
+    """Shard 1 runs 8 spot machines for web (effective $2.30/h each) and holds no free slot: a
+    spot replacement would wait a round for one. Shard 2 holds 5 free spot slots: 1 goes over
+    (a tenth of 8, at least one), and shard 2 keeps the rest. With a free slot of its own,
+    shard 1 gets none."""
+    from bigfleet.synthetic import OFFERS
+    from bigfleet.synthetic import machine as offer_machine
+
+    spot = next(o for o in OFFERS if o.instance_type == "m6i.xlarge" and o.price == 1.8)
+    slots = [offer_machine(f"slot-{i}", spot, S.SPECULATIVE) for i in range(6)]
+    m6i = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m6i.xlarge"]}]
+    web = elastic(8, 2.3, 5.0, requirements=m6i, settled=False)
+    [move] = coordinator(report(1, elastic=[web]), report(2, speculative=slots[:5])).plan()
+    assert (move.kind, move.reason, move.donor, len(move.machine_ids)) == (
+        MoveKind.SPECULATIVE, "spare", 2, 1,
+    )  # fmt: skip
+    own = coordinator(
+        report(1, elastic=[web], speculative=slots[5:]), report(2, speculative=slots[:5])
+    )
+    assert own.plan() == []

@@ -35,6 +35,7 @@ def _from_records(shard: Shard, r: ShardReport) -> ShardReport:
         clusters=r.clusters,
         shortfalls=r.shortfalls,
         elastic=r.elastic,
+        holds=r.holds,
     )
 
 

@@ -142,20 +142,24 @@ def test_compare_shards_puts_one_shard_beside_n(
 
 
 def test_cloud_bought_beside_idle_owned_machines_in_another_shard_is_measured() -> None:
-    """On 2 shards, rack r1 goes to shard 1 (crc32 % 2) and cluster batch to shard 0: batch
-    buys its 2 machines on-demand while r1's 2 sit idle on shard 1, so every on-demand
-    machine-hour is one bought beside idle owned machines elsewhere, until its need has held
-    still for `consolidation_stable_seconds` (300 s) and the coordinator hands r1's machines
-    to shard 0 for cost (issue 45): then batch moves onto them. On 1 shard, batch runs on r1
-    and buys nothing."""
+    """On 2 shards, rack r1 goes to shard 1 and r4 to shard 0 (crc32 % 2), and cluster batch
+    home to shard 0, which holds owned machines it fits (r4): batch runs 2 machines on r4 and
+    buys 2 on-demand while r1's 2 sit idle on shard 1. Every on-demand machine-hour is then
+    bought beside idle owned machines elsewhere, until batch's need has held still for
+    `consolidation_stable_seconds` (300 s) and the coordinator hands r1's machines to shard 0
+    for cost (issue 45): batch then moves onto them. On 1 shard, batch runs on r1 and r4 and
+    buys nothing."""
     from bigfleet.simulation.compare_shards import shard_comparison  # (issue 45's module)
 
     raw = scenario(
         [
-            bare_metal({**rack("r1", 2, "cpu-64"), "price_per_hour": 1.0}),
+            bare_metal(
+                {**rack("r1", 2, "cpu-64"), "price_per_hour": 1.0},
+                {**rack("r4", 2, "cpu-64"), "price_per_hour": 1.0},
+            ),
             cloud(quota("on-demand", 8, 3.0)),
         ],
-        [cluster("batch", (0, [need(TOP, 2)]))],
+        [cluster("batch", (0, [need(TOP, 4)]))],
         1800,
     )
     _, one = simulate(raw)

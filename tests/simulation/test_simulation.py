@@ -565,12 +565,15 @@ def test_the_simulated_coordinator_moves_free_capacity_then_preempts_across_shar
         [bare_metal(rack(racks[0], 40), rack(racks[1], 0))],
         [
             cluster(low, (0, [need(100_000, 36)])),
-            cluster(high, (60, [need(1_000_000, 2)]), (200, [need(1_000_000, 6)])),
+            # (Its first roll-up asks for nothing: it goes home, not to the rack's shard, as
+            # a cluster does whose demand for the rack's machines comes later.)
+            cluster(high, (0, []), (60, [need(1_000_000, 2)]), (200, [need(1_000_000, 6)])),
         ],
         900,
         shards=2,
     )
     sim, report = simulate(raw)
+    assert report["clusters"][high]["shard"] != report["clusters"][low]["shard"]
     assert need_of(report, high)["satisfied"] == 6
     kinds = [(m["kind"], m["machines"]) for m in report["transfers"]]
     assert kinds[0] == ("speculative", 2)  # the free part of the rack moves first

@@ -141,9 +141,13 @@ async def test_shards_refuse_stale_and_oversized_instructions(dev_env: WorkflowE
         with pytest.raises(WorkflowUpdateFailedError) as stale:
             await shard0.execute_update("release", Instruction(term=6, seq=2, machine_ids=ids[:1]))
         assert "stale instruction" in str(stale.value.cause)
+        # A hand-over of free machines disrupts nothing: at most half the shard's machines in
+        # one instruction (`idle_share`; drains of configured ones: `max_share`, 10 %).
         with pytest.raises(WorkflowUpdateFailedError) as large:
-            await shard0.execute_update("release", Instruction(term=7, seq=3, machine_ids=ids[:5]))
-        assert "more than 10%" in str(large.value.cause)
+            await shard0.execute_update(
+                "release", Instruction(term=7, seq=3, machine_ids=ids[:21])
+            )
+        assert "more than 50%" in str(large.value.cause)
         assert sum((await machines_of(client, 0)).values()) == 40  # nothing changed
 
 
@@ -314,7 +318,10 @@ async def test_roll_up_senders_ask_the_coordinator_once_and_it_assigns_home(
 
         await start(client, raw)
         path = tmp_path / "rollup.yaml"
-        need = {"requirements": REQ, "priority": 5, "count": 2}
+        # (A type no shard holds owned machines of: home. One shard 0's rack fits could go
+        # there instead, once its report is in: tests/core/test_pooling.py.)
+        other = [{**REQ[0], "values": ["m6i.xlarge"]}]
+        need = {"requirements": other, "priority": 5, "count": 2}
         d = on_shard("d", 1)
         path.write_text(yaml.safe_dump({"cluster": d, "generation": 1, "needs": [need]}))
         address = client.service_client.config.target_host

@@ -511,7 +511,9 @@ def test_dev_operators_send_rollups_in_order_with_rising_generations(tmp_path):
         await task
 
     asyncio.run(asyncio.wait_for(play(), 10))
-    assert client.asked == ["a"]  # asked once, then signalled directly
+    # Asked once, with what its needs want (issue 45), then signalled directly.
+    [ask] = client.asked
+    assert (ask.cluster, [[r.values for r in w] for w in ask.wants]) == ("a", [[["gpu-8xh100"]]])
     assert {wid for wid, _, _ in client.sent} == {"shard-1"}
     assert {name for _, name, _ in client.sent} == {"rollups"}  # batched per shard
     rollups = [r for _, _, batch in client.sent for r in batch]
