@@ -43,12 +43,12 @@ from workers.dev.processes import DevProcesses, watch_children
 from workers.dev.progress import one_line, progress, ui_query_url
 from workers.dev.server import DevServer, port_free, temporal_binary, wait_for_server, watch_server
 from workers.errors import CliError
+from workers.node_costs import keep_node_costs
 from workers.process import (
     check_search_attributes,
     install_stop_handlers,
     load_deployment,
     load_fleet,
-    sdk_runtime,
     serve_metrics,
 )
 from workers.worker import RemoteFleet, build_workers, ensure_shards, keep_coordinator, run_workers
@@ -71,7 +71,7 @@ async def _run_dev(args: argparse.Namespace) -> int:
     logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("temporalio.activity").addFilter(one_line)
     state_dir = Path(args.state_dir)
-    metrics_ports = tuple(args.metrics_port + i for i in range(3)) if args.metrics_port else ()
+    metrics_ports = tuple(args.metrics_port + i for i in range(2)) if args.metrics_port else ()
     for what, p in (("--port", args.port), ("--ui-port", args.ui_port)) + tuple(
         ("--metrics-port", p) for p in metrics_ports
     ):
@@ -111,7 +111,7 @@ async def _serve(
         base_port=args.grpc_port,
         real=args.real,
         # (The gateway is a process of its own: it counts roll-ups there, not here.)
-        gateway_metrics_port=args.metrics_port + 2 if args.metrics_port else 0,
+        gateway_metrics_port=args.metrics_port + 1 if args.metrics_port else 0,
         shadow=args.shadow,
     )
     procs.plan()
@@ -168,8 +168,8 @@ async def _connect(
     server took to get ready."""
     rt = None
     if args.metrics_port:
+        rt = runtime()
         serve_metrics("127.0.0.1", args.metrics_port)
-        rt = sdk_runtime("127.0.0.1", args.metrics_port + 1, runtime)
     client = await wait_for_server(server, rt, stop)
     ready = time.monotonic() - server.started_at
     await check_search_attributes(client, "bigfleet dev")
@@ -187,7 +187,13 @@ async def _start_fleet(
     worker_task = asyncio.create_task(run_workers(workers, stop))
     await ensure_shards(client, deployment)
     keeper = asyncio.create_task(keep_coordinator(client, deployment.shards, stop))
+    if args.metrics_port:  # OpenCost's node metrics of the shards' machines, on --metrics-port
+        keeper = asyncio.create_task(_both(keeper, keep_node_costs(client, stop)))
     return sim, worker_task, keeper
+
+
+async def _both(task: asyncio.Task[None], also: Any) -> None:
+    await asyncio.gather(task, also)
 
 
 def _announce(
@@ -222,11 +228,9 @@ def _announce(
           flush=True)
     if args.metrics_port:
         print(
-            f"  metrics          http://localhost:{args.metrics_port}/metrics (BigFleet: "
-            f"provider calls, bootstraps)\n"
-            f"                   http://localhost:{args.metrics_port + 1}/metrics (Temporal "
-            "SDK: bigfleet_decision_cycle_seconds, bigfleet_machines, bigfleet_actions_total, ...)"
-            f"\n                   http://localhost:{args.metrics_port + 2}/metrics (the "
+            f"  metrics          http://localhost:{args.metrics_port}/metrics (this process: "
+            "bigfleet_cost_dollars_per_hour, bigfleet_machines, node_total_hourly_cost, ...)\n"
+            f"                   http://localhost:{args.metrics_port + 1}/metrics (the "
             "gateway: bigfleet_gateway_rollups_total, bigfleet_gateway_send_seconds)",
             flush=True,
         )
