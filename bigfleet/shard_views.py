@@ -23,6 +23,7 @@ from .reports import ShardReport
 from .spend import Spend, measure
 
 S = MachineState
+MACHINES_SHOWN = 500  # machines a cluster's view lists (a query's answer stays small)
 
 
 class ShardViews:
@@ -177,12 +178,22 @@ class ShardViews:
         """What the cluster's operator needs (design §14): upcoming nodes, reclaims with their
         grace periods, and capacity available to it."""
         inv = self.inventory
-        upcoming, reclaims = [], []
+        upcoming, reclaims, machines = [], [], []
         cidx = inv.clusters.get(cluster)
+        held = 0
         if cidx is not None:
             n = inv.rows_used
-            for r in np.flatnonzero(inv.cluster[:n] == cidx).tolist():
+            rows = np.flatnonzero(inv.cluster[:n] == cidx).tolist()
+            held = len(rows)
+            for r in rows:
                 state = inv.state_of(r)
+                if len(machines) < MACHINES_SHOWN:
+                    machines.append({
+                        "id": inv.machine_id(r),
+                        "state": state.value,
+                        "profile": inv.profile_of(r).short_name,
+                        "since": int(inv.since[r]),
+                    })  # fmt: skip
                 if state in (S.CREATING, S.CONFIGURING):
                     kind = inv.profile_of(r).instance_type
                     upcoming.append({"machine": inv.machine_id(r), "instance_type": kind})
@@ -194,6 +205,10 @@ class ShardViews:
             "cluster": cluster,
             # The last generation taken (-1: none): the gateway answers STALE below it.
             "generation": self.needs.generation(cluster),
+            # The machines it holds (id, state, profile, since when: unix s), the first
+            # MACHINES_SHOWN of `machines_total`.
+            "machines": machines,
+            "machines_total": held,
             "upcoming": upcoming,
             "reclaims": reclaims,
             "available": self.available(),
