@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import shutil
@@ -40,7 +41,7 @@ from typing import Any
 from bigfleet.models import ListFilter
 from workers.connect import runtime
 from workers.dev.processes import DevProcesses, watch_children
-from workers.dev.progress import one_line, progress, ui_query_url
+from workers.dev.progress import command, one_line, progress, runnable, ui_query_url
 from workers.dev.server import DevServer, port_free, temporal_binary, wait_for_server, watch_server
 from workers.errors import CliError
 from workers.node_costs import keep_node_costs
@@ -71,6 +72,7 @@ async def _run_dev(args: argparse.Namespace) -> int:
     logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("temporalio.activity").addFilter(one_line)
     state_dir = Path(args.state_dir)
+    _lock = hold_state_dir(state_dir)  # (held open until this process ends)
     metrics_ports = tuple(args.metrics_port + i for i in range(2)) if args.metrics_port else ()
     for what, p in (("--port", args.port), ("--ui-port", args.ui_port)) + tuple(
         ("--metrics-port", p) for p in metrics_ports
@@ -78,7 +80,8 @@ async def _run_dev(args: argparse.Namespace) -> int:
         if not port_free(p):
             raise CliError(f"port {p} ({what}) is in use: another `bigfleet dev` or Temporal?")
     if args.fresh:
-        for name in ("temporal.db", "temporal.db-wal", "temporal.db-shm", "operator-nodes.json"):
+        for name in ("temporal.db", "temporal.db-wal", "temporal.db-shm", "operator-nodes.json",
+                     "operator-clock.json"):  # fmt: skip
             with contextlib.suppress(FileNotFoundError):
                 (state_dir / name).unlink()
         shutil.rmtree(state_dir / "providers", ignore_errors=True)
@@ -245,24 +248,48 @@ def _announce(
         address_flag += f" --address {server.address}"
     if os.environ.get("TEMPORAL_NAMESPACE", "default") != "default":
         address_flag += " --namespace default"
-    print(f"    bigfleet machine history {sample}{address_flag}", flush=True)
+    print(f"    {command()} machine history {sample}{address_flag}", flush=True)
     print(f'    UI search:  BigFleetMachineIds = "{sample}"', flush=True)
     print(f"    {ui_query_url(ui, sample)}", flush=True)
     print(
-        f"    temporal workflow list --address {server.address} "
+        f"    {runnable(server.binary)} workflow list --address {server.address} "
         f"--query 'BigFleetMachineIds = \"{sample}\"'",
         flush=True,
     )
-    print(f"  shards: bigfleet status{address_flag}", flush=True)
+    print(f"  shards: {command()} status{address_flag}", flush=True)
     if args.shadow:
         print(f"  shadow mode: every shard decides and starts nothing; compare with "
-              f"`bigfleet shadow report{address_flag}`", flush=True)  # fmt: skip
+              f"`{command()} shadow report{address_flag}`", flush=True)  # fmt: skip
     if any(c.name == SANDBOX for c in fleet.clusters):
         print("  a roll-up of your own (cluster sandbox), through the gateway:", flush=True)
         print(f"    {procs.rollup_command('examples/rollup-sandbox.yaml', SANDBOX)}", flush=True)
 
 
 SANDBOX = "sandbox"  # the dev fleet's cluster without roll-ups of its own
+
+
+def hold_state_dir(state_dir: Path) -> Any:
+    """Lock STATE_DIR for this `bigfleet dev` (an flock on STATE_DIR/dev.lock, released when
+    the process ends however it ends); a CliError if another holds it, whatever its ports: two
+    would open the same SQLite files. Returns the open lock file, to be kept."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / "dev.lock"
+    f = open(path, "a+")  # noqa: SIM115  (held for the process's life)
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip() or "?"
+        f.close()
+        raise CliError(
+            f"{state_dir} is in use by another `bigfleet dev` (pid {holder}, lock {path}): "
+            "stop it first, or give this one its own --state-dir (and ports)"
+        ) from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
 
 
 def real_providers(pairs: list[str], fleet: Any) -> dict[str, Path]:
