@@ -178,7 +178,8 @@ class ShardViews:
         """What the cluster's operator needs (design §14): upcoming nodes, reclaims with their
         grace periods, and capacity available to it."""
         inv = self.inventory
-        upcoming, reclaims, machines = [], [], []
+        upcoming, reclaims = [], []
+        machines: list[dict[str, Any]] = []
         cidx = inv.clusters.get(cluster)
         held = 0
         if cidx is not None:

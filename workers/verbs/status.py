@@ -382,7 +382,7 @@ def _machine_lines(view: dict[str, Any]) -> list[str]:
     if "machines" not in view:  # (a shard from before issue 48 does not say)
         return []
     machines, total = view["machines"], view.get("machines_total", len(view["machines"]))
-    more = f" (the first {len(machines)} shown; --json has the same)" if total > len(machines) else ""
+    more = f" (the first {len(machines)} shown)" if total > len(machines) else ""
     lines = [f"  machines:  {total or 'none'}{more}"]
     if machines:
         width = max(len(m["id"]) for m in machines)
