@@ -11,6 +11,11 @@ venv="$here/.venv"
 python="${PYTHON:-python3}"
 stamp="$venv/.installed-$(sha1sum "$here/pyproject.toml" | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
+  if [ -x "$venv/bin/python" ]; then
+    echo "== pyproject.toml changed: re-installing BigFleet into .venv (a minute or two)" >&2
+  else
+    echo "== first run: installing BigFleet and its tools into .venv (a few minutes, once)" >&2
+  fi
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --upgrade pip >&2
   "$venv/bin/python" -m pip install -q -e "$here[test]" >&2
@@ -18,20 +23,29 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 export PATH="$venv/bin:$PATH"
+# The commands `./bf dev` prints run as printed from the checkout: `./bf ...`.
+export BIGFLEET_COMMAND=./bf
 cd "$here"
 case "${1:-}" in
   test)
     shift
     # Debian's chromium renders the HTML report in a test; docker-compose validates the compose
-    # file. Installed once where this runs as root with apt (CI does); else those tests skip.
+    # file. Where they are missing those tests skip, saying why; they are installed from Debian
+    # only when asked (BF_INSTALL_SYSTEM=1, as root with apt: CI does), and said so first.
     missing=()
     command -v chromium >/dev/null || missing+=(chromium)
     command -v docker-compose >/dev/null || missing+=(docker-compose)
-    if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      echo "== installing ${missing[*]} from Debian (once)" >&2
-      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-          "${missing[@]}"; } >/dev/null 2>&1 \
-        || echo "   could not install ${missing[*]}; the tests that need them skip" >&2
+    if [ ${#missing[@]} -gt 0 ]; then
+      if [ "${BF_INSTALL_SYSTEM:-}" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null
+      then
+        echo "== installing ${missing[*]} from Debian (BF_INSTALL_SYSTEM=1)" >&2
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            "${missing[@]}"; } >/dev/null 2>&1 \
+          || echo "   could not install ${missing[*]}; the tests that need them skip" >&2
+      else
+        echo "== no ${missing[*]} on this machine: the tests that need them skip (install" \
+          "them yourself, or run as root with BF_INSTALL_SYSTEM=1 to have apt-get do it)" >&2
+      fi
     fi
     ruff check bigfleet workflows activities workers tests
     mypy  # bigfleet/ and workflows/ (pyproject.toml [tool.mypy])

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 from temporalio import activity
@@ -56,14 +56,19 @@ class OperatorActivities:
         self,
         operators: Mapping[str, ClusterOperator] | Resolver,
         retry_pause: float = RETRY_PAUSE,
+        known: Iterable[str] = (),
     ) -> None:
+        """`known`: clusters a resolver has an operator for (the deployment config's list),
+        whose refusal counters are exported at 0 from the start, as `unknown`'s is."""
         self.retry_pause = retry_pause
+        for cluster in (UNKNOWN_CLUSTER, *known):  # at 0, so an alert sees the first refusal
+            BOOTSTRAP_REFUSALS.labels(cluster)
         self._logged: dict[tuple[str, str], float] = {}
         if isinstance(operators, Mapping):
             self.operators: dict[str, ClusterOperator] = dict(operators)
             self._resolve: Resolver = self.operators.get
             self._missing = "no operator for cluster {} in the fleet file"
-            for cluster in self.operators:  # exported at 0, so an alert sees the first refusal
+            for cluster in self.operators:  # exported at 0 too
                 BOOTSTRAP_REFUSALS.labels(cluster)
         else:
             self.operators = {}

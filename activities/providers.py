@@ -113,6 +113,10 @@ class ProviderActivities:
         client: Client | None = None,
     ) -> None:
         self.providers = dict(providers)
+        for name in self.providers:  # every series exported at 0, so a rate sees the first call
+            for call in Transition:
+                for outcome in ("ok", "error", "stale"):
+                    PROVIDER_CALLS.labels(name, call.value, outcome)
         self.client = client  # for `provider_capacity`, which asks the shards
         self.clocks = dict(clocks or {})
         # The listing being paged through, per (provider, states, caller's now): the machines

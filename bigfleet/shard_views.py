@@ -25,6 +25,7 @@ from .reports import ShardReport
 from .spend import Spend, measure
 
 S = MachineState
+MACHINES_SHOWN = 500  # machines a cluster's view lists (a query's answer stays small)
 
 
 class ShardViews:
@@ -181,11 +182,22 @@ class ShardViews:
         grace periods, and capacity available to it."""
         inv = self.inventory
         upcoming, reclaims = [], []
+        machines: list[dict[str, Any]] = []
         cidx = inv.clusters.get(cluster)
+        held = 0
         if cidx is not None:
             n = inv.rows_used
-            for r in np.flatnonzero(inv.cluster[:n] == cidx).tolist():
+            rows = np.flatnonzero(inv.cluster[:n] == cidx).tolist()
+            held = len(rows)
+            for r in rows:
                 state = inv.state_of(r)
+                if len(machines) < MACHINES_SHOWN:
+                    machines.append({
+                        "id": inv.machine_id(r),
+                        "state": state.value,
+                        "profile": inv.profile_of(r).short_name,
+                        "since": int(inv.since[r]),
+                    })  # fmt: skip
                 if state in (S.CREATING, S.CONFIGURING):
                     kind = inv.profile_of(r).instance_type
                     upcoming.append({"machine": inv.machine_id(r), "instance_type": kind})
@@ -197,6 +209,10 @@ class ShardViews:
             "cluster": cluster,
             # The last generation taken (-1: none): the gateway answers STALE below it.
             "generation": self.needs.generation(cluster),
+            # The machines it holds (id, state, profile, since when: unix s), the first
+            # MACHINES_SHOWN of `machines_total`.
+            "machines": machines,
+            "machines_total": held,
             "upcoming": upcoming,
             "reclaims": reclaims,
             "available": self.available(),

@@ -22,6 +22,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> int:
+    """The first of `n` consecutive ports free now (never a default one a running
+    `./bf dev` may hold: the kernel picks)."""
+    while True:
+        base = free_port()
+        if base + n <= 65535 and all(_bindable(p) for p in range(base, base + n)):
+            return base
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 class Proc:
     """A child process this test started (and only such are killed), logging to a file."""
 

@@ -191,7 +191,10 @@ def tune_gc() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """`bigfleet ARGS`: parse, run the verb's handler, and say what failed in one line; the
     exit status."""
-    args = parser().parse_args(argv)
+    top = parser()
+    args, extra = top.parse_known_args(argv)
+    if extra:  # an unknown flag: the sub-command's usage, not the top level's
+        leaf(top, args).error(f"unrecognized arguments: {' '.join(extra)}")
     if argv is None:  # (a process of its own, not a call from a test)
         tune_gc()
     try:
@@ -215,6 +218,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def leaf(top: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub-)sub-command parser that `args` were parsed by: `rollup send`'s, say."""
+    at = top
+    while True:
+        subs = [a for a in at._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            return at
+        chosen = getattr(args, subs[0].dest or "", None)
+        if chosen not in subs[0].choices:
+            return at
+        at = subs[0].choices[chosen]
 
 
 def _quiet_stdout() -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from prometheus_client import REGISTRY, CollectorRegistry
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig
-from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.runtime import Runtime, TelemetryConfig
+
+from workers.sdk_metrics import SdkMetrics, metric_buffer
 
 # Buckets of the workflows' histograms (the SDK's default ones, 50 … 10000, are milliseconds).
 # Keys are the metric names exactly as the workflows create them.
@@ -21,24 +24,14 @@ SDK_HISTOGRAM_BUCKETS: dict[str, list[float]] = {
 }
 
 
-def runtime(metrics_address: str | None) -> Runtime | None:
-    """A runtime serving the SDK's own metrics on `metrics_address` (host:port), if given.
-
-    Metric names are exported exactly as the workflows spell them: no `_total` is appended to
-    counters (the counters are named `..._total` themselves) and no unit suffix to anything.
-    """
-    if not metrics_address:
-        return None
-    return Runtime(
-        telemetry=TelemetryConfig(
-            metrics=PrometheusConfig(
-                bind_address=metrics_address,
-                counters_total_suffix=False,
-                unit_suffix=False,
-                histogram_bucket_overrides=SDK_HISTOGRAM_BUCKETS,
-            )
-        )
-    )
+def runtime(registry: CollectorRegistry | None = None) -> Runtime:
+    """A runtime whose metrics (the workflows' and the SDK's own) are served from `registry`
+    (prometheus_client's global one by default: what `serve_metrics` serves), under the names
+    the workflows and the SDK give them (workers/sdk_metrics.py): one endpoint per process."""
+    buffer = metric_buffer()
+    rt = Runtime(telemetry=TelemetryConfig(metrics=buffer))
+    SdkMetrics(buffer, SDK_HISTOGRAM_BUCKETS).attach(registry or REGISTRY)
+    return rt
 
 
 async def connect(

@@ -50,7 +50,9 @@ async def connect(args: argparse.Namespace, rt: Any = None, wait: float = 0.0) -
         except Exception as err:  # RuntimeError from the core, or a bad config
             if time.monotonic() >= deadline:
                 raise CliError(
-                    f"cannot connect to Temporal at {display_address(args)}: {err}"
+                    f"cannot connect to Temporal at {display_address(args)}: {err}\n"
+                    "  is the server running (`./bf dev`)? Point at it with --address HOST:PORT "
+                    "or TEMPORAL_ADDRESS (and --namespace or TEMPORAL_NAMESPACE)"
                 ) from None
             print(
                 f"bigfleet {args.verb}: Temporal at {display_address(args)} not reachable yet "

@@ -1,7 +1,8 @@
 """What a long-running BigFleet process sets up, shared by `bigfleet worker`, `bigfleet dev`,
 the gateway and the reference operator: the fleet file and the deployment config read with a
-one-line error, the metrics servers (BigFleet's and the Temporal SDK's), the stop handlers, the
-readiness of running workers and the check that the namespace has BigFleet's search attributes.
+one-line error, the metrics server (BigFleet's and the Temporal SDK's metrics on one port), the
+stop handlers, the readiness of running workers and the check that the namespace has BigFleet's
+search attributes.
 """
 
 from __future__ import annotations
@@ -55,25 +56,20 @@ def workers_running(workers: Sequence[Any], task: asyncio.Task[None]) -> Callabl
     return check
 
 
-def serve_metrics(host: str, metrics_port: int) -> None:
-    """prometheus_client's registry (activities/metrics.py) over HTTP."""
+def serve_metrics(host: str, metrics_port: int, registry: Any = None) -> int:
+    """prometheus_client's registry over HTTP: BigFleet's metrics (activities/metrics.py), the
+    Temporal SDK's once `workers/connect.py` `runtime` made the runtime, and the machines'
+    costs where a process exports them (workers/node_costs.py). Returns the port (0: any free
+    one)."""
     try:
-        prometheus_client.start_http_server(metrics_port, addr=host)
+        server, _ = prometheus_client.start_http_server(
+            metrics_port, addr=host, registry=registry or prometheus_client.REGISTRY
+        )
+        return int(server.server_port)
     except OSError as err:
         raise CliError(
             f"cannot serve metrics on {host}:{metrics_port}: {err.strerror} "
             "(use --metrics-port)"
-        ) from None
-
-
-def sdk_runtime(host: str, metrics_port: int, make: Callable[[str], Any]) -> Any:
-    """The Temporal SDK runtime serving its metrics on host:metrics_port (`make` builds it); a
-    CliError if it cannot."""
-    try:
-        return make(f"{host}:{metrics_port}")
-    except Exception as err:
-        raise CliError(
-            f"cannot serve the Temporal SDK's metrics on {host}:{metrics_port}: {err}"
         ) from None
 
 

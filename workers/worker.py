@@ -304,7 +304,8 @@ def shard_workers(
 
 def transition_workers(client: Client, sim: Fleet) -> list[Worker]:
     """Role `transitions`: machine transition workflows and the operators' callbacks."""
-    operators = OperatorActivities(sim.operators)
+    listed = sim.fleet.operators.clusters if isinstance(sim, RemoteFleet) else []
+    operators = OperatorActivities(sim.operators, known=[c.cluster for c in listed])
     return [
         Worker(
             client,

@@ -65,12 +65,10 @@ class ShardCycle(ShardParts):
         meter.create_histogram_float(
             "bigfleet_decision_cycle_seconds", "decide() plus applying its actions", "s"
         ).record(self.last_cycle_ms / 1000)
+        actions = meter.create_counter("bigfleet_actions_total", "actions decided")
         for kind in ("create", "configure", "drain", "delete", "verify"):
-            n = decision.count(kind)
-            if n:
-                meter.create_counter("bigfleet_actions_total", "actions decided").add(
-                    n, {"kind": kind}
-                )
+            # (0 too: every kind exported from the first cycle, so a rate sees the first one)
+            actions.add(decision.count(kind), {"kind": kind})
         for state, n in self.shard.machines_by_state().items():
             meter.create_gauge("bigfleet_machines", "machines by state").set(n, {"state": state})
         meter.create_gauge("bigfleet_shortfalls", "unserved needs").set(len(decision.shortfalls))

@@ -12,6 +12,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.wire import ShardConfig
+    from bigfleet import node_costs
     from workflows.shard_parts import ShardParts
 
 
@@ -90,3 +91,10 @@ class ShardQueries(ShardParts):
     def config(self) -> ShardConfig:
         """How this shard runs: a shard split from it runs the same way."""
         return self.cfg
+
+    @workflow.query
+    def nodes(self) -> dict[str, Any]:
+        """The machines the shard pays for and their prices (bigfleet/node_costs.py): what a
+        worker exports as OpenCost's node metrics (workers/node_costs.py)."""
+        self._not_restoring()
+        return node_costs.nodes(self.shard.inventory)

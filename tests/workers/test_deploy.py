@@ -214,7 +214,7 @@ def test_elastic_while_owned_idle_alerts_after_30_minutes():
 def test_the_dashboard_has_a_cost_row():
     ps = panels(dashboard())
     (row,) = [p for p in ps if p.get("type") == "row" and p["title"] == "Cost"]
-    below = [p for p in ps if p["gridPos"]["y"] > row["gridPos"]["y"]]
+    below = row_panels(ps, row)
     exprs_by_title = {p["title"]: " ".join(t["expr"] for t in p["targets"]) for p in below}
     wanted = {
         "Cost $/h by capacity type": ("bigfleet_cost_dollars_per_hour", "by (capacity_type)"),
@@ -225,7 +225,27 @@ def test_the_dashboard_has_a_cost_row():
     for title, parts in wanted.items():
         assert title in exprs_by_title, title
         assert all(part in exprs_by_title[title] for part in parts), (title, parts)
-    # Every panel below the row is a cost panel: the row is the dashboard's last.
+    # Every panel of the row is a cost panel.
     assert all(
         any(m in exprs_by_title[p["title"]] for m in COST_METRICS) for p in below
     ), sorted(exprs_by_title)
+
+
+def row_panels(ps: list[dict[str, Any]], row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The panels below `row` and above the next row."""
+    y = row["gridPos"]["y"]
+    rows = [p["gridPos"]["y"] for p in ps if p.get("type") == "row" and p["gridPos"]["y"] > y]
+    end = min(rows, default=float("inf"))
+    return [p for p in ps if y < p["gridPos"]["y"] < end]
+
+
+def test_the_dashboard_has_a_node_cost_row_of_opencost_names_the_workers_export():
+    from workers.node_costs import GAUGES, LABELS
+
+    ps = panels(dashboard())
+    (row,) = [p for p in ps if p.get("type") == "row" and "OpenCost" in p["title"]]
+    text = " ".join(t["expr"] for p in row_panels(ps, row) for t in p["targets"])
+    named = set(re.findall(r"\b(?:node|kubecost)_[a-z_]+\b", text))
+    assert "node_total_hourly_cost" in named and "kubecost_node_is_spot" in named, named
+    assert named <= {name for name, _ in GAUGES}, named
+    assert {"node", "instance_type", "region", "provider_id", "cluster"} == set(LABELS)

@@ -38,8 +38,8 @@ def test_bigfleet_dev_runs_every_edge_as_its_own_process_and_stops_them_all(tmp_
     grpc_base = free_port()
     while any(not _free(p) for p in range(grpc_base, grpc_base + 6)):
         grpc_base = free_port()
-    metrics = free_port()  # (N, N+1, N+2: BigFleet's, the SDK's, the gateway's)
-    while any(not _free(p) for p in range(metrics, metrics + 3)) or abs(metrics - grpc_base) < 8:
+    metrics = free_port()  # (N, N+1: the workers' every metric, the gateway's)
+    while any(not _free(p) for p in range(metrics, metrics + 2)) or abs(metrics - grpc_base) < 8:
         metrics = free_port()
     # Run as a newcomer does: from a working directory, with a relative state directory (the
     # default `.bigfleet` is one: a relative one once stopped `bigfleet dev` at start).
@@ -55,7 +55,8 @@ def test_bigfleet_dev_runs_every_edge_as_its_own_process_and_stops_them_all(tmp_
         proc = subprocess.Popen(
             argv,
             cwd=tmp_path,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            # As `./bf dev` runs it: the commands it prints are `./bf ...`.
+            env=dict(os.environ, PYTHONPATH=str(ROOT), BIGFLEET_COMMAND="./bf"),
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -81,7 +82,7 @@ def test_bigfleet_dev_runs_every_edge_as_its_own_process_and_stops_them_all(tmp_
         assert (tmp_path / "state" / "deployment.yaml").exists()
         # The gateway counts the roll-ups it answered in its own process, every outcome
         # exported from the start (issue 34: they were exported empty, by the wrong process).
-        gateway = _scrape(metrics + 2)
+        gateway = _scrape(metrics + 1)
         accepted = re.search(r'^bigfleet_gateway_rollups_total\{outcome="accepted"\} (\S+)$',
                              gateway, re.M)  # fmt: skip
         assert accepted and float(accepted.group(1)) > 0, gateway
@@ -89,11 +90,24 @@ def test_bigfleet_dev_runs_every_edge_as_its_own_process_and_stops_them_all(tmp_
                          re.M), gateway  # fmt: skip
         # The operator reports its nodes' health with its roll-ups, kept across restarts.
         assert (tmp_path / "state" / "operator-nodes.json").exists()
+        # One port carries the workers' every metric (issue 48): the workflows' cost and
+        # machines, and OpenCost's node costs of the fleet's machines.
+        deadline = time.monotonic() + 90
+        wanted = ("bigfleet_cost_dollars_per_hour{", "bigfleet_machines{",
+                  "node_total_hourly_cost{")  # fmt: skip
+        scraped = _scrape(metrics)
+        while time.monotonic() < deadline and not all(w in scraped for w in wanted):
+            time.sleep(1)
+            scraped = _scrape(metrics)
+        assert all(w in scraped for w in wanted), scraped
+        # The printed commands run as printed from the checkout (issue 48).
+        assert re.search(r"^    \./bf machine history \S+", text, re.M), text
         # The printed command sends a roll-up of your own, with the cluster's token (issue 34:
         # the README's command failed with "Socket closed", the dev gateway took no token).
-        [command] = re.findall(r"^    (bigfleet rollup send .*)$", text, re.M)
+        [command] = re.findall(r"^    (\./bf rollup send .*)$", text, re.M)
         argv_send = [sys.executable, "-m", "workers.cli", *command.split()[1:]]
-        sent = subprocess.run(argv_send, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        sent = subprocess.run(command, shell=True, cwd=ROOT, capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
         assert sent.returncode == 0, sent.stdout + sent.stderr
         assert "sent roll-up of cluster sandbox" in sent.stdout, sent.stdout
         # Plaintext to the TLS gateway: refused, saying why.
@@ -170,6 +184,8 @@ def run_first_hour(address: str, state: Path, rollup_command: str) -> set[str]:
             assert re.search(r"BigFleet pooled: \$[\d,]+/h against \$[\d,]+/h", said), said
         if words[0] == "audit":
             assert "machines listed" in said, said
+        if words[0] == "cluster":  # its machines listed (issue 48)
+            assert "  machines:  " in said, said
     return ran
 
 

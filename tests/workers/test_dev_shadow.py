@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.procs import free_ports
 from workers.dev.processes import DevProcesses
 from workers.process import load_deployment, load_fleet
 
@@ -14,8 +15,10 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("shadow", [True, False])
 def test_dev_writes_a_deployment_whose_shards_run_in_shadow_when_asked(tmp_path, shadow):
     fleet_path = ROOT / "examples" / "dev-fleet.yaml"
+    # Its own ports, not the default ones a `./bf dev` running beside the tests holds.
     procs = DevProcesses(
-        fleet_path, load_fleet(str(fleet_path)), tmp_path, "localhost:7233", shadow=shadow
+        fleet_path, load_fleet(str(fleet_path)), tmp_path, "localhost:7233", shadow=shadow,
+        base_port=free_ports(8),
     )
     procs.plan()
     deployment = load_deployment(str(procs.config_path))

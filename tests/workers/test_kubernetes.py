@@ -182,8 +182,8 @@ def test_every_container_is_probed_on_its_health_port():
 
 
 def test_metrics_ports_are_exposed_and_annotated():
-    """BigFleet's metrics on --metrics-port N, annotated (the prometheus.io convention names one
-    port a pod); a worker's Temporal SDK metrics on N+1."""
+    """Every metric of a process on --metrics-port N, annotated (the prometheus.io convention
+    names one port a pod): no second metrics port left unscraped (issue 48)."""
     annotated = 0
     for name, pod in pods().items():
         for c in containers(pod):
@@ -191,8 +191,8 @@ def test_metrics_ports_are_exposed_and_annotated():
             if metrics is None:
                 continue
             assert container_port(c, int(metrics)), name
-            if c["args"][0] == "worker":
-                assert container_port(c, int(metrics) + 1), name
+            others = [p for p in c["ports"] if "metrics" in p["name"]]
+            assert [p["containerPort"] for p in others] == [int(metrics)], name
             notes = pod["metadata"]["annotations"]
             assert notes["prometheus.io/scrape"] == "true", name
             assert notes["prometheus.io/port"] == metrics, name

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import shutil
@@ -40,15 +41,15 @@ from typing import Any
 from bigfleet.models import ListFilter
 from workers.connect import runtime
 from workers.dev.processes import DevProcesses, watch_children
-from workers.dev.progress import one_line, progress, ui_query_url
+from workers.dev.progress import command, one_line, progress, runnable, ui_query_url
 from workers.dev.server import DevServer, port_free, temporal_binary, wait_for_server, watch_server
 from workers.errors import CliError
+from workers.node_costs import keep_node_costs
 from workers.process import (
     check_search_attributes,
     install_stop_handlers,
     load_deployment,
     load_fleet,
-    sdk_runtime,
     serve_metrics,
 )
 from workers.worker import RemoteFleet, build_workers, ensure_shards, keep_coordinator, run_workers
@@ -71,14 +72,16 @@ async def _run_dev(args: argparse.Namespace) -> int:
     logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("temporalio.activity").addFilter(one_line)
     state_dir = Path(args.state_dir)
-    metrics_ports = tuple(args.metrics_port + i for i in range(3)) if args.metrics_port else ()
+    _lock = hold_state_dir(state_dir)  # (held open until this process ends)
+    metrics_ports = tuple(args.metrics_port + i for i in range(2)) if args.metrics_port else ()
     for what, p in (("--port", args.port), ("--ui-port", args.ui_port)) + tuple(
         ("--metrics-port", p) for p in metrics_ports
     ):
         if not port_free(p):
             raise CliError(f"port {p} ({what}) is in use: another `bigfleet dev` or Temporal?")
     if args.fresh:
-        for name in ("temporal.db", "temporal.db-wal", "temporal.db-shm", "operator-nodes.json"):
+        for name in ("temporal.db", "temporal.db-wal", "temporal.db-shm", "operator-nodes.json",
+                     "operator-clock.json"):  # fmt: skip
             with contextlib.suppress(FileNotFoundError):
                 (state_dir / name).unlink()
         shutil.rmtree(state_dir / "providers", ignore_errors=True)
@@ -111,7 +114,7 @@ async def _serve(
         base_port=args.grpc_port,
         real=args.real,
         # (The gateway is a process of its own: it counts roll-ups there, not here.)
-        gateway_metrics_port=args.metrics_port + 2 if args.metrics_port else 0,
+        gateway_metrics_port=args.metrics_port + 1 if args.metrics_port else 0,
         shadow=args.shadow,
     )
     procs.plan()
@@ -168,8 +171,8 @@ async def _connect(
     server took to get ready."""
     rt = None
     if args.metrics_port:
+        rt = runtime()
         serve_metrics("127.0.0.1", args.metrics_port)
-        rt = sdk_runtime("127.0.0.1", args.metrics_port + 1, runtime)
     client = await wait_for_server(server, rt, stop)
     ready = time.monotonic() - server.started_at
     await check_search_attributes(client, "bigfleet dev")
@@ -187,7 +190,13 @@ async def _start_fleet(
     worker_task = asyncio.create_task(run_workers(workers, stop))
     await ensure_shards(client, deployment)
     keeper = asyncio.create_task(keep_coordinator(client, deployment.shards, stop))
+    if args.metrics_port:  # OpenCost's node metrics of the shards' machines, on --metrics-port
+        keeper = asyncio.create_task(_both(keeper, keep_node_costs(client, stop)))
     return sim, worker_task, keeper
+
+
+async def _both(task: asyncio.Task[None], also: Any) -> None:
+    await asyncio.gather(task, also)
 
 
 def _announce(
@@ -222,11 +231,9 @@ def _announce(
           flush=True)
     if args.metrics_port:
         print(
-            f"  metrics          http://localhost:{args.metrics_port}/metrics (BigFleet: "
-            f"provider calls, bootstraps)\n"
-            f"                   http://localhost:{args.metrics_port + 1}/metrics (Temporal "
-            "SDK: bigfleet_decision_cycle_seconds, bigfleet_machines, bigfleet_actions_total, ...)"
-            f"\n                   http://localhost:{args.metrics_port + 2}/metrics (the "
+            f"  metrics          http://localhost:{args.metrics_port}/metrics (this process: "
+            "bigfleet_cost_dollars_per_hour, bigfleet_machines, node_total_hourly_cost, ...)\n"
+            f"                   http://localhost:{args.metrics_port + 1}/metrics (the "
             "gateway: bigfleet_gateway_rollups_total, bigfleet_gateway_send_seconds)",
             flush=True,
         )
@@ -241,24 +248,48 @@ def _announce(
         address_flag += f" --address {server.address}"
     if os.environ.get("TEMPORAL_NAMESPACE", "default") != "default":
         address_flag += " --namespace default"
-    print(f"    bigfleet machine history {sample}{address_flag}", flush=True)
+    print(f"    {command()} machine history {sample}{address_flag}", flush=True)
     print(f'    UI search:  BigFleetMachineIds = "{sample}"', flush=True)
     print(f"    {ui_query_url(ui, sample)}", flush=True)
     print(
-        f"    temporal workflow list --address {server.address} "
+        f"    {runnable(server.binary)} workflow list --address {server.address} "
         f"--query 'BigFleetMachineIds = \"{sample}\"'",
         flush=True,
     )
-    print(f"  shards: bigfleet status{address_flag}", flush=True)
+    print(f"  shards: {command()} status{address_flag}", flush=True)
     if args.shadow:
         print(f"  shadow mode: every shard decides and starts nothing; compare with "
-              f"`bigfleet shadow report{address_flag}`", flush=True)  # fmt: skip
+              f"`{command()} shadow report{address_flag}`", flush=True)  # fmt: skip
     if any(c.name == SANDBOX for c in fleet.clusters):
         print("  a roll-up of your own (cluster sandbox), through the gateway:", flush=True)
         print(f"    {procs.rollup_command('examples/rollup-sandbox.yaml', SANDBOX)}", flush=True)
 
 
 SANDBOX = "sandbox"  # the dev fleet's cluster without roll-ups of its own
+
+
+def hold_state_dir(state_dir: Path) -> Any:
+    """Lock STATE_DIR for this `bigfleet dev` (an flock on STATE_DIR/dev.lock, released when
+    the process ends however it ends); a CliError if another holds it, whatever its ports: two
+    would open the same SQLite files. Returns the open lock file, to be kept."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / "dev.lock"
+    f = open(path, "a+")  # noqa: SIM115  (held for the process's life)
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip() or "?"
+        f.close()
+        raise CliError(
+            f"{state_dir} is in use by another `bigfleet dev` (pid {holder}, lock {path}): "
+            "stop it first, or give this one its own --state-dir (and ports)"
+        ) from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
 
 
 def real_providers(pairs: list[str], fleet: Any) -> dict[str, Path]:

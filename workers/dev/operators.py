@@ -1,6 +1,7 @@
 """Simulated cluster operators' roll-ups: each cluster of a fleet file sends its `rollups` at their
-`at` offsets (seconds after the start), and re-sends the latest every `cycle_seconds` with a
-rising generation (milliseconds since the epoch, so it keeps rising across restarts).
+`at` offsets (seconds after the start, carried across restarts with a clock file), and re-sends
+the latest every `cycle_seconds` with a rising generation (milliseconds since the epoch, so it
+keeps rising across restarts).
 
 How a roll-up travels is the `send` coroutine, `send(cluster, rollup_dict) -> where` (a short
 description of where it went, for the log line): `bigfleet operator serve` sends through the
@@ -12,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from workers.routing import ShardRouter
@@ -48,8 +51,19 @@ class Operators:
     # A cluster's nodes that are Ready (machine ids), sent as the roll-up's node health
     # (design §9); none: the roll-ups carry no health.
     health: Callable[[str], list[str]] | None = None
+    # Where the script's clock is kept across restarts (`bigfleet dev`: STATE_DIR/
+    # operator-clock.json): a restarted operator carries on at the time it had reached, the
+    # roll-ups due by then standing as the latest in force, instead of replaying from t = 0.
+    clock_file: Path | None = None
+    offset: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.clock_file is not None:
+            with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+                self.offset = max(0.0, float(json.loads(self.clock_file.read_text())["elapsed"]))
+            if self.offset:
+                print(f"  roll-up scripts resume at t+{self.offset:.0f}s ({self.clock_file})",
+                      flush=True)  # fmt: skip
         if self.send is None:
             router = ShardRouter(self.client, self.fleet.shards)
 
@@ -68,7 +82,16 @@ class Operators:
                 self.clusters.append(_Cluster(c.name, timeline))
 
     def elapsed(self) -> float:
-        return time.monotonic() - self.started
+        return self.offset + time.monotonic() - self.started
+
+    def save_clock(self) -> None:
+        """Keep how far the scripts got (written whole, then renamed)."""
+        if self.clock_file is None:
+            return
+        tmp = self.clock_file.with_suffix(".tmp")
+        with contextlib.suppress(OSError):
+            tmp.write_text(json.dumps({"elapsed": round(self.elapsed(), 3)}))
+            tmp.replace(self.clock_file)
 
     async def run(self, stop: asyncio.Event) -> None:
         cycle = self.fleet.cycle_seconds
@@ -90,8 +113,10 @@ class Operators:
                 later = [at for at, _ in c.timeline if at > now]
                 if later:
                     wake = min(wake, later[0])
+            self.save_clock()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), max(0.05, wake - self.elapsed()))
+        self.save_clock()
 
     async def _send(self, c: _Cluster, index: int, changed: bool, now: float) -> bool:
         assert self.send is not None

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from bigfleet.edge.devca import make_dev_ca
+from workers.dev.progress import command
 from workers.dev.server import dying_with_parent
 from workers.errors import CliError
 
@@ -235,6 +236,7 @@ class DevProcesses:
                 "--listen", f"127.0.0.1:{operator_port}",
                 "--gateway", f"127.0.0.1:{gateway_port}",
                 "--state-file", str(self.state_dir / "operator-nodes.json"),
+                "--clock-file", str(self.state_dir / "operator-clock.json"),
                 "--tls-dir", str(tls),
                 *server_tls,
                 echo=True,
@@ -289,7 +291,7 @@ class DevProcesses:
     def rollup_command(self, file: str, cluster: str) -> str:
         """A `rollup send` of `file` as `cluster`, through this gateway, with its token."""
         return (
-            f"bigfleet rollup send {file} --gateway {self.gateway_address} "
+            f"{command()} rollup send {file} --gateway {self.gateway_address} "
             f"--tls-ca {self.state_dir / 'tls' / 'ca.pem'} --tls-server-name localhost "
             f"--token-file {self.state_dir / 'tokens' / cluster}"
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 import urllib.parse
 from typing import Any
@@ -76,7 +77,7 @@ async def _hint_machine(client: Any, ui: str) -> bool:
                 ids = wf.typed_search_attributes.get(MACHINE_IDS) or []
                 if ids:
                     print(
-                        f"  a machine with a history: bigfleet machine history {ids[0]}\n"
+                        f"  a machine with a history: {command()} machine history {ids[0]}\n"
                         f"    or in the UI: {ui_query_url(ui, ids[0])}",
                         flush=True,
                     )
@@ -101,3 +102,16 @@ def one_line(record: logging.LogRecord) -> bool:
         record.exc_info = None
         record.exc_text = None
     return True
+
+
+def command() -> str:
+    """How a printed `bigfleet` command is run: `./bf` when `./bf` started this process (it
+    sets BIGFLEET_COMMAND; the commands then run as printed from the checkout, where `./bf`
+    made .venv), else `bigfleet`."""
+    return os.environ.get("BIGFLEET_COMMAND") or "bigfleet"
+
+
+def runnable(path: Any) -> str:
+    """`path` as a command: relative to here when it is below the working directory."""
+    rel = os.path.relpath(path)
+    return rel if not rel.startswith("..") and os.sep in rel else str(path)

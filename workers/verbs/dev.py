@@ -33,7 +33,8 @@ def register(verbs: argparse._SubParsersAction) -> None:
         type=port,
         default=DEFAULT_METRICS_PORT,
         metavar="N",
-        help=f"BigFleet metrics on N, SDK metrics on N+1, the gateway's on N+2 "
+        help=f"every metric of the workers (BigFleet's, the workflows', the Temporal SDK's) on N, "
+        f"the gateway's on N+1 "
         f"(default {DEFAULT_METRICS_PORT})",
     )
     d.add_argument(

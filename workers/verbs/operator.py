@@ -60,6 +60,11 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "restart the nodes joined before are missing from the health reports)",
     )  # fmt: skip
     s.add_argument(
+        "--clock-file", metavar="FILE",
+        help="keep how far the roll-up scripts got here, so that a restart carries on there "
+        "instead of replaying them from t = 0 (default: each start begins at t = 0)",
+    )  # fmt: skip
+    s.add_argument(
         "--gateway", metavar="HOST:PORT",
         help="the roll-up gateway to send roll-ups to (default: none are sent)",
     )  # fmt: skip
@@ -204,7 +209,10 @@ async def run_operator_serve(args: argparse.Namespace) -> int:
                   "credentials (--tls-dir or --token-dir)", file=sys.stderr, flush=True)
         nodes = OperatorNodes(ops, Path(args.state_file) if args.state_file else None)
         health = None if args.no_health else nodes.ready
-        played = Operators(None, fleet, send=send, only=set(chosen), health=health)
+        clock = Path(args.clock_file) if args.clock_file else None
+        played = Operators(
+            None, fleet, send=send, only=set(chosen), health=health, clock_file=clock
+        )
         player = asyncio.create_task(played.run(stop))
     try:
         await stop.wait()

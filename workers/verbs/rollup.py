@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import pathlib
+import sys
 import time
 from typing import Any
 
@@ -58,9 +59,31 @@ def register(verbs: argparse._SubParsersAction) -> None:
         help="signal the shard through Temporal instead (needs write access to the namespace; "
         "nothing authenticates the cluster): --address, --namespace, --shard, --shards apply",
     )
+    send.add_argument(
+        "--every",
+        type=_seconds,
+        metavar="SECONDS",
+        help="keep the roll-up alive: send it again every SECONDS, with a newer generation each "
+        "time, until Ctrl-C (a shard ages out a roll-up it has not heard again within its "
+        "max_silence_seconds, 300 s by default, and reclaims its machines; an operator re-sends "
+        "every cycle)",
+    )
+    send.add_argument(
+        "--count", type=int, metavar="N", help="with --every: stop after N sends"
+    )
     connection_options(send)
     shard_options(send)
     send.set_defaults(run=run_rollup_send)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be above 0 s, got {text}")
+    return value
 
 
 # ---- roll-ups ---------------------------------------------------------------------------------
@@ -115,7 +138,7 @@ def run_rollup_send(args: argparse.Namespace) -> int:
         if gateway_only:
             flags = ", ".join("--" + f.replace("_", "-") for f in gateway_only)
             raise CliError(f"--direct signals through Temporal: {flags} do not apply", code=2)
-        return asyncio.run(_send_direct(args, rollup))
+        return _run(args, rollup, _send_direct)
     if not args.gateway:
         raise CliError(
             "--gateway HOST:PORT: where to send the roll-up (or --direct, with access to the "
@@ -127,7 +150,45 @@ def run_rollup_send(args: argparse.Namespace) -> int:
     if temporal_only:
         flags = ", ".join("--" + f for f in temporal_only)
         raise CliError(f"{flags}: only with --direct (the gateway finds the shard)", code=2)
-    return asyncio.run(_send_via_gateway(args, rollup))
+    return _run(args, rollup, _send_via_gateway)
+
+
+def _run(args: argparse.Namespace, rollup: Any, send: Any) -> int:
+    """Send once, or with `--every` again and again until Ctrl-C (or `--count` sends)."""
+    if args.count is not None and (args.every is None or args.count < 1):
+        raise CliError("--count: a number of sends of at least 1, with --every", code=2)
+    if args.every is None:
+        return int(asyncio.run(send(args, rollup)))
+    if args.every >= KEEP_ALIVE_LIMIT:
+        print(
+            f"bigfleet rollup send: --every {args.every:g}: at or above max_silence_seconds' "
+            f"default ({KEEP_ALIVE_LIMIT:g} s), the roll-up may age out between two sends",
+            file=sys.stderr,
+        )
+    try:
+        sent = asyncio.run(keep_sending(args, rollup, send))
+    except KeyboardInterrupt:
+        return 0
+    return 0 if sent else 1
+
+
+KEEP_ALIVE_LIMIT = 300.0  # a shard's max_silence_seconds by default (bigfleet/needs.py)
+
+
+async def keep_sending(args: argparse.Namespace, rollup: Any, send: Any) -> int:
+    """`send(args, rollup)` every `args.every` seconds, each time with a generation above the
+    last (and at least the time in ms, as a file without one gets), `args.count` times or
+    until interrupted; the number of sends."""
+    sent = 0
+    generation = rollup.generation
+    while args.count is None or sent < args.count:
+        if sent:
+            await asyncio.sleep(args.every)
+            generation = max(generation + 1, time.time_ns() // 1_000_000)
+            rollup = rollup.model_copy(update={"generation": generation})
+        await send(args, rollup)
+        sent += 1
+    return sent
 
 
 def _gateway_sender(args: argparse.Namespace) -> Any:

@@ -350,6 +350,7 @@ def render_cluster(view: dict[str, Any]) -> str:
             f"    {n['count']} × {_requirements(n['requirements'])} at priority {n['priority']}"
             + (f" ({', '.join(extra)})" if extra else "")
         )
+    lines += _machine_lines(view)
     upcoming = view.get("upcoming") or []
     lines.append(f"  upcoming:  {len(upcoming) or 'none'}")
     lines += [f"    {u['machine']} ({u['instance_type']})" for u in upcoming]
@@ -374,3 +375,19 @@ def render_cluster(view: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+
+
+def _machine_lines(view: dict[str, Any]) -> list[str]:
+    """The machines the cluster holds: id, state, profile and since when (UTC)."""
+    if "machines" not in view:  # (a shard from before issue 48 does not say)
+        return []
+    machines, total = view["machines"], view.get("machines_total", len(view["machines"]))
+    more = f" (the first {len(machines)} shown)" if total > len(machines) else ""
+    lines = [f"  machines:  {total or 'none'}{more}"]
+    if machines:
+        width = max(len(m["id"]) for m in machines)
+        lines.append(f"    {'ID':<{width}}  {'STATE':<11}  {'SINCE (UTC)':<19}  PROFILE")
+    for m in machines:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(m["since"])) if m["since"] else "-"
+        lines.append(f"    {m['id']:<{width}}  {m['state']:<11}  {since:<19}  {m['profile']}")
+    return lines

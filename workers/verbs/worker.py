@@ -17,13 +17,13 @@ from activities.wire import shard_workflow_id
 from workers.args import DEFAULT_METRICS_PORT, ROLES, connection_options, describe_tls, port, roles
 from workers.connect import runtime
 from workers.health import Health, serve_health
+from workers.node_costs import keep_node_costs
 from workers.plumbing import blocking, connect, display_address
 from workers.process import (
     check_search_attributes,
     install_stop_handlers,
     load_deployment,
     load_fleet,
-    sdk_runtime,
     serve_metrics,
     workers_running,
 )
@@ -72,7 +72,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
         type=port,
         default=DEFAULT_METRICS_PORT,
         metavar="N",
-        help="BigFleet's Prometheus metrics on N, the Temporal SDK's on N+1 (0: none; "
+        help="Prometheus metrics on N: BigFleet's, the workflows' and the Temporal SDK's (0: none; "
         f"default {DEFAULT_METRICS_PORT})",
     )
     w.add_argument(
@@ -122,8 +122,8 @@ async def run_worker(args: argparse.Namespace) -> int:
 
     rt = None
     if args.metrics_port:
+        rt = runtime()
         serve_metrics(args.metrics_host, args.metrics_port)
-        rt = sdk_runtime(args.metrics_host, args.metrics_port + 1, runtime)
     health = Health()  # "starting" until the workers run
     if args.health_port:
         serve_health("0.0.0.0", args.health_port, health)
@@ -138,12 +138,14 @@ async def run_worker(args: argparse.Namespace) -> int:
     install_stop_handlers(stop, signal.SIGINT, signal.SIGTERM)
     task = asyncio.create_task(run_workers(workers, stop))
     health.check = workers_running(workers, task)
-    keeper = None
+    keeper = costs = None
     if "shards" in args.role:
         await ensure_shards(client, fleet, **({"shadow": True} if args.shadow else {}))
         await warn_mode_mismatch(client, fleet, args.shadow)
         # For the process's life: it ends when `stop` is set.
         keeper = asyncio.create_task(keep_coordinator(client, fleet.shards, stop))
+        if args.metrics_port:  # OpenCost's node metrics of the shards' machines
+            costs = asyncio.create_task(keep_node_costs(client, stop))
     queues = sorted({w.task_queue for w in workers})
     print(
         f"bigfleet worker: fleet {fleet.name} ({fleet.shards} shard(s)), roles "
@@ -156,13 +158,15 @@ async def run_worker(args: argparse.Namespace) -> int:
             print(f"  provider {spec.name}: {spec.endpoint} ({describe_tls(spec.tls)})", flush=True)
     if args.metrics_port:
         print(
-            f"  metrics: http://{args.metrics_host}:{args.metrics_port}/metrics (BigFleet), "
-            f"http://{args.metrics_host}:{args.metrics_port + 1}/metrics (Temporal SDK)",
+            f"  metrics: http://{args.metrics_host}:{args.metrics_port}/metrics (BigFleet's, "
+            "the workflows' and the Temporal SDK's)",
             flush=True,
         )
     await task
     if keeper is not None:
         await keeper
+    if costs is not None:
+        await costs
     if sim is not None:
         sim.close()
     print("bigfleet worker: stopped", flush=True)
