@@ -48,8 +48,9 @@ class ClusterAsk(Wire):
 
 def wants_of(needs: Iterable[CapacityNeed]) -> list[list[NodeSelectorRequirement]]:
     """What `ClusterQuestion.wants` and `ClusterAsk.wants` carry for a roll-up's needs: the
-    highest priorities' first, each within the bounds (a need past WANT_RULES is left out)."""
-    ranked = sorted(needs, key=lambda n: -n.priority)
+    highest priorities' first, each within the bounds (a need past WANT_RULES is left out, and
+    one asking for no machine)."""
+    ranked = sorted((n for n in needs if n.count > 0), key=lambda n: -n.priority)
     return [list(n.requirements) for n in ranked if len(n.requirements) <= WANT_RULES][:WANTS]
 
 

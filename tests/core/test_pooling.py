@@ -365,3 +365,14 @@ def test_spare_quota_goes_to_a_shard_running_all_of_its_own():
         report(1, elastic=[web], speculative=slots[5:]), report(2, speculative=slots[:5])
     )
     assert own.plan() == []
+
+
+def test_what_a_new_cluster_wants_is_its_highest_needs_that_ask_for_machines():
+    from bigfleet.cluster_questions import wants_of
+    from bigfleet.models import CapacityNeed
+
+    def a_need(count: int, priority: int, kind: str) -> CapacityNeed:
+        return from_wire(CapacityNeed, need(count, priority, types=(kind,)))
+
+    needs = [a_need(0, 1_000_000, "idle"), *(a_need(1, p, f"t{p}") for p in range(6))]
+    assert [w[0].values for w in wants_of(needs)] == [["t5"], ["t4"], ["t3"], ["t2"]]
