@@ -5,19 +5,21 @@ free machines. The coordinator exports it (`bigfleet_elastic_beside_idle_owned{p
 
 From the shards' last reports alone: every elastic group (`ShardReport.elastic`, settled or
 not), the dearest per machine first (then the higher priority, the larger group, the lower
-shard, the cluster's name), takes free machines of other shards that would stand in for its own
-(`for_cost.stands_in`: they fit its need for less), profiles in the order the reports first
-name them, each profile's shards in order, each free machine at most once. A pair counts
-whether or not the coordinator may move the machine (a donor keeps one it would use itself, a
-move is under way, the receiver's shard has not settled the need yet): it measures what is
-left, not what is planned. Reports carry bounded
-samples of free machines and the dearest needs only, so the count is a lower bound."""
+shard, the cluster's name), takes free (idle or speculative) owned machines (bare metal,
+reserved: `cost.OWNED`) of other shards that would stand in for its own (`for_cost.stands_in`:
+they fit its need for less; free cloud quota is not counted, however cheap), profiles in the
+order the reports first name them, each profile's shards in order, each free machine at most
+once. A pair counts whether or not the coordinator may move the machine (a donor keeps one it
+would use itself, a move is under way, the receiver's shard has not settled the need yet): it
+measures what is left, not what is planned. Reports carry bounded samples of free machines and
+the dearest needs only, so the count is a lower bound."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..cost import OWNED
 from ..models import Machine
 from ..profiles import Profile
 from ..reports import ElasticGroup, ShardReport
@@ -49,6 +51,8 @@ def _kinds(reports: Mapping[int, ShardReport]) -> list[_Kind]:
     for shard in sorted(reports):
         for _kind, m, ids in free_offers(reports[shard], set()):
             p = Profile.of(m)
+            if p.capacity_type not in OWNED:
+                continue
             kinds.setdefault(p, _Kind(m, p, [])).free.append(_Free(shard, len(ids)))
     return list(kinds.values())
 

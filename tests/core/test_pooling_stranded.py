@@ -3,7 +3,6 @@ bigfleet/pooling/stranded.py): worked examples, numbers by hand."""
 
 from bigfleet.models import MachineState
 from bigfleet.pooling.stranded import stranded
-from bigfleet.reports import ElasticGroup
 from tests.core.test_pooling import elastic, idle_gpus, report
 from tests.fleet import bare_metal, many
 
@@ -56,22 +55,26 @@ def test_needs_not_settled_count_and_a_shards_own_free_machines_do_not():
     assert stranded({1: report(1, elastic=[unsettled], idle=idle_gpus(2, "A"))}) == {}
 
 
-def test_a_free_machine_that_would_cost_more_is_no_stand_in():
-    """Speculative spot slots at $31/h with a 5 % hourly interruption: for a need with a $1 500
-    interruption penalty they cost 31 + 0.05 × 1 500 = $106/h effective, more than its $98
-    on-demand: nothing counts; with $100 (31 + 5 = $36 < $98) all 4 do."""
+def test_an_owned_machine_that_would_cost_more_is_no_stand_in_and_quota_is_not_owned():
+    """Idle bare-metal GPUs interrupted 5 % an hour (a flaky rack): for a need with a $2 500
+    interruption penalty they cost 0 + 0.05 × 2 500 = $125/h effective, more than its $98
+    on-demand: nothing counts; with $100 (0.05 × 100 = $5 < $98) all 4 do. Speculative spot
+    slots at $31/h, cheaper than $98 even so, are cloud quota, not owned: never counted."""
     from bigfleet.synthetic import OFFERS
     from bigfleet.synthetic import machine as offer_machine
+
+    flaky = many(bare_metal, 4, rack="F", interruption=0.05)
+
+    def with_penalty(penalty: float) -> dict[str, int]:
+        return stranded(
+            {1: report(1, elastic=[elastic(6, 98.0, penalty)]), 2: report(2, idle=flaky)}
+        )
+
+    assert with_penalty(2500.0) == {}
+    assert with_penalty(100.0) == {AMS1: 4}
 
     spot = next(o for o in OFFERS if o.instance_type == "p5.48xlarge" and o.price == 31.0)
     slots = [offer_machine(f"slot-{i}", spot, S.SPECULATIVE) for i in range(4)]
     p5 = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["p5.48xlarge"]}]
-
-    def group(penalty: float) -> ElasticGroup:
-        return elastic(6, 98.0, penalty, requirements=p5)
-
-    assert stranded({1: report(1, elastic=[group(1500.0)]), 2: report(2, speculative=slots)}) == {}
-    [(name, count)] = stranded(
-        {1: report(1, elastic=[group(100.0)]), 2: report(2, speculative=slots)}
-    ).items()
-    assert count == 4 and name.endswith("/p5.48xlarge/" + slots[0].zone + "/spot")
+    paying = report(1, elastic=[elastic(6, 98.0, 100.0, requirements=p5)])
+    assert stranded({1: paying, 2: report(2, speculative=slots)}) == {}
