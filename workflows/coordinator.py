@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.inputs import Rejected, clip
     from bigfleet.reports import ShardReport
     from workflows.coordinator_changes import FleetChanges
+    from workflows.coordinator_metrics import PoolVisible
     from workflows.fleet_membership import FleetMembership
     from workflows.guard import (
         HISTORY_SURGE,
@@ -72,7 +73,7 @@ MISSING_PATCH = "missing-since-start"
 
 
 @workflow.defn(name="Coordinator")
-class CoordinatorWorkflow(FleetChanges, TakesSignals):
+class CoordinatorWorkflow(FleetChanges, PoolVisible, TakesSignals):
     """The fleet's one coordinator (workflow type "Coordinator", id `coordinator`): it
     assigns clusters to shards, takes their reports, and every `plan_seconds` turns their
     shortfalls into transfer sagas; it also runs splits, merges and decommissions (the
@@ -224,6 +225,7 @@ class CoordinatorWorkflow(FleetChanges, TakesSignals):
             "rejected_inputs": self.guard.rejections.counts,
             # What a decommission may name (None: not learnt from the shards yet).
             "providers": None if self.providers is None else sorted(self.providers),
+            "pool": self.pool.status(now),  # (issue 45: workflows/coordinator_metrics.py)
         }
 
     @workflow.run
@@ -264,6 +266,7 @@ class CoordinatorWorkflow(FleetChanges, TakesSignals):
             "escalated_drains": sorted(self.c.escalated_drains),
             "membership": self.members.running,
             "guard": self.guard.rejections.state(),
+            "pool": self.pool.state(),
         }
         if self.providers is not None:
             state["providers"] = sorted(self.providers)
@@ -364,7 +367,7 @@ class CoordinatorWorkflow(FleetChanges, TakesSignals):
             key = (saga["receiver"], saga["cluster"], saga["priority"])
             pending[key] = pending.get(key, 0) + len(saga["machine_ids"])
         self.c.pools = workflow.patched(POOL_PATCH)
-        for move in self.c.plan(inp.max_share, busy, pending, inp.idle_share):
+        for move in self.pool.planned(self.c.plan(inp.max_share, busy, pending, inp.idle_share)):
             # A saga's release returns the machines' records in one reply: parts of at most
             # RECORDS_MAX (shards refuse more).
             part = RECORDS_MAX if workflow.patched(SMALL_PAYLOADS) else RECORDS_MAX_BEFORE
@@ -434,7 +437,7 @@ class CoordinatorWorkflow(FleetChanges, TakesSignals):
             ),
             id=saga_id,
             parent_close_policy=ParentClosePolicy.ABANDON,
-            static_summary=f"{kind}: {len(machine_ids)} machine(s), {where}",
+            static_summary=self.pool.summary(kind, machine_ids, where),
             execution_timeout=timedelta(hours=6),
         )
         self.sagas[saga_id] = {

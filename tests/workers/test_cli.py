@@ -571,6 +571,24 @@ def test_the_coordinators_status_names_escalations_and_fleet_wide_shortfalls():
     assert "split/merge:       merge-1-0-5-40" in text and "retiring shards:   [1]" in text
     assert "train (1000000, 4)" in text
     assert "dc/gpu-8xh100/ams-1/bare-metal (time to buy capacity)" in text
+    assert "pool" not in text  # (a coordinator from before issue 45)
+
+
+def test_the_coordinators_status_names_elastic_machines_beside_idle_owned_ones():
+    base = {"term": 5, "shards": [0, 1], "sagas_running": [], "missing_shards": []}
+    base |= {"escalations": [], "shared_shortfalls": []}
+    by_profile = {f"dc/gpu-{i}/ams-1/bare-metal": i for i in range(1, 8)}
+    pool = {"elastic_beside_idle_owned": 28, "by_profile": by_profile}
+    text = render_coordinator({**base, "pool": {**pool, "moved_for_cost_last_hour": 30}})
+    assert (
+        "pool:              28 elastic machine(s) run beside idle owned ones in another shard "
+        "(dc/gpu-7/ams-1/bare-metal: 7, dc/gpu-6/ams-1/bare-metal: 6, "
+        "dc/gpu-5/ams-1/bare-metal: 5, dc/gpu-4/ams-1/bare-metal: 4, "
+        "dc/gpu-3/ams-1/bare-metal: 3, … 2 more); moved for cost this hour: 30"
+    ) in text
+    none = {"elastic_beside_idle_owned": 0, "by_profile": {}, "moved_for_cost_last_hour": 0}
+    quiet = "pool:              no elastic machine runs beside idle owned ones; moved for cost "
+    assert quiet + "this hour: 0" in render_coordinator({**base, "pool": none})
 
 
 # ---- `bigfleet worker`: starting and stopping its workers -------------------------------------

@@ -249,3 +249,31 @@ def test_the_dashboard_has_a_node_cost_row_of_opencost_names_the_workers_export(
     assert "node_total_hourly_cost" in named and "kubecost_node_is_spot" in named, named
     assert named <= {name for name, _ in GAUGES}, named
     assert {"node", "instance_type", "region", "provider_id", "cluster"} == set(LABELS)
+
+
+# ---- one pool across shards (issue 45) ---------------------------------------------------------
+
+POOL_METRICS = ("bigfleet_elastic_beside_idle_owned", "bigfleet_coordinator_moves_total")
+
+
+def test_elastic_beside_idle_owned_alerts_after_15_minutes():
+    names, histograms = exported()
+    assert set(POOL_METRICS) <= names and not set(POOL_METRICS) & histograms
+    (rule,) = [r for r in rules() if "bigfleet_elastic_beside_idle_owned" in r["expr"]]
+    assert rule["alert"] == "BigFleetElasticBesideIdleOwned"
+    assert re.fullmatch(r"sum\(max by \(profile\) \(bigfleet_elastic_beside_idle_owned\)\) > 0",
+                        rule["expr"].strip())  # fmt: skip
+    assert rule["for"] == "15m"
+
+
+def test_the_dashboard_has_a_pool_row():
+    ps = panels(dashboard())
+    (row,) = [p for p in ps if p.get("type") == "row" and p["title"] == "Pool across shards"]
+    exprs_by_title = {
+        p["title"]: " ".join(t["expr"] for t in p["targets"]) for p in row_panels(ps, row)
+    }
+    by_profile = "Elastic machines beside idle owned ones in another shard, by profile"
+    assert "bigfleet_elastic_beside_idle_owned" in exprs_by_title[by_profile]
+    assert "by (profile)" in exprs_by_title[by_profile]
+    moves = exprs_by_title["Machines moved between shards, by reason"]
+    assert "bigfleet_coordinator_moves_total" in moves and "reason" in moves

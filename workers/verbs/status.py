@@ -132,7 +132,25 @@ def render_coordinator(st: dict[str, Any]) -> str:
     lines.append(f"  escalated:         {', '.join(escalated) or 'none'}")
     shared = ", ".join(st["shared_shortfalls"])
     lines.append(f"  fleet-wide short:  {shared + ' (time to buy capacity)' if shared else 'none'}")
+    if "pool" in st:  # (a coordinator from before issue 45 does not say)
+        lines.append(render_pool(st["pool"]))
     return "\n".join(lines)
+
+
+def render_pool(pool: dict[str, Any]) -> str:
+    """The coordinator's pool line: elastic machines beside idle owned ones in another shard,
+    per profile (the largest 5), and the machines moved for cost in the last hour."""
+    n = pool["elastic_beside_idle_owned"]
+    moved = f"moved for cost this hour: {pool['moved_for_cost_last_hour']}"
+    if not n:
+        return f"  pool:              no elastic machine runs beside idle owned ones; {moved}"
+    ranked = sorted(pool["by_profile"].items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = ", ".join(f"{p}: {k}" for p, k in ranked[:5])
+    more = f", … {len(ranked) - 5} more" if len(ranked) > 5 else ""
+    return (
+        f"  pool:              {n} elastic machine(s) run beside idle owned ones in another "
+        f"shard ({shown}{more}); {moved}"
+    )
 
 
 def _requirements(reqs: list[dict[str, Any]]) -> str:

@@ -1,0 +1,121 @@
+"""What the coordinator shows of the pool across shards (issue 45, "Visible"; `PoolVisible`,
+mixed into workflows/coordinator.py): every round, the gauge
+`bigfleet_elastic_beside_idle_owned{profile}` (bigfleet/pooling/stranded.py) and the counter
+`bigfleet_coordinator_moves_total{kind,reason}` (machines the round's moves take); the `pool`
+section of the `status` query; the reason in each transfer saga's summary.
+
+The machines moved for cost in the last hour are kept per minute (at most 60 buckets, a few
+hundred bytes), carried across continue-as-new with the profiles the gauge last showed above 0
+(so that one gone meanwhile is set to 0 by the next run too). Nothing here decides anything:
+no command changes, runs begun before replay as they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cached_property
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.wire import CoordinatorInput
+    from bigfleet.coordinator import Coordinator, Move
+    from bigfleet.pooling.stranded import stranded
+    from bigfleet.reports import MoveKind
+
+REASONS = ("shortfall", "domain", "cost", "spare")  # `Move.reason`
+# How a saga's summary names each reason.
+WHY = {
+    "shortfall": "for a shortfall",
+    "domain": "for a need confined to one domain (a whole rack)",
+    "cost": "for cost (elastic machines paid for there)",
+    "spare": "as spare quota (elastic machines run there)",
+}
+MINUTE = 60
+HOUR_MINUTES = 60
+SHOWN_MAX = 512  # profiles whose gauge is carried across continue-as-new, at most
+
+
+class PoolView:
+    """The pool's metrics and status for one coordinator (see the module)."""
+
+    def __init__(self, c: Coordinator, state: Any = None) -> None:
+        state = state if isinstance(state, Mapping) else {}
+        self.c = c
+        # minute (unix time // 60) → machines moved for cost in it
+        self.moved: dict[int, int] = {}
+        for pair in state.get("moved_for_cost", []):
+            if isinstance(pair, list) and len(pair) == 2:
+                self.moved[int(pair[0])] = int(pair[1])
+        self.shown: set[str] = {p for p in state.get("shown", []) if isinstance(p, str)}
+        self.reasons: dict[str, str] = {}  # machine id → reason, the last round's moves
+
+    def planned(self, moves: list[Move]) -> list[Move]:
+        """The round's moves, unchanged, once counted and the gauge set."""
+        meter = workflow.metric_meter()
+        gauge = meter.create_gauge(
+            "bigfleet_elastic_beside_idle_owned",
+            "elastic machines one shard runs while free owned ones in another would do",
+        )
+        found = stranded(self.c.reports)
+        for profile in sorted(self.shown - found.keys()):
+            gauge.set(0, {"profile": profile})
+        for profile, n in found.items():
+            gauge.set(n, {"profile": profile})
+        self.shown = set(found)
+        counter = meter.create_counter(
+            "bigfleet_coordinator_moves_total", "machines the coordinator moved between shards"
+        )
+        for kind in MoveKind:  # exported at 0, so that a rate sees the first move
+            for reason in REASONS:
+                counter.add(0, {"kind": kind.value, "reason": reason})
+        self.reasons = {}
+        minute = int(workflow.now().timestamp()) // MINUTE
+        for move in moves:
+            counter.add(len(move.machine_ids), {"kind": move.kind.value, "reason": move.reason})
+            self.reasons.update(dict.fromkeys(move.machine_ids, move.reason))
+            if move.reason == "cost":
+                self.moved[minute] = self.moved.get(minute, 0) + len(move.machine_ids)
+        self.moved = {m: n for m, n in self.moved.items() if m > minute - HOUR_MINUTES}
+        return moves
+
+    def moved_for_cost(self, now: float) -> int:
+        """Machines moved for cost in the last hour (this minute and the 59 before)."""
+        minute = int(now) // MINUTE
+        return sum(n for m, n in self.moved.items() if m > minute - HOUR_MINUTES)
+
+    def status(self, now: float) -> dict[str, Any]:
+        """The `pool` section of the coordinator's status, from the shards' last reports."""
+        found = stranded(self.c.reports)
+        return {
+            "elastic_beside_idle_owned": sum(found.values()),
+            "by_profile": found,
+            "moved_for_cost_last_hour": self.moved_for_cost(now),
+        }
+
+    def summary(self, kind: str, machine_ids: list[str], where: str) -> str:
+        """A transfer saga's summary: what, how many, from where to where, and why."""
+        text = f"{kind}: {len(machine_ids)} machine(s), {where}"
+        if kind not in {k.value for k in MoveKind} or not machine_ids:
+            return text  # (a decommission's)
+        reason = self.reasons.get(machine_ids[0], "")
+        return f"{text}, {WHY[reason]}" if reason in WHY else text
+
+    def state(self) -> dict[str, Any]:
+        """What the next run starts from (small: see the module)."""
+        return {
+            "moved_for_cost": [[m, n] for m, n in sorted(self.moved.items())],
+            "shown": sorted(self.shown)[:SHOWN_MAX],
+        }
+
+
+class PoolVisible:
+    """The coordinator workflow's `pool` (a `PoolView` of its coordinator and carried state)."""
+
+    inp: CoordinatorInput
+    c: Coordinator
+
+    @cached_property
+    def pool(self) -> PoolView:
+        return PoolView(self.c, (self.inp.state or {}).get("pool"))
