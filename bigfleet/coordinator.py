@@ -25,11 +25,11 @@ from .cluster_questions import ClusterQuestion as ClusterQuestion
 from .cluster_questions import wants_of as wants_of
 from .cost import drain_grace_period
 from .fleet_shape import merge_candidate, split_candidate
-from .models import Machine, Shortfall, Wire
+from .models import Shortfall, Wire
 from .pooling.bounds import IDLE_SHARE, Budgets
-from .pooling.fits import fits
-from .pooling.for_cost import cost_moves, keeps
+from .pooling.for_cost import cost_moves
 from .pooling.holdings import Wants, fitting
+from .pooling.index import Round
 from .pooling.whole_rack import rack_moves
 from .reports import REPORT_SECONDS, ElasticGroup, MoveKind, ShardReport
 
@@ -40,6 +40,8 @@ MAX_SHARE = 0.10
 # coordinator's run begun before keeps the bound it had (ASSIGNMENT_BYTES_BEFORE).
 ASSIGNMENT_BYTES = 300_000
 ASSIGNMENT_BYTES_BEFORE = 1_000_000
+
+
 class MembershipThresholds(Wire):
     """Seed §16: split a shard over either split threshold; merge two shards under both merge
     thresholds (`merge_machines` 0: never merge on its own)."""
@@ -305,6 +307,7 @@ class Coordinator:
         used: set[str] = set(busy)
         pending = dict(pending or {})
         budget = Budgets.of(self.reports, max_share, idle_share if self.pools else None)
+        rnd = Round(self.reports)
         moves: dict[tuple[MoveKind, int, int, int, float, str, str], Move] = {}
 
         def still_wanted(receiver: int, cluster: str, priority: int, count: int) -> int:
@@ -337,9 +340,7 @@ class Coordinator:
                 # Topology never crosses shards (design §16): a whole domain moves instead.
                 if self.pools:
                     want = still_wanted(receiver, sf.cluster, sf.priority, sf.count)
-                    for kind, donor, mid, holder in rack_moves(
-                        self.reports, receiver, sf, used, want
-                    ):
+                    for kind, donor, mid, holder in rack_moves(rnd, receiver, sf, used, want):
                         grace = 0.0 if holder < 0 else drain_grace_period(sf.priority, holder)
                         if not take(kind, donor, receiver, sf, mid, grace, "domain"):
                             break
@@ -354,45 +355,51 @@ class Coordinator:
                 continue
             free_anywhere = False
             for kind in (MoveKind.IDLE, MoveKind.SPECULATIVE):
-                for donor, mid in self._offers(kind, receiver, sf, used):
+                for donor, mid in self._offers(rnd, kind, receiver, sf, used):
                     free_anywhere = True
                     if want and take(kind, donor, receiver, sf, mid):
                         want -= 1
             if want == 0 or free_anywhere:
                 continue
-            for donor, mid, priority in self._victims(receiver, sf, used):
+            for donor, mid, priority in self._victims(rnd, receiver, sf, used):
                 if want == 0:
                     break
                 grace = drain_grace_period(sf.priority, priority)
                 if take(MoveKind.PREEMPT, donor, receiver, sf, mid, grace):
                     want -= 1
         if self.pools:
-            cost_moves(self.reports, used, still_wanted, take)
+            cost_moves(rnd, used, still_wanted, take)
         return list(moves.values())
 
     def _offers(
-        self, kind: MoveKind, receiver: int, sf: Shortfall, used: set[str]
+        self, rnd: Round, kind: MoveKind, receiver: int, sf: Shortfall, used: set[str]
     ) -> Iterable[tuple[int, str]]:
-        for donor in sorted(self.reports):
+        want = rnd.key(sf, sf.requirements)
+        for donor in rnd.shards:
             if donor == receiver:
                 continue
-            report = self.reports[donor]
-            for m, ids in report.offers(kind):
-                if _fits(sf, m) and not (self.pools and keeps(report, m, sf.priority)):
+
+            def gives(p: int, donor: int = donor) -> bool:
+                return rnd.fits(want, sf.requirements, donor, p) and not (
+                    self.pools and rnd.keeps(donor, p, sf.priority)
+                )
+
+            for k, _, ids in rnd.free(donor, used, gives):
+                if k is kind:
                     yield from ((donor, mid) for mid in ids if mid not in used)
 
     def _victims(
-        self, receiver: int, sf: Shortfall, used: set[str]
+        self, rnd: Round, receiver: int, sf: Shortfall, used: set[str]
     ) -> list[tuple[int, str, int]]:
+        want = rnd.key(sf, sf.requirements)
         found = [
-            (donor, mid, priority)
-            for donor, report in self.reports.items()
+            (donor, mid, g.priority)
+            for donor in rnd.shards
             if donor != receiver
-            for m, g in report.victims()
-            if g.priority < sf.priority and _fits(sf, m)
+            for g in rnd.victims(donor)
+            if g.priority < sf.priority and rnd.fits(want, sf.requirements, donor, g.profile)
             for mid in g.ids
             if mid not in used
-            for priority in (g.priority,)
         ]
         return sorted(found, key=lambda v: (v[2], v[0], v[1]))
 
@@ -409,7 +416,3 @@ class Coordinator:
 
 def _confined_to_a_domain(sf: Shortfall) -> bool:
     return sf.same is not None
-
-
-def _fits(sf: Shortfall, m: Machine) -> bool:
-    return fits(sf.requirements, m)

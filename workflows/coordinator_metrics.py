@@ -24,13 +24,12 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.pooling.stranded import stranded
     from bigfleet.reports import MoveKind
 
-REASONS = ("shortfall", "domain", "cost", "spare")  # `Move.reason`
+REASONS = ("shortfall", "domain", "cost")  # `Move.reason`
 # How a saga's summary names each reason.
 WHY = {
     "shortfall": "for a shortfall",
     "domain": "for a need confined to one domain (a whole rack)",
     "cost": "for cost (elastic machines paid for there)",
-    "spare": "as spare quota (elastic machines run there)",
 }
 MINUTE = 60
 HOUR_MINUTES = 60

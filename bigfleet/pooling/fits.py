@@ -15,16 +15,6 @@ def fits(requirements: Iterable[NodeSelectorRequirement], m: Machine) -> bool:
     return all_match(requirements, Profile.of(m).label_map)
 
 
-def short_of(report: ShardReport, m: Machine, priority: int) -> bool:
-    """Whether the shard that reports `report` is itself short of machines like `m` for a need
-    at `priority` or above: it keeps its free machines for that need rather than give them
-    to another shard's lower or equal one (a need spread or confined to a domain included)."""
-    return any(
-        sf.priority >= priority and not sf.repair_held and fits(sf.requirements, m)
-        for sf in report.shortfalls
-    )
-
-
 def free_offers(
     report: ShardReport, used: set[str]
 ) -> Iterable[tuple[MoveKind, Machine, list[str]]]:

@@ -31,101 +31,87 @@ from ..cost import drain_grace_period, effective_cost
 from ..models import Machine
 from ..profiles import Profile
 from ..reports import ElasticGroup, MoveKind, ShardReport
-from .fits import fits, free_offers, short_of
-from .headroom import spare_wanted, spares
+from .fits import fits
+from .index import Round
+
+# Groups of elastic machines a round looks at, at most (the dearest): a round's planning runs
+# in one workflow task, which must end within the SDK's 2 s deadlock bound; 12 800 groups of
+# 100 shards took 1.5 s alone (/tmp bench, docs/benchmarks.md). The rest wait for a later round.
+COST_GROUPS = 2000
 
 
-def spend_order(reports: Mapping[int, ShardReport]) -> list[tuple[int, ElasticGroup]]:
-    """(shard, group) of every report's elastic machines of settled needs (its consolidation
+def spend_order(
+    reports: Mapping[int, ShardReport], limit: int = COST_GROUPS
+) -> list[tuple[int, ElasticGroup]]:
+    """(shard, group) of the reports' elastic machines of settled needs (its consolidation
     moves them onto a free owned machine at its next cycle), the dearest per machine first,
-    then the higher priority, then the larger group."""
+    then the higher priority, then the larger group; the first `limit`."""
     pairs = [(s, g) for s, r in reports.items() for g in r.elastic if g.settled]
-    return sorted(
+    order = sorted(
         pairs, key=lambda p: (-p[1].cost_per_hour, -p[1].priority, -p[1].count, p[0], p[1].cluster)
     )
+    return order[:limit]
 
 
 def stands_in(group: ElasticGroup, m: Machine) -> bool:
-    """Whether machine `m` fits `group`'s need at a lower effective cost than its
-    elastic machine."""
+    """Whether machine `m` fits `group`'s need at a lower effective cost than its elastic
+    machines (`Round.stands_in`, for one machine record)."""
     p = Profile.of(m)
     cost = effective_cost(p.marginal_price, p.interruption_probability, group.interruption_penalty)
     return cost < group.cost_per_hour and fits(group.requirements, m)
 
 
-def saves(report: ShardReport, m: Machine, priority: int | None = None) -> bool:
-    """Whether `m` would stand in for elastic machines of a settled need of the reporting
-    shard's own (at `priority` or above, if given)."""
-    return any(
-        g.settled and stands_in(g, m) and (priority is None or g.priority >= priority)
-        for g in report.elastic
-    )
-
-
-def cheaper(
-    group: ElasticGroup, report: ShardReport, used: set[str]
-) -> Iterator[tuple[MoveKind, str]]:
-    """(kind, machine id) of `report`'s free machines that would stand in for `group`'s."""
-    for kind, m, ids in free_offers(report, used):
-        if stands_in(group, m):
-            yield from ((kind, mid) for mid in ids)
-
-
-def waits_at_home(
-    reports: Mapping[int, ShardReport], receiver: int, group: ElasticGroup, used: set[str]
-) -> bool:
+def waits_at_home(rnd: Round, receiver: int, group: ElasticGroup, used: set[str]) -> bool:
     """Whether `receiver` already holds a free machine that would stand in for `group`'s (or
     has not reported): nothing is moved to it for the group (see the module)."""
-    own = reports.get(receiver)
-    return own is None or next(cheaper(group, own, used), None) is not None
+    if receiver not in rnd.reports:
+        return True
+    found = rnd.free(receiver, used, lambda p: rnd.stands_in(group, receiver, p))
+    return next(found, None) is not None
 
 
 def cost_offers(
-    reports: Mapping[int, ShardReport], receiver: int, group: ElasticGroup, used: set[str]
+    rnd: Round, receiver: int, group: ElasticGroup, used: set[str]
 ) -> Iterator[tuple[MoveKind, int, str]]:
     """(kind, donor, machine id) that could stand in for `group`'s elastic machines on
     `receiver`, idle before speculative, donors in shard order (see the module for what is
     left out; `waits_at_home` first)."""
-    for donor in sorted(reports):
+    for donor in rnd.shards:
         if donor == receiver:
             continue
-        report = reports[donor]
-        for kind, m, ids in free_offers(report, used):
-            if (
-                stands_in(group, m)
-                and not short_of(report, m, group.priority)
-                and not saves(report, m)
-            ):
-                yield from ((kind, donor, mid) for mid in ids)
+
+        def gives(p: int, donor: int = donor) -> bool:
+            return (
+                rnd.stands_in(group, donor, p)
+                and not rnd.short_of(donor, p, group.priority)
+                and not rnd.saves(donor, p)
+            )
+
+        for kind, _, ids in rnd.free(donor, used, gives):
+            yield from ((kind, donor, mid) for mid in ids)
 
 
 def cost_victims(
-    reports: Mapping[int, ShardReport], receiver: int, group: ElasticGroup, used: set[str]
+    rnd: Round, receiver: int, group: ElasticGroup, used: set[str]
 ) -> list[tuple[int, str, int]]:
     """(donor, machine id, holder's priority) of owned machines other shards' backfill holds
     that `group`'s shard would displace for it (see the module), lowest priority first."""
+    if not group.settled:
+        return []
     worth = group.cost_per_hour * group.horizon_hours
     found = [
         (g.priority, donor, mid)
-        for donor, report in reports.items()
+        for donor in rnd.shards
         if donor != receiver
-        for m, g in report.victims()
-        if group.settled
-        and g.priority < group.displace_below
+        for g in rnd.victims(donor)
+        if g.priority < group.displace_below
         and worth > g.reclamation_penalty
-        and stands_in(group, m)
-        and not short_of(report, m, group.priority)
+        and rnd.stands_in(group, donor, g.profile)
+        and not rnd.short_of(donor, g.profile, group.priority)
         for mid in g.ids
         if mid not in used
     ]
     return [(donor, mid, priority) for priority, donor, mid in sorted(found)]
-
-
-def keeps(report: ShardReport, m: Machine, priority: int) -> bool:
-    """Whether the reporting shard keeps its free machine `m` from another shard's need at
-    `priority`: it is short of such a machine at that priority or above, or it would replace
-    elastic machines of a settled need of its own at that priority or above."""
-    return short_of(report, m, priority) or saves(report, m, priority)
 
 
 # The coordinator's bookkeeping for one round (`Coordinator.plan`): machines still wanted for
@@ -135,31 +121,20 @@ Wanted = Callable[[int, str, int, int], int]
 Take = Callable[[MoveKind, int, int, ElasticGroup, str, float, str], bool]
 
 
-def cost_moves(
-    reports: Mapping[int, ShardReport], used: set[str], wanted: Wanted, take: Take
-) -> None:
+def cost_moves(rnd: Round, used: set[str], wanted: Wanted, take: Take) -> None:
     """This round's moves for cost, through `take`: for each settled need paying for elastic
     machines, the dearest first, free machines of other shards that would stand in for them,
-    then other shards' backfill that its shard would displace (see the module); then spare
-    quota for every need paying for elastic machines (`headroom.py`)."""
-    for receiver, group in spend_order(reports):
+    then other shards' backfill that its shard would displace (see the module)."""
+    for receiver, group in spend_order(rnd.reports):
         want = wanted(receiver, group.cluster, group.priority, group.count)
-        if want == 0 or waits_at_home(reports, receiver, group, used):
+        if want == 0 or waits_at_home(rnd, receiver, group, used):
             continue
-        for kind, donor, mid in cost_offers(reports, receiver, group, used):
+        for kind, donor, mid in cost_offers(rnd, receiver, group, used):
             if want == 0:
                 break
             want -= take(kind, donor, receiver, group, mid, 0.0, "cost")
-        for donor, mid, holder in cost_victims(reports, receiver, group, used):
+        for donor, mid, holder in cost_victims(rnd, receiver, group, used):
             if want == 0:
                 break
             grace = drain_grace_period(group.priority, holder)
             want -= take(MoveKind.PREEMPT, donor, receiver, group, mid, grace, "cost")
-    for receiver, group in sorted(
-        ((s, g) for s, r in reports.items() for g in r.elastic), key=lambda p: (p[0], p[1].cluster)
-    ):
-        want = wanted(receiver, group.cluster, group.priority, spare_wanted(group))
-        for kind, donor, mid in spares(reports, receiver, group, used):
-            if want == 0:
-                break
-            want -= take(kind, donor, receiver, group, mid, 0.0, "spare")

@@ -14,12 +14,10 @@ cross-shard preemption, with the grace their priority gap gives), lowest first.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping
 
 from ..models import Shortfall
-from ..profiles import Profile
-from ..reports import MoveKind, ShardReport
-from .fits import fits, free_offers
+from ..reports import MoveKind
+from .index import Round
 
 # Cycles a `same` shortfall lasts before the coordinator moves a domain for it: the shard
 # first tries on its own (a preemption inside it may be under way).
@@ -28,37 +26,40 @@ ORDER = {MoveKind.IDLE: 0, MoveKind.SPECULATIVE: 1, MoveKind.PREEMPT: 2}
 
 
 def rack_moves(
-    reports: Mapping[int, ShardReport],
-    receiver: int,
-    sf: Shortfall,
-    used: set[str],
-    want: int,
+    rnd: Round, receiver: int, sf: Shortfall, used: set[str], want: int
 ) -> list[tuple[MoveKind, int, str, int]]:
     """(kind, donor, machine id, holder's priority) to move to `receiver` for `sf`, `want`
     machines still to come, in the order to move them; [] if no domain can hold the need."""
     if sf.same is None or sf.age < SAME_AFTER or want <= 0:
         return []
-    key = sf.same
+    key, wanted = sf.same, rnd.key(sf, sf.requirements)
     have: Counter[str] = Counter()
     offered: dict[str, list[tuple[int, int, int, str, MoveKind]]] = defaultdict(list)
 
-    def place(shard: int, domain: str, kind: MoveKind, holder: int, ids: list[str]) -> None:
-        if shard == receiver:
-            have[domain] += len(ids)
-        else:
-            offered[domain] += [(ORDER[kind], holder, shard, mid, kind) for mid in ids]
+    def domain(shard: int, p: int) -> str | None:
+        if not rnd.fits(wanted, sf.requirements, shard, p):
+            return None
+        return rnd.profiles[shard][p].label_map.get(key)
 
-    for shard in sorted(reports):
-        report = reports[shard]
-        for kind, m, ids in free_offers(report, used):
-            domain = Profile.of(m).label_map.get(key)
-            if domain is not None and fits(sf.requirements, m):
-                place(shard, domain, kind, -1, ids)
-        for m, g in report.victims():
-            domain = Profile.of(m).label_map.get(key)
-            if domain is None or g.priority >= sf.priority or not fits(sf.requirements, m):
-                continue
-            place(shard, domain, MoveKind.PREEMPT, g.priority, [i for i in g.ids if i not in used])
+    def place(shard: int, where: str, kind: MoveKind, holder: int, ids: list[str]) -> None:
+        if shard == receiver:
+            have[where] += len(ids)
+        else:
+            offered[where] += [(ORDER[kind], holder, shard, mid, kind) for mid in ids]
+
+    for shard in rnd.shards:
+
+        def in_a_domain(p: int, shard: int = shard) -> bool:
+            return domain(shard, p) is not None
+
+        fit = rnd.free(shard, used, in_a_domain)
+        for kind, p, ids in fit:
+            place(shard, domain(shard, p) or "", kind, -1, ids)
+        for g in rnd.victims(shard):
+            where = domain(shard, g.profile) if g.priority < sf.priority else None
+            if where is not None:
+                ids = [i for i in g.ids if i not in used]
+                place(shard, where, MoveKind.PREEMPT, g.priority, ids)
     room = [d for d in offered if have[d] + len(offered[d]) >= want]
     if not room:
         return []

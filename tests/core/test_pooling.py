@@ -345,28 +345,6 @@ def test_assign_cluster_takes_a_bare_name_or_a_name_with_wants_and_names_a_bad_f
     assert "wants" in str(many_wants.value)
 
 
-def test_spare_quota_goes_to_a_shard_running_all_of_its_own():
-    """Shard 1 runs 8 spot machines for web (effective $2.30/h each) and holds no free slot: a
-    spot replacement would wait a round for one. Shard 2 holds 5 free spot slots: 1 goes over
-    (a tenth of 8, at least one), and shard 2 keeps the rest. With a free slot of its own,
-    shard 1 gets none."""
-    from bigfleet.synthetic import OFFERS
-    from bigfleet.synthetic import machine as offer_machine
-
-    spot = next(o for o in OFFERS if o.instance_type == "m6i.xlarge" and o.price == 1.8)
-    slots = [offer_machine(f"slot-{i}", spot, S.SPECULATIVE) for i in range(6)]
-    m6i = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m6i.xlarge"]}]
-    web = elastic(8, 2.3, 5.0, requirements=m6i, settled=False)
-    [move] = coordinator(report(1, elastic=[web]), report(2, speculative=slots[:5])).plan()
-    assert (move.kind, move.reason, move.donor, len(move.machine_ids)) == (
-        MoveKind.SPECULATIVE, "spare", 2, 1,
-    )  # fmt: skip
-    own = coordinator(
-        report(1, elastic=[web], speculative=slots[5:]), report(2, speculative=slots[:5])
-    )
-    assert own.plan() == []
-
-
 def test_what_a_new_cluster_wants_is_its_highest_needs_that_ask_for_machines():
     from bigfleet.cluster_questions import wants_of
     from bigfleet.models import CapacityNeed

@@ -1,0 +1,131 @@
+"""The shards' last reports, indexed for one round of the coordinator's planning.
+
+A round asks, for every need and shortfall of every shard, which free or preemptible machines
+of every other shard would serve it: shards × needs × profiles questions, each a requirement
+match on a profile's labels. Each report's profiles are made once a round (`Profile.of` is most
+of a question's cost) and each answer is kept: many needs ask for the same machines, and a
+profile's answer for one need serves every shard that reports that profile."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from math import inf
+
+from ..cost import effective_cost
+from ..models import NodeSelectorRequirement
+from ..profiles import Profile
+from ..reports import ElasticGroup, MoveKind, PreemptibleGroup, ShardReport
+from ..requirements import all_match
+
+ReqKey = tuple[tuple[str, str, tuple[str, ...]], ...]
+
+
+def req_key(requirements: Iterable[NodeSelectorRequirement]) -> ReqKey:
+    return tuple((r.key, str(r.operator), tuple(r.values)) for r in requirements)
+
+
+class Round:
+    """One planning round's view of the reports (see the module)."""
+
+    def __init__(self, reports: Mapping[int, ShardReport]) -> None:
+        self.reports = reports
+        self.shards = sorted(reports)
+        self.profiles = {s: [Profile.of(m) for m in r.profiles] for s, r in reports.items()}
+        self.names = {s: [p.name for p in ps] for s, ps in self.profiles.items()}
+        self._fit: dict[tuple[int, str], bool] = {}
+        self._keys: dict[int, tuple[object, int]] = {}
+        self._numbers: dict[ReqKey, int] = {}
+        self._short: dict[tuple[int, int], float] = {}
+        self._saves: dict[tuple[int, int], float] = {}
+        self._offered: dict[int, list[tuple[MoveKind, int, list[str]]]] = {}
+
+    def key(self, owner: ElasticGroup | object, requirements: Iterable) -> int:
+        """A number for an object's requirements (the same for equal requirements), made once
+        per object this round."""
+        kept = self._keys.get(id(owner))
+        if kept is None or kept[0] is not owner:
+            number = self._numbers.setdefault(req_key(requirements), len(self._numbers))
+            kept = self._keys[id(owner)] = (owner, number)
+        return kept[1]
+
+    def fits(self, key: int, requirements: Iterable, shard: int, p: int) -> bool:
+        """Whether profile `p` of `shard`'s report fits the requirements (`key` theirs)."""
+        name = self.names[shard][p]
+        found = self._fit.get((key, name))
+        if found is None:
+            label_map = self.profiles[shard][p].label_map
+            found = self._fit[(key, name)] = all_match(requirements, label_map)
+        return found
+
+    def free(
+        self, shard: int, used: set[str], keep: Callable[[int], bool] | None = None
+    ) -> Iterator[tuple[MoveKind, int, list[str]]]:
+        """(kind, profile, ids not taken this round) of the report's idle then speculative
+        samples, of the profiles `keep` keeps (asked before the ids are looked at)."""
+        offered = self._offered.get(shard)
+        if offered is None:
+            report = self.reports[shard]
+            offered = self._offered[shard] = [
+                (kind, g.profile, g.ids)
+                for kind, groups in (
+                    (MoveKind.IDLE, report.idle),
+                    (MoveKind.SPECULATIVE, report.speculative),
+                )
+                for g in groups
+            ]
+        for kind, p, all_ids in offered:
+            if keep is None or keep(p):
+                ids = [mid for mid in all_ids if mid not in used]
+                if ids:
+                    yield kind, p, ids
+
+    def victims(self, shard: int) -> Iterator[PreemptibleGroup]:
+        yield from self.reports[shard].preemptible
+
+    def cost(self, shard: int, p: int, penalty: float) -> float:
+        """Effective cost of profile `p` of `shard`'s report for a need with `penalty`."""
+        profile = self.profiles[shard][p]
+        return effective_cost(profile.marginal_price, profile.interruption_probability, penalty)
+
+    def stands_in(self, group: ElasticGroup, shard: int, p: int) -> bool:
+        """Profile `p` of `shard` fits `group`'s need for less than its elastic machines."""
+        return self.cost(shard, p, group.interruption_penalty) < group.cost_per_hour and (
+            self.fits(self.key(group, group.requirements), group.requirements, shard, p)
+        )
+
+    def short_of(self, shard: int, p: int, priority: int) -> bool:
+        """Whether `shard` is itself short of machines of profile `p` for a need at
+        `priority` or above: it keeps its free machines for that need."""
+        top = self._short.get((shard, p))
+        if top is None:
+            top = self._short[(shard, p)] = max(
+                (
+                    sf.priority
+                    for sf in self.reports[shard].shortfalls
+                    if not sf.repair_held
+                    and self.fits(self.key(sf, sf.requirements), sf.requirements, shard, p)
+                ),
+                default=-inf,
+            )
+        return top >= priority
+
+    def saves(self, shard: int, p: int, priority: float = -inf) -> bool:
+        """Whether profile `p` would stand in for elastic machines of a settled need of
+        `shard`'s own at `priority` or above."""
+        top = self._saves.get((shard, p))
+        if top is None:
+            top = self._saves[(shard, p)] = max(
+                (
+                    g.priority
+                    for g in self.reports[shard].elastic
+                    if g.settled and self.stands_in(g, shard, p)
+                ),
+                default=-inf,
+            )
+        return top > -inf and top >= priority
+
+    def keeps(self, shard: int, p: int, priority: int) -> bool:
+        """Whether `shard` keeps its free machines of profile `p` from another shard's need at
+        `priority`: it is short of them at that priority or above, or would replace elastic
+        machines of a settled need of its own at that priority or above with them."""
+        return self.short_of(shard, p, priority) or self.saves(shard, p, priority)
