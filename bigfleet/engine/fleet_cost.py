@@ -14,6 +14,7 @@ from ..cost import DELETABLE, ELASTIC
 from ..needs import Need
 from ..policy import Policy
 from ..profiles import Profile
+from ..requirements import all_match
 from .memory import EngineMemory
 from .moves import worth_moving
 
@@ -53,11 +54,44 @@ class DrainRoom:
     key and victim cluster, the machines a priority preemption asked for that the bounds
     will hold back, as (marked, over the budget): that need waits on them, a shortfall."""
 
-    def __init__(self, policy: Policy, memory: EngineMemory) -> None:
+    def __init__(self, policy: Policy, memory: EngineMemory, now: float = 0.0) -> None:
         self.on: bool = memory.cost_moves_bounded
         self.policy = policy
         self.left: dict[str, int] = dict(memory.drain_room) if self.on else {}
         self.held: dict[str, dict[str, list[int]]] = {}
+        self.memory, self.now = memory, now
+        # Per preemptor need key that came to preempt this cycle: whether it asks the
+        # coordinator first (`asks`), and the machines it holds back for that (`asked`).
+        self.asking: dict[str, bool] = {}
+        self.asked: dict[str, int] = {}
+
+    def asks(self, preemptor: Need) -> bool:
+        """Whether `preemptor` asks the coordinator before it preempts by priority (issue 45):
+        the coordinator's last summary (`EngineMemory.elsewhere`) showed machines it fits
+        free in another shard when it first came to preempt, less than
+        `ask_before_preempt_seconds` ago. It then preempts nothing: its victims keep their
+        machines and it is short of them (`waiting`), which the coordinator serves by a move.
+        A `Same` need never asks (only a whole domain moved would serve it)."""
+        key = preemptor.key
+        found = self.asking.get(key)
+        if found is None:
+            memory, wait = self.memory, self.policy.ask_before_preempt_seconds
+            since = memory.asked_since.get(key)
+            if since is None and wait > 0 and not preemptor.spec.same and self.free(preemptor):
+                since = memory.asked_since[key] = self.now
+            found = self.asking[key] = since is not None and self.now - since < wait
+        return found
+
+    def free(self, need: Need) -> int:
+        """Machines the coordinator's last summary shows free in other shards that `need`
+        fits (its requirements, as the coordinator matches them)."""
+        reqs = need.requirements
+        return sum(n for labels, n in self.memory.elsewhere if all_match(reqs, labels))
+
+    def settle(self) -> None:
+        """After Phase 2: the waiting clocks of needs that did not come to preempt this
+        cycle (no longer short) end."""
+        forget(self.memory, self.asking)
 
     def for_cost(self, cluster: str, unmarked: int) -> int:
         """Of `unmarked` machines of `cluster`, how many a move for cost may drain now (all,
@@ -74,7 +108,11 @@ class DrainRoom:
     def preempted(self, victim: Need, preemptor: Need, count: int, unmarked: int) -> int:
         """`count` machines of `victim`'s preempted for `preemptor` by priority, `unmarked`
         of them not marked: those the bounds will hold back are counted in `held`, and
-        returned (the victim keeps them: it is not short of them)."""
+        returned (the victim keeps them: it is not short of them). A preemptor that asks the
+        coordinator first (`asks`) holds back all of them (and drains none)."""
+        if self.asks(preemptor):
+            self.asked[preemptor.key] = self.asked.get(preemptor.key, 0) + count
+            return count
         if not self.on or overrides_bounds(preemptor.priority, victim.priority, self.policy):
             return 0
         room = self.left.get(victim.cluster)
@@ -88,7 +126,16 @@ class DrainRoom:
         return count - kept
 
     def waiting(self, need: Need) -> tuple[int, str]:
-        """How many machines `need` waits on that the bounds hold back, and why."""
+        """How many machines `need` waits on that the bounds hold back, and why (or that it
+        asked the coordinator for instead of preempting them)."""
+        asked = self.asked.get(need.key, 0)
+        if asked:
+            wait = self.policy.ask_before_preempt_seconds
+            return asked, (
+                f"asked the coordinator for {asked} machine(s) before preempting them: "
+                f"{self.free(need)} matching free machine(s) in other shards in its last "
+                f"summary; preempts after {wait:g} s if none comes"
+            )
         held = self.held.get(need.key)
         if not held:
             return 0, ""
@@ -101,6 +148,13 @@ class DrainRoom:
         count = sum(m + o for m, o in held.values())
         why = f"waiting on {count} machine(s) it preempts that their clusters hold back "
         return count, f"{why}({'; '.join(parts)}{more})"[:400]
+
+
+def forget(memory: EngineMemory, asking: Mapping[str, bool]) -> None:
+    """Of the needs' waiting clocks (`EngineMemory.asked_since`), keep those of the needs in
+    `asking` (those that came to preempt this cycle: `DrainRoom.settle`)."""
+    if memory.asked_since.keys() - asking.keys():
+        memory.asked_since = {k: t for k, t in memory.asked_since.items() if k in asking}
 
 
 def worth_displacing(holder: Need, policy: Policy, bought: float, instead: float) -> bool:

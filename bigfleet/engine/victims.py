@@ -39,6 +39,9 @@ class Victim:
     offset: int
     count: int
     for_cost: bool = False
+    # Held back by its preemptor, which asks the coordinator first (`DrainRoom.asks`): the
+    # victim keeps them, nothing drains.
+    asked: bool = False
 
     @property
     def cluster(self) -> str:

@@ -56,6 +56,7 @@ def resolve_inversions(cycle: Cycle, out: Decision) -> None:
             out.earmarked[need.key] = out.earmarked.get(need.key, 0) + took + hits
         if hits:
             out.cost_moves[need.key] = hits
+    cycle.room.settle()
 
 
 def _begin(cycle: Cycle) -> None:
@@ -93,7 +94,10 @@ def _wait_or_preempt(cycle: Cycle, need: Need, deficit: int, out: Decision) -> N
         h = cycle.holder[m.ordinal]
         if cycle.room.preempted(h, need, 1, 0 if cycle.marked(m) else 1):
             cycle.kept_by_bounds.add(m.ordinal)  # (held back: `h` keeps it)
-        preempt(m, h, need, cycle.preempted, out)
+        if cycle.room.asks(need):
+            cycle.preempted.add(m.ordinal)  # (asked of the coordinator first: nothing drains)
+        else:
+            preempt(m, h, need, cycle.preempted, out)
     deficit -= len(hits)
     out.earmarked[need.key] = cycle.reserved[need.key] + len(took) + len(hits)
     held, why = cycle.room.waiting(need)
