@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.inputs import Rejected, clip
     from bigfleet.reports import ShardReport
     from workflows.coordinator_changes import FleetChanges
+    from workflows.coordinator_pool import SendsPoolSummaries
     from workflows.fleet_membership import FleetMembership
     from workflows.guard import (
         HISTORY_SURGE,
@@ -72,7 +73,7 @@ MISSING_PATCH = "missing-since-start"
 
 
 @workflow.defn(name="Coordinator")
-class CoordinatorWorkflow(FleetChanges, TakesSignals):
+class CoordinatorWorkflow(FleetChanges, SendsPoolSummaries, TakesSignals):
     """The fleet's one coordinator (workflow type "Coordinator", id `coordinator`): it
     assigns clusters to shards, takes their reports, and every `plan_seconds` turns their
     shortfalls into transfer sagas; it also runs splits, merges and decommissions (the
@@ -378,6 +379,7 @@ class CoordinatorWorkflow(FleetChanges, TakesSignals):
                     move.cluster,
                     move.grace_seconds,
                 )
+        await self._send_pool_summaries()  # (each shard: what the others hold free)
         if workflow.patched(ESCALATE_PATCH):  # (runs begun before escalate nothing)
             await self._escalate_blocked(inp)
         await self.members.round()
