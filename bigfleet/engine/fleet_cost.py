@@ -60,27 +60,34 @@ class DrainRoom:
         self.left: dict[str, int] = dict(memory.drain_room) if self.on else {}
         self.held: dict[str, dict[str, list[int]]] = {}
         self.memory, self.now = memory, now
-        # Per preemptor need key that came to preempt this cycle: whether it asks the
-        # coordinator first (`asks`), and the machines it holds back for that (`asked`).
-        self.asking: dict[str, bool] = {}
+        # Per preemptor need key that came to preempt this cycle: how many more machines it
+        # asks the coordinator for instead (`ask`), and how many it asked for (`asked`).
+        self.asking: dict[str, int] = {}
         self.asked: dict[str, int] = {}
 
-    def asks(self, preemptor: Need) -> bool:
-        """Whether `preemptor` asks the coordinator before it preempts by priority (issue 45):
-        the coordinator's last summary (`EngineMemory.elsewhere`) showed machines it fits
-        free in another shard when it first came to preempt, less than
-        `ask_before_preempt_seconds` ago. It then preempts nothing: its victims keep their
-        machines and it is short of them (`waiting`), which the coordinator serves by a move.
-        A `Same` need never asks (only a whole domain moved would serve it)."""
+    def ask(self, preemptor: Need, count: int) -> int:
+        """Of `count` machines `preemptor` is about to preempt by priority, how many it asks
+        the coordinator for first (issue 45), best victims first: while less than
+        `ask_before_preempt_seconds` have passed since it first came to preempt, as many as
+        the coordinator's last summary (`EngineMemory.elsewhere`) then showed free in other
+        shards that it fits, a cycle. Those it does not preempt: their holders keep them and
+        it is short of them (`waiting`), which the coordinator serves by a move; it preempts
+        the rest at once. A `Same` need never asks (only a whole domain moved would serve
+        it)."""
         key = preemptor.key
-        found = self.asking.get(key)
-        if found is None:
+        left = self.asking.get(key)
+        if left is None:
             memory, wait = self.memory, self.policy.ask_before_preempt_seconds
-            since = memory.asked_since.get(key)
-            if since is None and wait > 0 and not preemptor.spec.same and self.free(preemptor):
-                since = memory.asked_since[key] = self.now
-            found = self.asking[key] = since is not None and self.now - since < wait
-        return found
+            began = memory.asked_since.get(key)
+            if began is None and wait > 0 and not preemptor.spec.same:
+                free = self.free(preemptor)
+                began = memory.asked_since[key] = (self.now, free) if free else None
+            left = began[1] if began is not None and self.now - began[0] < wait else 0
+        n = min(count, left)
+        self.asking[key] = left - n
+        if n:
+            self.asked[key] = self.asked.get(key, 0) + n
+        return n
 
     def free(self, need: Need) -> int:
         """Machines the coordinator's last summary shows free in other shards that `need`
@@ -108,11 +115,8 @@ class DrainRoom:
     def preempted(self, victim: Need, preemptor: Need, count: int, unmarked: int) -> int:
         """`count` machines of `victim`'s preempted for `preemptor` by priority, `unmarked`
         of them not marked: those the bounds will hold back are counted in `held`, and
-        returned (the victim keeps them: it is not short of them). A preemptor that asks the
-        coordinator first (`asks`) holds back all of them (and drains none)."""
-        if self.asks(preemptor):
-            self.asked[preemptor.key] = self.asked.get(preemptor.key, 0) + count
-            return count
+        returned (the victim keeps them: it is not short of them). (Call it with those not
+        asked of the coordinator first: `ask`.)"""
         if not self.on or overrides_bounds(preemptor.priority, victim.priority, self.policy):
             return 0
         room = self.left.get(victim.cluster)
@@ -150,7 +154,7 @@ class DrainRoom:
         return count, f"{why}({'; '.join(parts)}{more})"[:400]
 
 
-def forget(memory: EngineMemory, asking: Mapping[str, bool]) -> None:
+def forget(memory: EngineMemory, asking: Mapping[str, int]) -> None:
     """Of the needs' waiting clocks (`EngineMemory.asked_since`), keep those of the needs in
     `asking` (those that came to preempt this cycle: `DrainRoom.settle`)."""
     if memory.asked_since.keys() - asking.keys():

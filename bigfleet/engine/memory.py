@@ -47,9 +47,10 @@ class EngineMemory:
     # (bigfleet/pooling/ask_first.py; set by the shard, not in the engine's snapshot): a need
     # about to preempt for machines one of them fits asks first (`fleet_cost.DrainRoom`).
     elsewhere: tuple[tuple[Mapping[str, str], int], ...] = ()
-    # Per need key: since when it has waited for the coordinator instead of preempting (kept
-    # while it is short; not in the snapshot: after a restore a need may wait a bound again).
-    asked_since: dict[str, float] = field(default_factory=dict)
+    # Per need key: since when it has waited for the coordinator instead of preempting, and
+    # for how many machines a cycle (the free ones it fitted in the summary then); kept while
+    # it is short (not in the snapshot: after a restore a need may wait a bound again).
+    asked_since: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     def observe_counts(self, needs: list[Need], now: float) -> None:
         """Notes since when each need has had its count; forgets needs gone from the table."""
@@ -76,7 +77,7 @@ class EngineMemory:
         """When the first need waiting for the coordinator stops waiting (infinity: none
         waits): a quiet cycle is not repeated past it."""
         wait = policy.ask_before_preempt_seconds
-        return min((t + wait for t in self.asked_since.values()), default=inf)
+        return min((t + wait for t, _ in self.asked_since.values()), default=inf)
 
     def wants_soon(self, profile: Profile, policy: Policy) -> bool:
         """The demand forecast wants the profile (at least `forecast_hold` a cycle)."""

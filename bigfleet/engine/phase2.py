@@ -265,14 +265,20 @@ def _preempt(
 ) -> int:
     """`n` machines of the victim pool's entry `i` preempted for `need`; returns `n`."""
     held = supply.held
-    victim = held.needs[int(held.holder[i])]
-    room = supply.state.room()
-    kept = held.preempted(room, need, i, n)  # (held back: the victim keeps)
-    # (Asked of the coordinator first: no drain, the victim keeps them.)
-    asked = room.asks(need)
-    victims.append(Victim(victim, need, int(held.profile[i]), held.tail(i, n), n, asked=asked))
+    victim, profile = held.needs[int(held.holder[i])], int(held.profile[i])
+    room, tail = supply.state.room(), held.tail(i, n)
+    # Asked of the coordinator first (the best of them: unmarked first, off the end of the
+    # claim): no drain, the victim keeps them.
+    asked = room.ask(need, n)
+    if asked:
+        victims.append(Victim(victim, need, profile, tail + n - asked, asked, asked=True))
+    kept = 0
+    if n > asked:
+        unmarked = max(0, min(n, held.unmarked(i)) - asked)
+        kept = room.preempted(victim, need, n - asked, unmarked)  # (held back: it keeps them)
+        victims.append(Victim(victim, need, profile, tail, n - asked))
     supply.preempt(i, n)
-    lost[victim.key] += n - kept
+    lost[victim.key] += n - asked - kept
     return n
 
 

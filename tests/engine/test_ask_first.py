@@ -88,6 +88,24 @@ def test_a_need_waits_for_free_machines_elsewhere_then_preempts_after_the_bound(
 
 
 @ENGINES
+def test_a_need_asks_for_no_more_than_is_free_elsewhere(make_shard):
+    """1 GPU server free elsewhere: the need asks for 1 and preempts the other at once; a
+    cycle later it still waits on that 1 (the drain is on its way for the other)."""
+    shard = busy_shard(make_shard)
+    shard.engine.memory.elsewhere = ((GPU_FREE, 1),)
+    table_ = needs()
+
+    decision = shard.cycle(table_, 10)
+
+    assert len(drained(decision)) == 1
+    short = shortfall_of(decision, "urgent")
+    assert (short.count, short.held_back) == (1, 1), short
+    assert "1 matching free machine(s)" in short.why
+    later = shard.cycle(table_, 20)
+    assert drained(later) == [] and shortfall_of(later, "urgent").held_back == 1
+
+
+@ENGINES
 def test_a_need_the_summary_does_not_fit_preempts_at_once(make_shard):
     """Only CPU servers free elsewhere: nothing the coordinator could move would serve it."""
     shard = busy_shard(make_shard)

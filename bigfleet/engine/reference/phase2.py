@@ -92,12 +92,13 @@ def _wait_or_preempt(cycle: Cycle, need: Need, deficit: int, out: Decision) -> N
     hits = victims[:deficit] if not need.spec.same or len(victims) >= deficit else []
     for m in hits:
         h = cycle.holder[m.ordinal]
+        if cycle.room.ask(need, 1):  # (asked of the coordinator first: nothing drains)
+            cycle.kept_by_bounds.add(m.ordinal)
+            cycle.preempted.add(m.ordinal)
+            continue
         if cycle.room.preempted(h, need, 1, 0 if cycle.marked(m) else 1):
             cycle.kept_by_bounds.add(m.ordinal)  # (held back: `h` keeps it)
-        if cycle.room.asks(need):
-            cycle.preempted.add(m.ordinal)  # (asked of the coordinator first: nothing drains)
-        else:
-            preempt(m, h, need, cycle.preempted, out)
+        preempt(m, h, need, cycle.preempted, out)
     deficit -= len(hits)
     out.earmarked[need.key] = cycle.reserved[need.key] + len(took) + len(hits)
     held, why = cycle.room.waiting(need)
