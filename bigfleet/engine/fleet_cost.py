@@ -81,7 +81,8 @@ class DrainRoom:
             began = memory.asked_since.get(key)
             if began is None and wait > 0 and not preemptor.spec.same:
                 free = self.free(preemptor)
-                began = memory.asked_since[key] = (self.now, free) if free else None
+                if free:
+                    began = memory.asked_since[key] = (self.now, free)
             left = began[1] if began is not None and self.now - began[0] < wait else 0
         n = min(count, left)
         self.asking[key] = left - n
