@@ -105,6 +105,11 @@ class Policy(BaseModel):
     # need it is for is reported short (design §7 "Slow drains under priority pressure"), aged
     # and escalated like any shortfall; the coordinator then shortens the drain's grace.
     blocked_drain_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 300.0
+    # A shard asks before it preempts (issue 45; docs/operations.md): a need about to preempt
+    # by priority for machines that the coordinator's last summary shows free in another
+    # shard waits this long for the coordinator to move them (a shortfall), then preempts as
+    # before. 0: it preempts at once.
+    ask_before_preempt_seconds: Annotated[float, Field(ge=0, le=3600, allow_inf_nan=False)] = 90.0
 
     @field_validator("disruption_budgets", mode="before")
     @classmethod

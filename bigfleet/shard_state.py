@@ -70,6 +70,7 @@ class ShardState(BaseModel):
     taken: Any = None  # [mailbox chain, number] of the last result taken; when any
     in_flight: Any = None  # [[key, until]] of transitions started (patch in-flight-bound)
     shadow: dict[str, Any] | None = None  # shadow mode's record (`ShadowBook.state`)
+    pool_summary: Any = None  # the coordinator's last summary of free machines elsewhere
 
     # ---- in the snapshot store only (workflows/shard_carry.py `_load`) ----------------------
     pipeline: list[dict[str, Any]] | None = None  # queued starts, `TransitionInput` JSON

@@ -19,11 +19,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.wire import (
-        CoordinatorInput,
-        EscalateDrains,
-        SagaInput,
-    )
+    from activities.wire import CoordinatorInput, EscalateDrains, SagaInput
     from bigfleet.cluster_questions import AssignArgument, asked
     from bigfleet.coordinator import (
         ASSIGNMENT_BYTES,
@@ -35,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.reports import ShardReport
     from workflows.coordinator_changes import FleetChanges
     from workflows.coordinator_metrics import PoolVisible
+    from workflows.coordinator_pool import SendsPoolSummaries
     from workflows.fleet_membership import FleetMembership
     from workflows.guard import (
         HISTORY_SURGE,
@@ -73,7 +70,7 @@ MISSING_PATCH = "missing-since-start"
 
 
 @workflow.defn(name="Coordinator")
-class CoordinatorWorkflow(FleetChanges, PoolVisible, TakesSignals):
+class CoordinatorWorkflow(FleetChanges, PoolVisible, SendsPoolSummaries, TakesSignals):
     """The fleet's one coordinator (workflow type "Coordinator", id `coordinator`): it
     assigns clusters to shards, takes their reports, and every `plan_seconds` turns their
     shortfalls into transfer sagas; it also runs splits, merges and decommissions (the
@@ -381,6 +378,7 @@ class CoordinatorWorkflow(FleetChanges, PoolVisible, TakesSignals):
                     move.cluster,
                     move.grace_seconds,
                 )
+        await self._send_pool_summaries()  # (each shard: what the others hold free)
         if workflow.patched(ESCALATE_PATCH):  # (runs begun before escalate nothing)
             await self._escalate_blocked(inp)
         await self.members.round()

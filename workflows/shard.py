@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.shard_cycle import ShardCycle
     from workflows.shard_fences import supersede_fences
     from workflows.shard_generations import GenerationReset
+    from workflows.shard_pool import AsksFirst
     from workflows.shard_queries import ShardQueries
     from workflows.shard_results import TransitionResults
     from workflows.snapshot_store import SnapshotStore
@@ -73,6 +74,7 @@ class ShardWorkflow(
     ShardQueries,
     ShardCycle,
     CarriesState,
+    AsksFirst,
     TakesSignals,
 ):
     """One shard of the fleet (workflow type "Shard", id `shard-<n>`): it keeps its clusters'

@@ -113,6 +113,8 @@ class CarriesState(ShardParts):
                 else None
             ),
             shadow=self.shadow.book.state() if self.cfg.shadow else None,
+            # (Only a run that took a summary has one: `shard_pool.ASK_PATCH`.)
+            pool_summary=self._summary_carried(),
         )
 
     def _restore(self, state: ShardState | None, joining: bool = False) -> None:
@@ -123,6 +125,7 @@ class CarriesState(ShardParts):
             self.providers.owed = set(state.owed_providers)
             self.outbox.restore(state.in_flight)
             self.taken = _taken(state.taken)
+            self._summary_restored(state.pool_summary)
             ends = state.cycle_ends
             for t in ends[-CYCLE_ENDS:] if isinstance(ends, list) else []:
                 try:  # (the last run's; anyone may start a shard with any input)

@@ -58,6 +58,7 @@ class ShardCycle(ShardParts):
         what the machines cost, as metrics (`status` and `cluster` show the cost too)."""
         with workflow.unsafe.sandbox_unrestricted():
             start = time.perf_counter()
+        self._tell_engine(now)  # (what the coordinator says is free elsewhere: shard_pool.py)
         decision = self.shard.cycle(now)
         with workflow.unsafe.sandbox_unrestricted():
             self.last_cycle_ms = (time.perf_counter() - start) * 1000

@@ -100,6 +100,9 @@ class ShardParts:
     _cycle: Callable[[float], Decision]  # shard_cycle.py
     _settled: Callable[[], bool]  # shard_carry.py
     _backlog: Callable[[list[TransitionResult]], int]  # shard_results.py
+    _tell_engine: Callable[[float], None]  # shard_pool.py
+    _summary_carried: Callable[[], dict[str, Any] | None]  # shard_pool.py
+    _summary_restored: Callable[[Any], None]  # shard_pool.py
 
     @cached_property
     def new_clusters(self) -> NewClusters:

@@ -38,6 +38,9 @@ class ShardQueries(ShardParts):
             "rejections": list(self.shard.rejections)[-10:],
             "rejected_inputs": self.guard.rejections.counts,
             "coordinator_term": self.steps.fencing.term,
+            # Machines free in other shards, as the engine last read the coordinator's summary
+            # (a need about to preempt for one asks first: workflows/shard_pool.py).
+            "free_elsewhere": sum(n for _, n in self.shard.engine.memory.elsewhere),
             "inherited": self.steps.inherited,
             "failures": self.failures,
             # Providers that keep refusing it as stale past its re-epochs (issue 44).

@@ -64,11 +64,13 @@ class CycleState:
     present_profiles: list[bool] | None = None
     # What the clusters' disruption bounds let this cycle drain (built on first use).
     drain_room: DrainRoom | None = None
+    # The cycle's time (a need's wait for the coordinator before it preempts is timed by it).
+    now: float = 0.0
 
     def room(self) -> DrainRoom:
         """`drain_room`, built on first use."""
         if self.drain_room is None:
-            self.drain_room = DrainRoom(self.policy, self.memory)
+            self.drain_room = DrainRoom(self.policy, self.memory, self.now)
         return self.drain_room
 
     def present(self) -> list[bool]:

@@ -138,6 +138,7 @@ class FastEngine:
         clock.start()
         self.memory.observe_counts(needs, now)
         state = self._begin(needs)
+        state.now = now
         clock.lap("claims")
         out = Decision()
         assignments = assign_free_capacity(state)
@@ -170,7 +171,8 @@ class FastEngine:
         picker = RowPicker(
             self.inventory,
             free=[(a.state, a.profile) for a in assignments],
-            configured=[(v.cluster, v.profile) for v in victims] + excess_segments(state.claims),
+            configured=[(v.cluster, v.profile) for v in victims if not v.asked]
+            + excess_segments(state.claims),
         )
         clock.lap("row picking")
         self._emit_assignments(state, picker, assignments, out)
@@ -193,7 +195,7 @@ class FastEngine:
             unmet,
             state.demand,
             state.kept_idle,
-            self.memory.next_stable(self.policy, now),
+            min(self.memory.next_stable(self.policy, now), self.memory.ask_deadline(self.policy)),
         )
 
     def _begin(self, needs: list[Need]) -> CycleState:
@@ -379,4 +381,3 @@ def _rows_of(holders: list[tuple[np.ndarray, Need]]) -> np.ndarray:
     if not holders:
         return np.zeros(0, dtype=np.int64)
     return np.concatenate([rows for rows, _ in holders]).astype(np.int64, copy=False)
-

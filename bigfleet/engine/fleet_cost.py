@@ -14,6 +14,7 @@ from ..cost import DELETABLE, ELASTIC
 from ..needs import Need
 from ..policy import Policy
 from ..profiles import Profile
+from ..requirements import all_match
 from .memory import EngineMemory
 from .moves import worth_moving
 
@@ -53,11 +54,52 @@ class DrainRoom:
     key and victim cluster, the machines a priority preemption asked for that the bounds
     will hold back, as (marked, over the budget): that need waits on them, a shortfall."""
 
-    def __init__(self, policy: Policy, memory: EngineMemory) -> None:
+    def __init__(self, policy: Policy, memory: EngineMemory, now: float = 0.0) -> None:
         self.on: bool = memory.cost_moves_bounded
         self.policy = policy
         self.left: dict[str, int] = dict(memory.drain_room) if self.on else {}
         self.held: dict[str, dict[str, list[int]]] = {}
+        self.memory, self.now = memory, now
+        # Per preemptor need key that came to preempt this cycle: how many more machines it
+        # asks the coordinator for instead (`ask`), and how many it asked for (`asked`).
+        self.asking: dict[str, int] = {}
+        self.asked: dict[str, int] = {}
+
+    def ask(self, preemptor: Need, count: int) -> int:
+        """Of `count` machines `preemptor` is about to preempt by priority, how many it asks
+        the coordinator for first (issue 45), best victims first: while less than
+        `ask_before_preempt_seconds` have passed since it first came to preempt, as many as
+        the coordinator's last summary (`EngineMemory.elsewhere`) then showed free in other
+        shards that it fits, a cycle. Those it does not preempt: their holders keep them and
+        it is short of them (`waiting`), which the coordinator serves by a move; it preempts
+        the rest at once. A `Same` need never asks (only a whole domain moved would serve
+        it)."""
+        key = preemptor.key
+        left = self.asking.get(key)
+        if left is None:
+            memory, wait = self.memory, self.policy.ask_before_preempt_seconds
+            began = memory.asked_since.get(key)
+            if began is None and wait > 0 and not preemptor.spec.same:
+                free = self.free(preemptor)
+                if free:
+                    began = memory.asked_since[key] = (self.now, free)
+            left = began[1] if began is not None and self.now - began[0] < wait else 0
+        n = min(count, left)
+        self.asking[key] = left - n
+        if n:
+            self.asked[key] = self.asked.get(key, 0) + n
+        return n
+
+    def free(self, need: Need) -> int:
+        """Machines the coordinator's last summary shows free in other shards that `need`
+        fits (its requirements, as the coordinator matches them)."""
+        reqs = need.requirements
+        return sum(n for labels, n in self.memory.elsewhere if all_match(reqs, labels))
+
+    def settle(self) -> None:
+        """After Phase 2: the waiting clocks of needs that did not come to preempt this
+        cycle (no longer short) end."""
+        forget(self.memory, self.asking)
 
     def for_cost(self, cluster: str, unmarked: int) -> int:
         """Of `unmarked` machines of `cluster`, how many a move for cost may drain now (all,
@@ -74,7 +116,8 @@ class DrainRoom:
     def preempted(self, victim: Need, preemptor: Need, count: int, unmarked: int) -> int:
         """`count` machines of `victim`'s preempted for `preemptor` by priority, `unmarked`
         of them not marked: those the bounds will hold back are counted in `held`, and
-        returned (the victim keeps them: it is not short of them)."""
+        returned (the victim keeps them: it is not short of them). (Call it with those not
+        asked of the coordinator first: `ask`.)"""
         if not self.on or overrides_bounds(preemptor.priority, victim.priority, self.policy):
             return 0
         room = self.left.get(victim.cluster)
@@ -88,7 +131,16 @@ class DrainRoom:
         return count - kept
 
     def waiting(self, need: Need) -> tuple[int, str]:
-        """How many machines `need` waits on that the bounds hold back, and why."""
+        """How many machines `need` waits on that the bounds hold back, and why (or that it
+        asked the coordinator for instead of preempting them)."""
+        asked = self.asked.get(need.key, 0)
+        if asked:
+            wait = self.policy.ask_before_preempt_seconds
+            return asked, (
+                f"asked the coordinator for {asked} machine(s) before preempting them: "
+                f"{self.free(need)} matching free machine(s) in other shards in its last "
+                f"summary; preempts after {wait:g} s if none comes"
+            )
         held = self.held.get(need.key)
         if not held:
             return 0, ""
@@ -101,6 +153,13 @@ class DrainRoom:
         count = sum(m + o for m, o in held.values())
         why = f"waiting on {count} machine(s) it preempts that their clusters hold back "
         return count, f"{why}({'; '.join(parts)}{more})"[:400]
+
+
+def forget(memory: EngineMemory, asking: Mapping[str, int]) -> None:
+    """Of the needs' waiting clocks (`EngineMemory.asked_since`), keep those of the needs in
+    `asking` (those that came to preempt this cycle: `DrainRoom.settle`)."""
+    if memory.asked_since.keys() - asking.keys():
+        memory.asked_since = {k: t for k, t in memory.asked_since.items() if k in asking}
 
 
 def worth_displacing(holder: Need, policy: Policy, bought: float, instead: float) -> bool:

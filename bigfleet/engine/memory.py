@@ -43,6 +43,14 @@ class EngineMemory:
     # Per cluster whose preempt budget holds now: how many more of its machines may drain
     # (absent: unbounded; set by the shard before each cycle, not in its snapshot).
     drain_room: dict[str, int] = field(default_factory=dict)
+    # The coordinator's last summary of free machines in other shards, as (labels, count)
+    # (bigfleet/pooling/ask_first.py; set by the shard, not in the engine's snapshot): a need
+    # about to preempt for machines one of them fits asks first (`fleet_cost.DrainRoom`).
+    elsewhere: tuple[tuple[Mapping[str, str], int], ...] = ()
+    # Per need key: since when it has waited for the coordinator instead of preempting, and
+    # for how many machines a cycle (the free ones it fitted in the summary then); kept while
+    # it is short (not in the snapshot: after a restore a need may wait a bound again).
+    asked_since: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     def observe_counts(self, needs: list[Need], now: float) -> None:
         """Notes since when each need has had its count; forgets needs gone from the table."""
@@ -64,6 +72,12 @@ class EngineMemory:
         """When the next need not yet stable becomes so (infinity: all are)."""
         wait = policy.consolidation_stable_seconds
         return min((t + wait for _, t in self.count_since.values() if t + wait > now), default=inf)
+
+    def ask_deadline(self, policy: Policy) -> float:
+        """When the first need waiting for the coordinator stops waiting (infinity: none
+        waits): a quiet cycle is not repeated past it."""
+        wait = policy.ask_before_preempt_seconds
+        return min((t + wait for t, _ in self.asked_since.values()), default=inf)
 
     def wants_soon(self, profile: Profile, policy: Policy) -> bool:
         """The demand forecast wants the profile (at least `forecast_hold` a cycle)."""

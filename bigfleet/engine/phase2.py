@@ -85,6 +85,10 @@ def resolve_inversions(
                 out.cost_moves[key] = hit
     if bought:
         assignments[:] = [a for a in assignments if a.count > 0]
+    if state.drain_room is not None:
+        state.drain_room.settle()
+    elif state.memory.asked_since:
+        state.memory.asked_since = {}  # (no need came to preempt: none waits)
     return victims, unmet
 
 
@@ -261,11 +265,20 @@ def _preempt(
 ) -> int:
     """`n` machines of the victim pool's entry `i` preempted for `need`; returns `n`."""
     held = supply.held
-    victim = held.needs[int(held.holder[i])]
-    victims.append(Victim(victim, need, int(held.profile[i]), held.tail(i, n), n))
-    kept = held.preempted(supply.state.room(), need, i, n)  # (held back: the victim keeps)
+    victim, profile = held.needs[int(held.holder[i])], int(held.profile[i])
+    room, tail = supply.state.room(), held.tail(i, n)
+    # Asked of the coordinator first (the best of them: unmarked first, off the end of the
+    # claim): no drain, the victim keeps them.
+    asked = room.ask(need, n)
+    if asked:
+        victims.append(Victim(victim, need, profile, tail + n - asked, asked, asked=True))
+    kept = 0
+    if n > asked:
+        unmarked = max(0, min(n, held.unmarked(i)) - asked)
+        kept = room.preempted(victim, need, n - asked, unmarked)  # (held back: it keeps them)
+        victims.append(Victim(victim, need, profile, tail, n - asked))
     supply.preempt(i, n)
-    lost[victim.key] += n - kept
+    lost[victim.key] += n - asked - kept
     return n
 
 
@@ -338,9 +351,7 @@ def _same_home(
     return None if home is None else ranked[domain == values.index(home)]
 
 
-def _unmet(
-    state: CycleState, need: Need, deficit: int, held: int = 0, why: str = ""
-) -> Unmet:
+def _unmet(state: CycleState, need: Need, deficit: int, held: int = 0, why: str = "") -> Unmet:
     """A shortfall's raw form, named by the cheapest matching profile the shard has machines
     of (else by the requirements); the missing machines count as demand for that profile.
     `held`: machines it waits on that their clusters hold back (`DrainRoom.waiting`, `why`),
@@ -363,6 +374,8 @@ def emit_preemptions(
     the rows taken from each victim claim's segment of its cluster's configured machines."""
     profiles = state.inventory.profiles.profiles
     for v in victims:
+        if v.asked:
+            continue  # (asked of the coordinator first: nothing drains)
         rows = picker.configured(v.cluster, v.profile, v.offset, v.count)
         provider = profiles[v.profile].provider
         ids = state.names(rows)

@@ -15,7 +15,6 @@ from ..needs import Need
 from .claims import CONFIGURED_SLOT
 from .cycle import CycleState
 from .decision import Preemption
-from .fleet_cost import DrainRoom
 from .ranking import victim_order
 
 S = MachineState
@@ -39,6 +38,9 @@ class Victim:
     offset: int
     count: int
     for_cost: bool = False
+    # Held back by its preemptor, which asks the coordinator first (`DrainRoom.ask`): the
+    # victim keeps them, nothing drains.
+    asked: bool = False
 
     @property
     def cluster(self) -> str:
@@ -134,12 +136,6 @@ class VictimPool:
     def unmarked(self, i: int) -> int:
         """Machines entry `i` still has that its cluster did not mark (they come off first)."""
         return max(0, int(self.left[i] - self.marked[i]))
-
-    def preempted(self, room: DrainRoom, preemptor: Need, i: int, n: int) -> int:
-        """`n` machines of entry `i` preempted by priority, counted in `room` (`DrainRoom`);
-        returns how many of them its bounds hold back."""
-        unmarked = min(n, self.unmarked(i))
-        return room.preempted(self.needs[int(self.holder[i])], preemptor, n, unmarked)
 
     def tail(self, i: int, n: int) -> int:
         """Where the last `n` machines entry `i` still has begin, in its claim's rows: victims

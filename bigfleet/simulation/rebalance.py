@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..coordinator import Coordinator, Move
 from ..decommission import DecommissionRequest, decommission_plan
 from ..models import DeleteAction, DeleteReason, DrainAction, DrainReason
+from ..pooling.ask_first import summaries, tell
 from ..reports import REPORT_SECONDS, MoveKind
 
 if TYPE_CHECKING:
@@ -67,7 +68,13 @@ class Rebalancer:
             key = (move.receiver, move.cluster, move.priority)
             pending[key] = pending.get(key, 0) + len(move.machine_ids)
         self._membership(now)
-        for move in self.coordinator.plan(busy=busy, pending=pending):
+        moves = self.coordinator.plan(busy=busy, pending=pending)
+        # Each shard learns what the others hold free, less what this round moves (issue 45).
+        busy += [mid for move in moves for mid in move.machine_ids]
+        shards = range(len(self.sim.shards))
+        for i, summary in summaries(self.coordinator.reports, shards, 0, now, busy).items():
+            tell(self.sim.shards[i], summary if not alone else None, now)
+        for move in moves:
             self.log.append(
                 {
                     "t": now,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -185,7 +186,9 @@ async def test_shard_and_coordinator_survive_hostile_signals_and_updates(
 
         # Every signal with the whole catalogue, and unknown names.
         sent = await send_signals(
-            shard0, ["rollup", "transition_done", "revived", "no_such_signal"], seed=1
+            shard0,
+            ["rollup", "transition_done", "revived", "pool_summary", "no_such_signal"],
+            seed=1,
         )
         sent += await send_signals(
             coordinator, ["shard_report", "saga_done", "membership_done", "x" * 200], seed=2
@@ -202,7 +205,18 @@ async def test_shard_and_coordinator_survive_hostile_signals_and_updates(
             "membership_done",
             {"kind": "split", "donor": 0, "into": 1, "clusters": [cluster]},
         )
-        sent += 6
+        # Summaries of free machines elsewhere: from a term before the shard's, from the
+        # future, and with more entries than a summary has.
+        entry = {"labels": {"node.kubernetes.io/instance-type": "gpu-8xh100"}, "count": 9}
+        # (The term before the shard's: -1, refused as such, while it has seen none.)
+        term_seen, at = before_shard["coordinator_term"], time.time()
+        for summary in (
+            {"term": term_seen - 1, "at": at, "free": [entry]},
+            {"term": term_seen, "at": 9e15, "free": [entry]},
+            {"term": term_seen, "at": at, "free": [entry] * 65},
+        ):
+            await shard0.signal("pool_summary", summary)
+        sent += 9
 
         # Every update with the whole catalogue, then well-formed but unauthorised ones.
         shard_updates = [
@@ -256,6 +270,8 @@ async def test_shard_and_coordinator_survive_hostile_signals_and_updates(
     assert after_shard["clusters"] == before_shard["clusters"] == [cluster]
     assert after_shard["epoch"] == before_shard["epoch"]  # no spoofed revival took
     assert after_shard["coordinator_term"] == term  # no future term fenced the coordinator out
+    assert after_shard["free_elsewhere"] == 0  # (shard 1 holds nothing: no lying summary took)
+    assert after_shard["rejected_inputs"]["pool_summary"] == len(list(hostile(1))) + 3
     assert after_coord["shards"] == before_coord["shards"] == [0, 1]  # no shard 7
     assert after_coord["clusters"] == before_coord["clusters"]
     assert after_coord["term"] == before_coord["term"]

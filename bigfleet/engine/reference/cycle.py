@@ -53,6 +53,8 @@ class Cycle:
     unmet: list[Unmet] = field(default_factory=list)
     # Machines wanted per profile name (assigned or missing): the demand forecast's input.
     demand: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # The cycle's time (a need's wait for the coordinator before it preempts is timed by it).
+    now: float = 0.0
     # Each need's position in the table (need key -> index).
     position: dict[str, int] = field(init=False)
     # What the clusters' disruption bounds let this cycle drain.
@@ -60,7 +62,7 @@ class Cycle:
 
     def __post_init__(self) -> None:
         self.position = {n.key: i for i, n in enumerate(self.needs)}
-        self.room = DrainRoom(self.fleet.policy, self.fleet.memory)
+        self.room = DrainRoom(self.fleet.policy, self.fleet.memory, self.now)
 
     def marked(self, m: Rec) -> bool:
         """Marked do-not-disrupt, where moves respect the marks (`DrainRoom`)."""

@@ -45,7 +45,7 @@ class ReferenceEngine(ReferenceFleet):
         out = Decision()
         self.memory.observe_counts(needs, now)
         self.assigned = {}
-        cycle = Cycle(self, needs)
+        cycle = Cycle(self, needs, now=now)
         claim_own_machines(cycle)
         assign_free_capacity(cycle)
         resolve_inversions(cycle, out)

@@ -56,6 +56,7 @@ def resolve_inversions(cycle: Cycle, out: Decision) -> None:
             out.earmarked[need.key] = out.earmarked.get(need.key, 0) + took + hits
         if hits:
             out.cost_moves[need.key] = hits
+    cycle.room.settle()
 
 
 def _begin(cycle: Cycle) -> None:
@@ -91,6 +92,10 @@ def _wait_or_preempt(cycle: Cycle, need: Need, deficit: int, out: Decision) -> N
     hits = victims[:deficit] if not need.spec.same or len(victims) >= deficit else []
     for m in hits:
         h = cycle.holder[m.ordinal]
+        if cycle.room.ask(need, 1):  # (asked of the coordinator first: nothing drains)
+            cycle.kept_by_bounds.add(m.ordinal)
+            cycle.preempted.add(m.ordinal)
+            continue
         if cycle.room.preempted(h, need, 1, 0 if cycle.marked(m) else 1):
             cycle.kept_by_bounds.add(m.ordinal)  # (held back: `h` keeps it)
         preempt(m, h, need, cycle.preempted, out)

@@ -1,0 +1,56 @@
+"""The coordinator tells each shard what the others hold free (`SendsPoolSummaries`, mixed into
+workflows/coordinator.py; issue 45, bigfleet/pooling/ask_first.py), so a shard asks before it
+preempts: after each round's moves, a `pool_summary` signal to every member shard whose
+summary changed, or was last sent `REFRESH_SECONDS` ago (a shard drops one older than
+`STALE_SECONDS`: a coordinator that stopped leaves no shard waiting on it). Runs begun before
+send none (`ASK_PATCH`). What was sent is not carried across continue-as-new: the next run
+sends every summary once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.wire import shard_workflow_id
+    from bigfleet.coordinator import Coordinator
+    from bigfleet.pooling.ask_first import REFRESH_SECONDS, FreeElsewhere, summaries
+
+ASK_PATCH = "shards-ask-before-preempting"  # (the shard's patch of the same name: shard_pool.py)
+
+
+class SendsPoolSummaries:
+    """The coordinator's part that sends the summaries (`_send_pool_summaries`, each round)."""
+
+    c: Coordinator
+    sagas: dict[str, dict[str, Any]]
+    # Per shard: the entries last sent it, and when (this run only).
+    pool_sent: dict[int, tuple[list[FreeElsewhere], float]] | None = None
+
+    async def _send_pool_summaries(self) -> None:
+        if not workflow.patched(ASK_PATCH):
+            return
+        if self.pool_sent is None:
+            self.pool_sent = {}
+        sent = self.pool_sent
+        now = workflow.now().timestamp()
+        members = [s for s in self.c.shards if s not in self.c.retired and s in self.c.reports]
+        busy = [mid for saga in self.sagas.values() for mid in saga["machine_ids"]]
+        due = []
+        for shard, summary in summaries(self.c.reports, members, self.c.term, now, busy).items():
+            last = sent.get(shard)
+            if last is not None and last[0] == summary.free and now - last[1] < REFRESH_SECONDS:
+                continue
+            sent[shard] = (summary.free, now)
+            handle = workflow.get_external_workflow_handle(shard_workflow_id(shard))
+            due.append((shard, handle.signal("pool_summary", summary.model_dump(mode="json"))))
+        if not due:
+            return
+        outcomes = await asyncio.gather(*(signal for _, signal in due), return_exceptions=True)
+        for (shard, _), outcome in zip(due, outcomes, strict=True):
+            if isinstance(outcome, BaseException):  # (sent again next round)
+                sent.pop(shard, None)
+                workflow.logger.warning("pool_summary to shard %s failed: %s", shard, outcome)
