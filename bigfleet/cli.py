@@ -72,6 +72,14 @@ def _bench_engine(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_coordinator(args: argparse.Namespace) -> int:
+    from .bench_coordinator import render, run
+
+    result = run(args.shards, groups=args.groups, profiles=args.profiles, seed=args.seed)
+    print(json.dumps(result) if args.json else render(result))
+    return 0
+
+
 def _bench_snapshot(args: argparse.Namespace) -> int:
     from .bench_snapshot import render, run
 
@@ -264,6 +272,15 @@ def parser(
     snap.add_argument("--seed", type=int, default=7)
     snap.add_argument("--json", action="store_true", help="print one JSON object")
     snap.set_defaults(run=_bench_snapshot)
+    coord = what.add_parser(
+        "coordinator", help="one coordinator planning round on synthetic shard reports"
+    )
+    coord.add_argument("--shards", type=_sizes, default=[10, 30, 100])
+    coord.add_argument("--groups", type=_positive, default=128, help="elastic groups a shard")
+    coord.add_argument("--profiles", type=_positive, default=20, help="instance types")
+    coord.add_argument("--seed", type=int, default=7)
+    coord.add_argument("--json", action="store_true", help="print one JSON object")
+    coord.set_defaults(run=_bench_coordinator)
 
     sim = verbs.add_parser("simulate", help="run a scenario in virtual time and report")
     sim.add_argument("scenario", help="scenario YAML file (see examples/)")

@@ -34,6 +34,7 @@ from .pooling.whole_rack import rack_moves
 from .reports import REPORT_SECONDS, ElasticGroup, MoveKind, ShardReport
 
 MAX_SHARE = 0.10
+PLAN_SHORTFALLS = 500  # shortfalls a round answers, at most (the highest priorities first)
 # The cluster → shard map crosses continue-as-new in the coordinator's one payload, under the
 # server's payload limit (workers/dev/server.py BLOB_ERROR_BYTES, 600 KB since issue 44) with
 # its sagas beside it: at most this many bytes of names (~8 000 names of 30 letters). A
@@ -333,7 +334,10 @@ class Coordinator:
             budget.spend(kind, donor)
             return True
 
-        for receiver, sf in self.fleet_shortfalls():
+        # (With `pools`, the highest PLAN_SHORTFALLS a round: its planning runs in one workflow
+        # task, bounded by the SDK's 2 s deadlock check; the rest wait for the next round.)
+        limit = PLAN_SHORTFALLS if self.pools else None
+        for receiver, sf in self.fleet_shortfalls()[:limit]:
             if sf.repair_held:
                 continue  # a held repair is a human's
             if _confined_to_a_domain(sf):
@@ -357,8 +361,9 @@ class Coordinator:
             for kind in (MoveKind.IDLE, MoveKind.SPECULATIVE):
                 for donor, mid in self._offers(rnd, kind, receiver, sf, used):
                     free_anywhere = True
-                    if want and take(kind, donor, receiver, sf, mid):
-                        want -= 1
+                    if want == 0:
+                        break
+                    want -= take(kind, donor, receiver, sf, mid)
             if want == 0 or free_anywhere:
                 continue
             for donor, mid, priority in self._victims(rnd, receiver, sf, used):
@@ -374,19 +379,13 @@ class Coordinator:
     def _offers(
         self, rnd: Round, kind: MoveKind, receiver: int, sf: Shortfall, used: set[str]
     ) -> Iterable[tuple[int, str]]:
-        want = rnd.key(sf, sf.requirements)
-        for donor in rnd.shards:
-            if donor == receiver:
-                continue
-
-            def gives(p: int, donor: int = donor) -> bool:
-                return rnd.fits(want, sf.requirements, donor, p) and not (
-                    self.pools and rnd.keeps(donor, p, sf.priority)
-                )
-
-            for k, _, ids in rnd.free(donor, used, gives):
-                if k is kind:
-                    yield from ((donor, mid) for mid in ids if mid not in used)
+        for donor, k, p, ids in rnd.fitting(rnd.key(sf, sf.requirements), sf.requirements):
+            if (
+                k is kind
+                and donor != receiver
+                and not (self.pools and rnd.keeps(donor, p, sf.priority))
+            ):
+                yield from ((donor, mid) for mid in ids if mid not in used)
 
     def _victims(
         self, rnd: Round, receiver: int, sf: Shortfall, used: set[str]

@@ -85,6 +85,7 @@ def free_by_shard(reports: Mapping[int, ShardReport], used: Iterable[str]) -> di
         out[shard] = found
     return out
 
+
 def summaries(
     reports: Mapping[int, ShardReport],
     shards: Iterable[int],

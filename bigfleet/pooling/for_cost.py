@@ -35,9 +35,9 @@ from .fits import fits
 from .index import Round
 
 # Groups of elastic machines a round looks at, at most (the dearest): a round's planning runs
-# in one workflow task, which must end within the SDK's 2 s deadlock bound; 12 800 groups of
-# 100 shards took 1.5 s alone (/tmp bench, docs/benchmarks.md). The rest wait for a later round.
-COST_GROUPS = 2000
+# in one workflow task, which must end within the SDK's 2 s deadlock bound (`bigfleet bench
+# coordinator`, docs/benchmarks.md). The rest wait for a later round.
+COST_GROUPS = 500
 
 
 def spend_order(
@@ -76,19 +76,14 @@ def cost_offers(
     """(kind, donor, machine id) that could stand in for `group`'s elastic machines on
     `receiver`, idle before speculative, donors in shard order (see the module for what is
     left out; `waits_at_home` first)."""
-    for donor in rnd.shards:
-        if donor == receiver:
-            continue
-
-        def gives(p: int, donor: int = donor) -> bool:
-            return (
-                rnd.stands_in(group, donor, p)
-                and not rnd.short_of(donor, p, group.priority)
-                and not rnd.saves(donor, p)
-            )
-
-        for kind, _, ids in rnd.free(donor, used, gives):
-            yield from ((kind, donor, mid) for mid in ids)
+    for donor, kind, p, ids in rnd.fitting(rnd.key(group, group.requirements), group.requirements):
+        if (
+            donor != receiver
+            and rnd.stands_in(group, donor, p)
+            and not rnd.short_of(donor, p, group.priority)
+            and not rnd.saves(donor, p)
+        ):
+            yield from ((kind, donor, mid) for mid in ids if mid not in used)
 
 
 def cost_victims(

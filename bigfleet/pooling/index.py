@@ -38,6 +38,8 @@ class Round:
         self._short: dict[tuple[int, int], float] = {}
         self._saves: dict[tuple[int, int], float] = {}
         self._offered: dict[int, list[tuple[MoveKind, int, list[str]]]] = {}
+        self._fitting: dict[int, list[tuple[int, MoveKind, int, list[str]]]] = {}
+        self._grouped: dict[tuple[int, str], list[tuple[int, list, list[tuple]]]] = {}
 
     def key(self, owner: ElasticGroup | object, requirements: Iterable) -> int:
         """A number for an object's requirements (the same for equal requirements), made once
@@ -79,6 +81,22 @@ class Round:
                 if ids:
                     yield kind, p, ids
 
+    def fitting(
+        self, key: int, requirements: Iterable
+    ) -> list[tuple[int, MoveKind, int, list[str]]]:
+        """(shard, kind, profile, ids) of every report's free samples that fit the
+        requirements (`key` theirs), in shard order, idle before speculative: made once per
+        requirements a round (many needs ask for the same machines)."""
+        found = self._fitting.get(key)
+        if found is None:
+            found = self._fitting[key] = [
+                (shard, kind, p, ids)
+                for shard in self.shards
+                for kind, p, ids in self.free(shard, set())
+                if self.fits(key, requirements, shard, p)
+            ]
+        return found
+
     def victims(self, shard: int) -> Iterator[PreemptibleGroup]:
         yield from self.reports[shard].preemptible
 
@@ -93,6 +111,31 @@ class Round:
             self.fits(self.key(group, group.requirements), group.requirements, shard, p)
         )
 
+    def _by_key(self, shard: int, what: str) -> list[tuple[int, list, list[tuple]]]:
+        """A report's shortfalls (`what` "short": (priority,)) or settled elastic groups
+        ("saves": (priority, penalty, cost)), grouped by requirements: (key, requirements,
+        entries, highest priority first). Made once per shard a round."""
+        kept = self._grouped.get((shard, what))
+        if kept is None:
+            report = self.reports[shard]
+            groups: dict[int, tuple[list, list[tuple]]] = {}
+            if what == "short":
+                for sf in report.shortfalls:
+                    if not sf.repair_held:
+                        key = self.key(sf, sf.requirements)
+                        groups.setdefault(key, (sf.requirements, []))[1].append((sf.priority,))
+            else:
+                for g in report.elastic:
+                    if g.settled:
+                        key = self.key(g, g.requirements)
+                        entry = (g.priority, g.interruption_penalty, g.cost_per_hour)
+                        groups.setdefault(key, (g.requirements, []))[1].append(entry)
+            kept = self._grouped[(shard, what)] = [
+                (key, reqs, sorted(entries, reverse=True))
+                for key, (reqs, entries) in groups.items()
+            ]
+        return kept
+
     def short_of(self, shard: int, p: int, priority: int) -> bool:
         """Whether `shard` is itself short of machines of profile `p` for a need at
         `priority` or above: it keeps its free machines for that need."""
@@ -100,10 +143,9 @@ class Round:
         if top is None:
             top = self._short[(shard, p)] = max(
                 (
-                    sf.priority
-                    for sf in self.reports[shard].shortfalls
-                    if not sf.repair_held
-                    and self.fits(self.key(sf, sf.requirements), sf.requirements, shard, p)
+                    entries[0][0]
+                    for key, reqs, entries in self._by_key(shard, "short")
+                    if self.fits(key, reqs, shard, p)
                 ),
                 default=-inf,
             )
@@ -114,14 +156,18 @@ class Round:
         `shard`'s own at `priority` or above."""
         top = self._saves.get((shard, p))
         if top is None:
-            top = self._saves[(shard, p)] = max(
-                (
-                    g.priority
-                    for g in self.reports[shard].elastic
-                    if g.settled and self.stands_in(g, shard, p)
-                ),
-                default=-inf,
-            )
+            top = -inf
+            for key, reqs, entries in self._by_key(shard, "saves"):
+                if entries[0][0] > top and self.fits(key, reqs, shard, p):
+                    top = max(
+                        (
+                            prio
+                            for prio, penalty, cost in entries
+                            if self.cost(shard, p, penalty) < cost
+                        ),
+                        default=top,
+                    )
+            self._saves[(shard, p)] = top
         return top > -inf and top >= priority
 
     def keeps(self, shard: int, p: int, priority: int) -> bool:
