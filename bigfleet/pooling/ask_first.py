@@ -1,8 +1,10 @@
 """A shard asks before it preempts (issue 45; docs/operations.md, "Asking before preempting").
 
-The coordinator tells each shard, in a bounded summary, which machines other shards hold free
-(the idle and speculative samples of their reports, less those a donor keeps for itself and
-those a running move has in hand): entries of one profile's labels (`Profile.label_map`, as
+The coordinator tells each shard, in a bounded summary, which owned machines (bare metal,
+reserved) other shards hold free (the idle and speculative samples of their reports, less those
+a donor keeps for itself and those a running move has in hand; cloud quota elsewhere is no
+reason to wait: the shard would pay its price, which its own cost rules weigh against the
+backfill it preempts): entries of one profile's labels (`Profile.label_map`, as
 the coordinator matches a shortfall's requirements against them) and how many, the largest
 first, at most `MAX_ENTRIES`. The shard gives the summary to its engine
 (`EngineMemory.elsewhere`): a need about to preempt by priority for machines an entry fits
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
+from ..cost import OWNED
 from ..models import INT32_MAX, INT32_MIN, Wire
 from ..reports import ShardReport
 from .index import Round
@@ -75,7 +78,8 @@ def free_by_shard(reports: Mapping[int, ShardReport], used: Iterable[str]) -> di
     for shard in rnd.shards:
 
         def given(p: int, shard: int = shard) -> bool:
-            return not rnd.keeps(shard, p, INT32_MIN)
+            owned = rnd.profiles[shard][p].capacity_type in OWNED
+            return owned and not rnd.keeps(shard, p, INT32_MIN)
 
         found: Counter = Counter()
         for _, p, ids in rnd.free(shard, busy, given):

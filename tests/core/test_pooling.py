@@ -354,3 +354,22 @@ def test_what_a_new_cluster_wants_is_its_highest_needs_that_ask_for_machines():
 
     needs = [a_need(0, 1_000_000, "idle"), *(a_need(1, p, f"t{p}") for p in range(6))]
     assert [w[0].values for w in wants_of(needs)] == [["t5"], ["t4"], ["t3"], ["t2"]]
+
+
+def test_a_shard_is_told_of_owned_machines_free_elsewhere_not_of_cloud_quota():
+    """The summary a shard asks against before preempting (`pooling/ask_first.py`): shard 2's 3
+    idle owned GPUs are in shard 1's summary, not in its own; shard 3's free spot quota is in
+    nobody's (waiting for it would only buy it at its price: the day on 8 shards cost 3.1 %
+    more when quota counted)."""
+    from bigfleet.pooling.ask_first import summaries
+    from bigfleet.synthetic import OFFERS
+    from bigfleet.synthetic import machine as offer_machine
+
+    spot = next(o for o in OFFERS if o.instance_type == "p5.48xlarge" and o.price == 31.0)
+    slots = [offer_machine(f"slot-{i}", spot, S.SPECULATIVE) for i in range(4)]
+    reports = {1: report(1), 2: report(2, idle=idle_gpus(3, "A")), 3: report(3, speculative=slots)}
+    told = summaries(reports, [1, 2, 3], term=1, at=0.0)
+    assert [(e.labels["node.kubernetes.io/instance-type"], e.count) for e in told[1].free] == [
+        ("gpu-8xh100", 3)
+    ]
+    assert told[2].free == [] and len(told[3].free) == 1
