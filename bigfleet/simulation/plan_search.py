@@ -207,24 +207,23 @@ class Line:
                 out[i] = self.search._entries[key]
         return out
 
-    def best(self, first: bool, hint: int | None = None) -> dict[str, Any]:
+    def best(self, first: bool) -> dict[str, Any]:
         """The best fleet on the line (BudgetSpent with `open` set when the budget runs out).
-        The first time a kind's line is searched both its ends are run (the top missing the
-        objectives means nothing on the line meets them); later, the search starts from the
-        fleet it is at and widens its steps away from it."""
+        The first time a kind's line is searched its bottom (none of the kind) is run; its top
+        only when the fleet it is at misses the objectives (the top missing them too means
+        nothing on the line meets them). The search steps away from the fleet it is at."""
         last = len(self.counts) - 1
         start = self.counts.index(self.at[self.kind.name])
         self.open = [(0, last, "not searched")]
         if first:
             self.run(0)
-            self.run(last)
         if not self.run(start)["met"] and not self.run(last)["met"]:
             self.open = []
             return min(self.known().values(), key=rank)
         if not first and self._cheapest_nearby(start):
             self.open = []
             return self.known()[start]
-        self.fewest = self._fewest_meeting(start if hint is None else hint)
+        self.fewest = self._fewest_meeting(start)
         self._cheapest_from(self.fewest)
         self.open = []
         return min(self.known().values(), key=rank)
@@ -243,18 +242,20 @@ class Line:
                     return False
         return bool(here["met"])
 
-    def _fewest_meeting(self, hint: int) -> int:
-        """Bisection for the fewest meeting the objectives, after steps doubling from `hint`
-        (where it was on the last line of this kind) until they bracket it."""
+    def _fewest_meeting(self, start: int) -> int:
+        """The fewest meeting the objectives, or the fewest that can matter: steps doubling
+        away from `start` until they bracket it, then bisection. It stops early once no count
+        below the fewest met so far can cost less than the cheapest run (the bounds of
+        `_bound`): then how many fewer would still meet the objectives does not change the
+        answer."""
         known = self.known()
-        run = known.get(hint) or self.run(hint)
-        # Both ends run (the first line of a kind): bisection at once.
-        down, step, bracketed = run["met"], 1, 0 in known and len(self.counts) - 1 in known
+        down, step = self.run(start)["met"], 1
+        bracketed = 0 in known  # the bottom run (the first line of a kind): bisection at once
         while True:
             known = self.known()
             hi = min(i for i, e in known.items() if e["met"])
             lo = max((i for i, e in known.items() if not e["met"] and i < hi), default=-1)
-            if hi - lo <= 1:
+            if hi - lo <= 1 or self._nothing_cheaper_below(lo, hi, known):
                 return hi
             self.open = [(lo + 1, len(self.counts) - 1, "the fewest meeting the objectives "
                           f"lies from here to {self.counts[hi]} machines; the cheapest above")]
@@ -267,6 +268,15 @@ class Line:
             step *= 2
             turned = self.run(probe)["met"] != down
             bracketed = bracketed or turned
+
+    def _nothing_cheaper_below(self, lo: int, hi: int, known: dict[int, dict[str, Any]]) -> bool:
+        """Whether every count between `lo` (missing the objectives, or -1) and `hi` (the fewest
+        met so far) that met them would cost at least the cheapest run that meets them."""
+        met = sorted(i for i, e in known.items() if e["met"])
+        cheapest = min(known[i]["cost"] for i in met)
+        return all(
+            self._bound(j, met, lo, hi, known) >= cheapest - CENT for j in range(lo + 1, hi)
+        )
 
     def _cheapest_from(self, fewest: int) -> None:
         """Branch and bound over the counts from `fewest` up (all meeting the objectives):
@@ -332,7 +342,6 @@ def cheapest_fleet(search: Search, max_factor: float, by: By = "machine") -> dic
     current = {k.name: k.machines(min(upper[k.name], len(k.racks))) for k in kinds}
     order = sorted(kinds, key=lambda k: -k.hourly(k.machines(len(k.racks))))
     searched: dict[str, dict[str, int]] = {}  # kind -> the other kinds when its line was searched
-    fewest: dict[str, int] = {}  # kind -> the fewest meeting the objectives on its last line
     line: Line | None = None
     passes, cut, moved = 0, False, True
     try:
@@ -344,10 +353,8 @@ def cheapest_fleet(search: Search, max_factor: float, by: By = "machine") -> dic
                 if searched.get(kind.name) == _others(current, kind.name):
                     continue
                 line = Line(search, kind, current, counts[kind.name])
-                best = line.best(kind.name not in searched, fewest.get(kind.name))
+                best = line.best(kind.name not in searched)
                 searched[kind.name] = _others(current, kind.name)
-                if line.fewest is not None:
-                    fewest[kind.name] = line.fewest
                 if rank(best) < rank(here):
                     here, moved = best, True
                     current = dict(best["machines"])
