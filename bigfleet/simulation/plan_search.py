@@ -13,13 +13,15 @@ only kind K changes, cost(n) = owned_K(n) + rest(n), owned_K known without a run
 Assumptions, each about one kind's count n with the other kinds fixed, make the search short:
 
 - *service grows with capacity*: if n machines meet the objectives, so do more. The first
-  time a kind is searched both ends of its line are run (the top missing the objectives means
-  nothing on the line meets them); the fewest meeting them is found by bisection, or, on a
-  later line of the kind, by steps doubling away from where it was last time until they
-  bracket it. A later line first runs a machine more and a machine fewer than where it is:
-  if both cost more or miss, nothing on the line is cheaper (by both assumptions). A bigger
-  fleet that served worse is still reported (`bigger_served_worse`), so a reader sees where
-  the assumption did not hold.
+  time a kind is searched its bottom is run, and its top only when the fleet it starts from
+  misses the objectives (the top missing them too means nothing on the line meets them); the
+  fewest meeting them is found by bisection, or, on a later line of the kind, by steps
+  doubling down from where it is until they bracket it. A later line first runs a machine
+  fewer and a machine more than where it is: if both cost more or miss, nothing on the line is
+  cheaper (by both assumptions). The search for the fewest stops once the bounds below (second
+  assumption) say no count under the fewest met so far can cost less than the cheapest run. A
+  bigger fleet that served worse is still reported (`bigger_served_worse`), so a reader sees
+  where the assumption did not hold.
 - *more owned machines never raise the rest of the bill, and each saves no more of it than the
   one before* (rest(n) falls, and less and less: the bill is convex). Between two fleets run, a
   and c, no count j can cost less than owned_K(j) + rest(c), nor less than the lines through
