@@ -39,83 +39,19 @@ is then an upper bound on the cheapest, not the answer.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from .objectives import Objective
-from .scenario import BareMetalProviderSpec, Scenario
+from .plan_kinds import By, Kind, kinds_of, with_machines
+from .scenario import Scenario
 
-By = Literal["machine", "rack"]
+__all__ = ["By", "Kind", "Search", "bigger_served_worse", "cheapest_fleet", "kinds_of",
+           "with_machines"]
 # Costs closer than this are equal (the bill is rounded to cents).
 CENT = 0.005
-
-
-@dataclass(frozen=True)
-class Kind:
-    provider: str
-    instance_type: str
-    racks: tuple[dict[str, Any], ...]  # the scenario's racks of this kind, as dumped
-
-    @property
-    def name(self) -> str:
-        return f"{self.provider}/{self.instance_type}"
-
-    def rack(self, i: int) -> dict[str, Any]:
-        base = self.racks[i % len(self.racks)]
-        copy = i // len(self.racks)
-        return base if copy == 0 else {**base, "rack": f"{base['rack']}+{copy}"}
-
-    def machines(self, racks: int) -> int:
-        """The machines in the first `racks` racks."""
-        return sum(self.rack(i)["count"] for i in range(racks))
-
-    def layout(self, machines: int) -> list[dict[str, Any]]:
-        """The racks holding `machines`: whole racks in order, the last trimmed."""
-        out, left, i = [], machines, 0
-        while left > 0:
-            r = self.rack(i)
-            out.append(r if r["count"] <= left else {**r, "count": left})
-            left -= out[-1]["count"]
-            i += 1
-        return out
-
-    def hourly(self, machines: int) -> float:
-        return float(sum(r["count"] * r.get("price_per_hour", 0.0) for r in self.layout(machines)))
-
-    def counts(self, racks: int, by: By) -> list[int]:
-        """The candidate machine counts, 0 to the machines of `racks` racks."""
-        if by == "rack":
-            return [self.machines(n) for n in range(racks + 1)]
-        return list(range(self.machines(racks) + 1))
-
-
-def kinds_of(scenario: Scenario) -> list[Kind]:
-    raw = scenario.model_dump(mode="json", exclude_unset=True)
-    found: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for spec, dumped in zip(scenario.providers, raw["providers"], strict=True):
-        if isinstance(spec, BareMetalProviderSpec):
-            for r in dumped["racks"]:
-                found.setdefault((spec.name, r["instance_type"]), []).append(r)
-    return [Kind(p, t, tuple(racks)) for (p, t), racks in found.items()]
-
-
-def with_machines(scenario: Scenario, kinds: list[Kind], counts: dict[str, int]) -> Scenario:
-    """The scenario with `counts[kind]` machines of each kind (a provider left with none is
-    dropped)."""
-    raw = scenario.model_dump(mode="json", exclude_unset=True)
-    providers = []
-    for spec, dumped in zip(scenario.providers, raw["providers"], strict=True):
-        if not isinstance(spec, BareMetalProviderSpec):
-            providers.append(dumped)
-            continue
-        racks = [r for k in kinds if k.provider == spec.name for r in k.layout(counts[k.name])]
-        if racks:
-            providers.append({**dumped, "racks": racks})
-    raw["providers"] = providers
-    return Scenario.model_validate_json(json.dumps(raw))
 
 
 class BudgetSpent(Exception):
@@ -253,6 +189,7 @@ class Line:
         known = self.known()
         down, step = self.run(start)["met"], 1
         bracketed = 0 in known  # the bottom run (the first line of a kind): bisection at once
+        width, guessed = len(self.counts), False
         while True:
             known = self.known()
             hi = min(i for i, e in known.items() if e["met"])
@@ -261,7 +198,12 @@ class Line:
                 return hi
             self.open = [(lo + 1, len(self.counts) - 1, "the fewest meeting the objectives "
                           f"lies from here to {self.counts[hi]} machines; the cheapest above")]
-            if bracketed:
+            # A guess from the margins that did not halve the bracket: bisection next.
+            guess = bracketed and not (guessed and 2 * (hi - lo) > width)
+            width, guessed = hi - lo, guess and lo >= 0
+            if guessed:
+                probe = self._interpolate(lo, hi)
+            elif bracketed:
                 probe = (lo + hi) // 2
             elif down:
                 probe = max(lo + 1, hi - step)
@@ -270,6 +212,23 @@ class Line:
             step *= 2
             turned = self.run(probe)["met"] != down
             bracketed = bracketed or turned
+
+    def _interpolate(self, lo: int, hi: int) -> int:
+        """Where the margin inside the objectives (`Objective.margin`, the tightest) crosses 0
+        on the straight line between `lo` (missing them) and `hi` (meeting them), rounded down
+        into the bracket (regula falsi)."""
+        x = self.counts
+
+        def margin(i: int) -> float:
+            summary = self.search.summaries[self.search.key({**self.at, self.kind.name: x[i]})]
+            return min(o.margin(summary) for o in self.search.objectives)
+
+        below, above = margin(lo), margin(hi)
+        if not (math.isfinite(below) and math.isfinite(above)) or above - below <= 0:
+            return (lo + hi) // 2
+        at = x[lo] + (x[hi] - x[lo]) * -below / (above - below)
+        inside = [i for i in range(lo + 1, hi) if x[i] <= at]
+        return inside[-1] if inside else lo + 1
 
     def _nothing_cheaper_below(self, lo: int, hi: int, known: dict[int, dict[str, Any]]) -> bool:
         """Whether every count between `lo` (missing the objectives, or -1) and `hi` (the fewest
@@ -304,7 +263,7 @@ class Line:
             high = points[-1]
             if high < top and self._falling(points, known):
                 below = points[-2] if len(points) > 1 else high - 1
-                gaps.append((-math.inf, high, top + 1, min(top, high + max(1, high - below))))
+                gaps.append((-math.inf, high, top + 1, min(top, high + max(1, 2 * (high - below)))))
             self.open = [(a + 1, c - 1, "a cheaper count may lie here") for _, a, c, _ in gaps]
             if not gaps:
                 return
