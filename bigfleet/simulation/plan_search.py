@@ -15,8 +15,9 @@ Assumptions, each about one kind's count n with the other kinds fixed, make the 
 - *service grows with capacity*: if n machines meet the objectives, so do more. The first
   time a kind is searched its bottom is run, and its top only when the fleet it starts from
   misses the objectives (the top missing them too means nothing on the line meets them); the
-  fewest meeting them is found by bisection, or, on a later line of the kind, by steps
-  doubling down from where it is until they bracket it. A later line first runs a machine
+  fewest meeting them is found by steps doubling down from where it is until they bracket it
+  (the first line: bottom and start bracket it), then by regula falsi on the objectives'
+  margin, bisecting when a guess did not halve the bracket. A later line first runs a machine
   fewer and a machine more than where it is: if both cost more or miss, nothing on the line is
   cheaper (by both assumptions). The search for the fewest stops once the bounds below (second
   assumption) say no count under the fewest met so far can cost less than the cheapest run. A
@@ -182,7 +183,8 @@ class Line:
 
     def _fewest_meeting(self, start: int) -> int:
         """The fewest meeting the objectives, or the fewest that can matter: steps doubling
-        away from `start` until they bracket it, then bisection. It stops early once no count
+        away from `start` until they bracket it, then regula falsi (`_interpolate`), or
+        bisection after a guess that did not halve the bracket. It stops early once no count
         below the fewest met so far can cost less than the cheapest run (the bounds of
         `_bound`): then how many fewer would still meet the objectives does not change the
         answer."""
