@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -220,6 +221,7 @@ def _plan(args: argparse.Namespace) -> int:
             max_factor=args.max_factor,
             max_runs=args.max_runs,
             by=args.by,
+            jobs=args.jobs,
         )
     except (MappingError, TraceError) as err:  # a trace or its mapping the scenario names
         print(f"bigfleet plan: {args.scenario}: {err}", file=sys.stderr)
@@ -373,6 +375,14 @@ def parser(
         default=80,
         help="at most this many simulations for each of BigFleet and per-cluster (default "
         "80); a search cut short says so and what it did not search",
+    )
+    planner.add_argument(
+        "--jobs",
+        type=_positive,
+        default=os.cpu_count() or 1,
+        help="run BigFleet's search and the per-cluster one in parallel processes (up to 2, "
+        "and no more than the CPUs; default: the CPUs); 1: one after the other. The plan is "
+        "the same either way",
     )
     planner.add_argument("--json", action="store_true", help="print one JSON object")
     planner.set_defaults(run=_plan)

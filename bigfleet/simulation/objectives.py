@@ -40,6 +40,22 @@ class Objective:
             )
         return short
 
+    def margin(self, summary: dict[str, Any]) -> float:
+        """How far inside the objective the run is (>= 0: met; < 0: missed): the served
+        fraction over it, and the p99 under it as a fraction of it, whichever is smaller
+        (no ask in the band: infinite; a p99 objective with nothing answered: -1)."""
+        got = summary["bands"].get(self.band)
+        if got is None:
+            return math.inf
+        slack = math.inf
+        if self.served is not None:
+            slack = (got["served_fraction"] or 0.0) - self.served
+        if self.p99_seconds is not None:
+            p99 = got["p99_s"]
+            late = -1.0 if p99 is None else (self.p99_seconds - p99) / max(self.p99_seconds, 1)
+            slack = min(slack, late)
+        return slack
+
     def met(self, summary: dict[str, Any]) -> bool:
         """The run's summary meets the objective (a band nobody asked in meets any)."""
         got = summary["bands"].get(self.band)

@@ -43,7 +43,7 @@ class RunCache:
     them). A few per cluster: the planner's next fleet differs from a recent one in one kind,
     and a run's records take memory."""
 
-    KEEP = 4
+    KEEP = 8
 
     def __init__(self) -> None:
         self.by_cluster: dict[str, dict[str, Run]] = {}

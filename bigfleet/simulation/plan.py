@@ -12,7 +12,10 @@ no difference between the two is claimed.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from .baseline import Split
@@ -35,6 +38,9 @@ __all__ = ["bigger_served_worse", "equal_service", "kinds_of", "plan", "render_p
            "with_machines"]
 
 
+SIDES = ("bigfleet", "per_cluster")
+
+
 def plan(
     scenario: Scenario,
     objectives: list[Objective],
@@ -44,13 +50,12 @@ def plan(
     max_factor: float = 2.0,
     max_runs: int = 80,
     by: By = "machine",
+    jobs: int = 1,
 ) -> dict[str, Any]:
+    """With `jobs` > 1 (and more than one CPU) BigFleet's search and the per-cluster one run in
+    two processes at once; each is the same search as run alone (the runs are deterministic),
+    so the plan is the same."""
     kinds = kinds_of(scenario)
-    clusters = RunCache()
-    evaluators: list[tuple[str, Callable[[Scenario], dict[str, Any]]]] = [
-        ("bigfleet", lambda s: Simulation(s, seed).run()),
-        ("per_cluster", lambda s: per_cluster_report(s, seed, split, runs=clusters)[0]),
-    ]
     result: dict[str, Any] = {
         "scenario": scenario.name,
         "objectives": [o.__dict__ for o in objectives],
@@ -68,10 +73,15 @@ def plan(
         "max_runs": max_runs,
         "free_kinds": free_kinds(kinds),
     }
-    for label, evaluate in evaluators:
-        search = Search(label, evaluate, objectives, scenario, kinds, max_runs)
-        result[label] = cheapest_fleet(search, max_factor, by)
-    result["per_cluster"]["cluster_runs"] = clusters.simulated
+    args = (scenario, objectives, seed, split, max_factor, max_runs, by)
+    workers = min(jobs, len(SIDES), os.cpu_count() or 1)
+    if workers > 1:
+        spawn = multiprocessing.get_context("spawn")  # no forked copy of the caller's threads
+        with ProcessPoolExecutor(workers, mp_context=spawn) as pool:
+            futures = [pool.submit(search_side, label, *args) for label in SIDES]
+            result.update(zip(SIDES, [f.result() for f in futures], strict=True))
+    else:
+        result.update((label, search_side(label, *args)) for label in SIDES)
     fleet, alone = result["bigfleet"], result["per_cluster"]
     if fleet["met"] and alone["met"]:
         # Only two finished searches give a difference; a cut one's fleet is only a bound.
@@ -82,6 +92,30 @@ def plan(
             "cost_saved": round(alone["cost"] - fleet["cost"], 2),
         }
     return result
+
+
+def search_side(
+    label: str,
+    scenario: Scenario,
+    objectives: list[Objective],
+    seed: int | None,
+    split: Split,
+    max_factor: float,
+    max_runs: int,
+    by: By,
+) -> dict[str, Any]:
+    """One side's search (`bigfleet` or `per_cluster`), as `plan` reports it."""
+    clusters = RunCache()
+    evaluate: Callable[[Scenario], dict[str, Any]]
+    if label == "bigfleet":
+        evaluate = lambda s: Simulation(s, seed).run()  # noqa: E731
+    else:
+        evaluate = lambda s: per_cluster_report(s, seed, split, runs=clusters)[0]  # noqa: E731
+    search = Search(label, evaluate, objectives, scenario, kinds_of(scenario), max_runs)
+    found = cheapest_fleet(search, max_factor, by)
+    if label == "per_cluster":
+        found["cluster_runs"] = clusters.simulated
+    return found
 
 
 def equal_service(

@@ -13,13 +13,16 @@ only kind K changes, cost(n) = owned_K(n) + rest(n), owned_K known without a run
 Assumptions, each about one kind's count n with the other kinds fixed, make the search short:
 
 - *service grows with capacity*: if n machines meet the objectives, so do more. The first
-  time a kind is searched both ends of its line are run (the top missing the objectives means
-  nothing on the line meets them); the fewest meeting them is found by bisection, or, on a
-  later line of the kind, by steps doubling away from where it was last time until they
-  bracket it. A later line first runs a machine more and a machine fewer than where it is:
-  if both cost more or miss, nothing on the line is cheaper (by both assumptions). A bigger
-  fleet that served worse is still reported (`bigger_served_worse`), so a reader sees where
-  the assumption did not hold.
+  time a kind is searched its bottom is run, and its top only when the fleet it starts from
+  misses the objectives (the top missing them too means nothing on the line meets them); the
+  fewest meeting them is found by steps doubling down from where it is until they bracket it
+  (the first line: bottom and start bracket it), then by regula falsi on the objectives'
+  margin, bisecting when a guess did not halve the bracket. A later line first runs a machine
+  fewer and a machine more than where it is: if both cost more or miss, nothing on the line is
+  cheaper (by both assumptions). The search for the fewest stops once the bounds below (second
+  assumption) say no count under the fewest met so far can cost less than the cheapest run. A
+  bigger fleet that served worse is still reported (`bigger_served_worse`), so a reader sees
+  where the assumption did not hold.
 - *more owned machines never raise the rest of the bill, and each saves no more of it than the
   one before* (rest(n) falls, and less and less: the bill is convex). Between two fleets run, a
   and c, no count j can cost less than owned_K(j) + rest(c), nor less than the lines through
@@ -37,83 +40,19 @@ is then an upper bound on the cheapest, not the answer.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from .objectives import Objective
-from .scenario import BareMetalProviderSpec, Scenario
+from .plan_kinds import By, Kind, kinds_of, with_machines
+from .scenario import Scenario
 
-By = Literal["machine", "rack"]
+__all__ = ["By", "Kind", "Search", "bigger_served_worse", "cheapest_fleet", "kinds_of",
+           "with_machines"]
 # Costs closer than this are equal (the bill is rounded to cents).
 CENT = 0.005
-
-
-@dataclass(frozen=True)
-class Kind:
-    provider: str
-    instance_type: str
-    racks: tuple[dict[str, Any], ...]  # the scenario's racks of this kind, as dumped
-
-    @property
-    def name(self) -> str:
-        return f"{self.provider}/{self.instance_type}"
-
-    def rack(self, i: int) -> dict[str, Any]:
-        base = self.racks[i % len(self.racks)]
-        copy = i // len(self.racks)
-        return base if copy == 0 else {**base, "rack": f"{base['rack']}+{copy}"}
-
-    def machines(self, racks: int) -> int:
-        """The machines in the first `racks` racks."""
-        return sum(self.rack(i)["count"] for i in range(racks))
-
-    def layout(self, machines: int) -> list[dict[str, Any]]:
-        """The racks holding `machines`: whole racks in order, the last trimmed."""
-        out, left, i = [], machines, 0
-        while left > 0:
-            r = self.rack(i)
-            out.append(r if r["count"] <= left else {**r, "count": left})
-            left -= out[-1]["count"]
-            i += 1
-        return out
-
-    def hourly(self, machines: int) -> float:
-        return float(sum(r["count"] * r.get("price_per_hour", 0.0) for r in self.layout(machines)))
-
-    def counts(self, racks: int, by: By) -> list[int]:
-        """The candidate machine counts, 0 to the machines of `racks` racks."""
-        if by == "rack":
-            return [self.machines(n) for n in range(racks + 1)]
-        return list(range(self.machines(racks) + 1))
-
-
-def kinds_of(scenario: Scenario) -> list[Kind]:
-    raw = scenario.model_dump(mode="json", exclude_unset=True)
-    found: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for spec, dumped in zip(scenario.providers, raw["providers"], strict=True):
-        if isinstance(spec, BareMetalProviderSpec):
-            for r in dumped["racks"]:
-                found.setdefault((spec.name, r["instance_type"]), []).append(r)
-    return [Kind(p, t, tuple(racks)) for (p, t), racks in found.items()]
-
-
-def with_machines(scenario: Scenario, kinds: list[Kind], counts: dict[str, int]) -> Scenario:
-    """The scenario with `counts[kind]` machines of each kind (a provider left with none is
-    dropped)."""
-    raw = scenario.model_dump(mode="json", exclude_unset=True)
-    providers = []
-    for spec, dumped in zip(scenario.providers, raw["providers"], strict=True):
-        if not isinstance(spec, BareMetalProviderSpec):
-            providers.append(dumped)
-            continue
-        racks = [r for k in kinds if k.provider == spec.name for r in k.layout(counts[k.name])]
-        if racks:
-            providers.append({**dumped, "racks": racks})
-    raw["providers"] = providers
-    return Scenario.model_validate_json(json.dumps(raw))
 
 
 class BudgetSpent(Exception):
@@ -207,24 +146,23 @@ class Line:
                 out[i] = self.search._entries[key]
         return out
 
-    def best(self, first: bool, hint: int | None = None) -> dict[str, Any]:
+    def best(self, first: bool) -> dict[str, Any]:
         """The best fleet on the line (BudgetSpent with `open` set when the budget runs out).
-        The first time a kind's line is searched both its ends are run (the top missing the
-        objectives means nothing on the line meets them); later, the search starts from the
-        fleet it is at and widens its steps away from it."""
+        The first time a kind's line is searched its bottom (none of the kind) is run; its top
+        only when the fleet it is at misses the objectives (the top missing them too means
+        nothing on the line meets them). The search steps away from the fleet it is at."""
         last = len(self.counts) - 1
         start = self.counts.index(self.at[self.kind.name])
         self.open = [(0, last, "not searched")]
         if first:
             self.run(0)
-            self.run(last)
         if not self.run(start)["met"] and not self.run(last)["met"]:
             self.open = []
             return min(self.known().values(), key=rank)
         if not first and self._cheapest_nearby(start):
             self.open = []
             return self.known()[start]
-        self.fewest = self._fewest_meeting(start if hint is None else hint)
+        self.fewest = self._fewest_meeting(start)
         self._cheapest_from(self.fewest)
         self.open = []
         return min(self.known().values(), key=rank)
@@ -243,22 +181,31 @@ class Line:
                     return False
         return bool(here["met"])
 
-    def _fewest_meeting(self, hint: int) -> int:
-        """Bisection for the fewest meeting the objectives, after steps doubling from `hint`
-        (where it was on the last line of this kind) until they bracket it."""
+    def _fewest_meeting(self, start: int) -> int:
+        """The fewest meeting the objectives, or the fewest that can matter: steps doubling
+        away from `start` until they bracket it, then regula falsi (`_interpolate`), or
+        bisection after a guess that did not halve the bracket. It stops early once no count
+        below the fewest met so far can cost less than the cheapest run (the bounds of
+        `_bound`): then how many fewer would still meet the objectives does not change the
+        answer."""
         known = self.known()
-        run = known.get(hint) or self.run(hint)
-        # Both ends run (the first line of a kind): bisection at once.
-        down, step, bracketed = run["met"], 1, 0 in known and len(self.counts) - 1 in known
+        down, step = self.run(start)["met"], 1
+        bracketed = 0 in known  # the bottom run (the first line of a kind): bisection at once
+        width, guessed = len(self.counts), False
         while True:
             known = self.known()
             hi = min(i for i, e in known.items() if e["met"])
             lo = max((i for i, e in known.items() if not e["met"] and i < hi), default=-1)
-            if hi - lo <= 1:
+            if hi - lo <= 1 or self._nothing_cheaper_below(lo, hi, known):
                 return hi
             self.open = [(lo + 1, len(self.counts) - 1, "the fewest meeting the objectives "
                           f"lies from here to {self.counts[hi]} machines; the cheapest above")]
-            if bracketed:
+            # A guess from the margins that did not halve the bracket: bisection next.
+            guess = bracketed and not (guessed and 2 * (hi - lo) > width)
+            width, guessed = hi - lo, guess and lo >= 0
+            if guessed:
+                probe = self._interpolate(lo, hi)
+            elif bracketed:
                 probe = (lo + hi) // 2
             elif down:
                 probe = max(lo + 1, hi - step)
@@ -267,6 +214,32 @@ class Line:
             step *= 2
             turned = self.run(probe)["met"] != down
             bracketed = bracketed or turned
+
+    def _interpolate(self, lo: int, hi: int) -> int:
+        """Where the margin inside the objectives (`Objective.margin`, the tightest) crosses 0
+        on the straight line between `lo` (missing them) and `hi` (meeting them), rounded down
+        into the bracket (regula falsi)."""
+        x = self.counts
+
+        def margin(i: int) -> float:
+            summary = self.search.summaries[self.search.key({**self.at, self.kind.name: x[i]})]
+            return min(o.margin(summary) for o in self.search.objectives)
+
+        below, above = margin(lo), margin(hi)
+        if not (math.isfinite(below) and math.isfinite(above)) or above - below <= 0:
+            return (lo + hi) // 2
+        at = x[lo] + (x[hi] - x[lo]) * -below / (above - below)
+        inside = [i for i in range(lo + 1, hi) if x[i] <= at]
+        return inside[-1] if inside else lo + 1
+
+    def _nothing_cheaper_below(self, lo: int, hi: int, known: dict[int, dict[str, Any]]) -> bool:
+        """Whether every count between `lo` (missing the objectives, or -1) and `hi` (the fewest
+        met so far) that met them would cost at least the cheapest run that meets them."""
+        met = sorted(i for i, e in known.items() if e["met"])
+        cheapest = min(known[i]["cost"] for i in met)
+        return all(
+            self._bound(j, met, lo, hi, known) >= cheapest - CENT for j in range(lo + 1, hi)
+        )
 
     def _cheapest_from(self, fewest: int) -> None:
         """Branch and bound over the counts from `fewest` up (all meeting the objectives):
@@ -292,7 +265,7 @@ class Line:
             high = points[-1]
             if high < top and self._falling(points, known):
                 below = points[-2] if len(points) > 1 else high - 1
-                gaps.append((-math.inf, high, top + 1, min(top, high + max(1, high - below))))
+                gaps.append((-math.inf, high, top + 1, min(top, high + max(1, 2 * (high - below)))))
             self.open = [(a + 1, c - 1, "a cheaper count may lie here") for _, a, c, _ in gaps]
             if not gaps:
                 return
@@ -332,7 +305,6 @@ def cheapest_fleet(search: Search, max_factor: float, by: By = "machine") -> dic
     current = {k.name: k.machines(min(upper[k.name], len(k.racks))) for k in kinds}
     order = sorted(kinds, key=lambda k: -k.hourly(k.machines(len(k.racks))))
     searched: dict[str, dict[str, int]] = {}  # kind -> the other kinds when its line was searched
-    fewest: dict[str, int] = {}  # kind -> the fewest meeting the objectives on its last line
     line: Line | None = None
     passes, cut, moved = 0, False, True
     try:
@@ -344,10 +316,8 @@ def cheapest_fleet(search: Search, max_factor: float, by: By = "machine") -> dic
                 if searched.get(kind.name) == _others(current, kind.name):
                     continue
                 line = Line(search, kind, current, counts[kind.name])
-                best = line.best(kind.name not in searched, fewest.get(kind.name))
+                best = line.best(kind.name not in searched)
                 searched[kind.name] = _others(current, kind.name)
-                if line.fewest is not None:
-                    fewest[kind.name] = line.fewest
                 if rank(best) < rank(here):
                     here, moved = best, True
                     current = dict(best["machines"])
