@@ -17,6 +17,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 
 from .random_fleets import fleets, outcome, run_on
+from .test_shards_property import broken
 
 SHARDS = (1, 2, 4)
 
@@ -76,6 +77,8 @@ def main() -> None:
             worst = sorted((m[2][band] for m in measured if band in m[2]), reverse=True)
             if worst:
                 print(f"  {band}: worst served gap {worst[0]:.4f} (of {len(worst)})")
+        bad = [r for r in rows if broken(r["scenario"], r["1"], r[str(n)])]
+        print(f"  {len(bad)} of {len(rows)} break test_shards_property.py's targets")
 
 
 if __name__ == "__main__":

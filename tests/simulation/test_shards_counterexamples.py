@@ -120,6 +120,26 @@ def test_the_one_machine_a_narrow_need_fits_goes_to_a_need_that_fits_any() -> No
 
 
 @TODAY
+def test_a_narrow_need_waits_on_machines_a_need_that_fits_any_holds_in_another_shard() -> None:
+    """c3 asks 3 machines of any kind at 1000000, c2 1 cpu-64 (or m6i.xlarge) at 900000; the
+    fleet has r3's 3 cpu-64 and r2's 1 cpu-32, no cloud. One shard gives c3 the cpu-32 and two
+    cpu-64, c2 the third: 0.96. On 4 shards c3 and r3 share shard 1 and c3 takes the 3 cpu-64
+    at t=0; c2 on shard 3 stays short all hour (escalated, no transfer): no free cpu-64 exists,
+    c3 outranks c2 so none is a victim, and r2's free cpu-32 does not fit c2. The top band is
+    served 0.72. Fix: answer a shortfall by moving a free machine (r2's) to the shard where a
+    need holding the short profile fits it, so that its own engine swaps and frees one."""
+    raw = scenario(
+        [owned(("r2", 1, "cpu-32", 0.2), ("r3", 3, "cpu-64", 1.5))],
+        [
+            cluster("c2", (0, [need(900_000, 1, requirements=CPU_64)])),
+            cluster("c3", (0, [need(1_000_000, 3)])),
+        ],
+        HOUR,
+    )
+    assert on_shards(raw, 4) == []
+
+
+@TODAY
 def test_a_same_rack_need_that_grows_gets_half_a_rack() -> None:
     """c1 asks 1 machine on one rack at 1000000, then 2 from t=2040. One shard moves it onto
     r4, the rack of 2: served 0.98. On 4 shards c1's shard holds r1 (1 machine); at t=2070 the
