@@ -1,7 +1,9 @@
 """Minimal fleets on which N shards break test_shards_property.py's targets today (issue 45),
-each found on random fleets and shrunk by hand, with why. Each is `xfail(strict=True)`: when the
-coordinator learns to handle it, the test fails as XPASS — take the mark off, and tighten the
-property's `*_TODAY` figures.
+each found on random fleets and shrunk by hand, with why. Each still broken is
+`xfail(strict=True)`: when the coordinator learns to handle it, the test fails as XPASS — take
+the mark off, and tighten the property's `*_TODAY` figures. Those without the mark were found on
+daf6394 and hold since new clusters go where owned machines their needs fit are, and a donor
+keeps only what it could use (their docstrings say what broke then).
 
 Shards by name (bigfleet/assignment.py, crc32): on 2 shards rack r3 and cluster c4 land on
 shards 1 and 0; the cloud's slots are dealt one by one."""
@@ -38,7 +40,6 @@ def on_shards(raw: dict[str, Any], n: int) -> list[str]:
     return broken(raw, outcome(run_on(raw, 1)), outcome(run_on(raw, n)))
 
 
-@TODAY
 def test_a_dear_machine_bought_beside_an_idle_owned_one_waits_for_the_settle_time() -> None:
     """c4 asks 1 machine of any kind at priority 0. One shard puts it on r3's idle owned machine
     ($0.40 for the hour, all owned). On 2 shards c4 (shard 0) holds only the p5 slot and buys
@@ -55,7 +56,6 @@ def test_a_dear_machine_bought_beside_an_idle_owned_one_waits_for_the_settle_tim
     assert on_shards(raw, 2) == []
 
 
-@TODAY
 def test_spot_bought_beside_idle_owned_machines_is_never_returned() -> None:
     """c7 asks 2 machines of any kind at priority 0: one shard puts them on r2's and r3's owned
     machines. On 2 shards c7's shard holds only the 2 spot slots ($0.30/h) and buys them; the
@@ -189,7 +189,6 @@ def test_a_shard_preempts_while_another_holds_a_free_slot_for_the_preemptor() ->
     assert on_shards(raw, 2) == []
 
 
-@TODAY
 def test_a_donor_keeps_a_slot_for_a_need_it_can_never_serve() -> None:
     """c2 asks 2 machines of any kind at 500000, c4 1 at 500000 confined to a rack. One shard:
     r1's machine and the spot slot serve two of the three machines (0.64). On 2 shards c2 is
@@ -212,7 +211,6 @@ def test_a_donor_keeps_a_slot_for_a_need_it_can_never_serve() -> None:
     assert on_shards(raw, 2) == []
 
 
-@TODAY
 def test_a_rack_too_small_for_a_same_rack_need_serves_part_of_it_on_one_shard_only() -> None:
     """c4 asks 2 machines on one rack at 900000 and 1 of any kind at 500000; the only rack,
     r2, has 1 machine. One shard gives the rack's machine to the 900000 need (1 of 2: the
