@@ -85,11 +85,17 @@ def resolve_inversions(
                 out.cost_moves[key] = hit
     if bought:
         assignments[:] = [a for a in assignments if a.count > 0]
+    _end_waits(state)
+    return victims, unmet
+
+
+def _end_waits(state: CycleState) -> None:
+    """After the walk: the waiting clocks of needs that did not come to preempt end
+    (`DrainRoom.settle`; none came at all: every clock ends)."""
     if state.drain_room is not None:
         state.drain_room.settle()
     elif state.memory.asked_since:
-        state.memory.asked_since = {}  # (no need came to preempt: none waits)
-    return victims, unmet
+        state.memory.asked_since = {}
 
 
 def _given(
