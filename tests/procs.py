@@ -27,11 +27,11 @@ def free_ports(n: int) -> int:
     `./bf dev` may hold: the kernel picks)."""
     while True:
         base = free_port()
-        if base + n <= 65535 and all(_bindable(p) for p in range(base, base + n)):
+        if base + n <= 65535 and all(bindable(p) for p in range(base, base + n)):
             return base
 
 
-def _bindable(port: int) -> bool:
+def bindable(port: int) -> bool:
     with socket.socket() as s:
         try:
             s.bind(("127.0.0.1", port))

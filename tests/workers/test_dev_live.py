@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TEMPORAL
-from tests.procs import ROOT, free_port
+from tests.procs import ROOT, bindable, free_port
 
 pytestmark = [
     pytest.mark.temporal,
@@ -36,10 +36,10 @@ def alive(pid: int) -> bool:
 
 def test_bigfleet_dev_runs_every_edge_as_its_own_process_and_stops_them_all(tmp_path):
     grpc_base = free_port()
-    while any(not _free(p) for p in range(grpc_base, grpc_base + 6)):
+    while any(not bindable(p) for p in range(grpc_base, grpc_base + 6)):
         grpc_base = free_port()
     metrics = free_port()  # (N, N+1: the workers' every metric, the gateway's)
-    while any(not _free(p) for p in range(metrics, metrics + 2)) or abs(metrics - grpc_base) < 8:
+    while any(not bindable(p) for p in range(metrics, metrics + 2)) or abs(metrics - grpc_base) < 8:
         metrics = free_port()
     # Run as a newcomer does: from a working directory, with a relative state directory (the
     # default `.bigfleet` is one: a relative one once stopped `bigfleet dev` at start).
@@ -194,14 +194,3 @@ def _scrape(port: int) -> str:
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
         return reply.read().decode()
-
-
-def _free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
