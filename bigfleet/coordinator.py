@@ -27,11 +27,12 @@ from .cost import drain_grace_period
 from .fleet_shape import merge_candidate, split_candidate
 from .models import Shortfall, Wire
 from .pooling.bounds import IDLE_SHARE, Budgets
-from .pooling.for_cost import cost_moves
+from .pooling.for_cost import Asker, cost_moves
 from .pooling.holdings import Wants, fitting
 from .pooling.index import Round
+from .pooling.quota import quota_moves
 from .pooling.whole_rack import rack_moves
-from .reports import REPORT_SECONDS, ElasticGroup, MoveKind, ShardReport
+from .reports import REPORT_SECONDS, MoveKind, ShardReport
 
 MAX_SHARE = 0.10
 PLAN_SHORTFALLS = 500  # shortfalls a round answers, at most (the highest priorities first)
@@ -67,8 +68,9 @@ class Move:
     priority: int
     grace_seconds: float = 0.0
     cluster: str = ""
-    # Why (issue 45): "shortfall" (design §9's order), "domain" (a `same` need's rack) or
-    # "cost" (idle owned capacity for elastic spend elsewhere, `pooling/for_cost.py`).
+    # Why (issue 45): "shortfall" (design §9's order), "domain" (a `same` need's rack),
+    # "cost" (idle owned capacity for elastic spend elsewhere, `pooling/for_cost.py`) or
+    # "quota" (speculative machines to the shards that use their kind, `pooling/quota.py`).
     reason: str = "shortfall"
 
 
@@ -101,6 +103,10 @@ class Coordinator:
     # idle owned machines for elastic spend elsewhere, hand-overs bounded apart from drains,
     # a donor short of a machine keeps it. Off: coordinator runs begun before the rules.
     pools: bool = True
+    # With `pools`: needs not yet settled draw free machines for cost too, and speculative
+    # machines go to the shards that use their kind (`pooling/quota.py`). Off: runs begun
+    # before these rules.
+    follows_use: bool = True
 
     def next_token(self) -> tuple[int, int]:
         """(coordinator_term, seq) for the next instruction (design §11)."""
@@ -308,7 +314,7 @@ class Coordinator:
         used: set[str] = set(busy)
         pending = dict(pending or {})
         budget = Budgets.of(self.reports, max_share, idle_share if self.pools else None)
-        rnd = Round(self.reports)
+        rnd = Round(self.reports, unsettled=self.pools and self.follows_use)
         moves: dict[tuple[MoveKind, int, int, int, float, str, str], Move] = {}
 
         def still_wanted(receiver: int, cluster: str, priority: int, count: int) -> int:
@@ -321,7 +327,7 @@ class Coordinator:
             kind: MoveKind,
             donor: int,
             receiver: int,
-            sf: Shortfall | ElasticGroup,
+            sf: Asker,
             mid: str,
             grace: float = 0.0,
             reason: str = "shortfall",
@@ -373,7 +379,9 @@ class Coordinator:
                 if take(MoveKind.PREEMPT, donor, receiver, sf, mid, grace):
                     want -= 1
         if self.pools:
-            cost_moves(rnd, used, still_wanted, take)
+            cost_moves(rnd, used, still_wanted, take, settled_only=not self.follows_use)
+            if self.follows_use:
+                quota_moves(rnd, used, take)
         return list(moves.values())
 
     def _offers(

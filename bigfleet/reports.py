@@ -20,6 +20,8 @@ REPORT_SECONDS = 30.0
 ELASTIC_GROUPS = 128
 # Kinds of owned machines a report names, at most (the most machines first).
 HOLDINGS = 128
+# Requirement sets of its needs a report names, at most (the most machines first).
+DEMANDS = 64
 
 
 class MoveKind(StrEnum):
@@ -80,6 +82,14 @@ class ElasticGroup(Wire):
     settled: bool = False
 
 
+class Demand(Wire):
+    """The machines a shard's needs with one set of requirements ask for, all clusters
+    together (issue 45: where a kind of capacity is used, `pooling/quota.py`)."""
+
+    requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
+    count: Count
+
+
 class Holding(Wire):
     """Owned machines (bare metal, reserved) of one kind a shard holds, in any state: where a
     new cluster whose needs they fit can be served without buying (issue 45). `labels`: one of
@@ -119,6 +129,8 @@ class ShardReport(Wire):
     preemptible: list[PreemptibleGroup] = Field(default_factory=list)
     elastic: list[ElasticGroup] = Field(default_factory=list, max_length=ELASTIC_GROUPS)
     holds: list[Holding] = Field(default_factory=list, max_length=HOLDINGS)
+    # What its needs ask for (empty from a shard built before the field: then unknown).
+    demand: list[Demand] = Field(default_factory=list, max_length=DEMANDS)
 
     @classmethod
     def of(

@@ -20,7 +20,7 @@ from .notices import NoticeBook
 from .offers import Offers
 from .operators import OperatorUpdate, Reclaim, UpcomingNode
 from .policy import Policy
-from .pooling.holdings import holdings
+from .pooling.holdings import demand, holdings
 from .reports import ShardReport
 from .spend import Spend, measure
 
@@ -235,6 +235,7 @@ class ShardViews:
             ),
             machines=self.machines_by_state(),
             holds=holdings(self.inventory) if sample > 0 else [],
+            demand=demand(self.needs) if sample > 0 else [],
             clusters=self.needs.clusters(),
             shortfalls=self.last.shortfalls,
         )

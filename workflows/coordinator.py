@@ -7,7 +7,6 @@ round the pure planner turns shortfalls into transfer sagas. Shards never wait f
 coordinator they keep serving from their own inventory (static stability).
 """
 
-
 from __future__ import annotations
 
 from datetime import timedelta
@@ -54,6 +53,8 @@ REPORT_BYTES_BEFORE = 1_000_000  # (runs begun before the server's lower payload
 def report_bytes() -> int:
     """The `shard_report` signal's bound (runs begun before: as it was)."""
     return REPORT_BYTES if workflow.patched(SMALL_PAYLOADS) else REPORT_BYTES_BEFORE
+
+
 MAX_REPORT_CLUSTERS = 20_000
 
 
@@ -66,6 +67,7 @@ SURGE_BYTES = 4_000_000
 HOME_PATCH = "clusters-go-home"
 ESCALATE_PATCH = "escalate-blocked-drains"
 POOL_PATCH = "one-pool-across-shards"  # bigfleet/pooling/ (issue 45)
+USE = "machines-follow-use"  # `Coordinator.follows_use`: bigfleet/pooling/quota.py
 MISSING_PATCH = "missing-since-start"
 
 
@@ -173,9 +175,7 @@ class CoordinatorWorkflow(FleetChanges, PoolVisible, SendsPoolSummaries, TakesSi
     def _owners_ok(self, raw: RawValue = NO_ARGUMENT) -> None:
         question = self.guard.arg(raw, ClusterQuestion, "cluster_owners")
         if question.shard not in self.c.shards or question.shard in self.c.retired:
-            raise Rejected(
-                f"cluster_owners: shard: {question.shard} is not a member of the fleet"
-            )
+            raise Rejected(f"cluster_owners: shard: {question.shard} is not a member of the fleet")
 
     def _room_for(self, cluster: str) -> None:
         """The assignments cross continue-as-new in one payload: bounded in bytes."""
@@ -363,7 +363,7 @@ class CoordinatorWorkflow(FleetChanges, PoolVisible, SendsPoolSummaries, TakesSi
         for saga in self.sagas.values():
             key = (saga["receiver"], saga["cluster"], saga["priority"])
             pending[key] = pending.get(key, 0) + len(saga["machine_ids"])
-        self.c.pools = workflow.patched(POOL_PATCH)
+        self.c.pools, self.c.follows_use = workflow.patched(POOL_PATCH), workflow.patched(USE)
         for move in self.pool.planned(self.c.plan(inp.max_share, busy, pending, inp.idle_share)):
             # A saga's release returns the machines' records in one reply: parts of at most
             # RECORDS_MAX (shards refuse more).

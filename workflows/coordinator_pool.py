@@ -40,7 +40,10 @@ class SendsPoolSummaries:
         members = [s for s in self.c.shards if s not in self.c.retired and s in self.c.reports]
         busy = [mid for saga in self.sagas.values() for mid in saga["machine_ids"]]
         due = []
-        for shard, summary in summaries(self.c.reports, members, self.c.term, now, busy).items():
+        unsettled = self.c.pools and self.c.follows_use  # (as the round's plan had it)
+        for shard, summary in summaries(
+            self.c.reports, members, self.c.term, now, busy, unsettled
+        ).items():
             last = sent.get(shard)
             if last is not None and last[0] == summary.free and now - last[1] < REFRESH_SECONDS:
                 continue

@@ -68,12 +68,15 @@ class PoolSummary(Wire):
         return tuple((dict(e.labels), e.count) for e in self.free)
 
 
-def free_by_shard(reports: Mapping[int, ShardReport], used: Iterable[str]) -> dict[int, Counter]:
+def free_by_shard(
+    reports: Mapping[int, ShardReport], used: Iterable[str], unsettled: bool = False
+) -> dict[int, Counter]:
     """Per reporting shard: its free machines (idle and speculative samples) by profile
     labels, less those `used` (a running move has them) and those it keeps from any other
     shard's need (`Round.keeps` at the lowest priority: short of them itself, or they would
-    replace its own elastic machines)."""
-    busy, rnd = set(used), Round(reports)
+    replace its own elastic machines; with `unsettled`, as the coordinator's plan has it
+    with `follows_use`)."""
+    busy, rnd = set(used), Round(reports, unsettled)
     out: dict[int, Counter] = {}
     for shard in rnd.shards:
 
@@ -96,11 +99,12 @@ def summaries(
     term: int,
     at: float,
     used: Iterable[str] = (),
+    unsettled: bool = False,
 ) -> dict[int, PoolSummary]:
     """Each of `shards`' summary: what the other reporting shards hold free (`free_by_shard`),
     summed over them per profile labels, the largest entries first (then by labels), at most
     `MAX_ENTRIES`; an entry whose labels break the wire's bounds is left out."""
-    free = free_by_shard(reports, used)
+    free = free_by_shard(reports, used, unsettled)
     total: Counter = Counter()
     for found in free.values():
         total.update(found)

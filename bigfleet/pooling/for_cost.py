@@ -8,7 +8,9 @@ elastic machines of each need their consolidation would move onto a free owned m
 machines of other shards that fit the need at a lower effective cost (owned: nothing at the
 margin). The move is a hand-over (no drain); the receiving shard's own consolidation then brings
 the need onto the cheaper machine and returns the elastic one, make-before-break, by the rules
-it already has.
+it already has. A need whose count still changes (not settled: a batch queue, a ramp) draws
+them too: its shard's consolidation waits for it to settle, but its next machine is the free
+one instead of another bought one, and one shard would have given it that one first.
 
 When no free machine is left anywhere, an owned machine another shard's backfill holds (a
 priority below the need's `displace_below`) is drained for it, when the need's saving over
@@ -16,9 +18,10 @@ priority below the need's `displace_below`) is drained for it, when the need's s
 inside itself (bigfleet/engine/fleet_cost.py), across shards (`cost_victims`).
 
 Not moved, so that a machine never goes back and forth:
-- to a shard that already holds a free machine fitting the need for less: its engine has not
-  used it yet (the need is not settled, or the move is under way), and another would wait the
-  same way;
+- to a shard that already holds a free machine standing in for the need at least as cheaply:
+  its engine has not used it yet (the need is not settled, or the move is under way), and
+  another would wait the same way (a cheaper one does move: the need's next machine, or its
+  consolidation, takes the cheapest free one);
 - from a shard that would use it itself: short of such a machine for a need at the same
   priority or above (`short_of`), or paying more for one of its own needs it fits (`saves`).
 """
@@ -26,6 +29,8 @@ Not moved, so that a machine never goes back and forth:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from math import inf
+from typing import Protocol
 
 from ..cost import drain_grace_period, effective_cost
 from ..models import Machine
@@ -41,12 +46,12 @@ COST_GROUPS = 500
 
 
 def spend_order(
-    reports: Mapping[int, ShardReport], limit: int = COST_GROUPS
+    reports: Mapping[int, ShardReport], limit: int = COST_GROUPS, settled_only: bool = True
 ) -> list[tuple[int, ElasticGroup]]:
-    """(shard, group) of the reports' elastic machines of settled needs (its consolidation
-    moves them onto a free owned machine at its next cycle), the dearest per machine first,
-    then the higher priority, then the larger group; the first `limit`."""
-    pairs = [(s, g) for s, r in reports.items() for g in r.elastic if g.settled]
+    """(shard, group) of the reports' elastic machines, the dearest per machine first, then
+    the higher priority, then the larger group; the first `limit`. With `settled_only`
+    (coordinator runs begun before unsettled needs drew machines) only settled needs'."""
+    pairs = [(s, g) for s, r in reports.items() for g in r.elastic if g.settled or not settled_only]
     order = sorted(
         pairs, key=lambda p: (-p[1].cost_per_hour, -p[1].priority, -p[1].count, p[0], p[1].cluster)
     )
@@ -61,25 +66,29 @@ def stands_in(group: ElasticGroup, m: Machine) -> bool:
     return cost < group.cost_per_hour and fits(group.requirements, m)
 
 
-def waits_at_home(rnd: Round, receiver: int, group: ElasticGroup, used: set[str]) -> bool:
-    """Whether `receiver` already holds a free machine that would stand in for `group`'s (or
-    has not reported): nothing is moved to it for the group (see the module)."""
+def at_home(rnd: Round, receiver: int, group: ElasticGroup, used: set[str]) -> float:
+    """The lowest effective cost for `group`'s need of a free machine `receiver` holds that
+    would stand in for its elastic ones (infinity: none; minus infinity: the receiver has not
+    reported). Only a machine cheaper than that is moved to it for the group (see the
+    module)."""
     if receiver not in rnd.reports:
-        return True
+        return -inf
+    penalty = group.interruption_penalty
     found = rnd.free(receiver, used, lambda p: rnd.stands_in(group, receiver, p))
-    return next(found, None) is not None
+    return min((rnd.cost(receiver, p, penalty) for _, p, _ in found), default=inf)
 
 
 def cost_offers(
-    rnd: Round, receiver: int, group: ElasticGroup, used: set[str]
+    rnd: Round, receiver: int, group: ElasticGroup, used: set[str], below: float = inf
 ) -> Iterator[tuple[MoveKind, int, str]]:
     """(kind, donor, machine id) that could stand in for `group`'s elastic machines on
-    `receiver`, idle before speculative, donors in shard order (see the module for what is
-    left out; `waits_at_home` first)."""
+    `receiver` for less than `below` (`at_home`), idle before speculative, donors in shard
+    order (see the module for what is left out)."""
     for donor, kind, p, ids in rnd.fitting(rnd.key(group, group.requirements), group.requirements):
         if (
             donor != receiver
             and rnd.stands_in(group, donor, p)
+            and rnd.cost(donor, p, group.interruption_penalty) < below
             and not rnd.short_of(donor, p, group.priority)
             and not rnd.saves(donor, p)
         ):
@@ -109,25 +118,42 @@ def cost_victims(
     return [(donor, mid, priority) for priority, donor, mid in sorted(found)]
 
 
+class Asker(Protocol):
+    """What a move is made for: a shortfall, an elastic group, or (`quota.py`) no one need."""
+
+    @property
+    def cluster(self) -> str: ...
+
+    @property
+    def priority(self) -> int: ...
+
+
 # The coordinator's bookkeeping for one round (`Coordinator.plan`): machines still wanted for
 # (receiver, cluster, priority, count) less those on their way; take one machine (False: the
 # donor's bound for the kind is spent).
 Wanted = Callable[[int, str, int, int], int]
-Take = Callable[[MoveKind, int, int, ElasticGroup, str, float, str], bool]
+Take = Callable[[MoveKind, int, int, Asker, str, float, str], bool]
 
 
-def cost_moves(rnd: Round, used: set[str], wanted: Wanted, take: Take) -> None:
-    """This round's moves for cost, through `take`: for each settled need paying for elastic
+def cost_moves(
+    rnd: Round, used: set[str], wanted: Wanted, take: Take, settled_only: bool = False
+) -> None:
+    """This round's moves for cost, through `take`: for each need paying for elastic
     machines, the dearest first, free machines of other shards that would stand in for them,
-    then other shards' backfill that its shard would displace (see the module)."""
-    for receiver, group in spend_order(rnd.reports):
+    then, for a settled need, other shards' backfill that its shard would displace (see the
+    module). With `settled_only`, settled needs only (coordinator runs begun before)."""
+    for receiver, group in spend_order(rnd.reports, settled_only=settled_only):
         want = wanted(receiver, group.cluster, group.priority, group.count)
-        if want == 0 or waits_at_home(rnd, receiver, group, used):
+        home = at_home(rnd, receiver, group, used)
+        # (Runs begun before: any free stand-in at home waits, however dear.)
+        if want == 0 or home == -inf or (settled_only and home < inf):
             continue
-        for kind, donor, mid in cost_offers(rnd, receiver, group, used):
+        for kind, donor, mid in cost_offers(rnd, receiver, group, used, home):
             if want == 0:
                 break
             want -= take(kind, donor, receiver, group, mid, 0.0, "cost")
+        if home < inf:
+            continue  # a drain elsewhere only when nothing free stands in at home
         for donor, mid, holder in cost_victims(rnd, receiver, group, used):
             if want == 0:
                 break

@@ -15,8 +15,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from ..cost import OWNED
 from ..inventory import Inventory
 from ..models import NodeSelectorRequirement
-from ..reports import HOLDINGS, Holding, ShardReport
+from ..needs import Need
+from ..reports import DEMANDS, HOLDINGS, Demand, Holding, ShardReport
 from ..requirements import all_match
+from .index import req_key
 
 Wants = Sequence[Sequence[NodeSelectorRequirement]]
 
@@ -33,6 +35,19 @@ def holdings(inventory: Inventory, limit: int = HOLDINGS) -> list[Holding]:
         kinds[profile.short_name] = (labels, held + n)
     ranked = sorted(kinds.items(), key=lambda kv: (-kv[1][1], kv[0]))[:limit]
     return [Holding(labels=dict(labels), owned=n) for _, (labels, n) in ranked]
+
+
+def demand(needs: Iterable[Need], limit: int = DEMANDS) -> list[Demand]:
+    """The machines the needs ask for, per set of requirements, the most first, at most
+    `limit` sets (needs asking for none left out)."""
+    asked: dict[object, tuple[Need, int]] = {}
+    for need in needs:
+        if need.count > 0:
+            key = req_key(need.requirements)
+            first, n = asked.get(key, (need, 0))
+            asked[key] = (first, n + need.count)
+    ranked = sorted(asked.values(), key=lambda t: (-t[1], t[0].order))[:limit]
+    return [Demand(requirements=list(need.requirements), count=n) for need, n in ranked]
 
 
 def fitting(reports: Mapping[int, ShardReport], wants: Wants, shards: Iterable[int]) -> set[int]:

@@ -27,8 +27,11 @@ def req_key(requirements: Iterable[NodeSelectorRequirement]) -> ReqKey:
 class Round:
     """One planning round's view of the reports (see the module)."""
 
-    def __init__(self, reports: Mapping[int, ShardReport]) -> None:
+    def __init__(self, reports: Mapping[int, ShardReport], unsettled: bool = False) -> None:
         self.reports = reports
+        # Needs not yet settled weigh in `saves` too (`Coordinator.follows_use`): a shard
+        # keeps a free machine that would stand in for any of its own elastic ones.
+        self.unsettled = unsettled
         self.shards = sorted(reports)
         self.profiles = {s: [Profile.of(m) for m in r.profiles] for s, r in reports.items()}
         self.names = {s: [p.name for p in ps] for s, ps in self.profiles.items()}
@@ -126,7 +129,7 @@ class Round:
                         groups.setdefault(key, (sf.requirements, []))[1].append((sf.priority,))
             else:
                 for g in report.elastic:
-                    if g.settled:
+                    if g.settled or self.unsettled:
                         key = self.key(g, g.requirements)
                         entry = (g.priority, g.interruption_penalty, g.cost_per_hour)
                         groups.setdefault(key, (g.requirements, []))[1].append(entry)
@@ -152,8 +155,8 @@ class Round:
         return top >= priority
 
     def saves(self, shard: int, p: int, priority: float = -inf) -> bool:
-        """Whether profile `p` would stand in for elastic machines of a settled need of
-        `shard`'s own at `priority` or above."""
+        """Whether profile `p` would stand in for elastic machines of a settled need (with
+        `unsettled`, of any need) of `shard`'s own at `priority` or above."""
         top = self._saves.get((shard, p))
         if top is None:
             top = -inf

@@ -72,7 +72,8 @@ class Rebalancer:
         # Each shard learns what the others hold free, less what this round moves (issue 45).
         busy += [mid for move in moves for mid in move.machine_ids]
         shards = range(len(self.sim.shards))
-        for i, summary in summaries(self.coordinator.reports, shards, 0, now, busy).items():
+        c = self.coordinator
+        for i, summary in summaries(c.reports, shards, 0, now, busy, c.follows_use).items():
             tell(self.sim.shards[i], summary if not alone else None, now)
         for move in moves:
             self.log.append(
@@ -149,8 +150,14 @@ class Rebalancer:
         self.coordinator.moved(clusters, into)
         kind = "merge" if fraction >= 1 else "split"
         self.log.append(
-            {"t": now, "kind": kind, "donor": donor, "receiver": into,
-             "clusters": clusters, "machines": len(machines)}
+            {
+                "t": now,
+                "kind": kind,
+                "donor": donor,
+                "receiver": into,
+                "clusters": clusters,
+                "machines": len(machines),
+            }
         )
         if kind == "merge" and not sum(giver.machines_by_state().values()):
             self.coordinator.remove_shard(donor)  # retired: its cycles have nothing to do
@@ -164,8 +171,7 @@ class Rebalancer:
         ones are drained first; cloud machines are deleted, bare metal is left to its
         provider."""
         found = {
-            i: s.membership.matching(req.where(), req.count)
-            for i, s in enumerate(self.sim.shards)
+            i: s.membership.matching(req.where(), req.count) for i, s in enumerate(self.sim.shards)
         }
         shares, picks = decommission_plan(found, req.count)
         for i, (free, configured) in picks.items():
@@ -175,8 +181,12 @@ class Rebalancer:
             )
             self.leaving.append((i, configured))
         self.log.append(
-            {"t": now, "kind": "decommission", "provider": req.provider,
-             "shares": {str(s): n for s, n in shares.items()}}
+            {
+                "t": now,
+                "kind": "decommission",
+                "provider": req.provider,
+                "shares": {str(s): n for s, n in shares.items()},
+            }
         )
 
     def _leave(self, shard: int, ids: list[str], now: float) -> None:

@@ -256,12 +256,13 @@ def test_backfill_elsewhere_is_drained_for_a_settled_need_paying_for_elastic():
     assert plan(settled=False) == []
 
 
-def test_a_need_not_settled_draws_no_machine_from_another_shard():
-    """Its count moved within `consolidation_stable_seconds`: its shard would not move it onto
-    an owned machine yet, which would sit idle there (and go back, round after round)."""
+def test_a_need_not_settled_draws_no_machine_in_runs_begun_before():
+    """Coordinator runs begun before `follows_use` move machines for settled needs only
+    (tests/core/test_pooling_quota.py: what they do now)."""
     c = coordinator(
         report(1, elastic=[elastic(6, 98.0, settled=False)]), report(2, idle=idle_gpus(10, "A"))
     )
+    c.follows_use = False
     assert c.plan() == []
 
 

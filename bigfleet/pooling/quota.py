@@ -1,0 +1,113 @@
+"""Speculative quota follows demand (issue 45: "speculative quota follows demand the same way").
+
+A speculative cloud machine (on-demand, spot) is a quota slot, a permission to create one
+machine of a kind: moving it between shards is bookkeeping and disrupts nothing. Dealt by a
+hash of its zone, much of a kind's quota sits in shards none of whose needs it fits, while a
+shard whose needs it fits buys a dearer kind each time a burst outgrows its own share: one
+shard would have bought the cheaper kind first. So each round the free quota of a shard that
+has no use for it goes to the shards that do, before their next burst rather than after.
+(Owned machines not made ready yet stay: they are racks, and a rack is not cut up across
+shards ahead of a need; the cost rule and the shortfall order move them when one asks.)
+
+A shard *has use* for a kind when one of its needs (`ShardReport.demand`, all its needs by
+requirements, whether on owned, elastic or no machines now) fits it. A shard with use keeps
+every one of its own: which of two shards that both use a kind bursts next is not known, and
+the cost rule (`for_cost.py`) and design §9's shortfall order move machines between them when
+one pays more or goes short. A shard with no use gives its free ones to the shards with use,
+each up to its *room* (what its fitting needs ask for, less the free machines it holds that
+fit them: a burst as large again as today's demand finds free machines at home), in
+proportion to room (largest remainders); what no shard has room for stays. Receivers then
+keep them: no machine comes back by this rule, so none goes back and forth.
+
+A shard that reports no demand but serves clusters (one built before the field) is not known
+to have no use: it gives nothing by this rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..cost import ELASTIC
+from ..reports import Demand, MoveKind
+from .for_cost import Take
+from .index import Round
+
+
+@dataclass(frozen=True)
+class _Quota:
+    """What a quota move is made for: no one need (no cluster, the lowest priority)."""
+
+    cluster: str = ""
+    priority: int = 0
+
+
+QUOTA = _Quota()
+
+
+def uses(rnd: Round, shard: int, donor: int, p: int) -> int:
+    """Machines `shard`'s needs ask for that profile `p` of `donor`'s report fits (-1: not
+    known, see the module)."""
+    report = rnd.reports[shard]
+    if not report.demand and report.clusters:
+        return -1
+    return sum(d.count for d in _fitting(rnd, shard, donor, p))
+
+
+def room(rnd: Round, shard: int, donor: int, p: int, used: set[str]) -> int:
+    """How many more free machines `shard` could use for its needs that profile `p` of
+    `donor`'s report fits: what they ask for less the free machines it holds that fit them."""
+    asked = _fitting(rnd, shard, donor, p)
+    if not asked:
+        return 0
+
+    def fits_one(q: int) -> bool:
+        return any(rnd.fits(rnd.key(d, d.requirements), d.requirements, shard, q) for d in asked)
+
+    free = sum(len(ids) for _, _, ids in rnd.free(shard, used, fits_one))
+    return max(0, sum(d.count for d in asked) - free)
+
+
+def _fitting(rnd: Round, shard: int, donor: int, p: int) -> list[Demand]:
+    return [
+        d
+        for d in rnd.reports[shard].demand
+        if d.count > 0 and rnd.fits(rnd.key(d, d.requirements), d.requirements, donor, p)
+    ]
+
+
+def shares(free: int, weights: list[int]) -> list[int]:
+    """`free` machines dealt in proportion to `weights` (largest remainders, earlier first on
+    ties); all of them when any weight is positive."""
+    total = sum(weights)
+    if total <= 0 or free <= 0:
+        return [0] * len(weights)
+    dealt = [free * w // total for w in weights]
+    order = sorted(range(len(weights)), key=lambda i: (-(free * weights[i] % total), i))
+    for i in order[: free - sum(dealt)]:
+        dealt[i] += 1
+    return dealt
+
+
+def quota_moves(rnd: Round, used: set[str], take: Take) -> None:
+    """This round's moves of speculative machines from shards with no use for their kind to
+    the shards with use, through `take` (see the module)."""
+    for donor in rnd.shards:
+        for kind, p, ids in list(rnd.free(donor, used)):
+            quota = rnd.profiles[donor][p].capacity_type in ELASTIC
+            if kind is MoveKind.SPECULATIVE and quota and not _deal(rnd, donor, p, ids, used, take):
+                break  # the donor's bound for hand-overs is spent this round
+
+
+def _deal(rnd: Round, donor: int, p: int, ids: list[str], used: set[str], take: Take) -> bool:
+    """Deals `donor`'s free speculative machines `ids` of profile `p` over the shards with room
+    for them, unless the donor has use (or may have); False once `take` refuses."""
+    if uses(rnd, donor, donor, p) != 0:
+        return True
+    rooms = [(s, n) for s in rnd.shards if s != donor and (n := room(rnd, s, donor, p, used)) > 0]
+    dealt = shares(min(len(ids), sum(n for _, n in rooms)), [n for _, n in rooms])
+    free = iter(ids)
+    for (receiver, _), n in zip(rooms, dealt, strict=True):
+        for mid in [next(free) for _ in range(n)]:
+            if not take(MoveKind.SPECULATIVE, donor, receiver, QUOTA, mid, 0.0, "quota"):
+                return False
+    return True
