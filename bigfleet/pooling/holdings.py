@@ -37,17 +37,38 @@ def holdings(inventory: Inventory, limit: int = HOLDINGS) -> list[Holding]:
     return [Holding(labels=dict(labels), owned=n) for _, (labels, n) in ranked]
 
 
+# A report's demand in bytes of requirements, at most, and one entry's (a need whose
+# requirements are larger is left out): a report lands in the coordinator's history, and a
+# sender's requirements are its own choice.
+DEMAND_BYTES = 64_000
+DEMAND_ENTRY_BYTES = 4_000
+
+
 def demand(needs: Iterable[Need], limit: int = DEMANDS) -> list[Demand]:
     """The machines the needs ask for, per set of requirements, the most first, at most
-    `limit` sets (needs asking for none left out)."""
-    asked: dict[object, tuple[Need, int]] = {}
+    `limit` sets and `DEMAND_BYTES` (needs asking for none, or with requirements over
+    `DEMAND_ENTRY_BYTES`, left out)."""
+    asked: dict[object, tuple[Need, int, int]] = {}
     for need in needs:
         if need.count > 0:
             key = req_key(need.requirements)
-            first, n = asked.get(key, (need, 0))
-            asked[key] = (first, n + need.count)
-    ranked = sorted(asked.values(), key=lambda t: (-t[1], t[0].order))[:limit]
-    return [Demand(requirements=list(need.requirements), count=n) for need, n in ranked]
+            first, n, size = asked.get(key, (need, 0, -1))
+            if size < 0:
+                size = _bytes(need.requirements)
+            asked[key] = (first, n + need.count, size)
+    ranked = sorted(asked.values(), key=lambda t: (-t[1], t[0].order))
+    out: list[Demand] = []
+    room = DEMAND_BYTES
+    for need, n, size in ranked:
+        if size <= min(DEMAND_ENTRY_BYTES, room) and len(out) < limit:
+            out.append(Demand(requirements=list(need.requirements), count=n))
+            room -= size
+    return out
+
+
+def _bytes(requirements: Iterable[NodeSelectorRequirement]) -> int:
+    """About the JSON size of the requirements."""
+    return sum(len(r.key) + 40 + sum(len(v) + 3 for v in r.values) for r in requirements)
 
 
 def fitting(reports: Mapping[int, ShardReport], wants: Wants, shards: Iterable[int]) -> set[int]:

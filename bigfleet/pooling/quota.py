@@ -20,7 +20,9 @@ proportion to room (largest remainders); what no shard has room for stays. Recei
 keep them: no machine comes back by this rule, so none goes back and forth.
 
 A shard that reports no demand but serves clusters (one built before the field) is not known
-to have no use: it gives nothing by this rule.
+to have no use: it gives nothing by this rule; nor does one whose report shows a need the
+kind fits running elastic machines or short of machines (its demand is bounded in bytes and
+may leave a need out).
 """
 
 from __future__ import annotations
@@ -67,6 +69,14 @@ def room(rnd: Round, shard: int, donor: int, p: int, used: set[str]) -> int:
     return max(0, sum(d.count for d in asked) - free)
 
 
+def _runs_or_misses(rnd: Round, shard: int, p: int) -> bool:
+    """Whether a need of `shard` that profile `p` of its report fits runs elastic machines or
+    is short of machines (a need its demand left out, its requirements too large, included)."""
+    report = rnd.reports[shard]
+    wants = [*report.elastic, *report.shortfalls]
+    return any(rnd.fits(rnd.key(w, w.requirements), w.requirements, shard, p) for w in wants)
+
+
 def _fitting(rnd: Round, shard: int, donor: int, p: int) -> list[Demand]:
     return [
         d
@@ -101,7 +111,7 @@ def quota_moves(rnd: Round, used: set[str], take: Take) -> None:
 def _deal(rnd: Round, donor: int, p: int, ids: list[str], used: set[str], take: Take) -> bool:
     """Deals `donor`'s free speculative machines `ids` of profile `p` over the shards with room
     for them, unless the donor has use (or may have); False once `take` refuses."""
-    if uses(rnd, donor, donor, p) != 0:
+    if uses(rnd, donor, donor, p) != 0 or _runs_or_misses(rnd, donor, p):
         return True
     rooms = [(s, n) for s in rnd.shards if s != donor and (n := room(rnd, s, donor, p, used)) > 0]
     dealt = shares(min(len(ids), sum(n for _, n in rooms)), [n for _, n in rooms])

@@ -153,3 +153,27 @@ def test_a_shard_gets_quota_only_up_to_its_room():
     )
     [move] = c.plan()
     assert (move.donor, move.receiver, len(move.machine_ids)) == (0, 1, 1)
+
+
+def test_demand_is_bounded_and_a_shard_running_the_kind_keeps_its_quota():
+    """A need whose requirements are over 4 000 bytes is left out of its shard's demand (a
+    sender's requirements are its own choice; a report lands in the coordinator's history).
+    Its shard still keeps its quota when its report shows that need running on the kind."""
+    from bigfleet.needs import NeedsTable
+    from bigfleet.pooling.holdings import demand
+
+    huge = {"key": "team", "operator": "In", "values": [f"v{i:04d}" for i in range(600)]}
+    table = NeedsTable()
+    table.submit(rollup("big", 1, need(5, 100)), 0)
+    big = need(5, 100)
+    big["requirements"].append(huge)
+    table.submit(rollup("huge", 1, big), 0)
+    assert [d.count for d in demand(table)] == [5]
+    # Shard 0's demand names only CPU machines (the GPU need was left out), but its report shows
+    # a GPU need on 2 elastic machines: it keeps its GPU slots. Without that, they would go.
+    def shard0(elastic_groups: list) -> ShardReport:
+        return users(0, 1, CPU_REQ, speculative=spot_slots(6), elastic=elastic_groups)
+
+    assert coordinator(shard0([elastic(2, 55.0, settled=False)]), users(1, 9)).plan() == []
+    [move] = coordinator(shard0([]), users(1, 9)).plan()
+    assert (move.donor, move.receiver, len(move.machine_ids)) == (0, 1, 6)
