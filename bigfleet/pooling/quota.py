@@ -30,7 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..cost import ELASTIC
-from ..reports import Demand, MoveKind
+from ..models import Shortfall
+from ..reports import Demand, ElasticGroup, MoveKind
 from .for_cost import Take
 from .index import Round
 
@@ -73,7 +74,7 @@ def _runs_or_misses(rnd: Round, shard: int, p: int) -> bool:
     """Whether a need of `shard` that profile `p` of its report fits runs elastic machines or
     is short of machines (a need its demand left out, its requirements too large, included)."""
     report = rnd.reports[shard]
-    wants = [*report.elastic, *report.shortfalls]
+    wants: list[ElasticGroup | Shortfall] = [*report.elastic, *report.shortfalls]
     return any(rnd.fits(rnd.key(w, w.requirements), w.requirements, shard, p) for w in wants)
 
 
