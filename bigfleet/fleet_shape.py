@@ -3,9 +3,14 @@ pure, for the coordinator (`Coordinator.membership_change`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
+from .pooling.index import Round
 from .reports import ShardReport
+
+# Rounds in a row a shard is short while other shards report free machines its shortfalls fit
+# before it is proposed for a split (issue 45): 10 rounds of 30 s, 5 minutes.
+PROPOSE_AFTER = 10
 
 
 def split_candidate(
@@ -35,3 +40,41 @@ def merge_candidate(
     if len(under) < 2:
         return None
     return under[0][2], under[1][2]
+
+
+def short_beside_free(
+    reports: Mapping[int, ShardReport], moving: Iterable[str] = ()
+) -> dict[int, int]:
+    """Per shard short of machines (a shortfall a move could answer: not a held repair, not one
+    no machine of any shard could serve), how many free machines (idle or speculative, not
+    `moving`) other shards report that fit one of its shortfalls. A shard that stays so round
+    after round is not being served by the coordinator's moves: the donors keep the machines
+    for needs of their own, or its needs want more of one domain than any shard holds free."""
+    out: dict[int, int] = {}
+    if not any(r.shortfalls for r in reports.values()):
+        return out  # (the common case: no index to build)
+    rnd, busy = Round(reports), set(moving)
+    for shard in rnd.shards:
+        free: set[str] = set()
+        for sf in reports[shard].shortfalls:
+            if sf.repair_held or (sf.why and not sf.held_back):
+                continue
+            for donor, _, _, ids in rnd.fitting(rnd.key(sf, sf.requirements), sf.requirements):
+                if donor != shard:
+                    free.update(mid for mid in ids if mid not in busy)
+        if free:
+            out[shard] = len(free)
+    return out
+
+
+def short_rounds(
+    before: Mapping[int, tuple[int, int]], found: Mapping[int, int], reporting: Iterable[int]
+) -> dict[int, tuple[int, int]]:
+    """Per shard (rounds in a row short beside free machines, how many free), after a round
+    that `found` so (`short_beside_free`): one more round for those found, none for other
+    shards that reported; a shard with no report (a new run waits for the next ones) keeps its
+    count."""
+    out = {s: (before.get(s, (0, 0))[0] + 1, n) for s, n in found.items()}
+    heard = set(reporting)
+    out.update({s: v for s, v in before.items() if s not in heard and s not in out})
+    return dict(sorted(out.items()))

@@ -21,6 +21,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities.wire import CoordinatorInput
     from bigfleet.coordinator import Coordinator, Move
+    from bigfleet.fleet_shape import PROPOSE_AFTER, short_beside_free, short_rounds
     from bigfleet.pooling.stranded import stranded
     from bigfleet.reports import MoveKind
 
@@ -50,6 +51,11 @@ class PoolView:
                 self.moved[int(pair[0])] = int(pair[1])
         self.shown: set[str] = {p for p in state.get("shown", []) if isinstance(p, str)}
         self.reasons: dict[str, str] = {}  # machine id → reason, the last round's moves
+        # shard → rounds in a row it was short beside free machines elsewhere, and how many
+        self.short: dict[int, tuple[int, int]] = {}
+        for row in state.get("short_beside_free", []):
+            if isinstance(row, list) and len(row) == 3 and all(isinstance(x, int) for x in row):
+                self.short[row[0]] = (row[1], row[2])
 
     def planned(self, moves: list[Move]) -> list[Move]:
         """The round's moves, unchanged, once counted and the gauge set."""
@@ -78,7 +84,28 @@ class PoolView:
             if move.reason == "cost":
                 self.moved[minute] = self.moved.get(minute, 0) + len(move.machine_ids)
         self.moved = {m: n for m, n in self.moved.items() if m > minute - HOUR_MINUTES}
+        self._propose_splits(meter, [mid for move in moves for mid in move.machine_ids])
         return moves
+
+    def _propose_splits(self, meter: Any, moving: list[str]) -> None:
+        """A shard short round after round while other shards hold free machines its
+        shortfalls fit is proposed for a split (issue 45; `fleet_shape.PROPOSE_AFTER`):
+        `bigfleet_split_proposed{shard}` 1, and the status says so. A proposal, not a split:
+        the moves are not reaching it, and an operator decides why."""
+        gauge = meter.create_gauge(
+            "bigfleet_split_proposed",
+            "1: the shard has been short for rounds while other shards hold machines it fits",
+        )
+        before = set(self.proposed())
+        found = short_beside_free(self.c.reports, moving)
+        self.short = short_rounds(self.short, found, self.c.reports)
+        now = set(self.proposed())
+        for shard in sorted(before | now):
+            gauge.set(1 if shard in now else 0, {"shard": str(shard)})
+
+    def proposed(self) -> list[int]:
+        """Shards proposed for a split now."""
+        return sorted(s for s, (rounds, _) in self.short.items() if rounds >= PROPOSE_AFTER)
 
     def moved_for_cost(self, now: float) -> int:
         """Machines moved for cost in the last hour (this minute and the 59 before)."""
@@ -92,6 +119,10 @@ class PoolView:
             "elastic_beside_idle_owned": sum(found.values()),
             "by_profile": found,
             "moved_for_cost_last_hour": self.moved_for_cost(now),
+            "split_proposed": [
+                {"shard": s, "rounds": self.short[s][0], "free_elsewhere": self.short[s][1]}
+                for s in self.proposed()
+            ],
         }
 
     def summary(self, kind: str, machine_ids: list[str], where: str) -> str:
@@ -107,6 +138,7 @@ class PoolView:
         return {
             "moved_for_cost": [[m, n] for m, n in sorted(self.moved.items())],
             "shown": sorted(self.shown)[:SHOWN_MAX],
+            "short_beside_free": [[s, r, n] for s, (r, n) in sorted(self.short.items())],
         }
 
 

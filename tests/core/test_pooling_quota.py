@@ -177,3 +177,48 @@ def test_demand_is_bounded_and_a_shard_running_the_kind_keeps_its_quota():
     assert coordinator(shard0([elastic(2, 55.0, settled=False)]), users(1, 9)).plan() == []
     [move] = coordinator(shard0([]), users(1, 9)).plan()
     assert (move.donor, move.receiver, len(move.machine_ids)) == (0, 1, 6)
+
+
+# ---- a shard the moves do not reach is proposed for a split --------------------------------------
+
+
+def test_a_shard_short_beside_free_machines_elsewhere_is_counted_round_after_round():
+    """Shard 1 is short of 4 GPUs at 100 000; shard 2 holds 3 idle GPUs but is short of GPUs
+    itself at 1 000 000, so it keeps them and the coordinator moves none. Shard 1 is short
+    beside 3 free machines; counted one more round each round, it is proposed once the count
+    reaches PROPOSE_AFTER. A shard that reports no such shortfall starts again from 0; one that
+    has not reported (a new coordinator run) keeps its count. A repair held for a human is not
+    counted."""
+    from bigfleet.fleet_shape import PROPOSE_AFTER, short_beside_free, short_rounds
+    from tests.core.test_pooling import shortfall
+
+    reports = {
+        1: report(1, shortfalls=[shortfall(4, priority=100_000)]),
+        2: report(2, idle=idle_gpus(3, "A"), shortfalls=[shortfall(8)]),
+    }
+    assert coordinator(*reports.values()).plan() == []
+    assert short_beside_free(reports) == {1: 3}
+    assert short_beside_free(reports, moving=["gpu-0000"]) == {1: 2}
+    rounds: dict = {}
+    for _ in range(PROPOSE_AFTER):
+        rounds = short_rounds(rounds, short_beside_free(reports), reports)
+    assert rounds == {1: (PROPOSE_AFTER, 3)}
+    assert short_rounds(rounds, {}, []) == rounds  # no reports yet: kept
+    assert short_rounds(rounds, {}, [1, 2]) == {}  # reported, no longer short: again from 0
+    held = {**reports, 1: report(1, shortfalls=[shortfall(4, repair_held=True)])}
+    assert short_beside_free(held) == {}
+
+
+def test_status_names_the_shards_proposed_for_a_split():
+    from workers.verbs.status import render_pool
+
+    pool = {
+        "elastic_beside_idle_owned": 0,
+        "by_profile": {},
+        "moved_for_cost_last_hour": 0,
+        "split_proposed": [{"shard": 3, "rounds": 12, "free_elsewhere": 40}],
+    }
+    text = render_pool(pool)
+    assert "split proposed:    shard 3 (short 12 rounds, 40 fitting machines free" in text
+    del pool["split_proposed"]  # (a coordinator from before does not say)
+    assert "split" not in render_pool(pool)

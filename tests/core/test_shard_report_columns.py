@@ -36,6 +36,7 @@ def _from_records(shard: Shard, r: ShardReport) -> ShardReport:
         shortfalls=r.shortfalls,
         elastic=r.elastic,
         holds=r.holds,
+        demand=r.demand,
     )
 
 

@@ -62,6 +62,7 @@ async def test_the_coordinator_shows_elastic_machines_beside_idle_owned_ones(
         assert status["pool"]["by_profile"] == {AMS1: 3}
         assert status["pool"]["elastic_beside_idle_owned"] == 3
         assert status["pool"]["moved_for_cost_last_hour"] == 3
+        assert status["pool"]["split_proposed"] == []  # (nobody is short)
 
         [saga] = [wf async for wf in client.list_workflows('WorkflowType = "TransferSaga"')]
         summary = (await client.get_workflow_handle(saga.id).describe()).static_summary()

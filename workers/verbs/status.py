@@ -139,17 +139,25 @@ def render_coordinator(st: dict[str, Any]) -> str:
 
 def render_pool(pool: dict[str, Any]) -> str:
     """The coordinator's pool line: elastic machines beside idle owned ones in another shard,
-    per profile (the largest 5), and the machines moved for cost in the last hour."""
+    per profile (the largest 5), and the machines moved for cost in the last hour; then the
+    shards proposed for a split, if any."""
     n = pool["elastic_beside_idle_owned"]
     moved = f"moved for cost this hour: {pool['moved_for_cost_last_hour']}"
+    proposed = [
+        f"shard {p['shard']} (short {p['rounds']} rounds, {p['free_elsewhere']} fitting "
+        "machines free elsewhere)"
+        for p in pool.get("split_proposed", [])  # (a coordinator from before does not say)
+    ]
+    split = f"\n  split proposed:    {', '.join(proposed)}" if proposed else ""
     if not n:
-        return f"  pool:              no elastic machine runs beside idle owned ones; {moved}"
+        line = f"  pool:              no elastic machine runs beside idle owned ones; {moved}"
+        return line + split
     ranked = sorted(pool["by_profile"].items(), key=lambda kv: (-kv[1], kv[0]))
     shown = ", ".join(f"{p}: {k}" for p, k in ranked[:5])
     more = f", … {len(ranked) - 5} more" if len(ranked) > 5 else ""
     return (
         f"  pool:              {n} elastic machine(s) run beside idle owned ones in another "
-        f"shard ({shown}{more}); {moved}"
+        f"shard ({shown}{more}); {moved}" + split
     )
 
 
