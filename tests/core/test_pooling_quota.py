@@ -14,7 +14,7 @@ from bigfleet.pooling.quota import shares
 from bigfleet.reports import Demand, MoveKind, ShardReport
 from bigfleet.shard import Shard
 from tests.core.test_pooling import coordinator, elastic, idle_gpus, report
-from tests.fleet import GPU, machine, many, need, rollup, spot
+from tests.fleet import GPU, machine, many, need, on_demand, rollup, spot
 
 S = MachineState
 GPU_REQ = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [GPU]}]
@@ -25,8 +25,13 @@ def demand(count: int, requirements=GPU_REQ) -> Demand:
     return from_wire(Demand, {"requirements": requirements, "count": count})
 
 
-def users(shard: int, count: int, requirements=GPU_REQ, **lists) -> ShardReport:
-    """A shard serving one cluster whose needs ask for `count` machines."""
+def users(
+    shard: int, count: int, requirements=GPU_REQ, dearer: bool = True, **lists
+) -> ShardReport:
+    """A shard serving one cluster whose needs ask for `count` machines; with `dearer`, it
+    holds a free on-demand GPU slot ($55/h): what it would buy when short."""
+    if dearer:
+        lists["speculative"] = [*lists.get("speculative", []), on_demand(90 + shard, price=55.0)]
     r = report(shard, **lists)
     return r.model_copy(update={"clusters": ["c"], "demand": [demand(count, requirements)]})
 
@@ -87,9 +92,10 @@ def test_a_dearer_free_machine_at_home_does_not_keep_a_cheaper_one_away():
 
 
 def test_quota_nobody_in_its_shard_can_use_goes_to_the_shards_whose_needs_fit_it():
-    """Shard 0 serves no cluster and holds 6 free GPU spot slots. Shard 1's needs ask for 9
-    GPUs, shard 2's for 3, shard 3's for 5 CPU machines (the slots do not fit them). The 6
-    are dealt 9 : 3 over shards 1 and 2: 4.5 and 1.5, the half to the first, so 5 and 1."""
+    """Shard 0 serves no cluster and holds 6 free GPU spot slots ($25/h). Shard 1's needs ask
+    for 9 GPUs, shard 2's for 3, shard 3's for 5 CPU machines (the slots do not fit them);
+    shards 1 and 2 would buy on-demand GPUs ($55/h) when short. The 6 are dealt 9 : 3 over
+    shards 1 and 2: 4.5 and 1.5, the half to the first, so 5 and 1."""
     c = coordinator(
         report(0, speculative=spot_slots(6)),
         users(1, 9),
@@ -103,6 +109,18 @@ def test_quota_nobody_in_its_shard_can_use_goes_to_the_shards_whose_needs_fit_it
     before = coordinator(report(0, speculative=spot_slots(6)), users(1, 9))
     before.follows_use = False
     assert before.plan() == []
+
+
+def test_no_quota_goes_to_a_shard_with_nothing_dearer_to_buy():
+    """Shard 1's needs ask for 9 GPUs, but it holds no free machine for them: short, it is
+    served by design §9's order (idle owned machines of other shards first, here shard 2's),
+    which a spot slot at home would forestall. Nothing moves for quota."""
+    c = coordinator(
+        report(0, speculative=spot_slots(6)),
+        users(1, 9, dearer=False),
+        report(2, idle=idle_gpus(3, "A")),
+    )
+    assert [m for m in c.plan() if m.reason == "quota"] == []
 
 
 def test_a_shard_with_use_or_unknown_use_keeps_its_quota():
@@ -169,6 +187,7 @@ def test_demand_is_bounded_and_a_shard_running_the_kind_keeps_its_quota():
     big["requirements"].append(huge)
     table.submit(rollup("huge", 1, big), 0)
     assert [d.count for d in demand(table)] == [5]
+
     # Shard 0's demand names only CPU machines (the GPU need was left out), but its report shows
     # a GPU need on 2 elastic machines: it keeps its GPU slots. Without that, they would go.
     def shard0(elastic_groups: list) -> ShardReport:
