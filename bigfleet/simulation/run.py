@@ -23,6 +23,8 @@ from .trouble import Trouble
 from .workload import rollups_from_trace
 
 S = MachineState
+# An unchanged roll-up is re-delivered at most this often in a run (`Simulation._resend_due`).
+RESEND_SECONDS = 60.0
 
 
 class Simulation:
@@ -53,6 +55,8 @@ class Simulation:
         # The coordinator rebalances between shards, splits and merges them, as in production.
         self.rebalancer = Rebalancer(self)
         self.generation: dict[str, int] = {}
+        # Each cluster's last roll-up delivered at a cycle, and when (`_resend_due`).
+        self._sent: dict[str, tuple[list[CapacityNeed], float]] = {}
         # Failing racks, and the node health operators report (trouble.py).
         self.trouble = Trouble(scenario.rack_failures, self.providers)
         self.seen: dict[str, list[str]] | None = None  # (health to send with the next roll-ups)
@@ -134,9 +138,11 @@ class Simulation:
                 if sc.health_seconds and t >= next_health:
                     self.seen = self.trouble.health()
                     next_health = t + sc.health_seconds
-                # Operators re-send their roll-up every cycle; unchanged ones cost nothing.
+                # Operators re-send their roll-up every cycle; an unchanged one only keeps the
+                # cluster alive, so it is delivered once in a while (`_resend_due`).
                 for cluster, needs in self.latest.items():
-                    self._deliver(cluster, needs)
+                    if self._resend_due(cluster, needs, t):
+                        self._deliver(cluster, needs)
                 self.seen = None
                 sample = t >= next_sample
                 for shard, executor in zip(self.shards, self.executors, strict=True):
@@ -188,6 +194,19 @@ class Simulation:
                 shard = self.owner.get(machine_id)
                 if shard is not None:
                     self.executors[shard].observe(provider.get(machine_id), self.now)
+
+    def _resend_due(self, cluster: str, needs: list[CapacityNeed], now: float) -> bool:
+        """Whether the cycle's re-send of `cluster`'s roll-up is delivered: always when it
+        changed or carries node health, else once `RESEND_SECONDS` (or a third of the silence
+        that ages a cluster out) have passed since the last. A shard does nothing with an
+        unchanged roll-up but note that the cluster is alive (bigfleet/needs.py), and
+        delivering every one was a sixth of a day's run (`bigfleet plan` runs dozens)."""
+        last = self._sent.get(cluster)
+        every = min(RESEND_SECONDS, self.policy.max_silence_seconds / 3)
+        if self.seen is None and last is not None and last[0] is needs and now - last[1] < every:
+            return False
+        self._sent[cluster] = (needs, now)
+        return True
 
     def _deliver(self, cluster: str, needs: list[CapacityNeed]) -> None:
         self.generation[cluster] = self.generation.get(cluster, 0) + 1

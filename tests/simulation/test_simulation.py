@@ -146,6 +146,20 @@ def test_the_same_scenario_and_seed_give_byte_identical_reports(tmp_path, capsys
     assert any(f["error"] == "spot interruption" for f in report["failures"])  # randomness ran
 
 
+def test_unchanged_roll_ups_delivered_once_a_minute_give_the_same_report(
+    tmp_path, capsys, monkeypatch
+):
+    """The simulator delivers an operator's unchanged roll-up once a minute, not every cycle
+    (`Simulation._resend_due`, for `bigfleet plan`'s speed): the shard does nothing with one
+    but note the cluster is alive, so the report is the one of a delivery every cycle."""
+    import bigfleet.simulation.run as run
+
+    path = str(random_scenario(tmp_path))
+    sparse = simulate_json(capsys, path)
+    monkeypatch.setattr(run, "RESEND_SECONDS", 0.0)
+    assert simulate_json(capsys, path) == sparse
+
+
 def test_another_seed_gives_another_report(tmp_path, capsys):
     path = str(random_scenario(tmp_path))
     five, six = simulate_json(capsys, path), simulate_json(capsys, path, "--seed", "6")
