@@ -88,6 +88,9 @@ class Demand(Wire):
 
     requirements: list[NodeSelectorRequirement] = Field(default_factory=list)
     count: Count
+    # The lowest of the needs' interruption penalties: what a spot machine costs the needs
+    # most willing to run on one (`pooling/quota.py`).
+    interruption_penalty: Dollars = 0.0
 
 
 class Holding(Wire):

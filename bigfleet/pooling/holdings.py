@@ -45,23 +45,25 @@ DEMAND_ENTRY_BYTES = 4_000
 
 
 def demand(needs: Iterable[Need], limit: int = DEMANDS) -> list[Demand]:
-    """The machines the needs ask for, per set of requirements, the most first, at most
-    `limit` sets and `DEMAND_BYTES` (needs asking for none, or with requirements over
-    `DEMAND_ENTRY_BYTES`, left out)."""
-    asked: dict[object, tuple[Need, int, int]] = {}
+    """The machines the needs ask for, per set of requirements (with the lowest of their
+    interruption penalties), the most first, at most `limit` sets and `DEMAND_BYTES` (needs
+    asking for none, or with requirements over `DEMAND_ENTRY_BYTES`, left out)."""
+    asked: dict[object, tuple[Need, int, int, float]] = {}
     for need in needs:
         if need.count > 0:
             key = req_key(need.requirements)
-            first, n, size = asked.get(key, (need, 0, -1))
+            penalty = need.spec.interruption_penalty
+            first, n, size, low = asked.get(key, (need, 0, -1, penalty))
             if size < 0:
                 size = _bytes(need.requirements)
-            asked[key] = (first, n + need.count, size)
+            asked[key] = (first, n + need.count, size, min(low, penalty))
     ranked = sorted(asked.values(), key=lambda t: (-t[1], t[0].order))
     out: list[Demand] = []
     room = DEMAND_BYTES
-    for need, n, size in ranked:
+    for need, n, size, low in ranked:
         if size <= min(DEMAND_ENTRY_BYTES, room) and len(out) < limit:
-            out.append(Demand(requirements=list(need.requirements), count=n))
+            reqs = list(need.requirements)
+            out.append(Demand(requirements=reqs, count=n, interruption_penalty=low))
             room -= size
     return out
 

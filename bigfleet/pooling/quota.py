@@ -15,7 +15,8 @@ every one of its own: which of two shards that both use a kind bursts next is no
 the cost rule (`for_cost.py`) and design §9's shortfall order move machines between them when
 one pays more or goes short. A shard with no use gives its free ones to the shards with use
 that would otherwise buy dearer: those holding a free machine for those needs at a higher
-price (an on-demand slot where the slot is spot). Each gets up to its *room* (what its fitting
+effective cost (an on-demand slot where the slot is spot, for needs whose interruption
+penalty leaves spot the cheaper). Each gets up to its *room* (what its fitting
 needs ask for, less the free machines it holds for them at no more than the slot's price: a
 burst as large again as today's demand finds the cheaper kind at home), in proportion to room
 (largest remainders); what no shard has room for stays. A shard with nothing dearer to buy
@@ -70,14 +71,17 @@ def room(rnd: Round, shard: int, donor: int, p: int, used: set[str]) -> int:
     asked = _fitting(rnd, shard, donor, p)
     if not asked:
         return 0
-    price = rnd.cost(donor, p, 0.0)
+    # At the effective cost for the needs most willing to be interrupted (a spot slot is no
+    # cheaper than on-demand for a need whose penalty makes it dearer).
+    penalty = min(d.interruption_penalty for d in asked)
+    price = rnd.cost(donor, p, penalty)
 
     def fits_one(q: int) -> bool:
         return any(rnd.fits(rnd.key(d, d.requirements), d.requirements, shard, q) for d in asked)
 
     cheap = dear = 0
     for _, q, ids in rnd.free(shard, used, fits_one):
-        if rnd.cost(shard, q, 0.0) <= price:
+        if rnd.cost(shard, q, penalty) <= price:
             cheap += len(ids)
         else:
             dear += len(ids)

@@ -241,3 +241,19 @@ def test_status_names_the_shards_proposed_for_a_split():
     assert "split proposed:    shard 3 (short 12 rounds, 40 fitting machines free" in text
     del pool["split_proposed"]  # (a coordinator from before does not say)
     assert "split" not in render_pool(pool)
+
+
+def test_spot_quota_goes_only_where_its_interruption_penalty_leaves_it_cheaper():
+    """Shard 1's needs ask for 8 GPUs with a $800 interruption penalty: a spot slot at $25/h
+    and 5 % an hour costs them 25 + 40 = $65/h, more than the $55 on-demand slot they would
+    buy. None goes there; with a $100 penalty ($30/h) they all do."""
+
+    def shard1(penalty: float) -> ShardReport:
+        r = users(1, 8)
+        d = r.demand[0].model_copy(update={"interruption_penalty": penalty})
+        return r.model_copy(update={"demand": [d]})
+
+    slots = many(spot, 6, price=25.0, interruption=0.05)
+    assert coordinator(report(0, speculative=slots), shard1(800.0)).plan() == []
+    [move] = coordinator(report(0, speculative=slots), shard1(100.0)).plan()
+    assert (move.receiver, len(move.machine_ids), move.reason) == (1, 6, "quota")
