@@ -5,7 +5,10 @@ workflow task, which must end within the SDK's 2 s deadlock bound.
 
 Each shard reports `groups` settled needs paying for elastic machines (5 each, at a random
 priority, for a random one of `profiles` instance types), 10 idle owned machines of each
-type, 50 configured machines held by priority 0, and a shortfall for every tenth group."""
+type, 50 configured machines held by priority 0, and a shortfall for every tenth group; what
+its needs ask for by type (`demand`), and 10 free spot slots of a type none of its needs asks
+for (so every round deals quota, `pooling/quota.py`). Also timed: the count of shards short
+beside free machines elsewhere (`fleet_shape.short_beside_free`, for split proposals)."""
 
 from __future__ import annotations
 
@@ -14,10 +17,11 @@ import time
 from typing import Any
 
 from .coordinator import Coordinator
+from .fleet_shape import short_beside_free
 from .models import CapacityType, MachineState, Shortfall, from_wire
 from .pooling.ask_first import summaries
 from .pooling.stranded import stranded
-from .reports import ElasticGroup, Preemptible, ShardReport
+from .reports import Demand, ElasticGroup, Preemptible, ShardReport
 from .synthetic import Offer, machine
 
 S = MachineState
@@ -68,15 +72,26 @@ def _reports(shards: int, groups: int, profiles: int, seed: int) -> list[ShardRe
                 "age": 1, "requirements": [r.model_dump(mode="json") for r in e.requirements]})
             for e in elastic[::10]
         ]  # fmt: skip
+        asked: dict[str, int] = {}
+        for e in elastic:
+            kind = e.requirements[0].values[0]
+            asked[kind] = asked.get(kind, 0) + e.count
+        demand = [from_wire(Demand, {"requirements": req(k), "count": n}) for k, n in asked.items()]
+        unused = next((t for t in types if t not in asked), types[s % profiles])
+        spot = Offer("cloud", unused, "z-1", CapacityType.SPOT, 2.0, 0.05, 0)
+        slots = [machine(f"s{s}-spot-{i}", spot, S.SPECULATIVE) for i in range(10)]
         out.append(
             ShardReport.of(
                 s,
                 0.0,
                 idle=idle,
+                speculative=slots,
                 preemptible=held,
                 machines={"CONFIGURED": 10_000},
                 elastic=elastic,
                 shortfalls=short,
+                clusters=[e.cluster for e in elastic],
+                demand=demand,
             )  # fmt: skip
         )
     return out
@@ -98,6 +113,7 @@ def run(sizes: list[int], groups: int = 128, profiles: int = 20, seed: int = 7) 
         plan_ms, moves = _ms(c.plan)
         stranded_ms, _ = _ms(lambda: stranded(reports))  # noqa: B023 (called at once)
         summary_ms, _ = _ms(lambda: summaries(reports, members, 1, 0.0))  # noqa: B023
+        short_ms, _ = _ms(lambda: short_beside_free(reports, (), c.last_round))  # noqa: B023
         rows.append(
             {
                 "shards": shards,
@@ -106,6 +122,8 @@ def run(sizes: list[int], groups: int = 128, profiles: int = 20, seed: int = 7) 
                 "machines_moved": sum(len(m.machine_ids) for m in moves),
                 "stranded_ms": stranded_ms,
                 "summaries_ms": summary_ms,
+                "short_beside_free_ms": short_ms,
+                "quota_moved": sum(len(m.machine_ids) for m in moves if m.reason == "quota"),
             }
         )
     return {"groups_per_shard": groups, "profiles": profiles, "rows": rows}
@@ -116,11 +134,12 @@ def render(result: dict) -> str:
         f"one coordinator round, {result['groups_per_shard']} elastic groups a shard, "
         f"{result['profiles']} instance types",
         f"{'shards':>7} {'groups':>7} {'plan ms':>9} {'moved':>7} {'stranded ms':>12} "
-        f"{'summaries ms':>13}",
+        f"{'summaries ms':>13} {'short ms':>9} {'quota moved':>12}",
     ]
     for r in result["rows"]:
         lines.append(
             f"{r['shards']:>7} {r['elastic_groups']:>7} {r['plan_ms']:>9} "
-            f"{r['machines_moved']:>7} {r['stranded_ms']:>12} {r['summaries_ms']:>13}"
+            f"{r['machines_moved']:>7} {r['stranded_ms']:>12} {r['summaries_ms']:>13} "
+            f"{r['short_beside_free_ms']:>9} {r['quota_moved']:>12}"
         )
     return "\n".join(lines)

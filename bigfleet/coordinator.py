@@ -107,6 +107,8 @@ class Coordinator:
     # machines go to the shards that use their kind (`pooling/quota.py`). Off: runs begun
     # before these rules.
     follows_use: bool = True
+    # The last round's index of the reports (`plan`), for what the round reports after it.
+    last_round: Round | None = field(default=None, repr=False, compare=False)
 
     def next_token(self) -> tuple[int, int]:
         """(coordinator_term, seq) for the next instruction (design §11)."""
@@ -378,6 +380,7 @@ class Coordinator:
                 grace = drain_grace_period(sf.priority, priority)
                 if take(MoveKind.PREEMPT, donor, receiver, sf, mid, grace):
                     want -= 1
+        self.last_round = rnd
         if self.pools:
             cost_moves(rnd, used, still_wanted, take, settled_only=not self.follows_use)
             if self.follows_use:

@@ -43,27 +43,42 @@ def merge_candidate(
 
 
 def short_beside_free(
-    reports: Mapping[int, ShardReport], moving: Iterable[str] = ()
+    reports: Mapping[int, ShardReport], moving: Iterable[str] = (), rnd: Round | None = None
 ) -> dict[int, int]:
     """Per shard short of machines (a shortfall a move could answer: not a held repair, not one
     no machine of any shard could serve), how many free machines (idle or speculative, not
-    `moving`) other shards report that fit one of its shortfalls. A shard that stays so round
-    after round is not being served by the coordinator's moves: the donors keep the machines
-    for needs of their own, or its needs want more of one domain than any shard holds free."""
+    `moving`) other shards report that fit one of its shortfalls (the most for any one of
+    them). A shard that stays so round after round is not being served by the coordinator's
+    moves: the donors keep the machines for needs of their own, or its needs want more of one
+    domain than any shard holds free. `rnd`: the round's index of the same reports, if made."""
     out: dict[int, int] = {}
     if not any(r.shortfalls for r in reports.values()):
         return out  # (the common case: no index to build)
-    rnd, busy = Round(reports), set(moving)
+    rnd = rnd if rnd is not None and rnd.reports is reports else Round(reports)
+    busy = set(moving)
+    free: dict[int, dict[int, int]] = {}  # requirements key → shard → free machines fitting
+
+    def free_for(key: int, reqs: list) -> dict[int, int]:
+        found = free.get(key)
+        if found is None:
+            found = free[key] = {}
+            for shard, _, _, ids in rnd.fitting(key, reqs):
+                n = len(ids) if busy.isdisjoint(ids) else sum(m not in busy for m in ids)
+                found[shard] = found.get(shard, 0) + n
+        return found
+
     for shard in rnd.shards:
-        free: set[str] = set()
-        for sf in reports[shard].shortfalls:
-            if sf.repair_held or (sf.why and not sf.held_back):
-                continue
-            for donor, _, _, ids in rnd.fitting(rnd.key(sf, sf.requirements), sf.requirements):
-                if donor != shard:
-                    free.update(mid for mid in ids if mid not in busy)
-        if free:
-            out[shard] = len(free)
+        keys = {
+            rnd.key(sf, sf.requirements): sf.requirements
+            for sf in reports[shard].shortfalls
+            if not sf.repair_held and not (sf.why and not sf.held_back)
+        }
+        most = 0
+        for key, reqs in keys.items():
+            by_shard = free_for(key, reqs)
+            most = max(most, sum(by_shard.values()) - by_shard.get(shard, 0))
+        if most:
+            out[shard] = most
     return out
 
 

@@ -97,7 +97,7 @@ class PoolView:
             "1: the shard has been short for rounds while other shards hold machines it fits",
         )
         before = set(self.proposed())
-        found = short_beside_free(self.c.reports, moving)
+        found = short_beside_free(self.c.reports, moving, self.c.last_round)
         self.short = short_rounds(self.short, found, self.c.reports)
         now = set(self.proposed())
         for shard in sorted(before | now):
