@@ -120,23 +120,41 @@ def shares(free: int, weights: list[int]) -> list[int]:
 def quota_moves(rnd: Round, used: set[str], take: Take) -> None:
     """This round's moves of speculative machines from shards with no use for their kind to
     the shards with use, through `take` (see the module)."""
+    given: dict[int, int] = {}  # receiver → slots dealt it this round (its report predates them)
     for donor in rnd.shards:
         for kind, p, ids in list(rnd.free(donor, used)):
-            quota = rnd.profiles[donor][p].capacity_type in ELASTIC
-            if kind is MoveKind.SPECULATIVE and quota and not _deal(rnd, donor, p, ids, used, take):
+            if (
+                kind is MoveKind.SPECULATIVE
+                and rnd.profiles[donor][p].capacity_type in ELASTIC
+                and not _deal(rnd, donor, p, ids, used, take, given)
+            ):
                 break  # the donor's bound for hand-overs is spent this round
 
 
-def _deal(rnd: Round, donor: int, p: int, ids: list[str], used: set[str], take: Take) -> bool:
+def _deal(
+    rnd: Round,
+    donor: int,
+    p: int,
+    ids: list[str],
+    used: set[str],
+    take: Take,
+    given: dict[int, int],
+) -> bool:
     """Deals `donor`'s free speculative machines `ids` of profile `p` over the shards with room
-    for them, unless the donor has use (or may have); False once `take` refuses."""
+    for them (less what this round dealt them already), unless the donor has use (or may
+    have); False once `take` refuses."""
     if uses(rnd, donor, donor, p) != 0 or _runs_or_misses(rnd, donor, p):
         return True
-    rooms = [(s, n) for s in rnd.shards if s != donor and (n := room(rnd, s, donor, p, used)) > 0]
+    rooms = [
+        (s, n)
+        for s in rnd.shards
+        if s != donor and (n := room(rnd, s, donor, p, used) - given.get(s, 0)) > 0
+    ]
     dealt = shares(min(len(ids), sum(n for _, n in rooms)), [n for _, n in rooms])
     free = iter(ids)
     for (receiver, _), n in zip(rooms, dealt, strict=True):
         for mid in [next(free) for _ in range(n)]:
             if not take(MoveKind.SPECULATIVE, donor, receiver, QUOTA, mid, 0.0, "quota"):
                 return False
+            given[receiver] = given.get(receiver, 0) + 1
     return True

@@ -257,3 +257,14 @@ def test_spot_quota_goes_only_where_its_interruption_penalty_leaves_it_cheaper()
     assert coordinator(report(0, speculative=slots), shard1(800.0)).plan() == []
     [move] = coordinator(report(0, speculative=slots), shard1(100.0)).plan()
     assert (move.receiver, len(move.machine_ids), move.reason) == (1, 6, "quota")
+
+
+def test_two_donors_fill_a_receivers_room_once():
+    """Shards 0 and 2 serve no cluster and hold 6 spot slots each; shard 1 has room for 4: it
+    gets 4 in all this round, not 4 from each (its report does not show the first ones yet)."""
+    c = coordinator(
+        report(0, speculative=spot_slots(6)),
+        users(1, 4),
+        report(2, speculative=spot_slots(6, start=20)),
+    )
+    assert sum(len(m.machine_ids) for m in c.plan() if m.reason == "quota") == 4
