@@ -98,7 +98,8 @@ class PoolView:
         )
         before = set(self.proposed())
         found = short_beside_free(self.c.reports, moving, self.c.last_round)
-        self.short = short_rounds(self.short, found, self.c.reports)
+        counted = short_rounds(self.short, found, self.c.reports)
+        self.short = {s: v for s, v in counted.items() if s in self.c.shards}  # (not retired)
         now = set(self.proposed())
         for shard in sorted(before | now):
             gauge.set(1 if shard in now else 0, {"shard": str(shard)})
