@@ -60,14 +60,21 @@ async def test_idle_calls_without_a_body_do_not_starve_a_legitimate_cluster(
             await eventually(lambda: reported(idle, "connected"), lambda n: n is not None,
                              timeout=120, what="the idle calls' headers sent")  # fmt: skip
             # Meanwhile web's roll-ups are taken (before: RESOURCE_EXHAUSTED, every one).
+            # A call the transport dropped (CANCELLED, UNAVAILABLE: seen once on a loaded CI
+            # machine, its connection closed under it) is sent again, as an operator's sender
+            # does; a refusal (RESOURCE_EXHAUSTED, the starvation) fails at once.
             for generation in range(1, 6):
-                try:
-                    accepted = await web.send_proto(rollup_pb("web", generation, generation))
-                except grpc.aio.AioRpcError as err:
-                    raise AssertionError(
-                        f"web's roll-up {generation} refused while idle calls are open: "
-                        f"{err.code().name}: {err.details()}"
-                    ) from None
+                for attempt in range(3):
+                    try:
+                        accepted = await web.send_proto(rollup_pb("web", generation, generation))
+                        break
+                    except grpc.aio.AioRpcError as err:
+                        dropped = err.code() in (C.CANCELLED, C.UNAVAILABLE)
+                        if not dropped or attempt == 2:
+                            raise AssertionError(
+                                f"web's roll-up {generation} refused while idle calls are open: "
+                                f"{err.code().name}: {err.details()}"
+                            ) from None
                 assert (accepted.generation, accepted.workflow_id) == (generation, "shard-0")
             await eventually(fleet.shard, lambda s: s["needs"] == {"web": [(5, 1000)]},
                              what="web's last roll-up at its shard")  # fmt: skip
