@@ -228,7 +228,7 @@ class TakesSignals:
     guard: Guard
 
     @workflow.signal(dynamic=True)
-    def _signal(self, name: str, args: Sequence[RawValue] = ()) -> None:
+    def _signal(self, name: str = "", args: Sequence[RawValue] = ()) -> None:
         # The SDK hands a dynamic handler every payload of a signal as a RawValue: a signal
         # sent with none arrives as `()`, never as a missing argument (the default says so).
         self.guard.signal(name, args)

@@ -55,13 +55,20 @@ class _Quota:
 QUOTA = _Quota()
 
 
-def uses(rnd: Round, shard: int, donor: int, p: int) -> int:
-    """Machines `shard`'s needs ask for that profile `p` of `donor`'s report fits (-1: not
-    known, see the module)."""
+def may_use(rnd: Round, shard: int, p: int) -> bool:
+    """Whether `shard` has (or may have) use for profile `p` of its own report: one of its
+    needs (`demand`) fits it, or it reports no demand while serving clusters (built before the
+    field), or one of its elastic groups or shortfalls fits it (demand is bounded and may
+    leave a need out)."""
     report = rnd.reports[shard]
     if not report.demand and report.clusters:
-        return -1
-    return sum(d.count for d in _fitting(rnd, shard, donor, p))
+        return True
+    wants: list[Demand | ElasticGroup | Shortfall] = [
+        *(d for d in report.demand if d.count > 0),
+        *report.elastic,
+        *report.shortfalls,
+    ]
+    return any(rnd.fits(rnd.key(w, w.requirements), w.requirements, shard, p) for w in wants)
 
 
 def room(rnd: Round, shard: int, donor: int, p: int, used: set[str]) -> int:
@@ -86,14 +93,6 @@ def room(rnd: Round, shard: int, donor: int, p: int, used: set[str]) -> int:
         else:
             dear += len(ids)
     return max(0, sum(d.count for d in asked) - cheap) if dear else 0
-
-
-def _runs_or_misses(rnd: Round, shard: int, p: int) -> bool:
-    """Whether a need of `shard` that profile `p` of its report fits runs elastic machines or
-    is short of machines (a need its demand left out, its requirements too large, included)."""
-    report = rnd.reports[shard]
-    wants: list[ElasticGroup | Shortfall] = [*report.elastic, *report.shortfalls]
-    return any(rnd.fits(rnd.key(w, w.requirements), w.requirements, shard, p) for w in wants)
 
 
 def _fitting(rnd: Round, shard: int, donor: int, p: int) -> list[Demand]:
@@ -143,7 +142,7 @@ def _deal(
     """Deals `donor`'s free speculative machines `ids` of profile `p` over the shards with room
     for them (less what this round dealt them already), unless the donor has use (or may
     have); False once `take` refuses."""
-    if uses(rnd, donor, donor, p) != 0 or _runs_or_misses(rnd, donor, p):
+    if may_use(rnd, donor, p):
         return True
     rooms = [
         (s, n)
