@@ -28,6 +28,7 @@ from .fleet_shape import merge_candidate, split_candidate
 from .models import Shortfall, Wire
 from .pooling.bounds import IDLE_SHARE, Budgets
 from .pooling.for_cost import Asker, cost_moves
+from .pooling.headroom import headroom_moves
 from .pooling.holdings import Wants, fitting
 from .pooling.index import Round
 from .pooling.quota import quota_moves
@@ -69,8 +70,9 @@ class Move:
     grace_seconds: float = 0.0
     cluster: str = ""
     # Why (issue 45): "shortfall" (design §9's order), "domain" (a `same` need's rack),
-    # "cost" (idle owned capacity for elastic spend elsewhere, `pooling/for_cost.py`) or
-    # "quota" (speculative machines to the shards that use their kind, `pooling/quota.py`).
+    # "cost" (idle owned capacity for elastic spend elsewhere, `pooling/for_cost.py`),
+    # "quota" (speculative machines to the shards that use their kind, `pooling/quota.py`) or
+    # "headroom" (free owned machines spread by demand, `pooling/headroom.py`).
     reason: str = "shortfall"
 
 
@@ -107,6 +109,11 @@ class Coordinator:
     # machines go to the shards that use their kind (`pooling/quota.py`). Off: runs begun
     # before these rules.
     follows_use: bool = True
+    # With `pools`: a shortfall takes the cheapest free machines that fit it first (an owned
+    # rack's before a cloud slot), a donor keeps a free machine from it only when short of it
+    # itself, not to save cost, and free owned machines are spread over the shards by demand
+    # (`pooling/headroom.py`; decision 0015 rules 10, 11). Off: runs begun before.
+    cheapest_first: bool = True
     # The last round's index of the reports (`plan`), for what the round reports after it.
     last_round: Round | None = field(default=None, repr=False, compare=False)
 
@@ -382,21 +389,36 @@ class Coordinator:
                     want -= 1
         self.last_round = rnd
         if self.pools:
-            cost_moves(rnd, used, still_wanted, take, settled_only=not self.follows_use)
+            cost_moves(rnd, used, still_wanted, take, not self.follows_use, self.cheapest_first)
             if self.follows_use:
                 quota_moves(rnd, used, take)
+            if self.cheapest_first:
+                headroom_moves(rnd, used, take)
         return list(moves.values())
 
     def _offers(
         self, rnd: Round, kind: MoveKind, receiver: int, sf: Shortfall, used: set[str]
     ) -> Iterable[tuple[int, str]]:
-        for donor, k, p, ids in rnd.fitting(rnd.key(sf, sf.requirements), sf.requirements):
+        key = rnd.key(sf, sf.requirements)
+        if self.pools and self.cheapest_first:
+            found = rnd.cheapest(key, sf.requirements, sf.interruption_penalty)
+        else:
+            found = rnd.fitting(key, sf.requirements)
+        for donor, k, p, ids in found:
             if (
                 k is kind
                 and donor != receiver
-                and not (self.pools and rnd.keeps(donor, p, sf.priority))
+                and not (self.pools and self._keeps(rnd, donor, p, sf.priority))
             ):
                 yield from ((donor, mid) for mid in ids if mid not in used)
+
+    def _keeps(self, rnd: Round, donor: int, p: int, priority: int) -> bool:
+        """Whether `donor` keeps its free machines of profile `p` from a shortfall at
+        `priority` (`Round.keeps`; with `cheapest_first`, only when short of them itself: one
+        shard serves every short need before it moves a served one onto cheaper machines)."""
+        if self.cheapest_first:
+            return rnd.short_of(donor, p, priority)
+        return rnd.keeps(donor, p, priority)
 
     def _victims(
         self, rnd: Round, receiver: int, sf: Shortfall, used: set[str]

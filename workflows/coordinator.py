@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.reports import ShardReport
     from workflows.coordinator_changes import FleetChanges
     from workflows.coordinator_metrics import PoolVisible
-    from workflows.coordinator_pool import SendsPoolSummaries
+    from workflows.coordinator_pool import POOL_PATCH, SendsPoolSummaries
     from workflows.fleet_membership import FleetMembership
     from workflows.guard import (
         HISTORY_SURGE,
@@ -66,8 +66,6 @@ SURGE_BYTES = 4_000_000
 # Runs begun before give a new cluster the least-loaded shard, never its home.
 HOME_PATCH = "clusters-go-home"
 ESCALATE_PATCH = "escalate-blocked-drains"
-POOL_PATCH = "one-pool-across-shards"  # bigfleet/pooling/ (issue 45)
-USE = "machines-follow-use"  # `Coordinator.follows_use`: bigfleet/pooling/quota.py
 MISSING_PATCH = "missing-since-start"
 
 
@@ -363,7 +361,7 @@ class CoordinatorWorkflow(FleetChanges, PoolVisible, SendsPoolSummaries, TakesSi
         for saga in self.sagas.values():
             key = (saga["receiver"], saga["cluster"], saga["priority"])
             pending[key] = pending.get(key, 0) + len(saga["machine_ids"])
-        self.c.pools, self.c.follows_use = workflow.patched(POOL_PATCH), workflow.patched(USE)
+        self._pool_rules()
         for move in self.pool.planned(self.c.plan(inp.max_share, busy, pending, inp.idle_share)):
             # A saga's release returns the machines' records in one reply: parts of at most
             # RECORDS_MAX (shards refuse more).

@@ -25,13 +25,14 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.pooling.stranded import stranded
     from bigfleet.reports import MoveKind
 
-REASONS = ("shortfall", "domain", "cost", "quota")  # `Move.reason`
+REASONS = ("shortfall", "domain", "cost", "quota", "headroom")  # `Move.reason`
 # How a saga's summary names each reason.
 WHY = {
     "shortfall": "for a shortfall",
     "domain": "for a need confined to one domain (a whole rack)",
     "cost": "for cost (elastic machines paid for there)",
     "quota": "to where their kind is used (unused here)",
+    "headroom": "to spread free owned machines by demand",
 }
 MINUTE = 60
 HOUR_MINUTES = 60

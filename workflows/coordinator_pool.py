@@ -20,6 +20,9 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.pooling.ask_first import REFRESH_SECONDS, FreeElsewhere, summaries
 
 ASK_PATCH = "shards-ask-before-preempting"  # (the shard's patch of the same name: shard_pool.py)
+POOL_PATCH = "one-pool-across-shards"  # bigfleet/pooling/ (issue 45)
+USE = "machines-follow-use"  # `Coordinator.follows_use`: bigfleet/pooling/quota.py
+CHEAPEST = "shortfalls-take-the-cheapest"  # `Coordinator.cheapest_first`
 
 
 class SendsPoolSummaries:
@@ -29,6 +32,13 @@ class SendsPoolSummaries:
     sagas: dict[str, dict[str, Any]]
     # Per shard: the entries last sent it, and when (this run only).
     pool_sent: dict[int, tuple[list[FreeElsewhere], float]] | None = None
+
+    def _pool_rules(self) -> None:
+        """Which of issue 45's rules this run plans with (runs begun before a rule replay
+        without it)."""
+        c = self.c
+        c.pools, c.follows_use = workflow.patched(POOL_PATCH), workflow.patched(USE)
+        c.cheapest_first = workflow.patched(CHEAPEST)
 
     async def _send_pool_summaries(self) -> None:
         if not workflow.patched(ASK_PATCH):
@@ -40,10 +50,12 @@ class SendsPoolSummaries:
         members = [s for s in self.c.shards if s not in self.c.retired and s in self.c.reports]
         busy = [mid for saga in self.sagas.values() for mid in saga["machine_ids"]]
         due = []
-        unsettled = self.c.pools and self.c.follows_use  # (as the round's plan had it)
-        for shard, summary in summaries(
-            self.c.reports, members, self.c.term, now, busy, unsettled
-        ).items():
+        c = self.c  # (the rules as the round's plan had them)
+        told = summaries(
+            c.reports, members, c.term, now, busy, c.pools and c.follows_use,
+            c.pools and c.cheapest_first,
+        )  # fmt: skip
+        for shard, summary in told.items():
             last = sent.get(shard)
             if last is not None and last[0] == summary.free and now - last[1] < REFRESH_SECONDS:
                 continue

@@ -69,20 +69,27 @@ class PoolSummary(Wire):
 
 
 def free_by_shard(
-    reports: Mapping[int, ShardReport], used: Iterable[str], unsettled: bool = False
+    reports: Mapping[int, ShardReport],
+    used: Iterable[str],
+    unsettled: bool = False,
+    service_first: bool = False,
 ) -> dict[int, Counter]:
     """Per reporting shard: its free machines (idle and speculative samples) by profile
     labels, less those `used` (a running move has them) and those it keeps from any other
     shard's need (`Round.keeps` at the lowest priority: short of them itself, or they would
     replace its own elastic machines; with `unsettled`, as the coordinator's plan has it
-    with `follows_use`)."""
+    with `follows_use`; with `service_first`, only short of them, as its plan answers a
+    shortfall with `cheapest_first`)."""
     busy, rnd = set(used), Round(reports, unsettled)
     out: dict[int, Counter] = {}
     for shard in rnd.shards:
 
         def given(p: int, shard: int = shard) -> bool:
-            owned = rnd.profiles[shard][p].capacity_type in OWNED
-            return owned and not rnd.keeps(shard, p, INT32_MIN)
+            if rnd.profiles[shard][p].capacity_type not in OWNED:
+                return False
+            if service_first:
+                return not rnd.short_of(shard, p, INT32_MIN)
+            return not rnd.keeps(shard, p, INT32_MIN)
 
         found: Counter = Counter()
         for _, p, ids in rnd.free(shard, busy, given):
@@ -100,11 +107,12 @@ def summaries(
     at: float,
     used: Iterable[str] = (),
     unsettled: bool = False,
+    service_first: bool = False,
 ) -> dict[int, PoolSummary]:
     """Each of `shards`' summary: what the other reporting shards hold free (`free_by_shard`),
     summed over them per profile labels, the largest entries first (then by labels), at most
     `MAX_ENTRIES`; an entry whose labels break the wire's bounds is left out."""
-    free = free_by_shard(reports, used, unsettled)
+    free = free_by_shard(reports, used, unsettled, service_first)
     total: Counter = Counter()
     for found in free.values():
         total.update(found)

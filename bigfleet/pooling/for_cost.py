@@ -79,12 +79,23 @@ def at_home(rnd: Round, receiver: int, group: ElasticGroup, used: set[str]) -> f
 
 
 def cost_offers(
-    rnd: Round, receiver: int, group: ElasticGroup, used: set[str], below: float = inf
+    rnd: Round,
+    receiver: int,
+    group: ElasticGroup,
+    used: set[str],
+    below: float = inf,
+    cheapest: bool = False,
 ) -> Iterator[tuple[MoveKind, int, str]]:
     """(kind, donor, machine id) that could stand in for `group`'s elastic machines on
-    `receiver` for less than `below` (`at_home`), idle before speculative, donors in shard
-    order (see the module for what is left out)."""
-    for donor, kind, p, ids in rnd.fitting(rnd.key(group, group.requirements), group.requirements):
+    `receiver` for less than `below` (`at_home`), idle before speculative, each kind the
+    cheapest first with `cheapest` (`Round.cheapest`), then donors in shard order (see the
+    module for what is left out)."""
+    key = rnd.key(group, group.requirements)
+    if cheapest:
+        found = rnd.cheapest(key, group.requirements, group.interruption_penalty)
+    else:
+        found = rnd.fitting(key, group.requirements)
+    for donor, kind, p, ids in found:
         if (
             donor != receiver
             and rnd.stands_in(group, donor, p)
@@ -136,19 +147,25 @@ Take = Callable[[MoveKind, int, int, Asker, str, float, str], bool]
 
 
 def cost_moves(
-    rnd: Round, used: set[str], wanted: Wanted, take: Take, settled_only: bool = False
+    rnd: Round,
+    used: set[str],
+    wanted: Wanted,
+    take: Take,
+    settled_only: bool = False,
+    cheapest: bool = False,
 ) -> None:
     """This round's moves for cost, through `take`: for each need paying for elastic
     machines, the dearest first, free machines of other shards that would stand in for them,
     then, for a settled need, other shards' backfill that its shard would displace (see the
-    module). With `settled_only`, settled needs only (coordinator runs begun before)."""
+    module). With `settled_only`, settled needs only (coordinator runs begun before); with
+    `cheapest`, the cheapest free machines first (`cost_offers`)."""
     for receiver, group in spend_order(rnd.reports, settled_only=settled_only):
         want = wanted(receiver, group.cluster, group.priority, group.count)
         home = at_home(rnd, receiver, group, used)
         # (Runs begun before: any free stand-in at home waits, however dear.)
         if want == 0 or home == -inf or (settled_only and home < inf):
             continue
-        for kind, donor, mid in cost_offers(rnd, receiver, group, used, home):
+        for kind, donor, mid in cost_offers(rnd, receiver, group, used, home, cheapest):
             if want == 0:
                 break
             want -= take(kind, donor, receiver, group, mid, 0.0, "cost")

@@ -42,6 +42,7 @@ class Round:
         self._saves: dict[tuple[int, int], float] = {}
         self._offered: dict[int, list[tuple[MoveKind, int, list[str]]]] = {}
         self._fitting: dict[int, list[tuple[int, MoveKind, int, list[str]]]] = {}
+        self._by_cost: dict[tuple[int, float], list[tuple[int, MoveKind, int, list[str]]]] = {}
         self._grouped: dict[tuple[int, str], list[tuple[int, list, list[tuple]]]] = {}
 
     def key(self, owner: ElasticGroup | object, requirements: Iterable) -> int:
@@ -98,6 +99,20 @@ class Round:
                 for kind, p, ids in self.free(shard, set())
                 if self.fits(key, requirements, shard, p)
             ]
+        return found
+
+    def cheapest(
+        self, key: int, requirements: Iterable, penalty: float
+    ) -> list[tuple[int, MoveKind, int, list[str]]]:
+        """`fitting`, idle before speculative, each kind the cheapest for a need with
+        `penalty` first (effective cost at the margin: an owned machine before a cloud slot),
+        then in shard order; made once per requirements and penalty a round."""
+        found = self._by_cost.get((key, penalty))
+        if found is None:
+            found = self._by_cost[(key, penalty)] = sorted(
+                self.fitting(key, requirements),
+                key=lambda f: (f[1] is not MoveKind.IDLE, self.cost(f[0], f[2], penalty)),
+            )
         return found
 
     def victims(self, shard: int) -> Iterator[PreemptibleGroup]:

@@ -73,7 +73,8 @@ class Rebalancer:
         busy += [mid for move in moves for mid in move.machine_ids]
         shards = range(len(self.sim.shards))
         c = self.coordinator
-        for i, summary in summaries(c.reports, shards, 0, now, busy, c.follows_use).items():
+        told = summaries(c.reports, shards, 0, now, busy, c.follows_use, c.cheapest_first)
+        for i, summary in told.items():
             tell(self.sim.shards[i], summary if not alone else None, now)
         for move in moves:
             self.log.append(

@@ -9,22 +9,30 @@ import zlib
 
 import pytest
 
-from .scenarios import bare_metal, cluster, need, need_of, rack, scenario, simulate
+from .random_fleets import ITYPE
+from .scenarios import GPU, bare_metal, cluster, need, need_of, rack, scenario, simulate
 from .test_simulation import one_per_shard
+
+A100 = "gpu-8xa100"
+
+
+def kinds(*types: str) -> list[dict]:
+    return [{"key": ITYPE, "operator": "In", "values": list(types)}]
 
 
 def two_shards(ask_seconds: float) -> tuple[dict, str, str]:
-    """Shard 0 holds a rack of 4 GPU servers and no need; shard 1 a rack of 4, all held by
-    backfill (priority 0); at 300 s, backfill configured, a 1 000 000 need of 2 GPUs arrives
-    there."""
+    """Shard 0 holds a rack of 4 A100 servers and no need; shard 1 a rack of 4 H100s, all held
+    by backfill (priority 0, H100s only); at 300 s, backfill configured, a 1 000 000 need of 2
+    GPUs of either kind arrives there. (Until then no need on shard 1 fits an A100, so the
+    coordinator does not spread shard 0's free ones to it ahead of demand: `headroom.py`.)"""
     racks = one_per_shard([f"r{i}" for i in range(20)])
     # Two clusters the assignment rule puts on shard 1 (`one_per_shard`'s rule).
     backfill, urgent = [n for n in (f"c{i}" for i in range(40)) if zlib.crc32(n.encode()) % 2][:2]
     raw = scenario(
-        [bare_metal(rack(racks[0], 4), rack(racks[1], 4))],
+        [bare_metal(rack(racks[0], 4, A100), rack(racks[1], 4))],
         [
-            cluster(backfill, (0, [need(0, 4)])),
-            cluster(urgent, (300, [need(1_000_000, 2)])),
+            cluster(backfill, (0, [need(0, 4, requirements=kinds(GPU))])),
+            cluster(urgent, (300, [need(1_000_000, 2, requirements=kinds(GPU, A100))])),
         ],
         900,
         shards=2,

@@ -1,0 +1,107 @@
+"""Free owned machines follow demand (issue 45; decision 0015 rule 11).
+
+One shard serves a burst from one pool of free machines. N shards serve it from the share of
+that pool its own shard holds, and the rest only after the coordinator's next round (up to
+`REPORT_SECONDS`) and a hand-over: meanwhile the shard buys cloud machines, or its need waits.
+Dealt by a hash of the rack, the free owned machines of a kind sit where their racks landed,
+not where the needs that burst onto them are. So each round the free owned machines (bare
+metal, reserved; idle, or not made ready yet) of each kind are spread over the shards in
+proportion to what their needs ask for of that kind (`ShardReport.demand`, all needs,
+served or not: a burst is about as large as the demand it comes from). A shard holding at
+least one machine more than its share gives the excess to shards holding at least one fewer
+than theirs, the furthest below first; whole machines only, so a share that moves by less
+than one machine moves nothing (no machine goes back and forth as demand wobbles).
+
+A *kind* is a provider's instance type in one zone at one capacity type: machines of one kind
+differ only by rack, and a need that fits one fits all (unless it asks for a rack, which the
+rule for `same` needs serves: `whole_rack.py`). A donor short of the kind itself keeps it
+(`Round.short_of`, at any priority). Cloud slots are left to the quota rule (`quota.py`):
+spreading them over every shard with use made the week 1.0 % dearer (shards bought at home
+instead of being sent idle owned machines).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ..cost import OWNED
+from ..models import INT32_MIN
+from ..reports import MoveKind
+from .for_cost import Take
+from .index import Round
+from .quota import QUOTA
+
+Kind = tuple[str, str, str, str]  # provider, instance type, zone, capacity type
+Free = list[tuple[MoveKind, int, list[str]]]  # (kind of move, profile, ids) of one shard
+
+
+def free_owned(rnd: Round, used: set[str]) -> dict[Kind, dict[int, Free]]:
+    """Per kind, per shard: its free owned machines not taken this round."""
+    out: dict[Kind, dict[int, Free]] = defaultdict(dict)
+    for shard in rnd.shards:
+        for move, p, ids in rnd.free(shard, used):
+            pr = rnd.profiles[shard][p]
+            if pr.capacity_type in OWNED:
+                kind = (pr.provider, pr.instance_type, pr.zone, pr.capacity_type.value)
+                out[kind].setdefault(shard, []).append((move, p, ids))
+    return out
+
+
+def shares(rnd: Round, kind: dict[int, Free]) -> dict[int, float]:
+    """Each shard's share of a kind's free machines (`kind`: per shard, its free ones): in
+    proportion to what its needs that fit the kind ask for; empty when no need does."""
+    shard, free = next(iter(kind.items()))
+    p = free[0][1]  # (a machine of the kind: every one fits the same needs)
+    asked = {
+        s: sum(
+            d.count
+            for d in rnd.reports[s].demand
+            if d.count > 0 and rnd.fits(rnd.key(d, d.requirements), d.requirements, shard, p)
+        )
+        for s in rnd.shards
+    }
+    total = sum(asked.values())
+    held = sum(len(ids) for free in kind.values() for _, _, ids in free)
+    return {s: held * n / total for s, n in asked.items()} if total else {}
+
+
+def headroom_moves(rnd: Round, used: set[str], take: Take) -> None:
+    """This round's moves of free owned machines from shards holding more than their share
+    to shards holding less, through `take` (see the module)."""
+    for kind in free_owned(rnd, used).values():
+        share = shares(rnd, kind)
+        if not share:
+            continue
+        held = {s: sum(len(ids) for _, _, ids in kind.get(s, [])) for s in rnd.shards}
+        short = sorted((held[s] - share[s], s) for s in rnd.shards if share[s] - held[s] >= 1)
+        for gap, receiver in short:
+            want = int(-gap)
+            for donor in sorted(rnd.shards, key=lambda s: (share.get(s, 0.0) - held[s], s)):
+                if want == 0:
+                    break
+                spare = min(want, int(held[donor] - share[donor]))
+                if donor == receiver or spare < 1:
+                    continue
+                given = _give(rnd, kind[donor], donor, receiver, spare, used, take)
+                held[donor] -= given
+                held[receiver] += given
+                want -= given
+
+
+def _give(
+    rnd: Round, free: Free, donor: int, receiver: int, n: int, used: set[str], take: Take
+) -> int:
+    """Up to `n` of `donor`'s free machines `free` to `receiver`, idle first; how many."""
+    given = 0
+    for move, p, ids in free:
+        if rnd.short_of(donor, p, INT32_MIN):
+            continue
+        for mid in ids:
+            if given == n:
+                return given
+            if mid in used:
+                continue
+            if not take(move, donor, receiver, QUOTA, mid, 0.0, "headroom"):
+                return given
+            given += 1
+    return given
