@@ -69,10 +69,8 @@ class Move:
     priority: int
     grace_seconds: float = 0.0
     cluster: str = ""
-    # Why (issue 45): "shortfall" (design §9's order), "domain" (a `same` need's rack),
-    # "cost" (idle owned capacity for elastic spend elsewhere, `pooling/for_cost.py`),
-    # "quota" (speculative machines to the shards that use their kind, `pooling/quota.py`) or
-    # "headroom" (free owned machines spread by demand, `pooling/headroom.py`).
+    # Why (issue 45): "shortfall" (design §9's order), "domain" (a `same` need's rack), "cost",
+    # "quota" or "headroom" (`pooling/for_cost.py`, `quota.py`, `headroom.py`).
     reason: str = "shortfall"
 
 
@@ -322,6 +320,7 @@ class Coordinator:
         (receiver, cluster, priority), already on their way, are not asked for again."""
         used: set[str] = set(busy)
         pending = dict(pending or {})
+        coming = {r for (r, _, _), n in pending.items() if n > 0}  # (receivers of earlier moves)
         budget = Budgets.of(self.reports, max_share, idle_share if self.pools else None)
         rnd = Round(self.reports, unsettled=self.pools and self.follows_use)
         moves: dict[tuple[MoveKind, int, int, int, float, str, str], Move] = {}
@@ -393,7 +392,7 @@ class Coordinator:
             if self.follows_use:
                 quota_moves(rnd, used, take)
             if self.cheapest_first:
-                headroom_moves(rnd, used, take)
+                headroom_moves(rnd, used, take, coming | {m[2] for m in moves})
         return list(moves.values())
 
     def _offers(

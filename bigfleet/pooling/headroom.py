@@ -7,10 +7,14 @@ Dealt by a hash of the rack, the free owned machines of a kind sit where their r
 not where the needs that burst onto them are. So each round the free owned machines (bare
 metal, reserved; idle, or not made ready yet) of each kind are spread over the shards in
 proportion to what their needs ask for of that kind (`ShardReport.demand`, all needs,
-served or not: a burst is about as large as the demand it comes from). A shard holding at
-least one machine more than its share gives the excess to shards holding at least one fewer
-than theirs, the furthest below first; whole machines only, so a share that moves by less
-than one machine moves nothing (no machine goes back and forth as demand wobbles).
+served or not: a burst is about as large as the demand it comes from), and no shard's share
+more than that (a fleet with more free machines than demand leaves the rest where they are,
+rather than piling them onto the few shards with demand). A shard holding at least one machine
+more than its share gives the excess to shards holding at least one fewer than theirs, the
+furthest below first; whole machines only, so a share that moves by less than one machine
+moves nothing (no machine goes back and forth as demand wobbles). A shard with machines on
+their way to it (`settling`: its report does not count them yet) gets none until it reports
+them.
 
 A *kind* is a provider's instance type in one zone at one capacity type: machines of one kind
 differ only by rack, and a need that fits one fits all (unless it asks for a rack, which the
@@ -23,6 +27,7 @@ instead of being sent idle owned machines).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Set
 
 from ..cost import OWNED
 from ..models import INT32_MIN
@@ -49,7 +54,8 @@ def free_owned(rnd: Round, used: set[str]) -> dict[Kind, dict[int, Free]]:
 
 def shares(rnd: Round, kind: dict[int, Free]) -> dict[int, float]:
     """Each shard's share of a kind's free machines (`kind`: per shard, its free ones): in
-    proportion to what its needs that fit the kind ask for; empty when no need does."""
+    proportion to what its needs that fit the kind ask for, and no more than that; empty when
+    no need does."""
     shard, free = next(iter(kind.items()))
     p = free[0][1]  # (a machine of the kind: every one fits the same needs)
     asked = {
@@ -62,18 +68,22 @@ def shares(rnd: Round, kind: dict[int, Free]) -> dict[int, float]:
     }
     total = sum(asked.values())
     held = sum(len(ids) for free in kind.values() for _, _, ids in free)
-    return {s: held * n / total for s, n in asked.items()} if total else {}
+    return {s: min(n, held * n / total) for s, n in asked.items()} if total else {}
 
 
-def headroom_moves(rnd: Round, used: set[str], take: Take) -> None:
+def headroom_moves(rnd: Round, used: set[str], take: Take, settling: Set[int]) -> None:
     """This round's moves of free owned machines from shards holding more than their share
-    to shards holding less, through `take` (see the module)."""
+    to shards holding less and not `settling`, through `take` (see the module)."""
     for kind in free_owned(rnd, used).values():
         share = shares(rnd, kind)
         if not share:
             continue
         held = {s: sum(len(ids) for _, _, ids in kind.get(s, [])) for s in rnd.shards}
-        short = sorted((held[s] - share[s], s) for s in rnd.shards if share[s] - held[s] >= 1)
+        short = sorted(
+            (held[s] - share[s], s)
+            for s in rnd.shards
+            if share[s] - held[s] >= 1 and s not in settling
+        )
         for gap, receiver in short:
             want = int(-gap)
             for donor in sorted(rnd.shards, key=lambda s: (share.get(s, 0.0) - held[s], s)):

@@ -156,3 +156,18 @@ def test_cloud_slots_are_not_spread_by_this_rule():
     holds nothing dearer to buy: the quota rule gives it none (`quota.py`), nor does this one."""
     c = coordinator(users(1, 4, dearer=False), report(3, speculative=many(spot, 4, price=25.0)))
     assert c.plan() == []
+
+
+def test_no_shard_gets_more_free_machines_than_its_needs_ask_for():
+    """Shard 3 holds 40 free owned GPUs and serves nobody; shard 1's needs ask for 4: its share
+    is 4 (not all 40: a fleet with more free machines than demand does not pile them onto the
+    few shards with demand)."""
+    c = coordinator(users(1, 4, dearer=False), report(3, speculative=owned_slots(40)))
+    assert moved(c) == [(MoveKind.SPECULATIVE, 3, 1, 4)]
+
+
+def test_a_shard_with_machines_on_their_way_gets_none_until_it_reports_them():
+    """The same fleet, with 4 machines already on their way to shard 1 (an earlier round's move:
+    its report does not show them yet): nothing more moves, or it would get 8."""
+    c = coordinator(users(1, 4, dearer=False), report(3, speculative=owned_slots(40)))
+    assert c.plan(pending={(1, "", 0): 4}) == []

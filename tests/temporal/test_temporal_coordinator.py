@@ -41,8 +41,11 @@ def on_shard(prefix: str, shard: int) -> str:
     )
 
 
-def gpu_fleet(shards: int, racks: dict[str, int], clusters: list[str]) -> dict:
-    """Bare-metal GPU racks (name → machines) that configure and drain in a second."""
+def gpu_fleet(
+    shards: int, racks: dict[str, int], clusters: list[str], types: dict[str, str] | None = None
+) -> dict:
+    """Bare-metal GPU racks (name → machines; `types`: a rack's instance type, if not
+    gpu-8xh100) that configure and drain in a second."""
     return {
         "name": "gpu-fleet",
         "cycle_seconds": 1,
@@ -55,7 +58,12 @@ def gpu_fleet(shards: int, racks: dict[str, int], clusters: list[str]) -> dict:
                 "configure_latency": 1,
                 "drain_latency": 1,
                 "racks": [
-                    {"rack": r, "zone": "ams-1", "instance_type": "gpu-8xh100", "count": n}
+                    {
+                        "rack": r,
+                        "zone": "ams-1",
+                        "instance_type": (types or {}).get(r, "gpu-8xh100"),
+                        "count": n,
+                    }
                     for r, n in racks.items()
                 ],
             }
@@ -90,8 +98,10 @@ async def without_coordinator(client) -> None:
     await client.get_workflow_handle(COORDINATOR_ID).terminate("a test of instructions alone")
 
 
-async def ask(client, shard: int, cluster: str, priority: int, count: int) -> None:
-    need = {"requirements": REQ, "priority": priority, "count": count}
+async def ask(
+    client, shard: int, cluster: str, priority: int, count: int, requirements=REQ
+) -> None:
+    need = {"requirements": requirements, "priority": priority, "count": count}
     await client.get_workflow_handle(f"shard-{shard}").signal(
         "rollup", {"cluster": cluster, "generation": 1, "needs": [need]}
     )
@@ -122,10 +132,13 @@ async def test_a_shortfall_is_served_from_another_shards_rack(dev_env: WorkflowE
             lambda: machines_of(client, 1), lambda m: m["CONFIGURED"] == 4, timeout=60
         )
         donor = await machines_of(client, 0)
-        # Every machine is owned by exactly one shard: 40 in all, 4 moved.
-        assert sum(receiver.values()) == 4 and sum(donor.values()) == 36
+        # Every machine is owned by exactly one shard: 40 in all. (Once the need is served, the
+        # coordinator also spreads free machines by demand: up to 4 more, idle at shard 1.)
+        receiver = await machines_of(client, 1)
+        assert sum(receiver.values()) + sum(donor.values()) == 40
+        assert receiver["CONFIGURED"] == 4 and sum(receiver.values()) <= 8
         sagas = [wf async for wf in client.list_workflows('WorkflowType = "TransferSaga"')]
-        assert len(sagas) == 1
+        assert sagas
 
 
 async def test_shards_refuse_stale_and_oversized_instructions(dev_env: WorkflowEnvironment):
@@ -255,7 +268,9 @@ async def test_shards_serve_alone_while_the_coordinator_is_down(dev_env: Workflo
         await eventually(
             lambda: machines_of(client, 1), lambda m: m["CONFIGURED"] == 12, timeout=60
         )
-        assert sum((await machines_of(client, 0)).values()) == 36
+        # 48 machines in all, each in one shard (free ones may follow demand to shard 1 too).
+        both = [await machines_of(client, s) for s in (0, 1)]
+        assert sum(sum(m.values()) for m in both) == 48
 
 
 async def test_a_failed_saga_step_leaves_every_machine_owned_once(dev_env: WorkflowEnvironment):
@@ -374,8 +389,9 @@ async def test_idle_machines_move_before_speculative_quota(dev_env: WorkflowEnvi
         await eventually(lambda: machines_of(client, 1), lambda m: m["CONFIGURED"] == 3)
         states = await client.get_workflow_handle("shard-1").query("machine_states", sorted(idle))
         assert sum(s == "CONFIGURED" for s in states.values()) == 3  # the idle ones moved
+        # (Free machines following demand to shard 1 afterwards are idle ones too: 5 are left.)
         sagas = [wf.id async for wf in client.list_workflows('WorkflowType = "TransferSaga"')]
-        assert len(sagas) == 1 and sagas[0].startswith("saga-idle-")
+        assert sagas and all(s.startswith("saga-idle-") for s in sagas)
         assert (await machines_of(client, 0))["SPECULATIVE"] == 32
 
 
