@@ -52,44 +52,55 @@ def free_owned(rnd: Round, used: set[str]) -> dict[Kind, dict[int, Free]]:
     return out
 
 
-def shares(rnd: Round, kind: dict[int, Free]) -> dict[int, float]:
+Asked = dict[int, tuple[list, dict[int, int]]]  # requirements key → (them, shard → machines)
+
+
+def asked_by_key(rnd: Round) -> Asked:
+    """What every shard's needs ask for (`ShardReport.demand`), per requirements (made once a
+    round: shards' needs ask for the same machines)."""
+    out: Asked = {}
+    for s in rnd.shards:
+        for d in rnd.reports[s].demand:
+            if d.count > 0:
+                counts = out.setdefault(rnd.key(d, d.requirements), (d.requirements, {}))[1]
+                counts[s] = counts.get(s, 0) + d.count
+    return out
+
+
+def shares(rnd: Round, kind: dict[int, Free], asked: Asked) -> dict[int, float]:
     """Each shard's share of a kind's free machines (`kind`: per shard, its free ones): in
-    proportion to what its needs that fit the kind ask for, and no more than that; empty when
-    no need does."""
+    proportion to what its needs that fit the kind ask for (`asked`), and no more than that;
+    empty when no need does."""
     shard, free = next(iter(kind.items()))
     p = free[0][1]  # (a machine of the kind: every one fits the same needs)
-    asked = {
-        s: sum(
-            d.count
-            for d in rnd.reports[s].demand
-            if d.count > 0 and rnd.fits(rnd.key(d, d.requirements), d.requirements, shard, p)
-        )
-        for s in rnd.shards
-    }
-    total = sum(asked.values())
+    wants: dict[int, int] = {}
+    for key, (requirements, counts) in asked.items():
+        if rnd.fits(key, requirements, shard, p):
+            for s, n in counts.items():
+                wants[s] = wants.get(s, 0) + n
+    total = sum(wants.values())
     held = sum(len(ids) for free in kind.values() for _, _, ids in free)
-    return {s: min(n, held * n / total) for s, n in asked.items()} if total else {}
+    return {s: min(n, held * n / total) for s, n in wants.items()} if total else {}
 
 
 def headroom_moves(rnd: Round, used: set[str], take: Take, settling: Set[int]) -> None:
     """This round's moves of free owned machines from shards holding more than their share
     to shards holding less and not `settling`, through `take` (see the module)."""
+    asked = asked_by_key(rnd)
     for kind in free_owned(rnd, used).values():
-        share = shares(rnd, kind)
+        share = shares(rnd, kind, asked)
         if not share:
             continue
         held = {s: sum(len(ids) for _, _, ids in kind.get(s, [])) for s in rnd.shards}
         short = sorted(
-            (held[s] - share[s], s)
-            for s in rnd.shards
-            if share[s] - held[s] >= 1 and s not in settling
+            (held[s] - n, s) for s, n in share.items() if n - held[s] >= 1 and s not in settling
         )
         for gap, receiver in short:
             want = int(-gap)
-            for donor in sorted(rnd.shards, key=lambda s: (share.get(s, 0.0) - held[s], s)):
+            for donor in sorted(kind, key=lambda s: (share.get(s, 0.0) - held[s], s)):
                 if want == 0:
                     break
-                spare = min(want, int(held[donor] - share[donor]))
+                spare = min(want, int(held[donor] - share.get(donor, 0.0)))
                 if donor == receiver or spare < 1:
                     continue
                 given = _give(rnd, kind[donor], donor, receiver, spare, used, take)
