@@ -413,10 +413,11 @@ class Coordinator:
 
     def _keeps(self, rnd: Round, donor: int, p: int, priority: int) -> bool:
         """Whether `donor` keeps its free machines of profile `p` from a shortfall at
-        `priority` (`Round.keeps`; with `cheapest_first`, only when short of them itself: one
-        shard serves every short need before it moves a served one onto cheaper machines)."""
+        `priority` (`Round.keeps`; with `cheapest_first`, only when short of them itself, or
+        when a need of its own they would save on would displace one at `priority`: one shard
+        serves every short need before it moves a served one onto cheaper machines)."""
         if self.cheapest_first:
-            return rnd.short_of(donor, p, priority)
+            return rnd.short_of(donor, p, priority) or rnd.displaces(donor, p, priority)
         return rnd.keeps(donor, p, priority)
 
     def _victims(

@@ -78,8 +78,9 @@ def free_by_shard(
     labels, less those `used` (a running move has them) and those it keeps from any other
     shard's need (`Round.keeps` at the lowest priority: short of them itself, or they would
     replace its own elastic machines; with `unsettled`, as the coordinator's plan has it
-    with `follows_use`; with `service_first`, only short of them, as its plan answers a
-    shortfall with `cheapest_first`)."""
+    with `follows_use`; with `service_first`, short of them or keeping them for a need of its
+    own that would displace the lowest priority, as its plan answers a shortfall with
+    `cheapest_first`)."""
     busy, rnd = set(used), Round(reports, unsettled)
     out: dict[int, Counter] = {}
     for shard in rnd.shards:
@@ -87,8 +88,8 @@ def free_by_shard(
         def given(p: int, shard: int = shard) -> bool:
             if rnd.profiles[shard][p].capacity_type not in OWNED:
                 return False
-            if service_first:
-                return not rnd.short_of(shard, p, INT32_MIN)
+            if service_first:  # (as `Coordinator._keeps` has it)
+                return not (rnd.short_of(shard, p, INT32_MIN) or rnd.displaces(shard, p, INT32_MIN))
             return not rnd.keeps(shard, p, INT32_MIN)
 
         found: Counter = Counter()

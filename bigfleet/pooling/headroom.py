@@ -9,12 +9,13 @@ metal, reserved; idle, or not made ready yet) of each kind are spread over the s
 proportion to what their needs ask for of that kind (`ShardReport.demand`, all needs,
 served or not: a burst is about as large as the demand it comes from), and no shard's share
 more than that (a fleet with more free machines than demand leaves the rest where they are,
-rather than piling them onto the few shards with demand). A shard holding at least one machine
-more than its share gives the excess to shards holding at least one fewer than theirs, the
-furthest below first; whole machines only, so a share that moves by less than one machine
-moves nothing (no machine goes back and forth as demand wobbles). A shard with machines on
-their way to it (`settling`: its report does not count them yet) gets none until it reports
-them.
+rather than piling them onto the few shards with demand). A shard holding fewer than its share
+by at least a machine and a quarter of its share (`BAND`) gets machines from shards holding
+more than theirs by as much, the furthest below first, whole machines only: demand moves all
+day, and a machine should not follow every wobble (the day on 4 shards moved 954 machines
+back and forth with no band, at a median of 5.5 minutes apart; 643 with it, 29 minutes
+apart). A shard with machines on their way to it (`settling`: its report does not count them
+yet) gets none until it reports them.
 
 A *kind* is a provider's instance type in one zone at one capacity type: machines of one kind
 differ only by rack, and a need that fits one fits all (unless it asks for a rack, which the
@@ -36,6 +37,9 @@ from .for_cost import Take
 from .index import Round
 from .quota import QUOTA
 
+# A shard moves only when further from its share than this part of it (and one machine): shares
+# follow demand, which moves all day, and a machine should not follow every wobble.
+BAND = 0.25
 Kind = tuple[str, str, str, str]  # provider, instance type, zone, capacity type
 Free = list[tuple[MoveKind, int, list[str]]]  # (kind of move, profile, ids) of one shard
 
@@ -93,14 +97,17 @@ def headroom_moves(rnd: Round, used: set[str], take: Take, settling: Set[int]) -
             continue
         held = {s: sum(len(ids) for _, _, ids in kind.get(s, [])) for s in rnd.shards}
         short = sorted(
-            (held[s] - n, s) for s, n in share.items() if n - held[s] >= 1 and s not in settling
+            (held[s] - n, s)
+            for s, n in share.items()
+            if n - held[s] >= max(1.0, BAND * n) and s not in settling
         )
         for gap, receiver in short:
             want = int(-gap)
             for donor in sorted(kind, key=lambda s: (share.get(s, 0.0) - held[s], s)):
                 if want == 0:
                     break
-                spare = min(want, int(held[donor] - share.get(donor, 0.0)))
+                mine = share.get(donor, 0.0)
+                spare = min(want, int(held[donor] - mine - BAND * mine))
                 if donor == receiver or spare < 1:
                     continue
                 given = _give(rnd, kind[donor], donor, receiver, spare, used, take)

@@ -40,6 +40,7 @@ class Round:
         self._numbers: dict[ReqKey, int] = {}
         self._short: dict[tuple[int, int], float] = {}
         self._saves: dict[tuple[int, int], float] = {}
+        self._floors: dict[tuple[int, int], float] = {}
         self._offered: dict[int, list[tuple[MoveKind, int, list[str]]]] = {}
         self._fitting: dict[int, list[tuple[int, MoveKind, int, list[str]]]] = {}
         self._by_cost: dict[tuple[int, float], list[tuple[int, MoveKind, int, list[str]]]] = {}
@@ -146,7 +147,9 @@ class Round:
                 for g in report.elastic:
                     if g.settled or self.unsettled:
                         key = self.key(g, g.requirements)
-                        entry = (g.priority, g.interruption_penalty, g.cost_per_hour)
+                        entry = (
+                            g.priority, g.interruption_penalty, g.cost_per_hour, g.displace_below
+                        )  # fmt: skip
                         groups.setdefault(key, (g.requirements, []))[1].append(entry)
             kept = self._grouped[(shard, what)] = [
                 (key, reqs, sorted(entries, reverse=True))
@@ -180,13 +183,33 @@ class Round:
                     top = max(
                         (
                             prio
-                            for prio, penalty, cost in entries
+                            for prio, penalty, cost, _ in entries
                             if self.cost(shard, p, penalty) < cost
                         ),
                         default=top,
                     )
             self._saves[(shard, p)] = top
         return top > -inf and top >= priority
+
+    def displaces(self, shard: int, p: int, priority: int) -> bool:
+        """Whether profile `p` would stand in for elastic machines of a need of `shard`'s own
+        (as `saves` counts them) whose displacement floor is above `priority`: a need that far
+        below would have its machine drained for it (`for_cost.cost_victims`), so a free one
+        given to it would only be sent back."""
+        top = self._floors.get((shard, p))
+        if top is None:
+            top = max(
+                (
+                    floor
+                    for key, reqs, entries in self._by_key(shard, "saves")
+                    if self.fits(key, reqs, shard, p)
+                    for _, penalty, cost, floor in entries
+                    if self.cost(shard, p, penalty) < cost
+                ),
+                default=-inf,
+            )
+            self._floors[(shard, p)] = top
+        return top > priority
 
     def keeps(self, shard: int, p: int, priority: int) -> bool:
         """Whether `shard` keeps its free machines of profile `p` from another shard's need at
