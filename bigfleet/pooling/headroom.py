@@ -15,7 +15,10 @@ more than theirs by as much, the furthest below first, whole machines only: dema
 day, and a machine should not follow every wobble (the day on 4 shards moved 954 machines
 back and forth with no band, at a median of 5.5 minutes apart; 643 with it, 29 minutes
 apart). A shard with machines on their way to it (`settling`: its report does not count them
-yet) gets none until it reports them.
+yet) gets none until it reports them; nor does a shard that would not otherwise pay for what
+the machines would serve (`buys`: it runs cloud machines or is short for a need the kind fits,
+or holds a free cloud slot such a need would be given): a shard served from owned machines
+alone, with nothing to buy, gains nothing from idle ones at home but a longer inventory.
 
 A *kind* is a provider's instance type in one zone at one capacity type: machines of one kind
 differ only by rack, and a need that fits one fits all (unless it asks for a rack, which the
@@ -30,9 +33,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Set
 
-from ..cost import OWNED
-from ..models import INT32_MIN
-from ..reports import MoveKind
+from ..cost import ELASTIC, OWNED
+from ..models import INT32_MIN, Shortfall
+from ..reports import ElasticGroup, MoveKind
 from .for_cost import Take
 from .index import Round
 from .quota import QUOTA
@@ -87,6 +90,30 @@ def shares(rnd: Round, kind: dict[int, Free], asked: Asked) -> dict[int, float]:
     return {s: min(n, held * n / total) for s, n in wants.items()} if total else {}
 
 
+def buys(rnd: Round, shard: int, kind: dict[int, Free], used: set[str]) -> bool:
+    """Whether `shard` would pay for what a machine of `kind` would serve: it runs cloud
+    machines for a need, or is short for one, that the kind fits, or holds a free cloud slot
+    that one of its needs the kind fits would be given."""
+    rep, free = next(iter(kind.items()))
+    p = free[0][1]
+    report = rnd.reports[shard]
+
+    def kind_fits(w: object, requirements: list) -> bool:
+        return rnd.fits(rnd.key(w, requirements), requirements, rep, p)
+
+    wants: list[ElasticGroup | Shortfall] = [*report.elastic, *report.shortfalls]
+    if any(kind_fits(w, w.requirements) for w in wants):
+        return True
+    mine = [d for d in report.demand if d.count > 0 and kind_fits(d, d.requirements)]
+    return any(
+        rnd.fits(rnd.key(d, d.requirements), d.requirements, shard, q)
+        for _, q, _ in rnd.free(
+            shard, used, lambda q: rnd.profiles[shard][q].capacity_type in ELASTIC
+        )
+        for d in mine
+    )
+
+
 def headroom_moves(rnd: Round, used: set[str], take: Take, settling: Set[int]) -> None:
     """This round's moves of free owned machines from shards holding more than their share
     to shards holding less and not `settling`, through `take` (see the module)."""
@@ -99,7 +126,7 @@ def headroom_moves(rnd: Round, used: set[str], take: Take, settling: Set[int]) -
         short = sorted(
             (held[s] - n, s)
             for s, n in share.items()
-            if n - held[s] >= max(1.0, BAND * n) and s not in settling
+            if n - held[s] >= max(1.0, BAND * n) and s not in settling and buys(rnd, s, kind, used)
         )
         for gap, receiver in short:
             want = int(-gap)

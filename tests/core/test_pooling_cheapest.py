@@ -102,8 +102,8 @@ def test_free_owned_machines_are_spread_over_the_shards_by_demand():
     free owned GPUs, 8 of one rack. Shares of the 8: 8 × 6/8 = 6, 8 × 2/8 = 2, 0: shard 3 gives
     6 to shard 1 and 2 to shard 2, before either has a burst. Runs begun before leave them."""
     reports = (
-        users(1, 6, dearer=False),
-        users(2, 2, dearer=False),
+        users(1, 6, dearer=True),
+        users(2, 2, dearer=True),
         report(3, speculative=owned_slots(8)),
     )
     c = coordinator(*reports)
@@ -124,13 +124,13 @@ def test_a_shard_close_to_its_share_moves_nothing():
     its share away from it). With 5 and 2 free, shard 2 is 1 under and shard 1 2 over (1
     beyond its band of 0.75): 1 moves."""
     even = coordinator(
-        users(1, 3, dearer=False, speculative=owned_slots(4)),
-        users(2, 3, dearer=False, speculative=owned_slots(3, start=10)),
+        users(1, 3, dearer=True, speculative=owned_slots(4)),
+        users(2, 3, dearer=True, speculative=owned_slots(3, start=10)),
     )
     assert even.plan() == []
     uneven = coordinator(
-        users(1, 3, dearer=False, speculative=owned_slots(5)),
-        users(2, 3, dearer=False, speculative=owned_slots(2, start=10)),
+        users(1, 3, dearer=True, speculative=owned_slots(5)),
+        users(2, 3, dearer=True, speculative=owned_slots(2, start=10)),
     )
     assert moved(uneven) == [(MoveKind.SPECULATIVE, 1, 2, 1)]
 
@@ -139,23 +139,35 @@ def test_a_shard_short_of_the_kind_keeps_its_free_ones_and_cpu_demand_draws_no_g
     """Shard 2 holds 4 free GPUs and asks for 1, but is short of GPUs itself (its engine has not
     used them yet): it keeps them, though its share is 4 × 1/5 = 0.8. Shard 3's needs ask for
     CPU machines only: no share of the GPUs."""
+    buying = [elastic(2, 55.0)]  # (cloud machines running: a shard that would buy)
     c = coordinator(
-        users(1, 4, dearer=False),
+        users(1, 4, dearer=False, elastic=buying),
         users(2, 1, dearer=False, speculative=owned_slots(4), shortfalls=[shortfall(1)]),
-        users(3, 50, CPU_REQ, dearer=False),
+        users(3, 50, CPU_REQ, dearer=False, elastic=buying),
     )
     assert c.plan() == []
     assert moved(
-        coordinator(
-            users(1, 4, dearer=False), users(2, 1, dearer=False, speculative=owned_slots(4))
-        )
+        coordinator(users(1, 4, dearer=True), users(2, 1, dearer=True, speculative=owned_slots(4)))
     ) == [(MoveKind.SPECULATIVE, 2, 1, 3)]
 
 
+def test_a_shard_with_nothing_to_buy_gets_no_free_machines_ahead_of_need():
+    """Shard 1's needs ask for 4 GPUs, all served from owned machines: no cloud slot to buy
+    from, no cloud machine running, not short. Shard 3's 40 free owned GPUs stay: at shard 1
+    they would only wait there as they wait at shard 3 (its next burst is a shortfall, which
+    takes them first, design §9)."""
+    c = coordinator(users(1, 4, dearer=False), report(3, speculative=owned_slots(40)))
+    assert c.plan() == []
+
+
 def test_cloud_slots_are_not_spread_by_this_rule():
-    """Shard 3 holds 4 free spot slots and serves nobody; shard 1's needs ask for 4 GPUs but it
-    holds nothing dearer to buy: the quota rule gives it none (`quota.py`), nor does this one."""
-    c = coordinator(users(1, 4, dearer=False), report(3, speculative=many(spot, 4, price=25.0)))
+    """Shard 3 holds 4 free spot slots and serves nobody; shard 1's needs ask for 4 GPUs and it
+    runs 4 cloud machines at $20/h (a buyer), but holds no free slot dearer than spot: the
+    quota rule gives it none (`quota.py`), nor does this one (owned machines only)."""
+    runs = [elastic(4, 20.0)]
+    c = coordinator(
+        users(1, 4, dearer=False, elastic=runs), report(3, speculative=many(spot, 4, price=25.0))
+    )
     assert c.plan() == []
 
 
@@ -163,14 +175,14 @@ def test_no_shard_gets_more_free_machines_than_its_needs_ask_for():
     """Shard 3 holds 40 free owned GPUs and serves nobody; shard 1's needs ask for 4: its share
     is 4 (not all 40: a fleet with more free machines than demand does not pile them onto the
     few shards with demand)."""
-    c = coordinator(users(1, 4, dearer=False), report(3, speculative=owned_slots(40)))
+    c = coordinator(users(1, 4, dearer=True), report(3, speculative=owned_slots(40)))
     assert moved(c) == [(MoveKind.SPECULATIVE, 3, 1, 4)]
 
 
 def test_a_shard_with_machines_on_their_way_gets_none_until_it_reports_them():
     """The same fleet, with 4 machines already on their way to shard 1 (an earlier round's move:
     its report does not show them yet): nothing more moves, or it would get 8."""
-    c = coordinator(users(1, 4, dearer=False), report(3, speculative=owned_slots(40)))
+    c = coordinator(users(1, 4, dearer=True), report(3, speculative=owned_slots(40)))
     assert c.plan(pending={(1, "", 0): 4}) == []
 
 
