@@ -12,8 +12,8 @@ more than that (a fleet with more free machines than demand leaves the rest wher
 rather than piling them onto the few shards with demand). A shard holding fewer than its share
 by at least a machine and a quarter of its share (`BAND`) gets machines from shards holding
 more than theirs by as much, the furthest below first, whole machines only: demand moves all
-day, and a machine should not follow every wobble (the day on 4 shards moved 954 machines
-back and forth with no band, at a median of 5.5 minutes apart; 643 with it, 29 minutes
+day, and a machine should not follow every wobble (the day on 4 shards sent 954 machines back
+where they came from with no band, at a median of 5.5 minutes apart; 644 with it, 30 minutes
 apart). A shard with machines on their way to it (`settling`: its report does not count them
 yet) gets none until it reports them; nor does a shard that would not otherwise pay for what
 the machines would serve (`buys`: it runs cloud machines or is short for a need the kind fits,
