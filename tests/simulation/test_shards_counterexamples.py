@@ -10,6 +10,8 @@ shards 1 and 0; the cloud's slots are dealt one by one."""
 
 from __future__ import annotations
 
+import json
+import pathlib
 from typing import Any
 
 import pytest
@@ -252,3 +254,15 @@ def test_the_requirement_key_is_the_instance_type() -> None:
         HOUR,
     )
     assert outcome(run_on(raw, 1))["served"][">=900000"] > 0.9
+
+
+@TODAY
+def test_a_fleet_found_exploring_costs_twice_as_much_on_4_shards() -> None:
+    """Found by `python -m tests.simulation.shards_explore --examples 150` (2026-12-07, not
+    shrunk yet): 4 bare-metal racks (one of 4 GPUs), p5 on-demand at $98.32/h, m6i on-demand
+    and spot; two clusters with GPU needs and `same`-rack needs over 2 hours. One shard:
+    $170.16 ($97.76 on-demand), the top band served 0.54. On 4 shards: $365.87 ($292.77
+    on-demand), 0.43. The same on d392940 and after rules 10 and 11; why is not looked into."""
+    path = pathlib.Path(__file__).parent / "counterexamples" / "explored-4-shards-2x.json"
+    raw = json.loads(path.read_text())
+    assert on_shards(raw, 4) == []
