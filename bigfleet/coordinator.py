@@ -392,7 +392,7 @@ class Coordinator:
             if self.follows_use:
                 quota_moves(rnd, used, take)
             if self.cheapest_first:
-                headroom_moves(rnd, used, take, coming | {m[2] for m in moves})
+                headroom_moves(rnd, used, take, coming | {m.receiver for m in moves.values()})
         return list(moves.values())
 
     def _offers(
@@ -407,18 +407,9 @@ class Coordinator:
             if (
                 k is kind
                 and donor != receiver
-                and not (self.pools and self._keeps(rnd, donor, p, sf.priority))
+                and not (self.pools and rnd.keeps(donor, p, sf.priority, self.cheapest_first))
             ):
                 yield from ((donor, mid) for mid in ids if mid not in used)
-
-    def _keeps(self, rnd: Round, donor: int, p: int, priority: int) -> bool:
-        """Whether `donor` keeps its free machines of profile `p` from a shortfall at
-        `priority` (`Round.keeps`; with `cheapest_first`, only when short of them itself, or
-        when a need of its own they would save on would displace one at `priority`: one shard
-        serves every short need before it moves a served one onto cheaper machines)."""
-        if self.cheapest_first:
-            return rnd.short_of(donor, p, priority) or rnd.displaces(donor, p, priority)
-        return rnd.keeps(donor, p, priority)
 
     def _victims(
         self, rnd: Round, receiver: int, sf: Shortfall, used: set[str]

@@ -86,11 +86,8 @@ def free_by_shard(
     for shard in rnd.shards:
 
         def given(p: int, shard: int = shard) -> bool:
-            if rnd.profiles[shard][p].capacity_type not in OWNED:
-                return False
-            if service_first:  # (as `Coordinator._keeps` has it)
-                return not (rnd.short_of(shard, p, INT32_MIN) or rnd.displaces(shard, p, INT32_MIN))
-            return not rnd.keeps(shard, p, INT32_MIN)
+            owned = rnd.profiles[shard][p].capacity_type in OWNED
+            return owned and not rnd.keeps(shard, p, INT32_MIN, service_first)
 
         found: Counter = Counter()
         for _, p, ids in rnd.free(shard, busy, given):

@@ -211,8 +211,13 @@ class Round:
             self._floors[(shard, p)] = top
         return top > priority
 
-    def keeps(self, shard: int, p: int, priority: int) -> bool:
+    def keeps(self, shard: int, p: int, priority: int, service_first: bool = False) -> bool:
         """Whether `shard` keeps its free machines of profile `p` from another shard's need at
         `priority`: it is short of them at that priority or above, or would replace elastic
-        machines of a settled need of its own at that priority or above with them."""
+        machines of a settled need of its own at that priority or above with them. With
+        `service_first` (`Coordinator.cheapest_first`), not to save cost alone: only when a
+        need of its own they would save on would displace one at `priority` (`displaces`);
+        one shard serves every short need before it moves a served one onto cheaper machines."""
+        if service_first:
+            return self.short_of(shard, p, priority) or self.displaces(shard, p, priority)
         return self.short_of(shard, p, priority) or self.saves(shard, p, priority)
