@@ -202,17 +202,15 @@ class NoticeBook:
 
     def _unhealthy(self, inv: Inventory) -> dict[str, list[str]]:
         """Per cluster, its configured machines that are unhealthy (sorted ids)."""
-        n = inv.rows_used
-        configured = inv.state[:n] == CODE[S.CONFIGURED]
-        sick = set(
-            np.flatnonzero(configured & (inv.missed[:n] >= self.policy.health_missed_reports))
-            .tolist()
-        )
+        n, configured = inv.rows_used, CODE[S.CONFIGURED]
+        # (Few rows miss reports: their states are read after.)
+        missing = np.flatnonzero(inv.missed[:n] >= self.policy.health_missed_reports)
+        sick = {row for row in missing.tolist() if inv.state[row] == configured}
         for mid in list(self.strikes) + [
             m for m, noted in self.notes.items() if noted.notice.kind is K.UNHEALTHY
         ]:
             row = inv.ids.find(mid)
-            if row >= 0 and configured[row]:
+            if 0 <= row < n and inv.state[row] == configured:
                 sick.add(row)
         out: dict[str, list[str]] = {}
         for row in sick:

@@ -6,7 +6,6 @@ of machines); rows are picked only for the machines an action names, in one pass
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -302,14 +301,11 @@ class FastEngine:
         state = inv.state[:n]
         profiles = inv.profiles.profiles
         since = inv.since[:n]
-        limits = np.full(256, np.inf)
+        limits = timeout_limits(policy)
         # Per state, a `since` (whole seconds) below which a row may be overdue: a superset
-        # by a second's margin, read as uint32 like the column; the exact test runs on it.
-        before = np.zeros(256, dtype=np.uint32)
-        for s, limit in policy.transition_timeouts().items():
-            limits[CODE[s]] = limit
-            if math.isfinite(limit):  # (the policy allows no timeout: infinity)
-                before[CODE[s]] = min(max(math.floor(now - limit) + 2, 0), 0xFFFFFFFF)
+        # by a second's margin, read as uint32 like the column; the exact test runs on it
+        # (a state with no timeout, infinity: 0, no row).
+        before = np.clip(np.floor(now - limits) + 2, 0, 0xFFFFFFFF).astype(np.uint32)
         maybe = np.flatnonzero(since < before[state])
         age = now - since[maybe].astype(np.float64)
         for r in maybe[age > limits[state[maybe]]].tolist():
@@ -381,3 +377,22 @@ def _rows_of(holders: list[tuple[np.ndarray, Need]]) -> np.ndarray:
     if not holders:
         return np.zeros(0, dtype=np.int64)
     return np.concatenate([rows for rows, _ in holders]).astype(np.int64, copy=False)
+
+
+_LIMITS: dict[tuple[tuple[MachineState, float], ...], np.ndarray] = {}
+
+
+def timeout_limits(policy: Policy) -> np.ndarray:
+    """Each state code's transition timeout (infinity: none), made once per set of timeouts:
+    upkeep reads it every cycle."""
+    key = tuple(policy.transition_timeouts().items())
+    limits = _LIMITS.get(key)
+    if limits is None:
+        limits = np.full(256, np.inf)
+        for s, limit in key:
+            limits[CODE[s]] = limit
+        limits.flags.writeable = False
+        if len(_LIMITS) > 64:
+            _LIMITS.clear()
+        _LIMITS[key] = limits
+    return limits
