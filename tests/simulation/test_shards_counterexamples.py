@@ -262,7 +262,20 @@ def test_a_fleet_found_exploring_costs_twice_as_much_on_4_shards() -> None:
     shrunk yet): 4 bare-metal racks (one of 4 GPUs), p5 on-demand at $98.32/h, m6i on-demand
     and spot; two clusters with GPU needs and `same`-rack needs over 2 hours. One shard:
     $170.16 ($97.76 on-demand), the top band served 0.54. On 4 shards: $365.87 ($292.77
-    on-demand), 0.43. The same on d392940 and after rules 10 and 11; why is not looked into."""
+    on-demand), 0.43. The same on d392940 and after rules 10 and 11.
+
+    Why (looked into on 26f0244), two things, neither a move the coordinator misses:
+    - The cost is the order the needs arrive in. The 4 H100s go, on one shard, to c2's and
+      c3's 500000 GPU needs, which arrive with c1's 100000 one and are placed first by
+      priority. On 4 shards c1 shares the rack's shard with c3 only, so it takes the fourth
+      H100, and c2 buys a p5 ($98.32/h) for the two hours. Displacing c1 for cost is what
+      `displace_gap` (900000) forbids, on one shard as on four: with c1's roll-up 30 s before
+      the others', one shard costs $843.76 and 4 shards $843.11. What would fix both is the
+      swap across cycles (decision 0012, "not yet done").
+    - The top band: c5's 1000000 need wants 6 machines in one rack, and no rack holds 6. On
+      one shard its cluster's cpu-64 machines (bought for its 500000 need) are claimed for it
+      as they carry a rack label: 1 to 3 of 6, counted as served. On 4 shards c5's shard holds
+      only m6i machines, which carry none."""
     path = pathlib.Path(__file__).parent / "counterexamples" / "explored-4-shards-2x.json"
     raw = json.loads(path.read_text())
     assert on_shards(raw, 4) == []
