@@ -1,7 +1,9 @@
 """`bigfleet bench coordinator`: one planning round of the coordinator (issue 45) on synthetic
 shard reports, timed: the plan (`Coordinator.plan`), the pool's stranded count
-(`pooling/stranded.py`) and the shards' summaries (`pooling/ask_first.py`). A round runs in one
-workflow task, which must end within the SDK's 2 s deadlock bound.
+(`pooling/stranded.py`) and the shards' summaries (`pooling/ask_first.py`). A workflow task must
+end within the SDK's 2 s deadlock bound: the coordinator workflow plans a round in steps
+(`pooling/pace.py`), then counts the stranded machines and makes the summaries in a task each;
+the longest step is timed too.
 
 Each shard reports `groups` settled needs paying for elastic machines (5 each, at a random
 priority, for a random one of `profiles` instance types), 10 idle owned machines of each
@@ -103,6 +105,19 @@ def _ms(f: Any) -> tuple[float, Any]:
     return round(1000 * (time.perf_counter() - start), 1), out
 
 
+def _steps(c: Coordinator) -> tuple[list[float], list]:
+    """The plan in the coordinator workflow's steps (`pooling/pace.py`): each step's ms."""
+    steps, times = c.plan_steps(), []
+    while True:
+        start = time.perf_counter()
+        try:
+            next(steps)
+        except StopIteration as done:
+            times.append(round(1000 * (time.perf_counter() - start), 1))
+            return times, done.value
+        times.append(round(1000 * (time.perf_counter() - start), 1))
+
+
 def run(sizes: list[int], groups: int = 128, profiles: int = 20, seed: int = 7) -> dict:
     rows = []
     for shards in sizes:
@@ -110,7 +125,8 @@ def run(sizes: list[int], groups: int = 128, profiles: int = 20, seed: int = 7) 
         for r in _reports(shards, groups, profiles, seed):
             c.receive(r, 0.0)
         reports, members = c.reports, c.shards
-        plan_ms, moves = _ms(c.plan)
+        steps, moves = _steps(c)
+        plan_ms = round(sum(steps), 1)
         stranded_ms, _ = _ms(lambda: stranded(reports))  # noqa: B023 (called at once)
         summary_ms, _ = _ms(lambda: summaries(reports, members, 1, 0.0))  # noqa: B023
         short_ms, _ = _ms(lambda: short_beside_free(reports, (), c.last_round))  # noqa: B023
@@ -119,6 +135,8 @@ def run(sizes: list[int], groups: int = 128, profiles: int = 20, seed: int = 7) 
                 "shards": shards,
                 "elastic_groups": shards * groups,
                 "plan_ms": plan_ms,
+                "plan_steps": len(steps),
+                "longest_step_ms": max(steps),
                 "machines_moved": sum(len(m.machine_ids) for m in moves),
                 "stranded_ms": stranded_ms,
                 "summaries_ms": summary_ms,
@@ -133,12 +151,14 @@ def render(result: dict) -> str:
     lines = [
         f"one coordinator round, {result['groups_per_shard']} elastic groups a shard, "
         f"{result['profiles']} instance types",
-        f"{'shards':>7} {'groups':>7} {'plan ms':>9} {'moved':>7} {'stranded ms':>12} "
+        f"{'shards':>7} {'groups':>7} {'plan ms':>9} {'steps':>6} {'longest':>8} "
+        f"{'moved':>7} {'stranded ms':>12} "
         f"{'summaries ms':>13} {'short ms':>9} {'quota moved':>12}",
     ]
     for r in result["rows"]:
         lines.append(
             f"{r['shards']:>7} {r['elastic_groups']:>7} {r['plan_ms']:>9} "
+            f"{r['plan_steps']:>6} {r['longest_step_ms']:>8} "
             f"{r['machines_moved']:>7} {r['stranded_ms']:>12} {r['summaries_ms']:>13} "
             f"{r['short_beside_free_ms']:>9} {r['quota_moved']:>12}"
         )

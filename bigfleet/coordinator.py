@@ -10,10 +10,8 @@ speculative quota, then — only when neither exists anywhere and the priority i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
-
-from pydantic import Field
 
 from .assignment import cluster_shard
 from .cluster_questions import MAX_ASKED as MAX_ASKED
@@ -24,13 +22,15 @@ from .cluster_questions import ClusterOwners as ClusterOwners
 from .cluster_questions import ClusterQuestion as ClusterQuestion
 from .cluster_questions import wants_of as wants_of
 from .cost import drain_grace_period
+from .fleet_shape import MembershipThresholds as MembershipThresholds
 from .fleet_shape import merge_candidate, split_candidate
-from .models import Shortfall, Wire
+from .models import Shortfall
 from .pooling.bounds import IDLE_SHARE, Budgets
 from .pooling.for_cost import Asker, cost_moves
 from .pooling.headroom import headroom_moves
 from .pooling.holdings import Wants, fitting
 from .pooling.index import Round
+from .pooling.pace import Pace, finish
 from .pooling.quota import quota_moves
 from .pooling.whole_rack import rack_moves
 from .reports import REPORT_SECONDS, MoveKind, ShardReport
@@ -43,16 +43,6 @@ PLAN_SHORTFALLS = 500  # shortfalls a round answers, at most (the highest priori
 # coordinator's run begun before keeps the bound it had (ASSIGNMENT_BYTES_BEFORE).
 ASSIGNMENT_BYTES = 300_000
 ASSIGNMENT_BYTES_BEFORE = 1_000_000
-
-
-class MembershipThresholds(Wire):
-    """Seed §16: split a shard over either split threshold; merge two shards under both merge
-    thresholds (`merge_machines` 0: never merge on its own)."""
-
-    split_machines: int = Field(default=400_000, ge=1)
-    split_clusters: int = Field(default=2_000, ge=1)
-    merge_machines: int = Field(default=0, ge=0)
-    merge_clusters: int = Field(default=50, ge=0)
 
 
 ESCALATE_MAX = 1000  # blocked drains escalated in one round, at most (one activity's input)
@@ -318,6 +308,19 @@ class Coordinator:
         `pools`) `idle_share` in hand-overs (`pooling/bounds.py`; shards refuse more);
         machines in `busy` (already moving) are left alone, and `pending` machines per
         (receiver, cluster, priority), already on their way, are not asked for again."""
+        return finish(self.plan_steps(max_share, busy, pending, idle_share))
+
+    def plan_steps(
+        self,
+        max_share: float = MAX_SHARE,
+        busy: Iterable[str] = (),
+        pending: Mapping[tuple[int, str, int], int] | None = None,
+        idle_share: float = IDLE_SHARE,
+        pace: Pace | None = None,
+    ) -> Generator[None, None, list[Move]]:
+        """`plan` in steps (`pooling/pace.py`): it yields after each `pace` step of work, the
+        same moves in the end (its return value). The reports must not change between steps."""
+        pace = pace or Pace(len(self.reports))
         used: set[str] = set(busy)
         pending = dict(pending or {})
         coming = {r for (r, _, _), n in pending.items() if n > 0}  # (receivers of earlier moves)
@@ -345,13 +348,16 @@ class Coordinator:
             key = (kind, donor, receiver, sf.priority, grace, sf.cluster, reason)
             self._take(moves, key, mid)
             used.add(mid)
+            pace.add()
             budget.spend(kind, donor)
             return True
 
-        # (With `pools`, the highest PLAN_SHORTFALLS a round: its planning runs in one workflow
-        # task, bounded by the SDK's 2 s deadlock check; the rest wait for the next round.)
+        # (With `pools`, the highest PLAN_SHORTFALLS a round, in steps of `pace` (the SDK's 2 s
+        # bound on a workflow task: pooling/pace.py); the rest wait for the next round.)
         limit = PLAN_SHORTFALLS if self.pools else None
         for receiver, sf in self.fleet_shortfalls()[:limit]:
+            if pace.tick():
+                yield
             if sf.repair_held:
                 continue  # a held repair is a human's
             if _confined_to_a_domain(sf):
@@ -388,7 +394,9 @@ class Coordinator:
                     want -= 1
         self.last_round = rnd
         if self.pools:
-            cost_moves(rnd, used, still_wanted, take, not self.follows_use, self.cheapest_first)
+            yield from cost_moves(
+                rnd, used, still_wanted, take, pace, not self.follows_use, self.cheapest_first
+            )
             if self.follows_use:
                 quota_moves(rnd, used, take)
             if self.cheapest_first:

@@ -5,8 +5,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from pydantic import Field
+
+from .models import Wire
 from .pooling.index import Round
 from .reports import ShardReport
+
+
+class MembershipThresholds(Wire):
+    """Seed §16: split a shard over either split threshold; merge two shards under both merge
+    thresholds (`merge_machines` 0: never merge on its own)."""
+
+    split_machines: int = Field(default=400_000, ge=1)
+    split_clusters: int = Field(default=2_000, ge=1)
+    merge_machines: int = Field(default=0, ge=0)
+    merge_clusters: int = Field(default=50, ge=0)
+
 
 # Rounds in a row a shard is short while other shards report free machines its shortfalls fit
 # before it is proposed for a split (issue 45): 10 rounds of 30 s, 5 minutes.

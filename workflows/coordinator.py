@@ -125,7 +125,8 @@ class CoordinatorWorkflow(FleetChanges, PoolVisible, SendsPoolSummaries, TakesSi
             raise Rejected(f"shard_report: at: older than shard {report.shard}'s last report")
         if len(report.clusters) > MAX_REPORT_CLUSTERS:
             raise Rejected(f"shard_report: clusters: more than {MAX_REPORT_CLUSTERS}")
-        self.c.receive(report, now)
+        if not self._hold(report, now):  # (a round planning in steps takes it after)
+            self.c.receive(report, now)
 
     @accepts(str)
     def saga_done(self, saga_id: str) -> None:
@@ -362,7 +363,9 @@ class CoordinatorWorkflow(FleetChanges, PoolVisible, SendsPoolSummaries, TakesSi
             key = (saga["receiver"], saga["cluster"], saga["priority"])
             pending[key] = pending.get(key, 0) + len(saga["machine_ids"])
         self._pool_rules()
-        for move in self.pool.planned(self.c.plan(inp.max_share, busy, pending, inp.idle_share)):
+        moves, stepped = await self._plan(inp, busy, pending)
+        await self._pause(stepped)  # (a large fleet's round: the gauges' count below is a step)
+        for move in self.pool.planned(moves):
             # A saga's release returns the machines' records in one reply: parts of at most
             # RECORDS_MAX (shards refuse more).
             part = RECORDS_MAX if workflow.patched(SMALL_PAYLOADS) else RECORDS_MAX_BEFORE
@@ -376,6 +379,7 @@ class CoordinatorWorkflow(FleetChanges, PoolVisible, SendsPoolSummaries, TakesSi
                     move.cluster,
                     move.grace_seconds,
                 )
+        await self._pause(stepped)  # (and the summaries another)
         await self._send_pool_summaries()  # (each shard: what the others hold free)
         if workflow.patched(ESCALATE_PATCH):  # (runs begun before escalate nothing)
             await self._escalate_blocked(inp)

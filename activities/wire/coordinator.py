@@ -12,6 +12,7 @@ from bigfleet.coordinator import MAX_SHARE, MembershipThresholds
 from bigfleet.decommission import DecommissionRequest as DecommissionRequest
 from bigfleet.models import Machine
 from bigfleet.pooling.bounds import IDLE_SHARE
+from bigfleet.pooling.pace import STEP_WORK
 
 from .base import Model
 
@@ -137,6 +138,9 @@ class CoordinatorInput(Model):
     # A preemption drain that blocks an escalated shortfall is escalated to this grace, the
     # floor: no workload is given less by it (bigfleet/blocked.py).
     drain_floor_seconds: float = Field(default=60.0, ge=0)
+    # Work a step of a round's plan, each step its own workflow task (bigfleet/pooling/pace.py;
+    # the default keeps a step of a 100-shard round near 0.3 s of a quiet core).
+    plan_step_work: int = Field(default=STEP_WORK, ge=1)
     state: dict[str, Any] | None = None
 
 

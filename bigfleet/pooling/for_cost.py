@@ -38,6 +38,7 @@ from ..profiles import Profile
 from ..reports import ElasticGroup, MoveKind, ShardReport
 from .fits import fits
 from .index import Round
+from .pace import Pace
 
 # Groups of elastic machines a round looks at, at most (the dearest): a round's planning runs
 # in one workflow task, which must end within the SDK's 2 s deadlock bound (`bigfleet bench
@@ -151,15 +152,18 @@ def cost_moves(
     used: set[str],
     wanted: Wanted,
     take: Take,
+    pace: Pace,
     settled_only: bool = False,
     cheapest: bool = False,
-) -> None:
+) -> Iterator[None]:
     """This round's moves for cost, through `take`: for each need paying for elastic
     machines, the dearest first, free machines of other shards that would stand in for them,
     then, for a settled need, other shards' backfill that its shard would displace (see the
     module). With `settled_only`, settled needs only (coordinator runs begun before); with
     `cheapest`, the cheapest free machines first (`cost_offers`)."""
     for receiver, group in spend_order(rnd.reports, settled_only=settled_only):
+        if pace.tick():
+            yield  # (a step of the round's plan: `pooling/pace.py`)
         want = wanted(receiver, group.cluster, group.priority, group.count)
         home = at_home(rnd, receiver, group, used)
         # (Runs begun before: any free stand-in at home waits, however dear.)

@@ -141,6 +141,36 @@ async def test_a_shortfall_is_served_from_another_shards_rack(dev_env: WorkflowE
         assert sagas
 
 
+async def test_a_round_planned_in_steps_serves_the_shortfall(dev_env: WorkflowEnvironment):
+    """A round's plan in steps, each its own workflow task (bigfleet/pooling/pace.py: a large
+    fleet's round outlasts the SDK's 2 s task bound on a busy core). With a step for every
+    shortfall (`plan_step_work` 1), shard 1's need is served from shard 0's rack as in one
+    step, the coordinator's history shows the steps' short timers, and it keeps running."""
+    client = dev_env.client
+    raw = two_shard_fleet()
+    cluster = raw["clusters"][0]["name"]
+    async with fleet_workers(client, raw):
+        await start_coordinator(client, plan_step_work=1)
+        await start(client, raw)
+        await ask(client, 1, cluster, 1_000_000, 4)
+        await eventually(
+            lambda: machines_of(client, 1), lambda m: m["CONFIGURED"] == 4, timeout=60
+        )
+        coordinator = client.get_workflow_handle(COORDINATOR_ID)
+        steps = [
+            e
+            async for e in coordinator.fetch_history_events()
+            if e.HasField("timer_started_event_attributes")
+            and e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta().total_seconds()
+            < 0.5
+        ]
+        assert steps, "no round was planned in steps"
+        assert (await coordinator.describe()).status == WorkflowExecutionStatus.RUNNING
+        assert sum((await machines_of(client, 0)).values()) + sum(
+            (await machines_of(client, 1)).values()
+        ) == 40
+
+
 async def test_shards_refuse_stale_and_oversized_instructions(dev_env: WorkflowEnvironment):
     client = dev_env.client
     raw = two_shard_fleet()
