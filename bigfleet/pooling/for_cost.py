@@ -40,9 +40,9 @@ from .fits import fits
 from .index import Round
 from .pace import Pace
 
-# Groups of elastic machines a round looks at, at most (the dearest): a round's planning runs
-# in one workflow task, which must end within the SDK's 2 s deadlock bound (`bigfleet bench
-# coordinator`, docs/benchmarks.md). The rest wait for a later round.
+# Groups of elastic machines a round looks at, at most (the dearest), so that a round's plan
+# stays short (it runs in steps, each a workflow task within the SDK's 2 s deadlock bound:
+# `pace.py`, `bigfleet bench coordinator`, docs/benchmarks.md). The rest wait for a later round.
 COST_GROUPS = 500
 
 
