@@ -13,6 +13,7 @@ from ..coordinator import Coordinator, Move
 from ..decommission import DecommissionRequest, decommission_plan
 from ..models import DeleteAction, DeleteReason, DrainAction, DrainReason
 from ..pooling.ask_first import summaries, tell
+from ..pooling.stranded import stranded
 from ..reports import REPORT_SECONDS, MoveKind
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ class Rebalancer:
         for shard in self.sim.shards:
             report = shard.report(now, sample=0) if alone else shard.report(now)
             self.coordinator.receive(report, now)
+        if not alone:  # (what the coordinator's gauge shows, from these reports)
+            self.sim.recorder.beside = sum(stranded(self.coordinator.reports).values())
         # Handed over before the receiver's cycle that this round's reports reflect: settled.
         self.settling = [(m, t) for m, t in self.settling if t >= now]
         on_the_way = self.draining + [m for m, _ in self.settling]

@@ -15,7 +15,6 @@ from ..models import (
     ClusterCapacityNeeds,
     Machine,
     MachineState,
-    Resources,
 )
 from ..transitions import Corrective
 from .measures import BANDS, Asks, WaitBook, band, moved_within_cluster
@@ -64,11 +63,10 @@ class Recorder:
         self.rate_limits: Counter[str] = Counter()
         self.cost: dict[str, float] = dict.fromkeys(CAPACITY_TYPES, 0.0)
         self.idle_machine_hours = 0.0
-        # Cloud machine-hours bought in one shard while owned machines that could stand in for
-        # them sat idle in another (`stranded`), and the count behind it at the shards'
-        # inventory versions.
+        # Elastic machine-hours run in one shard while free owned machines in another would
+        # stand in for them (`stranded`), and the count at the coordinator's last round.
         self.stranded_machine_hours = 0.0
-        self._stranded: tuple[tuple[int, ...], int] | None = None
+        self.beside = 0
         self.needs: dict[tuple[str, int], NeedTrack] = {}
         self.rejected_rollups: list[str] = []
         self.book = WaitBook()
@@ -311,44 +309,14 @@ class Recorder:
         self.idle_machine_hours += cached[2] * hours
 
     def stranded(self, shards: list[Shard], seconds: float) -> None:
-        """Integrate over `seconds` the cloud machines (on-demand or spot, running or on their
-        way) bought in one shard while an owned machine idle in another shard (IDLE, or
-        SPECULATIVE: paid for, given to no cluster) could have stood in for each: the same
-        GPUs and at least the CPUs and memory (the needs' other requirements, zones or
-        instance types, are not weighed). Each idle machine stands in for one cloud machine
-        at a time. Zero on one shard (issue 45)."""
+        """Integrate over `seconds` the elastic machines one shard runs while free owned
+        machines in another would stand in for them for less, as the coordinator counts them
+        for its gauge from the shards' last reports (`pooling/stranded.py`: the needs'
+        requirements weighed; a lower bound, from bounded samples), set each round by the
+        simulator's coordinator (`beside`). Zero on one shard (issue 45)."""
         if len(shards) < 2 or seconds <= 0:
             return
-        versions = tuple(s.inventory.version for s in shards)
-        if self._stranded is None or self._stranded[0] != versions:
-            self._stranded = (versions, _stranded(shards))
-        self.stranded_machine_hours += self._stranded[1] * seconds / 3600.0
-
-
-def _stranded(shards: list[Shard]) -> int:
-    """Cloud machines one shard holds that an idle owned machine in another could replace,
-    matched greedily (each idle machine once)."""
-    idle: list[tuple[int, Resources, list[int]]] = []  # shard, resources, [idle machines left]
-    cloud: list[tuple[int, Resources, int]] = []
-    for i, shard in enumerate(shards):
-        inv = shard.inventory
-        held = _billed(inv)
-        idle_now = inv.counts[CODE[S.IDLE]] + inv.counts[CODE[S.SPECULATIVE]]
-        for p, profile in enumerate(inv.profiles.profiles):
-            if profile.capacity_type in OWNED_TYPES:
-                if idle_now[p]:
-                    idle.append((i, profile.resources, [int(idle_now[p])]))
-            elif held[p]:
-                cloud.append((i, profile.resources, int(held[p])))
-    total = 0
-    for i, wants, count in cloud:
-        for owner, has, left in idle:
-            if count and left[0] and owner != i and has.gpu == wants.gpu and has.covers(wants):
-                take = min(left[0], count)
-                left[0] -= take
-                count -= take
-                total += take
-    return total
+        self.stranded_machine_hours += self.beside * seconds / 3600.0
 
 
 def _billed(inv: Inventory) -> np.ndarray:
