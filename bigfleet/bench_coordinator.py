@@ -108,14 +108,15 @@ def _ms(f: Any) -> tuple[float, Any]:
 def _steps(c: Coordinator) -> tuple[list[float], list]:
     """The plan in the coordinator workflow's steps (`pooling/pace.py`): each step's ms."""
     steps, times = c.plan_steps(), []
-    while True:
+    done: StopIteration | None = None
+    while done is None:
         start = time.perf_counter()
         try:
             next(steps)
-        except StopIteration as done:
-            times.append(round(1000 * (time.perf_counter() - start), 1))
-            return times, done.value
+        except StopIteration as end:
+            done = end
         times.append(round(1000 * (time.perf_counter() - start), 1))
+    return times, done.value
 
 
 def run(sizes: list[int], groups: int = 128, profiles: int = 20, seed: int = 7) -> dict:
