@@ -105,10 +105,10 @@ class Shard(ShardViews):
         self.spread_in_phase_2 = True
         # Placement keeps to every spread rule; False: the first only (a run begun before).
         self.every_spread_rule = True
-        # Consolidation leaves marked machines be; False: a run begun before.
-        self.marks_steer_moves = True
-        # Moves for cost keep to marks and budgets (DrainRoom); False: a run begun before.
-        self.cost_moves_bounded = True
+        # Consolidation leaves marked machines be; moves for cost keep to marks and budgets
+        # (DrainRoom); owned machines yield across cycles (engine/yielding.py). Each False: a
+        # run begun before.
+        self.marks_steer_moves = self.cost_moves_bounded = self.owned_yields = True
         # What each cluster's operator bounds of BigFleet's voluntary moves (issue 33).
         self.disruption = DisruptionBook(self.policy)
         self.fences = FenceBook()  # refusals as stale, and the new epochs they caused
@@ -384,6 +384,7 @@ class Shard(ShardViews):
         memory.spread_in_phase_2 = self.spread_in_phase_2
         memory.every_spread_rule = self.every_spread_rule
         memory.marks_steer_moves = self.marks_steer_moves
+        memory.owned_yields = self.owned_yields
         early, held = self.notices.act(self.inventory, bounds, members, self.transfer_out, now)
         decision = self.engine.decide(needs, now)
         if self.unheard:

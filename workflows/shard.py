@@ -295,6 +295,8 @@ class ShardWorkflow(
         self.shard.marks_steer_moves = workflow.patched("marks-steer-moves")
         # Runs begun before displaced marked backfill for cost (and waited on it unreported).
         self.shard.cost_moves_bounded = workflow.patched("cost-moves-bounded")
+        # Runs begun before kept owned machines where they were placed (engine/yielding.py).
+        self.shard.owned_yields = workflow.patched("owned-yields")
         # Runs begun before read a spread over kubernetes.io/hostname as binding (and placed
         # nothing for it); set before the state is read back, whose needs it shapes.
         self.shard.needs.host_spread_holds = workflow.patched("host-spread-holds")

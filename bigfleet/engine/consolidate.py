@@ -26,6 +26,7 @@ from .phase1 import Assignment
 from .phase2 import Victim
 from .ranking import supply_key
 from .victims import marked_configured
+from .yielding import blocks
 
 S = MachineState
 
@@ -51,16 +52,7 @@ def consolidate(
     free = sorted({p for pool in (state.idle_left, state.spec_left) for p, n in pool.items() if n})
     if budget == 0 or not free:
         return []
-    lost = {v.victim.key for v in victims}
-    memory, policy, claims, supply = state.memory, state.policy, state.claims, state.supply
-    settled = [
-        n
-        for n in state.needs
-        if n.key not in lost
-        and n.cluster not in memory.frozen
-        and memory.stable(n, policy, now)
-        and claims[n.cluster].settled_of(n, supply) is not None
-    ]
+    settled = settled_needs(state, victims, now)
     moves: list[Assignment] = []
     staying = _staying(state)
     for need in _worth_a_look(state, settled, free):
@@ -71,6 +63,21 @@ def consolidate(
         key = move.need.key
         out.consolidations[key] = out.consolidations.get(key, 0) + move.count
     return moves
+
+
+def settled_needs(state: CycleState, victims: list[Victim], now: float) -> list[Need]:
+    """The needs consolidation may move, in table order: settled (`ClusterClaims.settled_of`),
+    stable, none of their machines preempted this cycle, their cluster not frozen."""
+    lost = {v.victim.key for v in victims}
+    memory, policy, claims, supply = state.memory, state.policy, state.claims, state.supply
+    return [
+        n
+        for n in state.needs
+        if n.key not in lost
+        and n.cluster not in memory.frozen
+        and memory.stable(n, policy, now)
+        and claims[n.cluster].settled_of(n, supply) is not None
+    ]
 
 
 def _worth_a_look(state: CycleState, needs: list[Need], free: list[int]) -> list[Need]:
@@ -129,6 +136,8 @@ def _moves(
         [(rank[p], 0, p) for p in state.supply.offered(state.idle_left, need)]
         + [(rank[p], 1, p) for p in state.supply.offered(state.spec_left, need)]
     )
+    if state.memory.yielded:  # (not back onto an owned profile it yielded: yielding.py)
+        offers = [o for o in offers if not blocks(state.memory, need, profiles[o[2]].name)]
     pools = (state.idle_left, state.spec_left)
 
     def cost(p: int) -> float:

@@ -66,6 +66,9 @@ class CycleState:
     drain_room: DrainRoom | None = None
     # The cycle's time (a need's wait for the coordinator before it preempts is timed by it).
     now: float = 0.0
+    # Needs preempted this cycle (set by `yield_owned` while a yield is due a drain: that
+    # need's owned machine is not drained in its replacement's place this cycle).
+    preempted: frozenset[str] = frozenset()
 
     def room(self) -> DrainRoom:
         """`drain_room`, built on first use."""

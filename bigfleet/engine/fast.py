@@ -30,6 +30,7 @@ from .phase3 import excess_segments, reclaim_excess, release_idle
 from .rows import RowPicker
 from .shortfalls import age_shortfalls
 from .supply import SupplyIndex, free_pool
+from .yield_moves import yield_owned
 
 S = MachineState
 
@@ -144,7 +145,8 @@ class FastEngine:
         clock.lap("phase 1")
         victims, unmet = resolve_inversions(state, assignments, out)
         clock.lap("phase 2")
-        assignments += consolidate(state, victims, out, now)
+        moved = consolidate(state, victims, out, now)
+        assignments += moved + yield_owned(state, victims, moved, out, now)
         clock.lap("consolidation")
         carried = self.inventory.profiles.carries
         out.shortfalls = age_shortfalls(self.memory, self.policy, unmet, carried)
@@ -171,7 +173,7 @@ class FastEngine:
             self.inventory,
             free=[(a.state, a.profile) for a in assignments],
             configured=[(v.cluster, v.profile) for v in victims if not v.asked]
-            + excess_segments(state.claims),
+            + excess_segments(state),
         )
         clock.lap("row picking")
         self._emit_assignments(state, picker, assignments, out)
@@ -194,7 +196,7 @@ class FastEngine:
             unmet,
             state.demand,
             state.kept_idle,
-            min(self.memory.next_stable(self.policy, now), self.memory.ask_deadline(self.policy)),
+            min(self.memory.next_stable(self.policy, now), self.memory.deadline(self.policy)),
         )
 
     def _begin(self, needs: list[Need]) -> CycleState:

@@ -12,6 +12,17 @@ from ..policy import Policy
 from ..profiles import Profile
 
 
+@dataclass(slots=True)
+class Yielded:
+    """A need's yield of an owned machine (engine/yielding.py): the profile it gives up, its
+    replacement's, until when it keeps off the first, and whether the owned machine drained."""
+
+    owned: str
+    instead: str
+    until: float
+    drained: bool = False
+
+
 @dataclass
 class EngineMemory:
     """What a shard remembers between cycles: shortfall ages and the demand forecast."""
@@ -51,9 +62,16 @@ class EngineMemory:
     # for how many machines a cycle (the free ones it fitted in the summary then); kept while
     # it is short (not in the snapshot: after a restore a need may wait a bound again).
     asked_since: dict[str, tuple[float, int]] = field(default_factory=dict)
+    # Owned machines yield across cycles (engine/yielding.py); False: as shards decided
+    # before (set by the shard each cycle).
+    owned_yields: bool = True
+    # Per need key: its yield of an owned machine in progress (not in the snapshot: after a
+    # restore its replacement is excess like any other).
+    yielded: dict[str, Yielded] = field(default_factory=dict)
 
     def observe_counts(self, needs: list[Need], now: float) -> None:
-        """Notes since when each need has had its count; forgets needs gone from the table."""
+        """Notes since when each need has had its count; forgets needs gone from the table,
+        and yields past their hold."""
         seen = self.count_since
         for n in needs:
             had = seen.get(n.key)
@@ -62,6 +80,10 @@ class EngineMemory:
         if len(seen) > len(needs):
             present = {n.key for n in needs}
             self.count_since = {k: v for k, v in seen.items() if k in present}
+        if self.yielded:  # (past their hold, or of needs gone: engine/yielding.py)
+            self.yielded = {
+                k: y for k, y in self.yielded.items() if y.until > now and k in self.count_since
+            }
 
     def stable(self, need: Need, policy: Policy, now: float) -> bool:
         """The need's count has not changed for `consolidation_stable_seconds`."""
@@ -73,11 +95,12 @@ class EngineMemory:
         wait = policy.consolidation_stable_seconds
         return min((t + wait for _, t in self.count_since.values() if t + wait > now), default=inf)
 
-    def ask_deadline(self, policy: Policy) -> float:
-        """When the first need waiting for the coordinator stops waiting (infinity: none
-        waits): a quiet cycle is not repeated past it."""
+    def deadline(self, policy: Policy) -> float:
+        """When the first need waiting for the coordinator stops waiting, or the first yield's
+        hold ends (infinity: neither): a quiet cycle is not repeated past it."""
         wait = policy.ask_before_preempt_seconds
-        return min((t + wait for t, _ in self.asked_since.values()), default=inf)
+        asked = min((t + wait for t, _ in self.asked_since.values()), default=inf)
+        return min(asked, min((y.until for y in self.yielded.values()), default=inf))
 
     def wants_soon(self, profile: Profile, policy: Policy) -> bool:
         """The demand forecast wants the profile (at least `forecast_hold` a cycle)."""

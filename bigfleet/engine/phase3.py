@@ -15,11 +15,11 @@ from ..models import (
     DrainReason,
     MachineState,
 )
-from .claims import ClusterClaims
 from .cycle import CycleState
 from .decision import Decision
 from .fleet_cost import idle_hold, idle_spare
 from .rows import RowPicker
+from .yield_moves import yield_drains, yield_segments
 
 S = MachineState
 
@@ -37,25 +37,29 @@ def reclaim_excess(
     Appends to `out.actions`: a Drain (reason `excess`, the policy's full excess grace) for
     every excess machine, most expensive per hour first, lowest reclamation value on ties
     (design §8: free the cheap-to-replace capacity first); then `release_idle`'s Deletes.
-    Returns nothing: reclaimed machines reach IDLE when their drain completes.
+    An owned machine a need yields drains in place of its replacement
+    (`yield_moves.yield_drains`). Returns nothing: reclaimed machines reach IDLE when their
+    drain completes.
     """
     _drain_excess(state, picker, out)
     release_idle(state, taken, now, out, picker.idle_rows())
 
 
-def excess_segments(claims: dict[str, ClusterClaims]) -> list[tuple[str, int]]:
-    """The (cluster, profile) segments of configured machines Phase 3 will drain, for the
-    `RowPicker` the cycle builds once."""
-    return [(c, p) for c, cc in claims.items() for p in cc.excess]
+def excess_segments(state: CycleState) -> list[tuple[str, int]]:
+    """The (cluster, profile) segments of configured machines Phase 3 will drain (excess, and
+    owned machines yielded in place of it), for the `RowPicker` the cycle builds once."""
+    return [(c, p) for c, cc in state.claims.items() for p in cc.excess] + yield_segments(state)
 
 
 def _drain_excess(state: CycleState, picker: RowPicker, out: Decision) -> None:
     inv = state.inventory
+    keep, instead = yield_drains(state, picker)
     segments = [
-        (picker.configured(cluster, pid, first, count), cluster)
+        (picker.configured(cluster, pid, first + k, count - k), cluster)
         for cluster, cc in state.claims.items()
         for pid, (first, count) in cc.excess.items()
-    ]
+        for k in (keep[(cluster, pid)],)
+    ] + instead
     segments = [(rows, cluster) for rows, cluster in segments if len(rows)]
     if not segments:
         return

@@ -12,6 +12,7 @@ from ..decision import Decision
 from ..domains import move_domain
 from ..moves import consolidation_budget, worth_moving
 from ..ranking import supply_key
+from ..yielding import blocks
 from .actions import configure, create
 from .cycle import Cycle
 from .fleet import Rec
@@ -33,7 +34,7 @@ def consolidate(cycle: Cycle, out: Decision, now: float) -> None:
     for need in cycle.needs:
         if (
             budget == 0
-            or not _settled(cycle, need)
+            or not settled(cycle, need)
             or not cycle.fleet.memory.stable(need, cycle.policy, now)
         ):
             continue
@@ -50,7 +51,7 @@ def _moves(
 ) -> int:
     """The need's moves, dearest machine first, while the budget lasts; returns what is left."""
     sunk = cycle.sunk
-    spare = _spare(cycle, need)
+    spare = spare_for(cycle, need)
     dearest_first = sorted(
         (m for m in cycle.claims[need.key] if m.state is S.CONFIGURED),
         key=lambda m: (-supply_key(need, m.profile, sunk)[0], m.profile.name, m.ordinal),
@@ -82,9 +83,11 @@ def _moves(
     return budget
 
 
-def _spare(cycle: Cycle, need: Need) -> list[Rec]:
-    """Free machines no one took or waits for that match the need: cheapest for it first,
-    idle before speculative, lowest reclamation value first."""
+def spare_for(cycle: Cycle, need: Need) -> list[Rec]:
+    """Free machines no one took or waits for that match the need (not of an owned profile it
+    yielded: engine/yielding.py): cheapest for it first, idle before speculative, lowest
+    reclamation value first."""
+    memory = cycle.fleet.memory
     spare = [
         m
         for m in cycle.machines
@@ -92,6 +95,7 @@ def _spare(cycle: Cycle, need: Need) -> list[Rec]:
         and m.ordinal not in cycle.taken
         and m.ordinal not in cycle.earmarked
         and cycle.matches(need, m)
+        and not blocks(memory, need, m.profile.name)
     ]
     spare.sort(
         key=lambda m: (
@@ -104,7 +108,7 @@ def _spare(cycle: Cycle, need: Need) -> list[Rec]:
     return spare
 
 
-def _settled(cycle: Cycle, need: Need) -> bool:
+def settled(cycle: Cycle, need: Need) -> bool:
     """Whole count held, none preempted this cycle, and no unclaimed machine of its
     cluster that could serve it still coming up (a move's replacement)."""
     claimed = cycle.claims[need.key]

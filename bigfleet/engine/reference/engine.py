@@ -25,6 +25,7 @@ from .fleet import ReferenceFleet
 from .phase1 import assign_free_capacity
 from .phase2 import resolve_inversions
 from .phase3 import reclaim_excess, release_idle
+from .yielding import yield_owned
 
 S = MachineState
 
@@ -37,9 +38,9 @@ class ReferenceEngine(ReferenceFleet):
         """One cycle of design §8's worker loop (docs/engine.md, The cycle), step by step as
         `FastEngine.decide` takes them: claims, Phase 1, Phase 2 (owned machines swapped and
         backfill yielding for cost inside it), the assignments' actions, shortfalls (design §9),
-        consolidation, Phase 3, the demand forecast, then idle timeouts, stuck transitions and
-        health. Returns the `Decision`; updates the engine's memory, changes no machine (that is
-        `apply`'s job)."""
+        consolidation, owned machines yielding across cycles (engine/yielding.py), Phase 3, the
+        demand forecast, then idle timeouts, stuck transitions and health. Returns the
+        `Decision`; updates the engine's memory, changes no machine (that is `apply`'s job)."""
         needs = list(needs)
         policy = self.policy
         out = Decision()
@@ -54,6 +55,7 @@ class ReferenceEngine(ReferenceFleet):
         keys = {k for m in self.machines for k in m.profile.label_map}
         out.shortfalls = age_shortfalls(self.memory, policy, cycle.unmet, keys.__contains__)
         consolidate(cycle, out, now)
+        yield_owned(cycle, out, now, dict(out.consolidations))
         reclaim_excess(cycle, out)
         self.memory.observe_demand(cycle.demand, policy)
         self.upkeep(out, release_idle(cycle, now), now)

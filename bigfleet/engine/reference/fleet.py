@@ -73,10 +73,14 @@ class ReferenceFleet:
 
     def matches(self, need: Need, rec: Rec) -> bool:
         """The machine can serve the need: resources, requirements and its `Same` key."""
-        ok = rec.profile.resources.covers(need.spec.resources) and all_match(
-            need.spec.requirements, rec.profile.label_map
+        return self.fits(need, rec.profile)
+
+    def fits(self, need: Need, profile: Profile) -> bool:
+        """Machines of the profile can serve the need (`matches`)."""
+        ok = profile.resources.covers(need.spec.resources) and all_match(
+            need.spec.requirements, profile.label_map
         )
-        return need_matches(need, rec.profile, ok)
+        return need_matches(need, profile, ok)
 
     # ---- applying a decision ----------------------------------------------------------------
 

@@ -11,13 +11,15 @@ from ..decision import Decision
 from ..fleet_cost import idle_hold, idle_spare
 from .cycle import Cycle
 from .fleet import Rec
+from .yielding import yield_drains
 
 S = MachineState
 
 
 def reclaim_excess(cycle: Cycle, out: Decision) -> None:
     """A Drain (reason `excess`, the policy's excess grace) for every CONFIGURED machine no
-    need holds and not preempted: most expensive per hour first (marginal price under
+    need holds and not preempted (an owned machine yielded in place of its replacement:
+    `yield_drains`): most expensive per hour first (marginal price under
     `Policy.fleet_cost`), then list price, lowest reclamation value on ties."""
     sunk = cycle.sunk
     excess = [
@@ -27,6 +29,7 @@ def reclaim_excess(cycle: Cycle, out: Decision) -> None:
         and m.ordinal not in cycle.holder
         and m.ordinal not in cycle.preempted
     ]
+    yield_drains(cycle, excess)
     excess.sort(
         key=lambda m: (
             -(m.profile.marginal_price if sunk else m.profile.price_per_hour),
