@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from temporalio import activity
@@ -22,6 +23,7 @@ from activities.providers import ProviderActivities, provider_errors
 from activities.wire import MachinePage, shard_workflow_id
 from bigfleet.assignment import machine_shard
 from bigfleet.audit import HOLDINGS_PAGE_MAX, KINDS, Holding, classify, persisting
+from bigfleet.cluster_modes import ClusterModes
 from bigfleet.models import ListFilter, Machine, MachineState
 
 QUERY_TRIES = 40
@@ -71,8 +73,13 @@ class AuditActivities:
                 retired.update(mid for mid, s in states.items() if s == "DECOMMISSIONED")
         for mid in retired:
             del found["orphan"][mid]
+        # Machines of clusters BigFleet leaves to their own autoscalers are not orphans either.
+        left = await self._left_alone(client, r, found["orphan"], listed)
+        for mid in left:
+            del found["orphan"][mid]
         counts = {kind: len(found[kind]) for kind in (*KINDS, "in_flight")}
         counts["decommissioned"] = len(retired)
+        counts["unmanaged"] = len(left)
         findings: list[AuditFinding] = []
         records: list[Machine] = []
         for kind in ("double", "orphan", "mismatch", "unlisted"):
@@ -111,6 +118,19 @@ class AuditActivities:
             machines=MachinePage.of(records),
             truncated=sum(counts[k] for k in KINDS) > len(findings),
         )
+
+    async def _left_alone(
+        self, client: Client, r: AuditRead, orphans: Mapping[str, Any], listed: dict[str, Machine]
+    ) -> list[str]:
+        """Of the orphans, the machines an unmanaged cluster's (bigfleet/cluster_modes.py), as
+        the running shards name those clusters."""
+        if not orphans:
+            return []
+        names: set[str] = set()
+        for shard in r.shards:
+            names.update(await query(client, shard, "unmanaged_clusters", result_type=list[str]))
+        modes = ClusterModes(names)
+        return [mid for mid in orphans if mid in listed and modes.leaves_alone(listed[mid])]
 
     async def _look(
         self, client: Client, r: AuditRead, now: float

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .cluster_modes import MAX_UNMANAGED
 from .models import Name, from_wire
 from .simulation.scenario import PolicyOverrides
 from .transitions import MAX_TRANSITION_BATCH
@@ -193,6 +194,12 @@ class Deployment(Spec):
     # Shadow mode (docs/shadow.md): true for every shard, or the numbers of the shards that
     # run in it. Such a shard decides and records, and calls no mutating method.
     shadow: bool | Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=64)] = False
+    # Clusters BigFleet leaves to their own autoscalers (bigfleet/cluster_modes.py): their
+    # machines are never adopted, drained or deleted, whoever lists them; their roll-ups are
+    # refused. (Machines a provider labels `bigfleet.io/unmanaged: "true"` are left alone too.)
+    unmanaged_clusters: Annotated[list[Name], Field(max_length=MAX_UNMANAGED)] = Field(
+        default_factory=list
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> Deployment:

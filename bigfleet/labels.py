@@ -11,6 +11,8 @@ PROVIDER = "bigfleet.io/provider"
 RACK = "bigfleet.io/rack"
 KUBELET_VERSION = "bigfleet.io/kubelet-version"
 HOSTNAME = "kubernetes.io/hostname"
+# "true" on a machine BigFleet must leave alone: another autoscaler's (bigfleet/cluster_modes.py).
+UNMANAGED = "bigfleet.io/unmanaged"
 
 # Labels that describe the machine itself. A requirement on any other key the machine does not
 # carry (a kubelet version, a feature gate) is for the operator's bootstrap to satisfy (design §13).
@@ -48,6 +50,9 @@ def rack_labels(provider: str, rack: Any) -> dict[str, str]:
     """A bare-metal machine's labels, from its rack (a RackSpec, a Redfish BMCSpec: anything
     with instance_type, zone, region, arch and rack)."""
     region = rack.region or rack.zone.rsplit("-", 1)[0]  # ams-1 -> ams
-    return machine_labels(
+    out = machine_labels(
         provider, rack.instance_type, rack.zone, region, rack.arch, "bare-metal", rack=rack.rack
     )
+    if getattr(rack, "unmanaged", False):  # (another autoscaler's for now: cluster_modes.py)
+        out[UNMANAGED] = "true"
+    return out

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from pydantic import ValidationError
 
 from .blocked import BlockedDrains
+from .cluster_modes import ClusterModes, spare_unheard
 from .disruption import DisruptionBook
 from .engine import Decision, FastEngine
-from .engine.decision import TIMED_OUT, Actions
+from .engine.decision import TIMED_OUT
 from .fences import FenceBook
 from .held import NONE16
 from .inputs import clip, explain
@@ -29,8 +29,6 @@ from .inventory import CODE, Inventory, MachineNotFound
 from .membership import Membership
 from .models import (
     ClusterCapacityNeeds,
-    DrainAction,
-    DrainReason,
     FencingToken,
     Machine,
     MachineState,
@@ -99,6 +97,8 @@ class Shard(ShardViews):
         # silent one does. False: as before (a run begun earlier replays as it ran).
         self.unheard: dict[str, float] = {}
         self.keep_unheard = True
+        # Unmanaged clusters, whose machines and roll-ups this shard leaves alone (issue 46).
+        self.modes = ClusterModes()
         # Marks steer the engine (disruption.py `mark`); False: a run begun before, on replay.
         self.steer_by_marks = True
         # A spread need keeps to its skew when it waits or preempts; False: a run begun before.
@@ -136,7 +136,8 @@ class Shard(ShardViews):
         else:
             # A generation far ahead of the clock would make every later roll-up stale (issue 44).
             cluster = rollup.cluster
-            if self.generations_bounded:
+            why = self.modes.refusal(cluster)
+            if self.generations_bounded and not why:
                 why = generation_ahead(rollup.generation, now)
         if why:
             # Bounded: the cluster's name and the fields are the sender's choice.
@@ -199,7 +200,7 @@ class Shard(ShardViews):
 
     def adopt(self, machines: Iterable[Machine], now: float) -> int:
         """Take machines into the inventory (those it has already are skipped); how many."""
-        fresh = [m for m in machines if self.inventory.ids.find(m.id) < 0]
+        fresh = [m for m in self.modes.keep(machines) if self.inventory.ids.find(m.id) < 0]
         if fresh:
             self.inventory.add(fresh, now)
         if self.keep_unheard:
@@ -388,7 +389,7 @@ class Shard(ShardViews):
         early, held = self.notices.act(self.inventory, bounds, members, self.transfer_out, now)
         decision = self.engine.decide(needs, now)
         if self.unheard:
-            decision = self._spare_unheard(decision, now)
+            decision = spare_unheard(self, decision, now)
         decision = bounds.hold(decision, self.inventory, now, members)
         self.engine.apply(decision, now)
         decision.actions.extend(early)
@@ -400,26 +401,6 @@ class Shard(ShardViews):
         self.last = decision
         self.cycles += 1
         return decision
-
-    def _spare_unheard(self, decision: Decision, now: float) -> Decision:
-        """The decision without its excess drains of machines of clusters not heard from yet
-        (`unheard`; those that have reported, or stayed silent too long, leave it first)."""
-        grace, known = self.policy.max_silence_seconds, set(self.needs.clusters())
-        self.unheard = {
-            c: t for c, t in self.unheard.items() if now - t <= grace and c not in known
-        }
-
-        def spared(a: object) -> bool:
-            return (
-                isinstance(a, DrainAction)
-                and a.reason is DrainReason.EXCESS
-                and a.cluster in self.unheard
-            )
-
-        if not self.unheard or not any(map(spared, decision.actions)):
-            return decision
-        kept = [a for a in decision.actions if not spared(a)]
-        return replace(decision, actions=Actions(kept))
 
     def _refused_shortfalls(self, now: float) -> list[Shortfall]:
         if self.refused:  # (streaks of needs no longer asked for end)

@@ -124,6 +124,8 @@ def shard_config(fleet: Scenario | Deployment, shard: int, **overrides: object) 
         overrides = {**batches, **overrides}
         if fleet.shadow_shard(shard):
             overrides = {"shadow": True, **overrides}
+        if fleet.unmanaged_clusters:
+            overrides = {"unmanaged": list(fleet.unmanaged_clusters), **overrides}
     overrides = {"max_in_flight": max(1, fleet.max_in_flight // fleet.shards), **overrides}
     return ShardConfig(
         shard=shard,

@@ -23,6 +23,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.wire import ShardInput
+    from bigfleet.cluster_modes import ClusterModes
     from bigfleet.engine import Decision
     from bigfleet.inputs import SIGNAL_BYTES, Rejected, json_size
     from bigfleet.policy import Policy
@@ -305,10 +306,15 @@ class ShardWorkflow(
         """The state this run starts from: read back from the snapshot store; for a shard
         started from scratch a new epoch and the providers' machines (adopted over as many
         runs as it takes); for a revived one, what became of its machines meanwhile."""
+        modes = workflow.patched("cluster-modes")  # unmanaged clusters left alone (issue 46)
+        if modes:
+            self.shard.modes = ClusterModes(self.cfg.unmanaged)
         if inp.snapshot is not None:
             await self._load(inp.snapshot, inp.joining, inp.late)
         else:
             self._apply_early_rollups()
+        if modes:
+            self.shard.modes.forget(self.shard)
         if self.fresh:
             # A shard started from scratch fences out every earlier incarnation (design §11).
             self.shard.epoch = int(workflow.now().timestamp() * 1000)

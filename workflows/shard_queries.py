@@ -46,6 +46,13 @@ class ShardQueries(ShardParts):
             # Providers that keep refusing it as stale past its re-epochs (issue 44).
             "fences_escalated": self.shard.fences.view(),
             "shadow": self.cfg.shadow,
+            # Clusters left to their own autoscalers (bigfleet/cluster_modes.py): how many,
+            # their machines left alone as listed, their roll-ups refused, since this run began.
+            "unmanaged": {
+                "clusters": len(self.shard.modes.unmanaged),
+                "machines_left_alone": self.shard.modes.left_alone,
+                "rollups_refused": self.shard.modes.refused,
+            },
             # When the last cycles ran (workflow time, s): their intervals show a shard that
             # keeps deciding, or one that waits.
             "cycle_ends": [round(t, 3) for t in self.cycle_ends],
@@ -67,6 +74,13 @@ class ShardQueries(ShardParts):
                 else None
             ),
         }
+
+    @workflow.query
+    def unmanaged_clusters(self) -> list[str]:
+        """The clusters this shard leaves alone (bigfleet/cluster_modes.py): `bigfleet audit`
+        counts their machines apart, not as orphans."""
+        self._not_restoring()
+        return sorted(self.shard.modes.unmanaged)
 
     @workflow.query
     def shadow_report(self) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
+from bigfleet.cluster_modes import MAX_UNMANAGED
 from bigfleet.coordinator import MAX_SHARE
 from bigfleet.deployment import MAX_TASK_TIMEOUT_SECONDS, SHARD_TASK_TIMEOUT_SECONDS
 from bigfleet.pooling.bounds import IDLE_SHARE
@@ -114,6 +115,8 @@ class ShardConfig(Model):
     # Shadow mode (docs/shadow.md): decide every cycle, call no mutating provider or operator
     # method, and record would-be against actual (`shadow_report`).
     shadow: bool = False
+    # Clusters whose machines and roll-ups the shard leaves alone (bigfleet/cluster_modes.py).
+    unmanaged: list[str] = Field(default_factory=list, max_length=MAX_UNMANAGED)
 
 
 class AdoptCursor(Model):

@@ -838,3 +838,24 @@ def test_the_iam_policy_allows_exactly_the_calls_the_provider_makes() -> None:
             assert "bigfleet:provider" in json.dumps(statement.get("Condition", {})), statement
     assert {a for a in allowed if a.startswith(("ec2:", "sqs:"))} == called
     assert "iam:PassRole" in allowed
+
+
+def test_an_instance_tagged_unmanaged_is_listed_for_bigfleet_to_leave_alone(moto_url: str) -> None:
+    """An instance another autoscaler uses for now is tagged `bigfleet.io/unmanaged=true`: it
+    is listed with that label, which a shard reads as "leave it alone"
+    (bigfleet/cluster_modes.py); the tag taken off, it is an ordinary machine again."""
+    from bigfleet import labels as L
+    from bigfleet.cluster_modes import ClusterModes
+
+    p, _ = make(moto_url)
+    ids = speculative(p)[:2]
+    p.create(ids, token(), key="k1")
+    host = p.get(ids[0]).host
+    assert host is not None
+    p.client.create_tags(Resources=[host.ref], Tags=[{"Key": L.UNMANAGED, "Value": "true"}])
+    by_id = {m.id: m for m in p.list(ListFilter())}
+    assert by_id[ids[0]].labels.get(L.UNMANAGED) == "true"
+    assert L.UNMANAGED not in by_id[ids[1]].labels
+    assert [m.id for m in ClusterModes().keep(by_id.values()) if m.id in ids] == [ids[1]]
+    p.client.delete_tags(Resources=[host.ref], Tags=[{"Key": L.UNMANAGED}])
+    assert L.UNMANAGED not in p.get(ids[0]).labels

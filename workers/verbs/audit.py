@@ -167,7 +167,8 @@ def render_report(r: dict[str, Any]) -> str:
         lines.append(f"  {label + ':':<36}{counts.get(kind, 0)}")
     lines.append(
         f"  (settling, not counted: {counts.get('in_flight', 0)} in a transition; "
-        f"{counts.get('decommissioned', 0)} decommissioned, nobody's on purpose)"
+        f"{counts.get('decommissioned', 0)} decommissioned, nobody's on purpose; "
+        f"{counts.get('unmanaged', 0)} of unmanaged clusters, left alone)"
     )
     configured = ", ".join(f"{c} {n}" for c, n in sorted(r["configured"].items()))
     lines.append(f"  configured at the providers: {configured or 'none'}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import builtins
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ... import labels
@@ -181,7 +181,7 @@ class Ec2Machines(Ec2Calls):
             price_per_hour=self._price(record.offering),
             interruption_probability=spec.interruption_probability,
             resources=spec.resources,
-            labels=self._labels(spec),
+            labels=self._labels(spec, tags),
             transition_started_unix=max(0, started),
             last_error=error,
             cluster=cluster,
@@ -256,8 +256,8 @@ class Ec2Machines(Ec2Calls):
             labels=self._labels(spec),
         )
 
-    def _labels(self, spec: Ec2Offering) -> dict[str, str]:
-        return labels.machine_labels(
+    def _labels(self, spec: Ec2Offering, tags: Mapping[str, str] | None = None) -> dict[str, str]:
+        out = labels.machine_labels(
             self.name,
             spec.instance_type,
             spec.zone,
@@ -265,6 +265,11 @@ class Ec2Machines(Ec2Calls):
             spec.arch,
             str(spec.capacity_type),
         )
+        # An instance tagged `bigfleet.io/unmanaged=true` is another autoscaler's for now:
+        # BigFleet leaves it alone (bigfleet/cluster_modes.py).
+        if tags and tags.get(labels.UNMANAGED) == "true":
+            out[labels.UNMANAGED] = "true"
+        return out
 
 
 def share_budget(free: dict[str, int], budget: int) -> dict[str, int]:

@@ -37,6 +37,9 @@ class BMCSpec(_Spec):
     price_per_hour: Dollars = 0.0  # owned hardware: 0, or an amortised cost
     resources: Resources = Resources()
     arch: Name = "amd64"
+    # Its systems are another autoscaler's for now: listed with `bigfleet.io/unmanaged: "true"`,
+    # so BigFleet leaves them alone (bigfleet/cluster_modes.py) until this is taken off.
+    unmanaged: bool = False
 
     @model_validator(mode="after")
     def _one_password(self) -> BMCSpec:

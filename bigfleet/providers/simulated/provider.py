@@ -37,6 +37,7 @@ from ..base import (
     check_grace,
 )
 from .slots import Op, Slot, SlotTable, snapshot
+from .trouble import DOOMABLE, Trouble
 
 S = MachineState
 T = Transition
@@ -63,10 +64,9 @@ _CORRECTS: dict[Transition, frozenset[MachineState]] = {
     T.DELETE: frozenset({S.CREATING, S.IDLE, S.CONFIGURED}),  # clean up a half-made or dead host
 }
 _INTERRUPTIBLE = frozenset({S.IDLE, S.CONFIGURED})
-_DOOMABLE = frozenset({S.IDLE, S.CONFIGURED, S.CONFIGURING, S.DRAINING})
 
 
-class SimulatedProvider(fencing.OwnFences):
+class SimulatedProvider(Trouble, fencing.OwnFences):
     """Base of the simulated providers; subclasses add pools and say how hosts are named.
 
     Idempotency keys are ignored: a repeated call finds its operation by (machine, target).
@@ -240,7 +240,7 @@ class SimulatedProvider(fencing.OwnFences):
                 continue
             if kind == "interrupt":
                 # Announced, it comes whatever the machine does meanwhile (drained, idle).
-                doomed = slot.notice is not None and slot.state in _DOOMABLE
+                doomed = slot.notice is not None and slot.state in DOOMABLE
                 if ref == slot.clock_generation and (slot.state in _INTERRUPTIBLE or doomed):
                     self._fail(slot, at, "spot interruption")
                 continue
@@ -415,24 +415,6 @@ class SimulatedProvider(fencing.OwnFences):
             self._schedule(
                 max(at, at + delay - self.notice_seconds), "notice", slot.id, slot.clock_generation
             )
-
-    # -- trouble, for scenarios and tests ----------------------------------------------------
-
-    def warn(self, machine_id: str, notice: Notice | None) -> None:
-        """Put a notice on a machine (none: take it off), as a provider's health check would."""
-        slot = self._slots.find(machine_id)
-        if slot is None:
-            raise MachineNotFound(self.name, machine_id)
-        slot.notice = notice
-        self._changed.add(slot.id)
-
-    def power_off(self, machine_id: str, at: float, why: str) -> None:
-        """The machine dies (a rack loses power): a hosted one is FAILED with `why`."""
-        slot = self._slots.find(machine_id)
-        if slot is None:
-            raise MachineNotFound(self.name, machine_id)
-        if slot.state in _DOOMABLE:
-            self._fail(slot, at, why)
 
     def _schedule(self, at: float, kind: str, machine_id: str, ref: str | int) -> None:
         self._event_seq += 1
