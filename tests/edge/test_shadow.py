@@ -155,6 +155,11 @@ async def test_the_worker_warns_of_a_running_shard_in_the_other_mode(
     await warn_mode_mismatch(Client(), fleet, shadow=False)
     err = capsys.readouterr().err
     assert "shard 1 runs in shadow mode" in err and "shard 0" not in err, err
+    # Clusters left alone (docs/adoption.md): the shards were started with none.
+    fleet.unmanaged_clusters = ["legacy"]
+    await warn_mode_mismatch(Client(), fleet, shadow=False)
+    err = capsys.readouterr().err
+    assert "shard 0 leaves 0 cluster(s) alone" in err and "names 1 (unmanaged_clusters)" in err
 
 
 class Autoscaler:

@@ -182,12 +182,24 @@ async def warn_mode_mismatch(client: Any, fleet: Any, shadow: bool) -> None:
             cfg = await client.get_workflow_handle(shard_workflow_id(shard)).query("config")
         except Exception:  # not running, or busy reading its state: nothing to compare
             continue
-        have = bool(cfg.get("shadow", False)) if isinstance(cfg, dict) else bool(cfg.shadow)
+        conf = cfg if isinstance(cfg, dict) else vars(cfg)
+        have = bool(conf.get("shadow", False))
         if have != want:
             print(
                 f"bigfleet worker: warning: shard {shard} runs {'in' if have else 'out of'} "
                 f"shadow mode (it was started so); asked for {'in' if want else 'out of'} it. "
                 "See docs/shadow.md, 'Switching'.",
+                file=sys.stderr,
+                flush=True,
+            )
+        # Likewise the clusters it leaves alone (docs/adoption.md).
+        wanted = sorted(getattr(fleet, "unmanaged_clusters", None) or [])
+        running = sorted(conf.get("unmanaged") or [])
+        if running != wanted:
+            print(
+                f"bigfleet worker: warning: shard {shard} leaves {len(running)} cluster(s) "
+                f"alone (it was started so); the config names {len(wanted)} (unmanaged_clusters)."
+                " See docs/adoption.md.",
                 file=sys.stderr,
                 flush=True,
             )
