@@ -46,6 +46,19 @@ class ClusterModes:
         # (its report and the audit show them apart from BigFleet's own).
         self.left_alone = 0
         self.refused = 0
+        # Changed at run time (`set`, the coordinator's `cluster_mode`): the shard's snapshot
+        # then carries the set, which wins over its config's list from then on.
+        self.changed = False
+
+    def set(self, cluster: str, unmanaged: bool) -> bool:
+        """A cluster's mode from now on; whether it was unmanaged before. (Its machines: an
+        unmanaged one's are given up by `forget`, a managed one's adopted as listed.)"""
+        was = cluster in self.unmanaged
+        if unmanaged and not was and len(self.unmanaged) >= MAX_UNMANAGED:
+            raise ValueError(f"cluster: at most {MAX_UNMANAGED} clusters may be unmanaged")
+        self.unmanaged = self.unmanaged | {cluster} if unmanaged else self.unmanaged - {cluster}
+        self.changed = True
+        return was
 
     def leaves_alone(self, m: Machine) -> bool:
         """The machine is an unmanaged cluster's (see the module)."""

@@ -16,9 +16,11 @@ non-empty); an old state missing any of the optional keys loads as it did.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+
+from .cluster_modes import MAX_UNMANAGED
 
 Number = int | float  # (kept as given: a float field would turn 3 into 3.0, and change bytes)
 
@@ -50,6 +52,8 @@ class ShardState(BaseModel):
     notices: dict[str, Any] | None = None  # `Notices.state`; when any (patch carry-notices)
     blocked: dict[str, Any] | None = None  # `BlockedDrains.state`; when any (likewise)
     fences: Any = None  # `FenceBook.state`; when any (checked where it is read back)
+    # Unmanaged clusters once changed at run time (cluster_modes.py): wins over the config's.
+    unmanaged: Annotated[list[str], Field(max_length=MAX_UNMANAGED)] | None = None
 
     # ---- the workflow's instruction steps (workflows/instruction_steps.py, fencing.py) -----
     term: int = 0  # the coordinator term it serves

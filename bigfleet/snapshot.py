@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .cluster_modes import ClusterModes
 from .engine import EngineMemory, FastEngine
 from .fences import FenceBook
 from .inventory import _COLUMNS, GONE, Inventory
@@ -148,6 +149,8 @@ def shard_state(shard: Shard) -> dict[str, Any]:
         state["unheard"] = shard.unheard
     if shard.disruption.clusters:  # (likewise)
         state["disruption"] = shard.disruption.state()
+    if shard.modes.changed:  # (likewise)
+        state["unmanaged"] = sorted(shard.modes.unmanaged)
     if shard.notices:  # (likewise)
         state["notices"] = shard.notices.state()
     if shard.blocked.drains:  # (likewise)
@@ -184,6 +187,9 @@ def restore_shard(state: Mapping[str, Any] | ShardState, shard: Shard) -> Shard:
     shard.moved = dict(s.moved)
     shard.decommissioned = set(s.decommissioned)
     shard.unheard = dict(s.unheard or {})
+    if s.unmanaged is not None:
+        shard.modes = ClusterModes(s.unmanaged)
+        shard.modes.changed = True
     shard.disruption.restore(s.disruption)
     shard.notices.restore(s.notices)
     shard.blocked.restore(s.blocked)

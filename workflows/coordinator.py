@@ -262,7 +262,7 @@ class CoordinatorWorkflow(FleetChanges, PoolVisible, SendsPoolSummaries, TakesSi
             "escalated_drains": sorted(self.c.escalated_drains),
             "membership": self.members.running,
             "guard": self.guard.rejections.state(),
-            "pool": self.pool.state(),
+            "pool": self.pool.state(), **self.modes_state(),
         }
         if self.providers is not None:
             state["providers"] = sorted(self.providers)

@@ -1,6 +1,7 @@
 """The coordinator's updates that change the fleet (`FleetChanges`, mixed into
 workflows/coordinator.py): splitting, adding and merging shards (design §16), decommissioning
-machines proportionally across shards, and repairing what `bigfleet audit` found.
+machines proportionally across shards, repairing what `bigfleet audit` found, and (from
+`ClusterModeChanges`) a cluster's mode.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from bigfleet.inputs import Rejected, clip
     from workflows.audit import check_repair
     from workflows.audit import repair as repair_findings
+    from workflows.coordinator_modes import ClusterModeChanges
     from workflows.fleet_membership import FleetMembership
     from workflows.guard import NO_ARGUMENT, Guard, accepts, guarded
     from workflows.sagas import STEP
@@ -29,7 +31,7 @@ def _selectors(where: dict[str, str]) -> str:
     return ", ".join(f"{k.replace('_', ' ')} {clip(v, 80)!r}" for k, v in where.items())
 
 
-class FleetChanges:
+class FleetChanges(ClusterModeChanges):
     """The coordinator workflow's membership, decommission and repair updates; what they use
     is made in its `__init__`."""
 

@@ -137,7 +137,7 @@ class ProviderSync:
             if len(elsewhere) < ELSEWHERE_MAX:
                 return
 
-    async def adopt_unowned(self, inherited: list[int]) -> int:
+    async def adopt_unowned(self, inherited: list[int], clusters: list[str] | None = None) -> int:
         """After a revival, before the shard decides again: take back the machines no shard
         owns that are this shard's — configured (configuring, draining) for one of its
         clusters, or without a cluster, not speculative, and its by the assignment rule (or a
@@ -146,8 +146,9 @@ class ProviderSync:
         nobody would own them until an audit, and the needs they served would be short, so
         the shard would create or preempt to replace its own machines. `provider_unowned`
         lists and asks the shards and the coordinator (no machine a transfer saga carries);
-        only what to adopt, a page at a time, enters the history. Returns how many."""
-        clusters = self.shard.needs.clusters()
+        only what to adopt, a page at a time, enters the history. Returns how many.
+        `clusters`: those clusters' (one managed again: bigfleet/cluster_modes.py), instead."""
+        clusters = self.shard.needs.clusters() if clusters is None else clusters
         taken = 0
         for provider in self.cfg.providers:
             now = workflow.now().timestamp()  # one listing for all the calls

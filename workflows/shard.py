@@ -38,7 +38,6 @@ with workflow.unsafe.imports_passed_through():
         TakesSignals,
         accepts,
     )
-    from workflows.instructions import InstructionHandlers
     from workflows.outbox import Outbox
     from workflows.provider_sync import ProviderSync
     from workflows.shadow import ShadowSync
@@ -46,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.shard_cycle import ShardCycle
     from workflows.shard_fences import supersede_fences
     from workflows.shard_generations import GenerationReset
+    from workflows.shard_modes import ClusterModeHandlers
     from workflows.shard_pool import AsksFirst
     from workflows.shard_queries import ShardQueries
     from workflows.shard_results import TransitionResults
@@ -68,7 +68,7 @@ def rollups_bytes() -> int:
 
 @workflow.defn(name="Shard")
 class ShardWorkflow(
-    InstructionHandlers,
+    ClusterModeHandlers,
     AuditHandlers,
     GenerationReset,
     TransitionResults,

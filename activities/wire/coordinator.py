@@ -4,7 +4,7 @@ its term as an activity sees it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -30,6 +30,11 @@ class Instruction(Model):
     limit: int = 0  # hand_out: how many machine records at most
     # A saga's compensation giving a shard back its own machines: accepted from any term.
     compensation: bool = False
+    # `cluster_mode` (bigfleet/cluster_modes.py): the cluster, its new mode, and whether this
+    # shard takes back its machines (the cluster's shard, when it becomes managed).
+    cluster: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    mode: Literal["managed", "unmanaged"] | None = None
+    adopt: bool = False
 
 
 class SplitInstruction(Model):

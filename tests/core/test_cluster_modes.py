@@ -122,3 +122,28 @@ def test_a_redfish_bmc_marked_unmanaged_lists_its_systems_with_the_label():
     ours = L.rack_labels("dc", BMCSpec.model_validate(spec))
     assert theirs[L.UNMANAGED] == "true" and L.UNMANAGED not in ours
     assert {k: v for k, v in theirs.items() if k != L.UNMANAGED} == ours
+
+
+def test_a_mode_changed_at_run_time_survives_a_snapshot_and_wins_over_the_config():
+    """The coordinator's `cluster_mode` changes the set at run time; the shard's snapshot
+    carries it from then on (a config's list alone is not written: it comes with the run)."""
+    from bigfleet.snapshot import restore_shard, shard_state
+
+    shard = Shard(0)
+    shard.modes = ClusterModes(["legacy"])
+    assert "unmanaged" not in shard_state(shard)
+    assert shard.modes.set("legacy", False) is True  # managed again
+    assert shard.modes.set("old-eu", True) is False
+    again = Shard(0)
+    again.modes = ClusterModes(["legacy"])  # (what the run's config says)
+    restore_shard(shard_state(shard), again)
+    assert again.modes.unmanaged == {"old-eu"} and again.modes.changed
+
+
+def test_the_unmanaged_set_is_bounded():
+    from bigfleet.cluster_modes import MAX_UNMANAGED
+
+    modes = ClusterModes(f"c{i}" for i in range(MAX_UNMANAGED))
+    with pytest.raises(ValueError, match="at most"):
+        modes.set("one-more", True)
+    assert modes.set("c0", True) is True  # (one already there is no more)

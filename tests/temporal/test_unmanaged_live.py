@@ -4,9 +4,13 @@ cluster `legacy`. The deployment lists `legacy` as unmanaged: the shard never ad
 long past the silence a cluster is allowed (5 s here) nothing drains them, and `legacy`'s
 roll-ups are refused with the reason. Before, the shard adopted them and drained them as excess
 once `legacy` had been silent for `max_silence_seconds` (tests/core/test_cluster_modes.py keeps
-that as a check)."""
+that as a check). Then `bigfleet cluster legacy --mode managed` through the coordinator: the shard
+takes the two machines back as they stand, no transition started, and `legacy`'s roll-ups are
+taken; `--mode unmanaged` hands them back the same way."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
@@ -15,6 +19,7 @@ from bigfleet.models import ListFilter, MachineState, Transition
 from tests.conftest import eventually, fleet_workers
 from tests.temporal.test_audit import audit
 from tests.temporal.test_temporal_coordinator import ask, gpu_fleet, start
+from workers import cli
 
 S = MachineState
 
@@ -59,3 +64,40 @@ async def test_an_unmanaged_clusters_machines_are_left_alone_on_a_shared_provide
         assert "legacy" not in status["clusters"]
         assert any("unmanaged" in r for r in status["rejections"])
         assert dc.started[Transition.CONFIGURE] == 0
+
+        # Managed from now on: taken back as they stand, without a transition.
+        address = client.service_client.config.target_host
+        argv = ["cluster", "legacy", "--mode", "managed", "--reason", "cut over", "--address"]
+        assert await asyncio.to_thread(cli.main, [*argv, address]) == 0
+        status = await eventually(
+            lambda: shard.query("status"),
+            lambda s: s["machines"]["CONFIGURED"] == 2 and s["unmanaged"]["clusters"] == 0,
+            timeout=60,
+        )
+        assert sum(status["machines"].values()) == 6
+        await ask(client, 0, "legacy", 100, 2)
+        await eventually(
+            lambda: shard.query("status"), lambda s: "legacy" in s["clusters"], timeout=60
+        )
+        log = await client.get_workflow_handle("coordinator").query("cluster_modes")
+        assert [(e["cluster"], e["mode"], e["reason"]) for e in log] == [
+            ("legacy", "managed", "cut over")
+        ]
+        # A cluster no shard leaves alone cannot become managed: refused, saying so.
+        capsys.readouterr()
+        nobody = ["cluster", "nobody", "--mode", "managed", "--address", address]
+        assert await asyncio.to_thread(cli.main, nobody) != 0
+        assert "not unmanaged on any shard" in capsys.readouterr().err
+
+        # Unmanaged again: handed back as they stand, its needs gone.
+        argv = ["cluster", "legacy", "--mode", "unmanaged", "--address", address]
+        assert await asyncio.to_thread(cli.main, argv) == 0
+        status = await eventually(
+            lambda: shard.query("status"),
+            lambda s: sum(s["machines"].values()) == 4 and "legacy" not in s["clusters"],
+            timeout=60,
+        )
+        listed = {m.id: m for m in dc.list(ListFilter())}
+        assert {(listed[m].state, listed[m].cluster) for m in theirs} == {(S.CONFIGURED, "legacy")}
+        for kind in (Transition.CONFIGURE, Transition.DRAIN, Transition.DELETE):
+            assert dc.started[kind] == 0, kind

@@ -6,6 +6,7 @@ with their text renderers.
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import time
 from typing import Any
@@ -14,7 +15,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.shards import wedged
-from activities.wire import shard_workflow_id
+from activities.wire import COORDINATOR_ID, shard_workflow_id
 from workers.args import cluster_name, connection_options, shard_number, shard_options
 from workers.errors import CliError
 from workers.plumbing import blocking, connect, query, rpc_error, running_shards, shards_asked
@@ -41,8 +42,16 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "roll-up stale); its needs stay in force until then",
     )
     c.add_argument(
+        "--mode",
+        choices=("managed", "unmanaged"),
+        help="change the cluster's mode through the coordinator (docs/adoption.md): unmanaged "
+        "hands its machines back as they stand and refuses its roll-ups; managed takes them "
+        "back as the providers list them. Audited: the coordinator keeps each change (its "
+        "`cluster_modes` query; the update stays in its Temporal history)",
+    )
+    c.add_argument(
         "--reason", default="", metavar="TEXT", help="why (recorded by the shard, with "
-        "--reset-generation)"
+        "--reset-generation; by the coordinator, with --mode)"
     )
     c.set_defaults(run=run_cluster)
 
@@ -277,12 +286,33 @@ async def run_cluster(args: argparse.Namespace) -> int:
 
     """`bigfleet cluster NAME`: the cluster as the shard serving it sees it."""
     client = await connect(args)
+    if args.mode:
+        return await cluster_mode(client, args.name, args.mode, args.reason)
     shard = await _shard_serving(client, args, args.name)
     if args.reset_generation:
         return await _reset_generation(client, shard, args.name, args.reason)
     view = await query(client, shard_workflow_id(shard), "cluster", args.name)
     view = {"shard": shard, **view}
     print(json.dumps(view, indent=2) if args.json else render_cluster(view))
+    return 0
+
+
+async def cluster_mode(client: Any, cluster: str, mode: str, reason: str) -> int:
+    """`bigfleet cluster NAME --mode M`: the coordinator's `cluster_mode` update."""
+    try:
+        by = getpass.getuser()
+    except (OSError, KeyError):  # (no login name where it runs)
+        by = ""
+    req = {"cluster": cluster, "mode": mode, "reason": reason, "by": by[:200]}
+    try:
+        entry = await client.get_workflow_handle(COORDINATOR_ID).execute_update(
+            "cluster_mode", req
+        )
+    except WorkflowUpdateFailedError as err:
+        raise CliError(f"the coordinator refused: {err.cause}") from None
+    except RPCError as err:
+        raise rpc_error(err, COORDINATOR_ID) from None
+    print(f"cluster {cluster} is now {mode}; shards answered: {json.dumps(entry['answers'])}")
     return 0
 
 
