@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .simulation.scenario import Scenario
@@ -89,20 +89,51 @@ def _bench_snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_one(args: argparse.Namespace, scenario: Any, recording: Any) -> dict[str, Any]:
+    """One run: of a scenario (`--record FILE`: written as it goes), or a recording's replay
+    (its roll-ups delivered verbatim to its fleet; the report says whether every decision was
+    the recorded one)."""
+    import io
+
+    from .simulation.recording import RecordingWriter, compared
+    from .simulation.run import Simulation
+    from .simulation.scenario import on_shards
+
+    if recording is None and not args.record:
+        return Simulation(scenario, args.seed).run()
+    if recording is None:
+        with open(args.record, "w", encoding="utf-8") as out:
+            writer = RecordingWriter(out, scenario, args.seed or scenario.seed, args.record_bytes)
+            return Simulation(scenario, args.seed, record=writer).run()
+    fleet = recording.scenario
+    if args.shards is not None:
+        fleet = on_shards(fleet, args.shards)
+    writer = RecordingWriter(io.StringIO(), fleet, args.seed, 0)  # (keeps the digests only)
+    result = Simulation(fleet, args.seed, feed=recording.rollups, record=writer).run()
+    result["replay"] = {"end": recording.end, **compared(recording.decisions, writer.decisions)}
+    return result
+
+
 def _simulate(args: argparse.Namespace) -> int:
     from .simulation.baseline import load_quotas
     from .simulation.compare import compare, render_comparison
+    from .simulation.recording import read
     from .simulation.report import render_text
-    from .simulation.run import run_scenario
     from .simulation.scenario import ScenarioError, load, on_shards
     from .simulation.trace_mapping import MappingError
     from .simulation.traces import TraceError
 
     try:
-        scenario = load(args.scenario)
+        recording = read(args.scenario) if args.replay else None
+        scenario = load(args.scenario) if recording is None else recording.demand_scenario()
         quotas = load_quotas(args.quotas) if args.quotas else None
     except ScenarioError as err:
         print(f"bigfleet simulate: {err}", file=sys.stderr)
+        return 2
+    if recording is not None and args.seed is None:
+        args.seed = recording.seed
+    if args.record and (args.compare or args.replay):
+        print("bigfleet simulate: --record is for a plain run of a scenario", file=sys.stderr)
         return 2
     if args.shards is not None:
         scenario = on_shards(scenario, args.shards)
@@ -143,7 +174,7 @@ def _simulate(args: argparse.Namespace) -> int:
             said = [result["headline"]["text"], result["verdict"]["text"]]
             text = render_comparison(result)
         else:
-            result = run_scenario(scenario, seed=args.seed)
+            result = _run_one(args, scenario, recording)
             runs = [("BigFleet", result)]
             said = []
             text = render_text(result, log_lines=args.log_lines)
@@ -336,6 +367,23 @@ def parser(
         help="with --equal-service: up to this many times the scenario's racks of each kind",
     )
     sim.add_argument("--html", metavar="FILE", help="also write the report as one HTML page")
+    sim.add_argument(
+        "--record",
+        metavar="FILE",
+        help="write what the run's fleet received (its roll-ups, with their times) and what it "
+        "decided, for `--replay` (docs/adoption.md)",
+    )
+    sim.add_argument(
+        "--record-bytes", type=_positive, default=256 * 1024 * 1024, metavar="N",
+        help="--record: at most this many bytes (then the recording ends, marked truncated)",
+    )
+    sim.add_argument(
+        "--replay",
+        action="store_true",
+        help="SCENARIO is a recording (--record): deliver its roll-ups again to its fleet; the "
+        "report says whether every decision was the recorded one. With --compare, its demand "
+        "is compared (re-sent as the simulator does: close to, not exactly, the recording)",
+    )
     sim.set_defaults(run=_simulate)
 
     planner = verbs.add_parser(

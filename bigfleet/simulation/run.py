@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 from ..assignment import machine_shard
@@ -17,6 +18,7 @@ from .closed_loop import ClosedLoop
 from .executor import Executor
 from .rebalance import Rebalancer
 from .recorder import Recorder
+from .recording import RecordingWriter
 from .report import build_report
 from .scenario import CloudProviderSpec, Scenario
 from .trouble import Trouble
@@ -28,8 +30,19 @@ RESEND_SECONDS = 60.0
 
 
 class Simulation:
-    def __init__(self, scenario: Scenario, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        seed: int | None = None,
+        feed: Sequence[tuple[float, ClusterCapacityNeeds]] | None = None,
+        record: RecordingWriter | None = None,
+    ) -> None:
+        """`feed`: roll-ups to deliver verbatim at their times, in order (a replay of a
+        recording: recording.py), besides the scenario's own; `record`: write a recording."""
         self.scenario = scenario
+        self._feed = list(feed or [])
+        self._fed = 0
+        self.record = record
         self.seed = scenario.seed if seed is None else seed
         self.now = 0.0
         self.policy = scenario.make_policy()
@@ -108,6 +121,8 @@ class Simulation:
             candidates = [next_cycle]
             if self._timeline:
                 candidates.append(self._timeline[0][0])
+            if self._fed < len(self._feed):
+                candidates.append(self._feed[self._fed][0])
             if quota_changes:
                 candidates.append(quota_changes[0][0])
             if decommissions:
@@ -133,6 +148,9 @@ class Simulation:
                 _, _, cluster, needs = heapq.heappop(self._timeline)
                 self.latest[cluster] = needs
                 self._deliver(cluster, needs)
+            while self._fed < len(self._feed) and self._feed[self._fed][0] <= t:
+                self._hand_over(self._feed[self._fed][1])
+                self._fed += 1
             if t >= next_cycle:
                 self._close_loops(t)
                 if sc.health_seconds and t >= next_health:
@@ -147,6 +165,8 @@ class Simulation:
                 sample = t >= next_sample
                 for shard, executor in zip(self.shards, self.executors, strict=True):
                     decision = shard.cycle(t)
+                    if self.record is not None:
+                        self.record.decision(t, shard.id, decision.actions)
                     executor.execute(decision.actions, t)
                     for update in shard.operator_updates(decision):
                         self.operators[update.cluster].notify(update)
@@ -160,6 +180,8 @@ class Simulation:
                 next_cycle += sc.cycle_seconds
         self._bill(sc.duration_seconds - self.now)
         self.now = sc.duration_seconds
+        if self.record is not None:
+            self.record.end(self.now)
         return build_report(self)
 
     def _close_loops(self, t: float) -> None:
@@ -216,6 +238,11 @@ class Simulation:
         rollup = ClusterCapacityNeeds(
             cluster=cluster, generation=self.generation[cluster], needs=needs, health=health
         )
+        self._hand_over(rollup)
+
+    def _hand_over(self, rollup: ClusterCapacityNeeds) -> None:
+        """A roll-up to the shard of its cluster (assigned on first contact), recorded."""
+        cluster, needs = rollup.cluster, rollup.needs
         if cluster not in self.coordinator.clusters:
             self.rebalancer.first_reports(self.now)
         wants = [n.requirements for n in needs]
@@ -225,6 +252,8 @@ class Simulation:
             self.recorder.rejected_rollups.append(reason)
         else:
             self.recorder.rollup(self.now, rollup)
+        if self.record is not None:
+            self.record.rollup(self.now, rollup, not reason)
 
     def _change_quota(self, name: str, change: Any) -> None:
         provider = self.providers[name]
