@@ -18,9 +18,10 @@ runs what it holds. It is read strictly: a foreign or damaged file is refused, n
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -48,12 +49,35 @@ def digest(actions: Iterable[Any]) -> str:
     return h.hexdigest()[:16]
 
 
+def recorded_send(
+    send: Callable[[str, dict[str, Any]], Awaitable[str]],
+    writer: RecordingWriter,
+    clock: Callable[[], float],
+) -> Callable[[str, dict[str, Any]], Awaitable[str]]:
+    """An operator's `send` that also records each roll-up it delivered, at `clock()` (the
+    fleet file's time: `bigfleet operator serve --record`, `bigfleet dev --record`)."""
+
+    async def send_and_record(cluster: str, rollup: dict[str, Any]) -> str:
+        where = await send(cluster, rollup)
+        with contextlib.suppress(ValueError):  # (a roll-up it could not read is not kept)
+            writer.rollup(clock(), from_wire(ClusterCapacityNeeds, rollup), True)
+            writer.out.flush()
+        return where
+
+    return send_and_record
+
+
 class RecordingWriter:
     """Writes a recording as a run goes (`Simulation(record=...)`); keeps the decision
     digests it wrote (`decisions`), which a replay compares with the recording's."""
 
     def __init__(
-        self, out: IO[str], scenario: Scenario, seed: int, max_bytes: int = MAX_BYTES
+        self,
+        out: IO[str],
+        scenario: Scenario,
+        seed: int,
+        max_bytes: int = MAX_BYTES,
+        source: str = "simulation",
     ) -> None:
         self.out, self.left, self.full = out, max_bytes, False
         self.decisions: list[tuple[float, int, str]] = []
@@ -63,7 +87,7 @@ class RecordingWriter:
         )
         # (What the file set, no more: a dump of every default would not read back, e.g. a
         # policy's cycle_seconds, which a scenario sets at its top level.)
-        header = {"format": FORMAT, "version": VERSION, "source": "simulation", "seed": seed,
+        header = {"format": FORMAT, "version": VERSION, "source": source, "seed": seed,
                   "scenario": fleet.model_dump(mode="json", exclude_unset=True)}  # fmt: skip
         self._line(header)
 
@@ -103,6 +127,8 @@ class Recording:
     rollups: list[tuple[float, ClusterCapacityNeeds]] = field(default_factory=list)
     decisions: list[tuple[float, int, str]] = field(default_factory=list)
     end: str = "missing"
+    sent: dict[str, int] = field(default_factory=dict)  # roll-ups read so far, per cluster
+    source: str = "simulation"  # what wrote it: the simulator, or an operator
 
     def demand_scenario(self) -> Scenario:
         """The fleet with each cluster's accepted roll-ups as its timed roll-ups (the demand
@@ -148,7 +174,7 @@ def read(path: str) -> Recording:
     seed = header.get("seed")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise RecordingError(f"recording {path} line 1: seed: a whole number is required")
-    rec = Recording(scenario, seed)
+    rec = Recording(scenario, seed, source=str(header.get("source", "simulation"))[:20])
     for n, line in enumerate(lines[1:], start=2):
         _event(rec, path, n, _json(path, n, line))
     return rec
@@ -179,10 +205,19 @@ def _event(rec: Recording, path: str, n: int, obj: dict[str, Any]) -> None:
     elif "rollup" in obj:
         if obj.get("accepted", True):
             try:
-                rec.rollups.append((float(t), from_wire(ClusterCapacityNeeds, obj["rollup"])))
+                rollup = from_wire(ClusterCapacityNeeds, obj["rollup"])
             except (ValidationError, ValueError) as err:
                 why = explain(err) if isinstance(err, ValidationError) else clip(str(err))
                 raise RecordingError(f"{where}: rollup: {why}") from None
+            # Generations numbered again per cluster, in order (a live operator's are its
+            # clock's milliseconds, far ahead of a simulation's): only their order counts.
+            # A live cluster's node health names the machines it had there, which a replay's
+            # fleet does not give it: kept only from a simulation's own recording.
+            n = rec.sent[rollup.cluster] = rec.sent.get(rollup.cluster, 0) + 1
+            update: dict[str, Any] = {"generation": n}
+            if rec.source != "simulation":
+                update["health"] = None
+            rec.rollups.append((float(t), rollup.model_copy(update=update)))
     elif "decision" in obj:
         d = obj["decision"]
         if not isinstance(d, dict) or not isinstance(d.get("shard"), int):

@@ -131,3 +131,55 @@ def test_a_recordings_demand_compares_with_every_cluster_alone(recorded, capsys)
     assert out["bigfleet"]["summary"]["cost_total"] > 0
     assert out["per_cluster"]["summary"]["cost_total"] > 0
     assert out["bigfleet"]["clusters"] == original["clusters"]
+
+
+def test_an_operators_recording_replays_in_the_simulator(tmp_path, capsys):
+    """`bigfleet operator serve --record` (and so `bigfleet dev --record`): the roll-ups the
+    example operators send, at their scripts' times, replay on the fleet file. Their
+    generations (a live clock's milliseconds) are numbered again, their node health dropped."""
+    import asyncio
+
+    import yaml
+
+    from bigfleet.simulation.recording import RecordingWriter, read, recorded_send
+    from bigfleet.simulation.scenario import load
+    from workers.dev.operators import Operators
+
+    from .scenarios import bare_metal, cluster, need, rack, scenario
+
+    fleet_file = tmp_path / "tiny.yaml"
+    fleet_file.write_text(yaml.safe_dump(scenario(
+        [bare_metal(rack("r1", 4))],
+        [cluster("a", (0, [need(900_000, 2)])), cluster("b", (0, [need(100, 1)]))],
+        600,
+    )))  # fmt: skip
+    fleet = load(fleet_file)
+    sent: list[str] = []
+    stop = asyncio.Event()
+
+    async def send(cluster_name: str, rollup: dict) -> str:
+        sent.append(cluster_name)
+        if len(sent) == 2:
+            stop.set()
+        return "shard-0"
+
+    path = tmp_path / "operator.jsonl"
+    with open(path, "w", encoding="utf-8") as out:
+        ops = Operators(None, fleet, send=send, health=lambda c: [f"{c}-node-1"])
+        writer = RecordingWriter(out, fleet, fleet.seed, source="operator")
+        ops.send = recorded_send(send, writer, ops.elapsed)
+        asyncio.run(asyncio.wait_for(ops.run(stop), 30))
+    rec = read(str(path))
+    assert rec.source == "operator" and sorted(r.cluster for _, r in rec.rollups) == ["a", "b"]
+    assert [r.generation for _, r in rec.rollups] == [1, 1]
+    assert all(r.health is None for _, r in rec.rollups)
+    code, replay = simulate(capsys, str(path), "--replay", "--json")
+    assert code == 0, replay
+    # The same demand from t = 0 as the fleet file's own run gives (its roll-ups came a
+    # fraction of a second into the operators' script, not at 0 exactly).
+    code, own = simulate(capsys, str(fleet_file), "--json")
+    assert code == 0, own
+    for band, measured in own["summary"]["bands"].items():
+        assert abs(replay["summary"]["bands"][band]["served_fraction"]
+                   - measured["served_fraction"]) < 0.02, band  # fmt: skip
+    assert replay["summary"]["cost_total"] == pytest.approx(own["summary"]["cost_total"], 0.02)

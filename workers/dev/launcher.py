@@ -116,6 +116,7 @@ async def _serve(
         # (The gateway is a process of its own: it counts roll-ups there, not here.)
         gateway_metrics_port=args.metrics_port + 1 if args.metrics_port else 0,
         shadow=args.shadow,
+        record=Path(args.record).resolve() if args.record else None,
     )
     procs.plan()
     watcher = asyncio.create_task(watch_server(server, stop))

@@ -113,6 +113,7 @@ class DevProcesses:
     # The gateway's own metrics (its roll-ups by outcome) on this port; 0: none.
     gateway_metrics_port: int = 0
     shadow: bool = False  # every shard in shadow mode (docs/shadow.md)
+    record: Path | None = None  # the operator records the roll-ups it sends (docs/adoption.md)
     # Provider name -> a provider config (kind: ec2 | redfish): that provider is a real one
     # (`provider serve --config`) instead of the fleet file's simulated one.
     real: dict[str, Path] = field(default_factory=dict)
@@ -237,6 +238,7 @@ class DevProcesses:
                 "--gateway", f"127.0.0.1:{gateway_port}",
                 "--state-file", str(self.state_dir / "operator-nodes.json"),
                 "--clock-file", str(self.state_dir / "operator-clock.json"),
+                *(["--record", str(self.record)] if self.record else []),
                 "--tls-dir", str(tls),
                 *server_tls,
                 echo=True,

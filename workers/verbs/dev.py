@@ -59,6 +59,12 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "redfish; docs/providers.md) instead of a simulated one; repeatable",
     )
     d.add_argument(
+        "--record",
+        metavar="FILE",
+        help="record the roll-ups the example operators send, with their times: `bigfleet "
+        "simulate FILE --replay` runs them on the fleet file (docs/adoption.md)",
+    )
+    d.add_argument(
         "--shadow",
         action="store_true",
         help="run every shard in shadow mode (docs/shadow.md): it decides but starts nothing; "

@@ -65,6 +65,11 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "instead of replaying them from t = 0 (default: each start begins at t = 0)",
     )  # fmt: skip
     s.add_argument(
+        "--record", metavar="FILE",
+        help="write each roll-up sent, with its time, as a recording that `bigfleet simulate "
+        "FILE --replay` runs (docs/adoption.md)",
+    )  # fmt: skip
+    s.add_argument(
         "--gateway", metavar="HOST:PORT",
         help="the roll-up gateway to send roll-ups to (default: none are sent)",
     )  # fmt: skip
@@ -199,6 +204,7 @@ async def run_operator_serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     senders: list[Any] = []
+    files: list[Any] = []
     player = None
     if args.gateway:
         send, senders = gateway_send(args.gateway, creds)
@@ -213,6 +219,8 @@ async def run_operator_serve(args: argparse.Namespace) -> int:
         played = Operators(
             None, fleet, send=send, only=set(chosen), health=health, clock_file=clock
         )
+        if args.record:
+            played.send = recording_to(args.record, fleet, send, played.elapsed, files)
         player = asyncio.create_task(played.run(stop))
     try:
         await stop.wait()
@@ -222,6 +230,21 @@ async def run_operator_serve(args: argparse.Namespace) -> int:
             await player
         for sender in senders:
             await sender.close()
+        for f in files:
+            f.close()
         server.stop()
     print("bigfleet operator: stopped", flush=True)
     return 0
+
+
+def recording_to(path: str, fleet: Any, send: Any, clock: Any, files: list[Any]) -> Any:
+    """`send`, recording each roll-up to `path` (bigfleet/simulation/recording.py)."""
+    from bigfleet.simulation.recording import RecordingWriter, recorded_send
+
+    try:
+        out = open(path, "w", encoding="utf-8")  # noqa: SIM115 (closed when the operator stops)
+    except OSError as err:
+        raise CliError(f"--record {path}: {err.strerror}") from None
+    files.append(out)
+    print(f"  recording the roll-ups sent to {path}", flush=True)
+    return recorded_send(send, RecordingWriter(out, fleet, fleet.seed, source="operator"), clock)
