@@ -85,8 +85,9 @@ def change_kinds(
         kinds.append("configured")
     if old in BOUND and new in (S.DRAINING, S.IDLE):
         kinds.append("drained")
+    # (A machine seen CREATING, then SPECULATIVE: created and deleted between two looks.)
     if (new is S.DELETING and old is not S.DELETING) or (
-        new is S.SPECULATIVE and old in (S.IDLE, *BOUND, S.DRAINING, S.FAILED)
+        new is S.SPECULATIVE and old in (S.CREATING, S.IDLE, *BOUND, S.DRAINING, S.FAILED)
     ):
         kinds.append("deleted")
     if new is S.FAILED and old is not S.FAILED:

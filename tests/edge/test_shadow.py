@@ -80,6 +80,8 @@ def test_what_counts_as_a_change_at_the_providers() -> None:
     assert change_kinds(S.CONFIGURED, "a", S.IDLE, None) == ["drained"]
     assert change_kinds(S.IDLE, None, S.DELETING, None) == ["deleted"]
     assert change_kinds(S.DELETING, None, S.SPECULATIVE, None) == []
+    # Created, then deleted before a look saw it idle (a loaded shard looks late).
+    assert change_kinds(S.CREATING, None, S.SPECULATIVE, None) == ["deleted"]
     assert change_kinds(S.IDLE, None, None, None) == ["deleted"]
     assert change_kinds(S.SPECULATIVE, None, None, None) == ["removed"]
     assert change_kinds(None, None, S.CONFIGURED, "a") == ["appeared", "created", "configured"]
