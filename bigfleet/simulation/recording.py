@@ -101,9 +101,10 @@ class RecordingWriter:
             self._line({"t": t, "decision": {"shard": shard, "digest": hashed,
                                               "actions": len(actions)}})  # fmt: skip
 
-    def end(self, t: float) -> None:
+    def end(self, t: float, how: str = "complete") -> None:
+        """The last line: the run ended (`how`: complete; an operator's, stopped)."""
         if not self.full:
-            self.out.write(json.dumps({"t": t, "end": "complete"}) + "\n")
+            self.out.write(json.dumps({"t": t, "end": how}) + "\n")
 
     def _line(self, obj: dict[str, Any]) -> None:
         if self.full:
@@ -230,13 +231,17 @@ def _event(rec: Recording, path: str, n: int, obj: dict[str, Any]) -> None:
 def compared(recorded: list[tuple[float, int, str]], replayed: list[tuple[float, int, str]]
              ) -> dict[str, Any]:  # fmt: skip
     """How a replay's decisions compare with the recording's: how many, how many the same, and
-    the first that differs (time and shard), if any."""
+    the first that differs (time and shard), if any. `checked`: the recording had decisions to
+    compare with (an operator's has none: it saw only what it sent)."""
+    if not recorded:
+        return {"checked": False, "recorded": 0, "replayed": len(replayed), "same": 0,
+                "first_difference": None}  # fmt: skip
     same = 0
     for a, b in zip(recorded, replayed, strict=False):
         if a != b:
-            return {"recorded": len(recorded), "replayed": len(replayed), "same": same,
-                    "first_difference": {"t": a[0], "shard": a[1]}}  # fmt: skip
+            return {"checked": True, "recorded": len(recorded), "replayed": len(replayed),
+                    "same": same, "first_difference": {"t": a[0], "shard": a[1]}}  # fmt: skip
         same += 1
     differs = None if len(recorded) == len(replayed) else {"t": None, "shard": None}
-    return {"recorded": len(recorded), "replayed": len(replayed), "same": same,
-            "first_difference": differs}  # fmt: skip
+    return {"checked": True, "recorded": len(recorded), "replayed": len(replayed),
+            "same": same, "first_difference": differs}  # fmt: skip

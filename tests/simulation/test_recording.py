@@ -51,7 +51,8 @@ def test_a_replay_makes_every_recorded_decision(recorded, capsys):
     code, replay = simulate(capsys, str(path), "--replay", "--json")
     assert code == 0, replay
     check = replay["replay"]
-    assert check["recorded"] > 20 and check["same"] == check["recorded"] == check["replayed"]
+    assert check["checked"] and check["recorded"] > 20
+    assert check["same"] == check["recorded"] == check["replayed"]
     assert check["first_difference"] is None
     assert replay["summary"] == original["summary"]
 
@@ -175,6 +176,7 @@ def test_an_operators_recording_replays_in_the_simulator(tmp_path, capsys):
     assert all(r.health is None for _, r in rec.rollups)
     code, replay = simulate(capsys, str(path), "--replay", "--json")
     assert code == 0, replay
+    assert replay["replay"]["checked"] is False  # (an operator records no decisions)
     # The same demand from t = 0 as the fleet file's own run gives (its roll-ups came a
     # fraction of a second into the operators' script, not at 0 exactly).
     code, own = simulate(capsys, str(fleet_file), "--json")

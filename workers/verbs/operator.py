@@ -205,7 +205,7 @@ async def run_operator_serve(args: argparse.Namespace) -> int:
     )
     senders: list[Any] = []
     files: list[Any] = []
-    player = None
+    player = played = None
     if args.gateway:
         send, senders = gateway_send(args.gateway, creds)
         how = "mutual TLS" if args.tls_dir else ("tokens" if args.token_dir else "no credentials")
@@ -230,7 +230,8 @@ async def run_operator_serve(args: argparse.Namespace) -> int:
             await player
         for sender in senders:
             await sender.close()
-        for f in files:
+        for writer, f in files:
+            writer.end(played.elapsed() if played is not None else 0.0, "stopped")
             f.close()
         server.stop()
     print("bigfleet operator: stopped", flush=True)
@@ -245,6 +246,7 @@ def recording_to(path: str, fleet: Any, send: Any, clock: Any, files: list[Any])
         out = open(path, "w", encoding="utf-8")  # noqa: SIM115 (closed when the operator stops)
     except OSError as err:
         raise CliError(f"--record {path}: {err.strerror}") from None
-    files.append(out)
+    writer = RecordingWriter(out, fleet, fleet.seed, source="operator")
+    files.append((writer, out))
     print(f"  recording the roll-ups sent to {path}", flush=True)
-    return recorded_send(send, RecordingWriter(out, fleet, fleet.seed, source="operator"), clock)
+    return recorded_send(send, writer, clock)
