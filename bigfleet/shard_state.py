@@ -53,7 +53,10 @@ class ShardState(BaseModel):
     blocked: dict[str, Any] | None = None  # `BlockedDrains.state`; when any (likewise)
     fences: Any = None  # `FenceBook.state`; when any (checked where it is read back)
     # Unmanaged clusters once changed at run time (cluster_modes.py): wins over the config's.
-    unmanaged: Annotated[list[str], Field(max_length=MAX_UNMANAGED)] | None = None
+    unmanaged: (
+        Annotated[list[Annotated[str, Field(max_length=253)]], Field(max_length=MAX_UNMANAGED)]
+        | None
+    ) = None
 
     # ---- the workflow's instruction steps (workflows/instruction_steps.py, fencing.py) -----
     term: int = 0  # the coordinator term it serves

@@ -5,7 +5,7 @@ store, the transitions and signals it carries on)."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -116,7 +116,9 @@ class ShardConfig(Model):
     # method, and record would-be against actual (`shadow_report`).
     shadow: bool = False
     # Clusters whose machines and roll-ups the shard leaves alone (bigfleet/cluster_modes.py).
-    unmanaged: list[str] = Field(default_factory=list, max_length=MAX_UNMANAGED)
+    unmanaged: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(
+        default_factory=list, max_length=MAX_UNMANAGED
+    )
 
 
 class AdoptCursor(Model):
