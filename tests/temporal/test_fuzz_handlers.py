@@ -222,21 +222,25 @@ async def test_shard_and_coordinator_survive_hostile_signals_and_updates(
         shard_updates = [
             "adopt", "release", "drain_for_transfer", "cancel_transfer", "split_out",
             "hand_out", "take_in", "retire", "decommission", "disown", "observe_records",
-            "reset_generation",
+            "reset_generation", "cluster_mode",
         ]
         refused = await refused_updates(shard0, shard_updates, seed=3)
         refused |= await refused_updates(
             coordinator,
             [
                 "assign_cluster", "split_shard", "merge_shards", "add_shard", "decommission",
-                "repair", "cluster_owners",
+                "repair", "cluster_owners", "cluster_mode",
             ],
             seed=4,
         )
         term = before_shard["coordinator_term"]
         future = Instruction(term=10**15, seq=1)  # a term beyond any clock: never issued
         stale = Instruction(term=1, seq=1, machine_ids=["dc-x"])
-        for update, ins in (("adopt", future), ("release", stale), ("retire", future)):
+        # (A cluster's mode from a term never issued: the cluster stays managed.)
+        mode = Instruction(term=10**15, seq=1, cluster=cluster, mode="unmanaged")
+        for update, ins in (
+            ("adopt", future), ("release", stale), ("retire", future), ("cluster_mode", mode)
+        ):
             try:
                 await shard0.execute_update(update, ins)
                 raise AssertionError(f"{update} accepted {ins}")
