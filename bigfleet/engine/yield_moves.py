@@ -19,6 +19,7 @@ from .claims import CONFIGURED_SLOT
 from .consolidate import settled_needs
 from .cycle import CycleState
 from .decision import Decision
+from .memory import Yielded
 from .moves import consolidation_budget
 from .phase1 import Assignment
 from .phase2 import Victim
@@ -125,7 +126,7 @@ def yield_segments(state: CycleState) -> list[tuple[str, int]]:
     return [(need.cluster, owned) for need, owned, _, _ in found]
 
 
-def _due(state: CycleState) -> list[tuple[Need, int, int, object]]:
+def _due(state: CycleState) -> list[tuple[Need, int, int, Yielded]]:
     """The yields not yet drained whose need is in the table: (need, owned profile id,
     replacement profile id, its `Yielded`)."""
     memory = state.memory
@@ -175,5 +176,5 @@ def yield_drains(
             continue
         keep[(need.cluster, instead)] += 1
         drains.append((rows, need.cluster))
-        y.drained = True  # type: ignore[attr-defined]
+        y.drained = True
     return keep, drains
