@@ -89,7 +89,10 @@ class RecordingWriter:
         # policy's cycle_seconds, which a scenario sets at its top level.)
         header = {"format": FORMAT, "version": VERSION, "source": source, "seed": seed,
                   "scenario": fleet.model_dump(mode="json", exclude_unset=True)}  # fmt: skip
-        self._line(header)
+        # (Written whatever the bound: a recording without it could not be read at all.)
+        text = json.dumps(header, separators=(",", ":")) + "\n"
+        self.left -= len(text)
+        out.write(text)
 
     def rollup(self, t: float, rollup: ClusterCapacityNeeds, accepted: bool) -> None:
         self._line({"t": t, "rollup": rollup.model_dump(mode="json"), "accepted": accepted})

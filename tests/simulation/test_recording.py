@@ -76,6 +76,11 @@ def test_a_bounded_recording_ends_truncated_and_replays_what_it_holds(tmp_path, 
     assert json.loads(path.read_text().splitlines()[-1])["end"] == "truncated"
     code, replay = simulate(capsys, str(path), "--replay", "--json")
     assert code == 0 and replay["replay"]["end"] == "truncated"
+    # A bound below the header's size still leaves a file that reads: the header, the end.
+    code, _ = simulate(capsys, scenario, "--record", str(path), "--record-bytes", "10", "--json")
+    assert code == 0 and len(path.read_text().splitlines()) == 2
+    code, replay = simulate(capsys, str(path), "--replay", "--json")
+    assert code == 0 and replay["replay"]["end"] == "truncated"
 
 
 def damaged(recorded_path: pathlib.Path, how: str) -> str:
