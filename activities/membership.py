@@ -40,14 +40,18 @@ class MembershipActivities:
 
     @activity.defn(name="start_split_shard")
     async def start_split_shard(self, donor_and_new: list[int]) -> str:
-        """Start shard `new` configured like `donor`, empty, waiting for the split's parts."""
+        """Start shard `new` configured like `donor` (leaving alone the clusters it leaves alone
+        now), empty, waiting for the split's parts."""
         donor, new = donor_and_new
-        cfg: ShardConfig = await self.client.get_workflow_handle(
-            shard_workflow_id(donor)
-        ).query("config", result_type=ShardConfig)
+        like = self.client.get_workflow_handle(shard_workflow_id(donor))
+        cfg: ShardConfig = await like.query("config", result_type=ShardConfig)
+        # The clusters it leaves alone as they are now (changed at run time since the donor
+        # started, bigfleet/cluster_modes.py), not as its config began.
+        unmanaged = await like.query("unmanaged_clusters", result_type=list[str])
+        cfg = cfg.model_copy(update={"shard": new, "unmanaged": unmanaged})
         handle = await self.client.start_workflow(
             "Shard",
-            ShardInput(config=cfg.model_copy(update={"shard": new}), joining=True),
+            ShardInput(config=cfg, joining=True),
             id=shard_workflow_id(new),
             task_queue=SHARD_TASK_QUEUE,
             task_timeout=shard_task_timeout(cfg),

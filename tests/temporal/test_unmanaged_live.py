@@ -101,3 +101,15 @@ async def test_an_unmanaged_clusters_machines_are_left_alone_on_a_shared_provide
         assert {(listed[m].state, listed[m].cluster) for m in theirs} == {(S.CONFIGURED, "legacy")}
         for kind in (Transition.CONFIGURE, Transition.DRAIN, Transition.DELETE):
             assert dc.started[kind] == 0, kind
+
+        # A shard added later leaves alone what the fleet leaves alone now: the config's
+        # `legacy` and `old-eu`, made unmanaged at run time.
+        argv = ["cluster", "old-eu", "--mode", "unmanaged", "--address", address]
+        assert await asyncio.to_thread(cli.main, argv) == 0
+        assert await asyncio.to_thread(cli.main, ["shard", "add", "--address", address]) == 0
+        added = client.get_workflow_handle("shard-1")
+        await eventually(
+            lambda: added.query("unmanaged_clusters"),
+            lambda names: names == ["legacy", "old-eu"],
+            timeout=60,
+        )
