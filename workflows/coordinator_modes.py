@@ -59,7 +59,8 @@ class ClusterModeChanges:
     async def cluster_mode(self, raw: RawValue = NO_ARGUMENT) -> dict[str, Any]:
         """Change a cluster's mode on every running shard, then note it (the entry is the
         answer). Managed again: its shard (kept, or assigned now) takes its machines back. A
-        cluster no shard left alone cannot become managed: refused, after asking them."""
+        cluster no shard left alone, of which nothing was taken back, cannot become managed:
+        refused, after asking them."""
         req = self.guard.arg(raw, ClusterModeRequest, "cluster_mode")
         await workflow.wait_condition(lambda: self.ready)
         target = self.c.assign(req.cluster) if req.mode == "managed" else None
@@ -74,8 +75,11 @@ class ClusterModeChanges:
                 ShardCall(shard=shard, update="cluster_mode", instruction=ins),
                 **STEP,
             )
-        was = [a.get("was") for a in answers.values() if isinstance(a, dict)]
-        if req.mode == "managed" and "unmanaged" not in was:
+        said = [a for a in answers.values() if isinstance(a, dict)]
+        # (Refused only if nothing happened: a command run again after a shard failed it finds
+        # the others managed already, and its shard takes the machines back all the same.)
+        taken = sum(int(a.get("taken_back", 0) or 0) for a in said)
+        if req.mode == "managed" and not taken and all(a.get("was") != "unmanaged" for a in said):
             raise Rejected(
                 f"cluster_mode: cluster: {clip(req.cluster, 80)!r} is not unmanaged on any "
                 "shard: nothing to change"
