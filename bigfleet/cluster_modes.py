@@ -49,6 +49,9 @@ class ClusterModes:
         # Changed at run time (`set`, the coordinator's `cluster_mode`): the shard's snapshot
         # then carries the set, which wins over its config's list from then on.
         self.changed = False
+        # Clusters managed again whose machines the shard is taking back: their roll-ups wait
+        # until it has (one served before would buy machines the cluster already has).
+        self.taking_back: set[str] = set()
 
     def set(self, cluster: str, unmanaged: bool) -> bool:
         """A cluster's mode from now on; whether it was unmanaged before. (Its machines: an
@@ -77,7 +80,10 @@ class ClusterModes:
         return out
 
     def refusal(self, cluster: str) -> str | None:
-        """Why a roll-up of `cluster` is refused, if its cluster is unmanaged."""
+        """Why a roll-up of `cluster` is refused, if its cluster is unmanaged (or its machines
+        are being taken back: its operator sends again)."""
+        if cluster in self.taking_back:
+            return f"cluster {clip(cluster, 80)}: its machines are being taken back; send again"
         if cluster not in self.unmanaged:
             return None
         self.refused += 1

@@ -43,9 +43,14 @@ class ClusterModeHandlers(InstructionHandlers):
         if ins.mode == "unmanaged":
             answer["given_up"] = len(modes.forget(self.shard))
         elif ins.adopt:
-            answer["taken_back"] = await self.providers.adopt_unowned(
-                self.steps.inherited, [ins.cluster]
-            )
+            # (Its roll-ups wait meanwhile: `ClusterModes.taking_back`.)
+            modes.taking_back.add(ins.cluster)
+            try:
+                answer["taken_back"] = await self.providers.adopt_unowned(
+                    self.steps.inherited, [ins.cluster]
+                )
+            finally:
+                modes.taking_back.discard(ins.cluster)
         workflow.logger.warning("shard %s: cluster %s is %s: %s", self.shard.id, ins.cluster,
                                 ins.mode, answer)  # fmt: skip
         return answer

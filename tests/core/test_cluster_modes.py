@@ -147,3 +147,15 @@ def test_the_unmanaged_set_is_bounded():
     with pytest.raises(ValueError, match="at most"):
         modes.set("one-more", True)
     assert modes.set("c0", True) is True  # (one already there is no more)
+
+
+def test_a_cluster_being_taken_back_has_its_roll_ups_wait():
+    """Managed again, its shard takes its machines back (an activity: seconds); a roll-up
+    served before that would buy machines the cluster already has, then drain them."""
+    shard = Shard(0)
+    shard.modes.taking_back.add("legacy")
+    why = shard.receive(rollup("legacy", 1, need(2, 100)), 1)
+    assert why is not None and "taken back" in why and "send again" in why
+    assert shard.needs.clusters() == []
+    shard.modes.taking_back.discard("legacy")
+    assert shard.receive(rollup("legacy", 2, need(2, 100)), 2) is None
