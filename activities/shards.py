@@ -112,8 +112,11 @@ async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str
     it never continued as new. Reset or restarted from a snapshot, the shard then takes back,
     from its providers' listings, the machines of its clusters (and of its share) that no shard
     owns: those it adopted after the reset point or the snapshot (workflows/provider_sync.py
-    `adopt_unowned`). A run restarted that way, reset, and dead again is "held" for an
-    operator: recovery never goes round in a circle."""
+    `adopt_unowned`). A run restarted that way, reset, and dead again is restarted from the
+    same snapshot once more without any roll-up (what broke it may be in the snapshot: a
+    roll-up taken in the last cycle before the run continued as new); the clusters are heard
+    anew, their machines kept meanwhile (bigfleet/cluster_modes.py `drop_rollups`). That run,
+    reset and dead again, is "held" for an operator: recovery never goes round in a circle."""
     wid = shard_workflow_id(shard)
     try:
         desc = await client.get_workflow_handle(wid).describe()
@@ -142,10 +145,16 @@ async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str
     if dead.reset_to and not from_snapshot and not dead.was_reset:
         if await _reset(client, shard, dead):
             return "reset"
+    if dead.was_reset and dead.start.restarted and not dead.start.rollups_dropped:
+        # Restarted from its snapshot, reset, and dead again: what breaks it is in the
+        # snapshot itself (a roll-up taken in the last cycle before it continued as new).
+        # Once more from the snapshot, without any roll-up: the operators send theirs again.
+        await _restart(client, shard, dead, drop_rollups=True)
+        return "restarted"
     if dead.was_reset and dead.start.restarted and not from_snapshot:
-        # Restarted from its snapshot, reset, and dead again: a third automatic try would go
-        # round the same circle. Held for an operator (`bigfleet status` says WEDGED or NOT
-        # RUNNING; `bigfleet shard revive N --from-snapshot` tries the snapshot once more).
+        # Restarted without its roll-ups, reset, and dead again: another automatic try would
+        # go round the same circle. Held for an operator (`bigfleet status` says WEDGED or
+        # NOT RUNNING; `bigfleet shard revive N --from-snapshot` tries the snapshot again).
         activity.logger.error(
             "shard %s was %s again after a restart from its snapshot and a reset: held for an "
             "operator",
@@ -185,9 +194,7 @@ class DeadRun:
     reset_to: int = 0
 
     @classmethod
-    async def read(
-        cls, client: Client, wid: str, desc: WorkflowExecutionDescription
-    ) -> DeadRun:
+    async def read(cls, client: Client, wid: str, desc: WorkflowExecutionDescription) -> DeadRun:
         start: ShardInput | None = None
         last_task = 0
         was_reset = too_long = by_count = False
@@ -283,14 +290,17 @@ async def _reset(client: Client, shard: int, dead: DeadRun) -> bool:
     return True
 
 
-async def _restart(client: Client, shard: int, dead: DeadRun) -> None:
+async def _restart(client: Client, shard: int, dead: DeadRun, drop_rollups: bool = False) -> None:
     """Start the shard again from its latest run's input: the snapshot of its last
-    continue-as-new, or from scratch if it never continued as new."""
+    continue-as-new (without the roll-ups it holds, if `drop_rollups`), or from scratch if it
+    never continued as new."""
     start = dead.start
     snapshot = start.state is not None or start.snapshot is not None
+    # (Once dropped, an operator's `--from-snapshot` drops them again.)
+    dropped = snapshot and (drop_rollups or start.rollups_dropped)
     await client.start_workflow(
         "Shard",
-        start.model_copy(update={"restarted": snapshot}),
+        start.model_copy(update={"restarted": snapshot, "rollups_dropped": dropped}),
         id=dead.wid,
         task_queue=SHARD_TASK_QUEUE,
         task_timeout=shard_task_timeout(start.config),
@@ -302,7 +312,9 @@ async def _restart(client: Client, shard: int, dead: DeadRun) -> None:
         "shard %s was %s; restarted from %s",
         shard,
         dead.status,
-        "its last snapshot" if snapshot else "scratch",
+        ("its last snapshot, without its roll-ups" if dropped else "its last snapshot")
+        if snapshot
+        else "scratch",
     )
 
 

@@ -11,7 +11,9 @@ covers machines of no cluster that another autoscaler keeps (its idle or spare o
 
 Clusters not heard from yet are the other case: a shard started over a running fleet adopts a
 managed cluster's configured machines before its operator's first roll-up, and keeps them from
-the excess drain for as long as a cluster may be silent (`spare_unheard`).
+the excess drain for as long as a cluster may be silent (`spare_unheard`). A shard revived without
+its roll-ups (`drop_rollups`, the recovery ladder's last automatic rung) hears every cluster
+anew the same way.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from .engine import Decision
 from .engine.decision import Actions
 from .held import NONE16
 from .inputs import clip
-from .inventory import GONE
-from .models import DrainAction, DrainReason, Machine
+from .inventory import CODE, GONE
+from .models import DrainAction, DrainReason, Machine, MachineState
 
 if TYPE_CHECKING:
     from .shard import Shard
@@ -127,9 +129,7 @@ def spare_unheard(shard: Shard, decision: Decision, now: float) -> Decision:
     """The decision without its excess drains of machines of clusters not heard from yet
     (`Shard.unheard`; those that have reported, or stayed silent too long, leave it first)."""
     grace, known = shard.policy.max_silence_seconds, set(shard.needs.clusters())
-    shard.unheard = {
-        c: t for c, t in shard.unheard.items() if now - t <= grace and c not in known
-    }
+    shard.unheard = {c: t for c, t in shard.unheard.items() if now - t <= grace and c not in known}
 
     def spared(a: object) -> bool:
         return (
@@ -142,3 +142,22 @@ def spare_unheard(shard: Shard, decision: Decision, now: float) -> Decision:
         return decision
     kept = [a for a in decision.actions if not spared(a)]
     return replace(decision, actions=Actions(kept))
+
+
+def drop_rollups(shard: Shard, now: float) -> list[str]:
+    """Forget every roll-up the shard holds (recovery, docs/decisions/0006: one of them may be
+    what broke it): each cluster with machines configured or configuring is then unheard, its
+    machines kept from the excess drain until it sends again (operators resend every cycle) or
+    stays silent for `max_silence_seconds`. Returns the clusters forgotten."""
+    dropped = shard.needs.clusters()
+    for cluster in dropped:
+        shard.needs.remove(cluster)
+    inv = shard.inventory
+    n = inv.rows_used
+    serving = np.isin(
+        inv.state[:n], [CODE[MachineState.CONFIGURED], CODE[MachineState.CONFIGURING]]
+    )
+    codes = np.unique(inv.cluster[:n][serving & (inv.cluster[:n] != NONE16)])
+    for code in codes.tolist():
+        shard.unheard.setdefault(inv.clusters.names[code], now)
+    return dropped

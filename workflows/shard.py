@@ -23,7 +23,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.wire import ShardInput
-    from bigfleet.cluster_modes import ClusterModes
+    from bigfleet.cluster_modes import ClusterModes, drop_rollups
     from bigfleet.engine import Decision
     from bigfleet.inputs import SIGNAL_BYTES, Rejected, json_size
     from bigfleet.policy import Policy
@@ -329,6 +329,9 @@ class ShardWorkflow(
             if heavy and workflow.patched("adopted-continue"):
                 await self._continue_as_new()  # the next run decides (returns if it failed)
         if self.restarted:
+            if inp.rollups_dropped:  # (the recovery ladder's last rung: activities/shards.py)
+                dropped = drop_rollups(self.shard, workflow.now().timestamp())
+                workflow.logger.warning("revived without the roll-ups of %d clusters", len(dropped))
             await self._after_revival()
 
     def _begin_cycles(self) -> bool:

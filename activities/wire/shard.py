@@ -168,6 +168,9 @@ class ShardInput(Model):
     late: SnapshotRef | None = None
     # Revived from a dead run's durable state: take a new epoch, reconcile against providers.
     restarted: bool = False
+    # Revived without the roll-ups its state holds (one may be what broke it; the recovery
+    # ladder's last rung, activities/shards.py `revive`): its clusters are heard anew.
+    rollups_dropped: bool = False
     # Born of a split: adopts nothing from the providers and decides nothing until the split's
     # last part has arrived.
     joining: bool = False

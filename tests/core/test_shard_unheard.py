@@ -5,6 +5,7 @@ reports (then its roll-up decides), or until it has been silent for `max_silence
 long as a cluster that stops reporting is allowed. Without this, the first cycle drained every
 adopted machine of every cluster whose roll-up had not arrived yet."""
 
+from bigfleet.cluster_modes import drop_rollups
 from bigfleet.models import MachineState
 from bigfleet.policy import Policy
 from bigfleet.shard import Shard
@@ -56,3 +57,21 @@ def test_what_is_unheard_survives_a_snapshot_and_a_shard_of_before_drains_at_onc
     running_fleet(before)
     assert len(drained(before.cycle(1))) == 5
     assert "unheard" not in shard_state(before)  # (nor does its snapshot change size)
+
+
+def test_a_shard_revived_without_its_roll_ups_hears_every_serving_cluster_anew():
+    """The recovery ladder's last rung (activities/shards.py `revive`): the roll-ups are
+    forgotten, the machines are not. Without the unheard mark, the first cycle would drain
+    every machine of every cluster, as excess."""
+    shard = Shard(0, Policy(max_silence_seconds=300))
+    running_fleet(shard)
+    shard.receive(rollup("a", 1, need(3, 100)), 1)
+    shard.receive(rollup("b", 1, need(2, 100)), 1)
+    shard.receive(rollup("c", 1, need(0, 100)), 1)  # heard, but holds nothing
+    assert drained(shard.cycle(2)) == [] and shard.unheard == {}
+    assert sorted(drop_rollups(shard, 100)) == ["a", "b", "c"]
+    assert shard.needs.clusters() == [] and shard.unheard == {"a": 100, "b": 100}
+    assert drained(shard.cycle(110)) == []  # kept while they may be silent
+    shard.receive(rollup("a", 2, need(1, 100)), 120)  # a sends again: its roll-up decides
+    assert len(drained(shard.cycle(130))) == 2 and shard.unheard.keys() == {"b"}
+    assert drained(shard.cycle(401)) == ["od-0003", "od-0004"]  # b stayed silent too long

@@ -1,7 +1,8 @@
 """Recovery never loops (issue 9): a shard wedged by an input its code cannot take (its
 workflow task fails on every attempt) is seen as wedged, and the revival does not replay the
 input that broke it; a revived run that dies again comes back from its snapshot instead of
-being reset once more. The bug is planted (tests/temporal/poisoned.py): input checks make the real
+being reset once more, and if the snapshot itself holds what breaks it, from the snapshot
+without its roll-ups. The bug is planted (tests/temporal/poisoned.py): input checks make the real
 handlers unbreakable by payload, but not every future bug."""
 
 from __future__ import annotations
@@ -46,28 +47,23 @@ async def test_a_wedged_shard_is_revived_without_the_input_that_broke_it(
         )
         assert await revive(client, 0) == "running"  # healthy: nothing to do
 
-        # The poison comes early in a run (just after a continue-as-new), so the run breaks on
-        # it before it continues as new again: a roll-up taken in a run's last cycle would be
-        # in the next run's starting snapshot too, a case this test does not cover.
-        run = (await shard.describe()).run_id
-        await eventually(
-            lambda: shard.describe(), lambda d: d.run_id != run, timeout=60, what="a new run"
-        )
+        # The poison is taken without trouble; the run after it, started from the snapshot
+        # that holds it, breaks on its first cycle.
         await shard.signal("rollup", {"cluster": POISON, "generation": 1, "needs": [NEED]})
         why = await eventually(
-            lambda: wedged(client, "shard-0"), bool, timeout=90, what="the shard wedged"
+            lambda: wedged(client, "shard-0"), bool, timeout=120, what="the shard wedged"
         )
         assert "planted bug" in why and "attempt" in why
 
-        # Ended and reset to its last good workflow task, without the signals after it. The
-        # roll-up came before that point (it was taken; the cycle after it breaks), so the
-        # reset run breaks the same way ...
+        # Each rung once. It broke in its first workflow task (a continued run decides at
+        # once), so there is no good task to reset it to: restarted from the snapshot its run
+        # started from, which holds the poison ...
+        assert await revive(client, 0) == "restarted"
+        await eventually(lambda: wedged(client, "shard-0"), bool, timeout=120, what="restart")
+        # ... that run reset to its last good task, without the signals after it ...
         assert await revive(client, 0) == "reset"
-        why = await eventually(
-            lambda: wedged(client, "shard-0"), bool, timeout=90, what="the reset run wedged"
-        )
-        # ... and is not reset again: it comes back from the snapshot its run started from,
-        # taken before the roll-up arrived (this shard continues as new every 3 cycles).
+        await eventually(lambda: wedged(client, "shard-0"), bool, timeout=120, what="the reset")
+        # ... and restarted from the snapshot once more, without any roll-up.
         assert await revive(client, 0) == "restarted"
         after = await eventually(
             lambda: shard.query("status"),
@@ -76,11 +72,20 @@ async def test_a_wedged_shard_is_revived_without_the_input_that_broke_it(
             what="the revived shard cycling under a new epoch",
         )
         assert await wedged(client, "shard-0") is None
-        assert after["clusters"] == ["web"]  # no poison
+        assert after["clusters"] == []  # every roll-up forgotten: the clusters are heard anew
         assert after["machines"]["CONFIGURED"] == 2  # nothing lost
-        await eventually(
+        later = await eventually(
             lambda: shard.query("status"),
             lambda s: s["cycles"] > after["cycles"] + 3,
             what="cycles after the revival",
         )
+        # web, not heard from since, keeps its machines while it may be silent
+        assert later["machines"]["CONFIGURED"] == 2 and later["machines"]["DRAINING"] == 0
+        await shard.signal("rollup", {"cluster": "web", "generation": 1, "needs": [NEED]})
+        heard = await eventually(
+            lambda: shard.query("status"),
+            lambda s: s["clusters"] == ["web"] and s["cycles"] > later["cycles"] + 3,
+            what="web heard again",
+        )
+        assert heard["machines"]["CONFIGURED"] == 2  # served by the machines it kept
         assert await wedged(client, "shard-0") is None
