@@ -48,7 +48,14 @@ class MembershipActivities:
         # The clusters it leaves alone as they are now (changed at run time since the donor
         # started, bigfleet/cluster_modes.py), not as its config began.
         unmanaged = await like.query("unmanaged_clusters", result_type=list[str])
-        cfg = cfg.model_copy(update={"shard": new, "unmanaged": unmanaged})
+        shadow = (await like.query("shadow_clusters"))["names"]  # (among those: in shadow)
+        cfg = cfg.model_copy(
+            update={
+                "shard": new,
+                "unmanaged": [c for c in unmanaged if c not in shadow],
+                "shadow_clusters": shadow,
+            }
+        )
         handle = await self.client.start_workflow(
             "Shard",
             ShardInput(config=cfg, joining=True),

@@ -42,8 +42,11 @@ MAX_UNMANAGED = 10_000
 class ClusterModes:
     """A shard's unmanaged clusters, and how many machines it has left alone so far."""
 
-    def __init__(self, unmanaged: Iterable[str] = ()) -> None:
-        self.unmanaged: frozenset[str] = frozenset(unmanaged)
+    def __init__(self, unmanaged: Iterable[str] = (), shadow: Iterable[str] = ()) -> None:
+        # Shadow clusters are left alone as unmanaged ones are (so `unmanaged` holds them
+        # too); their roll-ups go to the shard's shadow instead (bigfleet/shadow_clusters.py).
+        self.shadow: frozenset[str] = frozenset(shadow)
+        self.unmanaged: frozenset[str] = frozenset(unmanaged) | self.shadow
         # Machines listed to the shard and left alone, and roll-ups refused, since it started
         # (its report and the audit show them apart from BigFleet's own).
         self.left_alone = 0
@@ -55,13 +58,22 @@ class ClusterModes:
         # until it has (one served before would buy machines the cluster already has).
         self.taking_back: set[str] = set()
 
-    def set(self, cluster: str, unmanaged: bool) -> bool:
-        """A cluster's mode from now on; whether it was unmanaged before. (Its machines: an
-        unmanaged one's are given up by `forget`, a managed one's adopted as listed.)"""
-        was = cluster in self.unmanaged
-        if unmanaged and not was and len(self.unmanaged) >= MAX_UNMANAGED:
-            raise ValueError(f"cluster: at most {MAX_UNMANAGED} clusters may be unmanaged")
-        self.unmanaged = self.unmanaged | {cluster} if unmanaged else self.unmanaged - {cluster}
+    def mode(self, cluster: str) -> str:
+        """"managed", "unmanaged" or "shadow"."""
+        if cluster in self.shadow:
+            return "shadow"
+        return "unmanaged" if cluster in self.unmanaged else "managed"
+
+    def set(self, cluster: str, mode: str) -> str:
+        """A cluster's mode from now on ("managed", "unmanaged", "shadow"); the one it had.
+        (Its machines: an unmanaged or shadow one's are given up by `forget`, a managed one's
+        adopted as listed.)"""
+        was = self.mode(cluster)
+        left = mode != "managed"
+        if left and was == "managed" and len(self.unmanaged) >= MAX_UNMANAGED:
+            raise ValueError(f"cluster: at most {MAX_UNMANAGED} clusters may be left alone")
+        self.unmanaged = self.unmanaged | {cluster} if left else self.unmanaged - {cluster}
+        self.shadow = self.shadow | {cluster} if mode == "shadow" else self.shadow - {cluster}
         self.changed = True
         return was
 
@@ -86,7 +98,7 @@ class ClusterModes:
         are being taken back: its operator sends again)."""
         if cluster in self.taking_back:
             return f"cluster {clip(cluster, 80)}: its machines are being taken back; send again"
-        if cluster not in self.unmanaged:
+        if cluster not in self.unmanaged or cluster in self.shadow:
             return None
         self.refused += 1
         return (

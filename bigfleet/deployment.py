@@ -200,6 +200,12 @@ class Deployment(Spec):
     unmanaged_clusters: Annotated[list[Name], Field(max_length=MAX_UNMANAGED)] = Field(
         default_factory=list
     )
+    # Clusters in shadow (bigfleet/shadow_clusters.py, docs/adoption.md): left alone as those
+    # are, their roll-ups taken and decided on without acting; `bigfleet shadow report`
+    # compares what BigFleet would have done with what each has.
+    shadow_clusters: Annotated[list[Name], Field(max_length=MAX_UNMANAGED)] = Field(
+        default_factory=list
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> Deployment:
@@ -214,6 +220,16 @@ class Deployment(Spec):
                     f"shadow: shard(s) {', '.join(map(str, wrong))} do not exist "
                     f"(the fleet has shards 0..{self.shards - 1})"
                 )
+        both = sorted(set(self.shadow_clusters) & set(self.unmanaged_clusters))
+        if both:
+            raise ValueError(
+                f"shadow_clusters: {', '.join(both[:5])} also in unmanaged_clusters: a cluster "
+                "has one mode"
+            )
+        if len(set(self.shadow_clusters) | set(self.unmanaged_clusters)) > MAX_UNMANAGED:
+            raise ValueError(
+                f"shadow_clusters: with unmanaged_clusters, at most {MAX_UNMANAGED} clusters"
+            )
         return self
 
     def shadow_shard(self, shard: int) -> bool:

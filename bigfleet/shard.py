@@ -41,6 +41,7 @@ from .needs import NeedsTable
 from .notices import NoticeBook
 from .offers import Offers
 from .policy import Policy
+from .shadow_clusters import ShadowClusters
 from .shard_views import ShardViews
 from .states import LEGAL
 
@@ -63,6 +64,7 @@ class Shard(ShardViews):
         self.seq = 0
         self.policy = policy or Policy()
         self.needs = NeedsTable(self.policy.max_silence_seconds)
+        self.shadows = ShadowClusters(self.policy.max_silence_seconds)  # (shadow clusters')
         self.inventory = Inventory(capacity)
         self.engine = FastEngine(self.inventory, self.policy)
         self.rejections: deque[str] = deque(maxlen=50)
@@ -137,6 +139,10 @@ class Shard(ShardViews):
             # A generation far ahead of the clock would make every later roll-up stale (issue 44).
             cluster = rollup.cluster
             why = self.modes.refusal(cluster)
+            if cluster in self.modes.shadow:  # (its own table: bigfleet/shadow_clusters.py)
+                why = why or self.shadows.take(rollup, now)
+                if not why:
+                    return None
             if self.generations_bounded and not why:
                 why = generation_ahead(rollup.generation, now)
         if why:
@@ -200,6 +206,9 @@ class Shard(ShardViews):
 
     def adopt(self, machines: Iterable[Machine], now: float) -> int:
         """Take machines into the inventory (those it has already are skipped); how many."""
+        if self.modes.shadow:
+            machines = list(machines)
+            self.shadows.listed(machines, self.modes.shadow)
         fresh = [m for m in self.modes.keep(machines) if self.inventory.ids.find(m.id) < 0]
         if fresh:
             self.inventory.add(fresh, now)
@@ -329,6 +338,9 @@ class Shard(ShardViews):
         inv = self.inventory
         seen: set[str] = set()
         changed = not_mine = 0
+        if self.modes.shadow:
+            listed = list(listed)
+            self.shadows.listed(listed, self.modes.shadow)
         for m in listed:
             seen.add(m.id)
             if inv.ids.find(m.id) >= 0:
@@ -392,6 +404,8 @@ class Shard(ShardViews):
             decision = spare_unheard(self, decision, now)
         decision = bounds.hold(decision, self.inventory, now, members)
         self.engine.apply(decision, now)
+        if self.modes.shadow:  # what BigFleet would do for its shadow clusters (recorded only)
+            self.shadows.cycle(self, now)
         decision.actions.extend(early)
         decision.shortfalls.extend(self._refused_shortfalls(now))
         decision.shortfalls.extend(held)

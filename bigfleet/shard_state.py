@@ -57,6 +57,9 @@ class ShardState(BaseModel):
         Annotated[list[Annotated[str, Field(max_length=253)]], Field(max_length=MAX_UNMANAGED)]
         | None
     ) = None
+    # Shadow clusters' roll-ups and records (bigfleet/shadow_clusters.py); when any. Checked
+    # where it is read back.
+    shadow_clusters: dict[str, Any] | None = None
 
     # ---- the workflow's instruction steps (workflows/instruction_steps.py, fencing.py) -----
     term: int = 0  # the coordinator term it serves

@@ -151,6 +151,8 @@ def shard_state(shard: Shard) -> dict[str, Any]:
         state["disruption"] = shard.disruption.state()
     if shard.modes.changed:  # (likewise)
         state["unmanaged"] = sorted(shard.modes.unmanaged)
+    if shard.modes.shadow or shard.shadows.records:  # (likewise)
+        state["shadow_clusters"] = shard.shadows.state(shard.modes.shadow)
     if shard.notices:  # (likewise)
         state["notices"] = shard.notices.state()
     if shard.blocked.drains:  # (likewise)
@@ -190,6 +192,11 @@ def restore_shard(state: Mapping[str, Any] | ShardState, shard: Shard) -> Shard:
     if s.unmanaged is not None:
         shard.modes = ClusterModes(s.unmanaged)
         shard.modes.changed = True
+    if s.shadow_clusters:
+        shard.shadows.restore(s.shadow_clusters)
+        names = s.shadow_clusters.get("names")
+        if s.unmanaged is not None and isinstance(names, list):  # (changed at run time)
+            shard.modes.shadow = frozenset(n for n in names if n in shard.modes.unmanaged)
     shard.disruption.restore(s.disruption)
     shard.notices.restore(s.notices)
     shard.blocked.restore(s.blocked)

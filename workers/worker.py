@@ -126,6 +126,8 @@ def shard_config(fleet: Scenario | Deployment, shard: int, **overrides: object) 
             overrides = {"shadow": True, **overrides}
         if fleet.unmanaged_clusters:
             overrides = {"unmanaged": list(fleet.unmanaged_clusters), **overrides}
+        if fleet.shadow_clusters:
+            overrides = {"shadow_clusters": list(fleet.shadow_clusters), **overrides}
     overrides = {"max_in_flight": max(1, fleet.max_in_flight // fleet.shards), **overrides}
     return ShardConfig(
         shard=shard,

@@ -25,10 +25,11 @@ MODE_LOG = 100  # audit entries the coordinator keeps (the update's own history 
 
 
 class ClusterModeRequest(Model):
-    """`bigfleet cluster mode NAME managed|unmanaged`: who asks and why go in the audit entry."""
+    """`bigfleet cluster NAME --mode managed|unmanaged|shadow`: who asks and why go in the
+    audit entry."""
 
     cluster: Annotated[str, Field(min_length=1, max_length=253)]
-    mode: Literal["managed", "unmanaged"]
+    mode: Literal["managed", "unmanaged", "shadow"]
     reason: Annotated[str, Field(max_length=500)] = ""
     by: Annotated[str, Field(max_length=200)] = ""
 
@@ -79,10 +80,11 @@ class ClusterModeChanges:
         # (Refused only if nothing happened: a command run again after a shard failed it finds
         # the others managed already, and its shard takes the machines back all the same.)
         taken = sum(int(a.get("taken_back", 0) or 0) for a in said)
-        if req.mode == "managed" and not taken and all(a.get("was") != "unmanaged" for a in said):
+        left = ("unmanaged", "shadow")
+        if req.mode == "managed" and not taken and all(a.get("was") not in left for a in said):
             raise Rejected(
-                f"cluster_mode: cluster: {clip(req.cluster, 80)!r} is not unmanaged on any "
-                "shard: nothing to change"
+                f"cluster_mode: cluster: {clip(req.cluster, 80)!r} is not unmanaged or shadow "
+                "on any shard: nothing to change"
             )
         entry = {
             "at": workflow.now().timestamp(),

@@ -308,7 +308,7 @@ class ShardWorkflow(
         runs as it takes); for a revived one, what became of its machines meanwhile."""
         modes = workflow.patched("cluster-modes")  # unmanaged clusters left alone (issue 46)
         if modes:
-            self.shard.modes = ClusterModes(self.cfg.unmanaged)
+            self.shard.modes = ClusterModes(self.cfg.unmanaged, self.cfg.shadow_clusters)
         if inp.snapshot is not None:
             await self._load(inp.snapshot, inp.joining, inp.late)
         else:

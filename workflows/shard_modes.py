@@ -37,10 +37,10 @@ class ClusterModeHandlers(InstructionHandlers):
         modes = self.shard.modes
         if self._fence(ins, 0):  # (a repeat of one carried out: answered, not done again)
             return {"was": ins.mode, "repeat": True}
-        assert ins.cluster is not None
-        was = modes.set(ins.cluster, ins.mode == "unmanaged")
-        answer: dict[str, Any] = {"was": "unmanaged" if was else "managed"}
-        if ins.mode == "unmanaged":
+        assert ins.cluster is not None and ins.mode is not None
+        answer: dict[str, Any] = {"was": modes.set(ins.cluster, ins.mode)}
+        self.shard.shadows.forget(modes.shadow)  # (a cluster no longer in shadow: its record)
+        if ins.mode != "managed":
             answer["given_up"] = len(modes.forget(self.shard))
         elif ins.adopt:
             # (Its roll-ups wait meanwhile: `ClusterModes.taking_back`.)
@@ -64,7 +64,7 @@ class ClusterModeHandlers(InstructionHandlers):
                 "cluster_mode: cluster and mode are required", non_retryable=True
             )
         modes = self.shard.modes
-        if ins.mode == "unmanaged" and ins.cluster not in modes.unmanaged:
+        if ins.mode != "managed" and ins.cluster not in modes.unmanaged:
             if len(modes.unmanaged) >= MAX_UNMANAGED:
                 raise ApplicationError(
                     f"cluster_mode: at most {MAX_UNMANAGED} clusters may be unmanaged",

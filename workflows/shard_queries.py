@@ -91,6 +91,19 @@ class ShardQueries(ShardParts):
         return self.shadow.report()
 
     @workflow.query
+    def shadow_clusters(self) -> dict[str, Any]:
+        """Each shadow cluster's record (bigfleet/shadow_clusters.py): would-be against what
+        it has."""
+        self._not_restoring()
+        shadows = self.shard.shadows
+        return {
+            "shard": self.shard.id,
+            "names": sorted(self.shard.modes.shadow),
+            "clusters": shadows.report(),
+            "error": shadows.error,
+        }
+
+    @workflow.query
     def cluster(self, name: str) -> dict[str, Any]:
         """One cluster as this shard sees it: its needs and machines, what they cost, its
         disruption bounds and its machines' health."""

@@ -33,7 +33,7 @@ class Instruction(Model):
     # `cluster_mode` (bigfleet/cluster_modes.py): the cluster, its new mode, and whether this
     # shard takes back its machines (the cluster's shard, when it becomes managed).
     cluster: Annotated[str, Field(min_length=1, max_length=253)] | None = None
-    mode: Literal["managed", "unmanaged"] | None = None
+    mode: Literal["managed", "unmanaged", "shadow"] | None = None
     adopt: bool = False
 
 

@@ -119,6 +119,11 @@ class ShardConfig(Model):
     unmanaged: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(
         default_factory=list, max_length=MAX_UNMANAGED
     )
+    # Clusters left alone as those are, whose roll-ups it takes and decides on without acting
+    # (bigfleet/shadow_clusters.py).
+    shadow_clusters: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(
+        default_factory=list, max_length=MAX_UNMANAGED
+    )
 
 
 class AdoptCursor(Model):

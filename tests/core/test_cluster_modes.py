@@ -132,8 +132,8 @@ def test_a_mode_changed_at_run_time_survives_a_snapshot_and_wins_over_the_config
     shard = Shard(0)
     shard.modes = ClusterModes(["legacy"])
     assert "unmanaged" not in shard_state(shard)
-    assert shard.modes.set("legacy", False) is True  # managed again
-    assert shard.modes.set("old-eu", True) is False
+    assert shard.modes.set("legacy", "managed") == "unmanaged"  # managed again
+    assert shard.modes.set("old-eu", "unmanaged") == "managed"
     again = Shard(0)
     again.modes = ClusterModes(["legacy"])  # (what the run's config says)
     restore_shard(shard_state(shard), again)
@@ -145,8 +145,8 @@ def test_the_unmanaged_set_is_bounded():
 
     modes = ClusterModes(f"c{i}" for i in range(MAX_UNMANAGED))
     with pytest.raises(ValueError, match="at most"):
-        modes.set("one-more", True)
-    assert modes.set("c0", True) is True  # (one already there is no more)
+        modes.set("one-more", "shadow")
+    assert modes.set("c0", "unmanaged") == "unmanaged"  # (one already there is no more)
 
 
 def test_a_cluster_being_taken_back_has_its_roll_ups_wait():

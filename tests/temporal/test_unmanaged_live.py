@@ -87,7 +87,7 @@ async def test_an_unmanaged_clusters_machines_are_left_alone_on_a_shared_provide
         capsys.readouterr()
         nobody = ["cluster", "nobody", "--mode", "managed", "--address", address]
         assert await asyncio.to_thread(cli.main, nobody) != 0
-        assert "not unmanaged on any shard" in capsys.readouterr().err
+        assert "not unmanaged or shadow on any shard" in capsys.readouterr().err
 
         # Unmanaged again: handed back as they stand, its needs gone.
         argv = ["cluster", "legacy", "--mode", "unmanaged", "--address", address]

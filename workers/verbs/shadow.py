@@ -1,5 +1,7 @@
 """`bigfleet shadow report`: what shards in shadow mode would have done against what happened
-at the providers (docs/shadow.md). The parser and main() are in workers/cli.py.
+at the providers (docs/shadow.md), and what BigFleet would have done for each cluster in shadow
+against what the cluster has (bigfleet/shadow_clusters.py, docs/adoption.md). The parser and
+main() are in workers/cli.py.
 """
 
 from __future__ import annotations
@@ -31,6 +33,13 @@ def register(verbs: argparse._SubParsersAction) -> None:
     )
     connection_options(r)
     r.add_argument("--shard", type=shard_number, metavar="N", help="one shard (default: all)")
+    r.add_argument(
+        "--clusters",
+        action="store_true",
+        help="the clusters in shadow (`bigfleet cluster NAME --mode shadow`, the deployment's "
+        "shadow_clusters) instead of shards: what BigFleet would give each against what it has",
+    )
+    r.add_argument("--cluster", metavar="NAME", help="one cluster in shadow (implies --clusters)")
     r.add_argument("--json", action="store_true", help="print JSON (with the recent entries)")
     r.set_defaults(run=run_report)
 
@@ -39,6 +48,8 @@ def register(verbs: argparse._SubParsersAction) -> None:
 async def run_report(args: argparse.Namespace) -> int:
     client = await connect(args)
     shards = await shards_asked(client, args)
+    if args.clusters or args.cluster is not None:
+        return await _clusters(client, args, shards)
     reports = []
     for s in shards:
         try:
@@ -47,12 +58,70 @@ async def run_report(args: argparse.Namespace) -> int:
             if args.shard is not None or "not in shadow mode" not in str(err):
                 raise
     if not reports:
-        raise CliError(f"no shard runs in shadow mode (shards {shards}); see docs/shadow.md")
+        raise CliError(
+            f"no shard runs in shadow mode (shards {shards}); see docs/shadow.md (clusters in "
+            "shadow: --clusters)"
+        )
     if args.json:
         print(json.dumps(reports[0] if args.shard is not None else reports, indent=2))
     else:
         print("\n\n".join(render(r) for r in reports))
     return 0
+
+
+async def _clusters(client: Any, args: argparse.Namespace, shards: list[int]) -> int:
+    """`--clusters` / `--cluster NAME`: each cluster in shadow, from the shard it reports to."""
+    clusters = []
+    for s in shards:
+        got = await query(client, shard_workflow_id(s), "shadow_clusters")
+        clusters += [
+            {**c, "shard": s, "error": got["error"]}
+            for c in got["clusters"]
+            if args.cluster in (None, c["cluster"])
+        ]
+    if not clusters:
+        what = f"cluster {args.cluster} is" if args.cluster else "no cluster is"
+        raise CliError(
+            f"{what} not in shadow on shards {shards} (or sent no roll-up yet); see "
+            "docs/adoption.md"
+        )
+    if args.json:
+        print(json.dumps(clusters, indent=2))
+    else:
+        print("\n\n".join(map(render_cluster, clusters)))
+    return 0
+
+
+def render_cluster(r: dict[str, Any]) -> str:
+    """One shadow cluster: what BigFleet would have given it against what it has."""
+    would, actual = r["would_be"], r["actual"]
+    wt, at = would["time_to_capacity"], actual["time_to_capacity"]
+    rows = [
+        ("machines", str(would["machines"]), str(actual["machines"])),
+        ("cost per hour", f"${would['cost_per_hour']:.2f}", f"${actual['cost_per_hour']:.2f}"),
+        ("cost so far", f"${would['cost_usd']:.2f}", f"${actual['cost_usd']:.2f}"),
+        ("time to capacity p50", _seconds(wt["p50"]), _seconds(at["p50"])),
+        ("time to capacity p99", _seconds(wt["p99"]), _seconds(at["p99"])),
+        ("times covered", str(wt["count"]), str(at["count"])),
+    ]
+    lines = [
+        f"cluster {r['cluster']} (shadow, shard {r['shard']}): since {_when(r['since'])}, "
+        f"{r['cycles']} cycles (last {_when(r['at'])}); asks for {r['asked']} machines",
+        f"  {'':<22} {'WOULD-BE':>12} {'ACTUAL':>12}",
+        *(f"  {name:<22} {w:>12} {a:>12}" for name, w, a in rows),
+        f"  would-be actions: {_kinds(would['actions'])}",
+        f"  short since: {_when(r['short_since'])}; machines it has that no provider listed "
+        f"(not priced): {actual['unpriced']}",
+    ]
+    lines += [
+        f"  would {a['kind']:<9} {a['machine']}"
+        + (f" (+{a['machines'] - 1})" if a["machines"] > 1 else "")
+        + f" at {_when(a['t'])}"
+        for a in r["recent_actions"][-RECENT_SHOWN:]
+    ]
+    if r["error"]:
+        lines.append(f"  the shadow's last failure: {r['error']}")
+    return "\n".join(lines)
 
 
 def _when(t: float | None) -> str:
