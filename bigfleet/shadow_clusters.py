@@ -65,6 +65,9 @@ class ShadowRecord:
         self.recent: deque[dict[str, Any]] = deque(s.get("recent", []), RECENT)
         self.ttc = {k: deque(s.get("ttc", {}).get(k, []), DURATIONS) for k in self.usd}
         self.open: list[float | None] | None = s.get("open")  # [short since, would-be covered]
+        # The last cycle's would-be actions: one the twin decides again next cycle (it starts
+        # from what the cluster has, which did not change) is the same intent, counted once.
+        self.last: set[tuple[str, str]] = set()
 
     def state(self) -> dict[str, Any]:
         return {
@@ -89,9 +92,12 @@ class ShadowRecord:
                 self.usd[side] += self.now.get(f"{side}_cost_per_hour", 0.0) * hours
         self.at, self.now = now, figures
         self.cycles += 1
+        intents = {(a["kind"], a["machine"]) for a in actions}
         for a in actions:
-            self.actions[a["kind"]] += 1
-            self.recent.append(a)
+            if (a["kind"], a["machine"]) not in self.last:
+                self.actions[a["kind"]] += 1
+                self.recent.append(a)
+        self.last = intents
         want, actual = figures["want"], figures["actual"]
         if self.open is None and actual < want:
             self.open = [now, None]
