@@ -13,9 +13,13 @@ from temporalio.api.enums.v1 import (
     EventType,
     ResetReapplyExcludeType,
     ResetReapplyType,
+    TaskQueueKind,
+    TaskQueueType,
     WorkflowTaskFailedCause,
 )
+from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import (
+    DescribeTaskQueueRequest,
     GetWorkflowExecutionHistoryReverseRequest,
     ResetWorkflowExecutionRequest,
 )
@@ -85,6 +89,20 @@ class ShardClientActivities:
     async def machine_states(self, call: ShardCall) -> dict[str, str]:
         handle = self.client.get_workflow_handle(shard_workflow_id(call.shard))
         return await handle.query("machine_states", call.instruction.machine_ids)
+
+    @activity.defn(name="queue_polled")
+    async def queue_polled(self, queue: str) -> bool:
+        """Whether a worker polls workflow task queue `queue` (one seen in the last minutes:
+        `bigfleet rollout` moves a shard only to a build some worker runs)."""
+        svc = self.client.workflow_service
+        got = await svc.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=self.client.namespace,
+                task_queue=TaskQueue(name=queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            )
+        )
+        return len(got.pollers) > 0
 
     @activity.defn(name="revive_shard")
     async def revive_shard(self, shard: int, from_snapshot: bool = False) -> str:

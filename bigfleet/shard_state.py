@@ -81,6 +81,7 @@ class ShardState(BaseModel):
     in_flight: Any = None  # [[key, until]] of transitions started (patch in-flight-bound)
     shadow: dict[str, Any] | None = None  # shadow mode's record (`ShadowBook.state`)
     pool_summary: Any = None  # the coordinator's last summary of free machines elsewhere
+    builds: Any = None  # its last moves between builds (workflows/shard_builds.py); when any
 
     # ---- in the snapshot store only (workflows/shard_carry.py `_load`) ----------------------
     pipeline: list[dict[str, Any]] | None = None  # queued starts, `TransitionInput` JSON

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from activities.wire.shard import BUILD_PATTERN
 from bigfleet.deployment import ServerTLS
 from workers.errors import CliError
 
@@ -83,6 +84,16 @@ def machine_id(text: str) -> str:
 def cluster_name(text: str) -> str:
     if not _QUOTED_OK.match(text):
         raise argparse.ArgumentTypeError(f"not a cluster name: {text!r}")
+    return text
+
+
+def build_name(text: str) -> str:
+    """A build of the shard workers (workflows/shard_builds.py): it names a task queue."""
+    if text and not re.match(BUILD_PATTERN, text):  # ("": the default build)
+        raise argparse.ArgumentTypeError(
+            f"not a build name: {text!r} (1-63 letters, digits, '.', '_' or '-', starting with "
+            "a letter or digit)"
+        )
     return text
 
 

@@ -57,6 +57,7 @@ VERBS: tuple[tuple[str, str, str], ...] = (
         "compare every provider's machines with every shard's (after an incident)",
     ),
     ("shadow", "workers.verbs.shadow", "shards in shadow mode: would-be against actual"),
+    ("rollout", "workers.verbs.rollout", "a new build of the shard workers, shard by shard"),
     ("config", "workers.verbs.config", "check a deployment config"),
     (
         "gateway",

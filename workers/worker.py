@@ -37,6 +37,7 @@ from activities.wire import (
     TRANSITION_TASK_QUEUE,
     ShardConfig,
     ShardInput,
+    build_queue,
     provider_task_queue,
     shard_task_timeout,
     shard_workflow_id,
@@ -236,11 +237,13 @@ def build_workers(
     shard_client: Callable[[Client], ShardClientActivities] = ShardClientActivities,
     snapshot_dir: Path | None = None,
     starter: Callable[[Client], StarterActivities] = StarterActivities,
+    build: str = "",
 ) -> list[Worker]:
     """The workers of `roles`, none started yet. `shard_client` makes the saga steps' activities
     and `starter` the shards' `start_transitions` (tests pass ones that inject faults or hold
     starts back, as a loaded server does); `snapshot_dir` is the snapshot store's directory
-    (default: $BIGFLEET_SNAPSHOT_DIR, else .bigfleet/snapshots)."""
+    (default: $BIGFLEET_SNAPSHOT_DIR, else .bigfleet/snapshots); `build`: the build of the
+    shard workers, which poll that build's queue (workflows/shard_builds.py)."""
     roles = set(roles)
     unknown = roles - set(ROLES)
     if unknown:
@@ -248,7 +251,7 @@ def build_workers(
     workers: list[Worker] = []
     if "shards" in roles:
         workers += shard_workers(
-            client, shard_client(client), snapshot_dir, known_cluster(sim), starter(client)
+            client, shard_client(client), snapshot_dir, known_cluster(sim), starter(client), build
         )
     if "transitions" in roles:
         workers += transition_workers(client, sim)
@@ -276,16 +279,18 @@ def shard_workers(
     snapshot_dir: Path | None,
     known: Callable[[str], bool] | None = None,
     starter: StarterActivities | None = None,
+    build: str = "",
 ) -> list[Worker]:
-    """Role `shards`: the shard task queue, with every workflow but the transitions, and the
-    activities they run themselves (starting transitions, snapshots, membership, saga steps,
-    what shards and the coordinator ask each other). `known`: see `known_cluster`."""
+    """Role `shards`: the shard task queue (`build`'s), with every workflow but the
+    transitions, and the activities they run themselves (starting transitions, snapshots,
+    membership, saga steps, what shards and the coordinator ask each other). `known`: see
+    `known_cluster`."""
     snapshots = SnapshotActivities(snapshot_dir)
     shard_clients = ShardClientActivities(client)
     return [
         Worker(
             client,
-            task_queue=SHARD_TASK_QUEUE,
+            task_queue=build_queue(build),
             workflows=SHARD_WORKFLOWS,
             activities=[
                 (starter or StarterActivities(client)).start_transitions,
@@ -296,6 +301,7 @@ def shard_workers(
                 steps.machine_states,
                 shard_clients.clusters,
                 shard_clients.revive_shard,
+                shard_clients.queue_polled,
                 TermActivities(client).coordinator_term,
                 *MailboxActivities(client).all(),
                 *CoordinationActivities(client, known).all(),

@@ -17,7 +17,6 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.wire import (
-        SHARD_TASK_QUEUE,
         CoordinatorTerm,
         Instruction,
         SplitInstruction,
@@ -122,7 +121,7 @@ class InstructionHandlers(ShardParts):
             try:
                 answer: CoordinatorTerm = await workflow.execute_activity(
                     "coordinator_term",
-                    task_queue=SHARD_TASK_QUEUE,
+                    task_queue=workflow.info().task_queue,
                     result_type=CoordinatorTerm,
                     **ASK_TERM,
                 )

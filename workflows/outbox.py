@@ -45,7 +45,6 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.wire import (
-        SHARD_TASK_QUEUE,
         TRANSITION_TASK_QUEUE,
         ShardConfig,
         TransitionInput,
@@ -234,7 +233,7 @@ class Outbox:
         outcomes = await asyncio.gather(
             *(
                 workflow.execute_activity(
-                    "start_transitions", batch, task_queue=SHARD_TASK_QUEUE, **QUICK
+                    "start_transitions", batch, task_queue=workflow.info().task_queue, **QUICK
                 )
                 for batch in batches
             ),

@@ -20,7 +20,6 @@ with workflow.unsafe.imports_passed_through():
     from activities.wire import (
         ELSEWHERE_MAX,
         LIST_PAGE,
-        SHARD_TASK_QUEUE,
         AdoptCursor,
         CapacityDiff,
         CapacityRead,
@@ -122,7 +121,7 @@ class ProviderSync:
             elsewhere: list[str] = await workflow.execute_activity(
                 "owned_elsewhere",
                 self.shard.id,
-                task_queue=SHARD_TASK_QUEUE,
+                task_queue=workflow.info().task_queue,
                 result_type=list[str],
                 heartbeat_timeout=timedelta(seconds=60),
                 **{**PATIENT, "start_to_close_timeout": timedelta(minutes=10)},

@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.guard import SMALL_PAYLOADS
     from workflows.instruction_steps import InstructionSteps
     from workflows.provider_sync import CARRY_NOTICES
-    from workflows.shard_parts import ShardParts
+    from workflows.shard_builds import BUILD_LOG, BuildMoves
     from workflows.shard_results import HISTORY_BYTES_REGARDLESS
 
 CYCLE_ENDS = 64  # when the last cycles ran, kept for `status` (the intervals between them)
@@ -79,7 +79,7 @@ def _fits(results: list[TransitionResult], rollups: list[dict[str, Any]]) -> boo
 SURGE_BYTES = 8_000_000
 
 
-class CarriesState(ShardParts):
+class CarriesState(BuildMoves):
     """How a shard run hands its state to the next, and takes it back."""
 
     # ---- the state, both ways -----------------------------------------------------------------
@@ -115,6 +115,7 @@ class CarriesState(ShardParts):
             shadow=self.shadow.book.state() if self.cfg.shadow else None,
             # (Only a run that took a summary has one: `shard_pool.ASK_PATCH`.)
             pool_summary=self._summary_carried(),
+            builds=list(self.build_log) or None,  # (workflows/shard_builds.py; when any)
         )
 
     def _restore(self, state: ShardState | None, joining: bool = False) -> None:
@@ -126,6 +127,8 @@ class CarriesState(ShardParts):
             self.outbox.restore(state.in_flight)
             self.taken = _taken(state.taken)
             self._summary_restored(state.pool_summary)
+            moves = state.builds if isinstance(state.builds, list) else []
+            self.build_log = tuple(m for m in moves[-BUILD_LOG:] if isinstance(m, dict))
             ends = state.cycle_ends
             for t in ends[-CYCLE_ENDS:] if isinstance(ends, list) else []:
                 try:  # (the last run's; anyone may start a shard with any input)
@@ -224,7 +227,9 @@ class CarriesState(ShardParts):
         """Continue as new with the state (or its reference) and what travels beside it."""
         late_ref, results, rollups = late
         workflow.continue_as_new(
-            ShardInput(
+            # (A move to another build takes effect here: workflows/shard_builds.py.)
+            task_queue=self.next_queue or None,
+            arg=ShardInput(
                 config=self.cfg,
                 state=None if snapshot else state,
                 snapshot=snapshot,
@@ -237,7 +242,7 @@ class CarriesState(ShardParts):
                 # A `revived` not yet acted on: the next run does it.
                 restarted=self.revive,
                 adopting=adopting,
-            )
+            ),
         )
 
     async def _put_late(self, first: int) -> Late | None:

@@ -103,6 +103,7 @@ class ShardParts:
     _tell_engine: Callable[[float], None]  # shard_pool.py
     _summary_carried: Callable[[], dict[str, Any] | None]  # shard_pool.py
     _summary_restored: Callable[[Any], None]  # shard_pool.py
+    build_status: Callable[[], dict[str, Any]]  # shard_builds.py
 
     @cached_property
     def new_clusters(self) -> NewClusters:

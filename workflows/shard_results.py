@@ -13,7 +13,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.wire import SHARD_TASK_QUEUE, MailboxTake, TakenResults, TransitionResult
+    from activities.wire import MailboxTake, TakenResults, TransitionResult
     from bigfleet.inputs import Rejected, clip
     from workflows.guard import accepts
     from workflows.shard_parts import ShardParts
@@ -106,7 +106,7 @@ class TransitionResults(ShardParts):
                 taken = await workflow.execute_activity(
                     "mailbox_take",
                     self.cfg.shard,
-                    task_queue=SHARD_TASK_QUEUE,
+                    task_queue=workflow.info().task_queue,
                     result_type=list[TransitionResult],
                     **QUICK_TAKE,
                 )
@@ -133,7 +133,7 @@ class TransitionResults(ShardParts):
         batch: TakenResults = await workflow.execute_activity(
             "mailbox_take_after",
             MailboxTake(shard=self.cfg.shard, after=after, chain=chain, at=at),
-            task_queue=SHARD_TASK_QUEUE,
+            task_queue=workflow.info().task_queue,
             result_type=TakenResults,
             **QUICK_TAKE,
         )

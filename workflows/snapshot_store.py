@@ -19,7 +19,6 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.wire import (
-        SHARD_TASK_QUEUE,
         ShardConfig,
         SnapshotPart,
         SnapshotRef,
@@ -71,7 +70,7 @@ class SnapshotStore:
                     workflow.execute_activity(
                         "snapshot_put",
                         SnapshotPart(key=key, part=i, data=data),
-                        task_queue=SHARD_TASK_QUEUE,
+                        task_queue=workflow.info().task_queue,
                         **QUICK,
                     )
                     for i, data in wave
@@ -92,7 +91,7 @@ class SnapshotStore:
                     workflow.execute_activity(
                         "snapshot_get",
                         SnapshotPart(key=ref.key, part=i, data=""),
-                        task_queue=SHARD_TASK_QUEUE,
+                        task_queue=workflow.info().task_queue,
                         result_type=str,
                         **PATIENT,
                     )

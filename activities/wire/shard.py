@@ -21,6 +21,19 @@ from .base import Model
 from .transitions import TransitionInput, TransitionResult
 
 SHARD_TASK_QUEUE = "bigfleet-shards"
+# A build of the shard workers (`bigfleet worker --build NAME`, `bigfleet rollout`; docs/
+# rollout.md) polls a task queue of its own; the unnamed build polls SHARD_TASK_QUEUE.
+BUILD_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+
+
+def build_queue(build: str = "") -> str:
+    """The shard task queue a build's workers poll ("": the default build's)."""
+    return f"{SHARD_TASK_QUEUE}@{build}" if build else SHARD_TASK_QUEUE
+
+
+def queue_build(queue: str) -> str:
+    """The build whose workers poll `queue` ("": the default build)."""
+    return queue.partition("@")[2]
 # A shard's workflow task timeout by default (`ShardConfig.task_timeout_seconds`; Temporal's
 # default is 10 s, its most 120 s). A worker that lost the shard from its cache replays the
 # run's history in one task: at 100 000 machines a run holds seconds of decisions, and a replay
@@ -190,3 +203,12 @@ class ResetGeneration(Model):
 
     cluster: str = Field(min_length=1, max_length=253)
     reason: str = Field(default="", max_length=200)
+
+
+class BuildMove(Model):
+    """`move_to_build` (`bigfleet rollout`): the build the shard's next run runs on ("": the
+    default build), who asks and why."""
+
+    build: str = Field(default="", max_length=63, pattern=BUILD_PATTERN + "|^$")
+    reason: str = Field(default="", max_length=200)
+    by: str = Field(default="", max_length=100)

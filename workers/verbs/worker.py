@@ -14,7 +14,15 @@ import sys
 from typing import Any
 
 from activities.wire import shard_workflow_id
-from workers.args import DEFAULT_METRICS_PORT, ROLES, connection_options, describe_tls, port, roles
+from workers.args import (
+    DEFAULT_METRICS_PORT,
+    ROLES,
+    build_name,
+    connection_options,
+    describe_tls,
+    port,
+    roles,
+)
 from workers.connect import runtime
 from workers.health import Health, serve_health
 from workers.node_costs import keep_node_costs
@@ -103,6 +111,15 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "can name some shards with `shadow:`)",
     )
     w.add_argument(
+        "--build",
+        default="",
+        metavar="NAME",
+        type=build_name,
+        help="the build these shard workers are (letters, digits, . _ -): they poll its own "
+        "task queue, and run the shards `bigfleet rollout` moves to it (docs/rollout.md); "
+        "default: the default build",
+    )
+    w.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
@@ -133,7 +150,9 @@ async def run_worker(args: argparse.Namespace) -> int:
     sim: Any = None
     if {"transitions", "providers"} & set(args.role):
         sim = RemoteFleet(fleet) if args.config else SimulatedFleet(fleet)
-    workers = build_workers(client, sim, args.role, snapshot_dir=args.snapshot_dir)
+    workers = build_workers(
+        client, sim, args.role, snapshot_dir=args.snapshot_dir, build=args.build
+    )
     stop = asyncio.Event()
     install_stop_handlers(stop, signal.SIGINT, signal.SIGTERM)
     task = asyncio.create_task(run_workers(workers, stop))
