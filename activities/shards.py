@@ -210,6 +210,7 @@ class DeadRun:
     was_reset: bool = False
     too_long: bool = False
     reset_to: int = 0
+    queue: str = SHARD_TASK_QUEUE  # where it ran (its build's: workflows/shard_builds.py)
 
     @classmethod
     async def read(cls, client: Client, wid: str, desc: WorkflowExecutionDescription) -> DeadRun:
@@ -245,8 +246,9 @@ class DeadRun:
             raise ApplicationError(f"{wid}: run {desc.run_id} has no start event")
         reset_to = reset_point(tasks, size, events, by_count) if too_long else last_task
         return cls(
-            wid, desc.run_id, status_name(desc), start, last_task, was_reset, too_long, reset_to
-        )
+            wid, desc.run_id, status_name(desc), start, last_task, was_reset, too_long, reset_to,
+            desc.task_queue or SHARD_TASK_QUEUE,
+        )  # fmt: skip
 
 
 def reset_point(
@@ -320,7 +322,7 @@ async def _restart(client: Client, shard: int, dead: DeadRun, drop_rollups: bool
         "Shard",
         start.model_copy(update={"restarted": snapshot, "rollups_dropped": dropped}),
         id=dead.wid,
-        task_queue=SHARD_TASK_QUEUE,
+        task_queue=dead.queue,  # (on the build it ran on)
         task_timeout=shard_task_timeout(start.config),
         # Two revivals at once start one run; the second joins it.
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
