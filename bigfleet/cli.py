@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .simulation.scenario import Scenario
@@ -89,42 +89,17 @@ def _bench_snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_one(args: argparse.Namespace, scenario: Any, recording: Any) -> dict[str, Any]:
-    """One run: of a scenario (`--record FILE`: written as it goes), or a recording's replay
-    (its roll-ups delivered verbatim to its fleet; the report says whether every decision was
-    the recorded one)."""
-    import io
-
-    from .simulation.recording import RecordingWriter, compared
-    from .simulation.run import Simulation
-    from .simulation.scenario import on_shards
-
-    if recording is None and not args.record:
-        return Simulation(scenario, args.seed).run()
-    if recording is None:
-        with open(args.record, "w", encoding="utf-8") as out:
-            writer = RecordingWriter(out, scenario, args.seed or scenario.seed, args.record_bytes)
-            return Simulation(scenario, args.seed, record=writer).run()
-    fleet = recording.scenario
-    if args.shards is not None:
-        fleet = on_shards(fleet, args.shards)
-    writer = RecordingWriter(io.StringIO(), fleet, args.seed, 0)  # (keeps the digests only)
-    result = Simulation(fleet, args.seed, feed=recording.rollups, record=writer).run()
-    result["replay"] = {"end": recording.end, **compared(recording.decisions, writer.decisions)}
-    return result
-
-
 def _simulate(args: argparse.Namespace) -> int:
     from .simulation.baseline import load_quotas
     from .simulation.compare import compare, render_comparison
-    from .simulation.recording import read
+    from .simulation.replay import recording_of, run_one
     from .simulation.report import render_text
     from .simulation.scenario import ScenarioError, load, on_shards
     from .simulation.trace_mapping import MappingError
     from .simulation.traces import TraceError
 
     try:
-        recording = read(args.scenario) if args.replay else None
+        recording = recording_of(args) if args.replay else None
         scenario = load(args.scenario) if recording is None else recording.demand_scenario()
         quotas = load_quotas(args.quotas) if args.quotas else None
     except ScenarioError as err:
@@ -174,7 +149,7 @@ def _simulate(args: argparse.Namespace) -> int:
             said = [result["headline"]["text"], result["verdict"]["text"]]
             text = render_comparison(result)
         else:
-            result = _run_one(args, scenario, recording)
+            result = run_one(args, scenario, recording)
             runs = [("BigFleet", result)]
             said = []
             text = render_text(result, log_lines=args.log_lines)
@@ -383,6 +358,12 @@ def parser(
         help="SCENARIO is a recording (--record): deliver its roll-ups again to its fleet; the "
         "report says whether every decision was the recorded one. With --compare, its demand "
         "is compared (re-sent as the simulator does: close to, not exactly, the recording)",
+    )
+    sim.add_argument(
+        "--fleet",
+        metavar="FILE",
+        help="--replay of a live fleet's recording directory (`bigfleet dev --record-shards`, "
+        "a deployment's `record: true`): the fleet file to replay it on",
     )
     sim.set_defaults(run=_simulate)
 

@@ -206,6 +206,9 @@ class Deployment(Spec):
     shadow_clusters: Annotated[list[Name], Field(max_length=MAX_UNMANAGED)] = Field(
         default_factory=list
     )
+    # Shards record what they accept, hold and decide (docs/adoption.md "Record, then replay")
+    # under $BIGFLEET_RECORD_DIR of their workers (bounded, rotating files).
+    record: bool = False
 
     @model_validator(mode="after")
     def _unique(self) -> Deployment:

@@ -28,6 +28,7 @@ from activities.mailbox import MailboxActivities
 from activities.membership import MembershipActivities
 from activities.operators import OperatorActivities
 from activities.providers import ProviderActivities, VirtualClock
+from activities.recording import RecordActivities
 from activities.shards import ShardClientActivities, terminate, wedged
 from activities.snapshots import SnapshotActivities
 from activities.starter import StarterActivities
@@ -129,6 +130,8 @@ def shard_config(fleet: Scenario | Deployment, shard: int, **overrides: object) 
             overrides = {"unmanaged": list(fleet.unmanaged_clusters), **overrides}
         if fleet.shadow_clusters:
             overrides = {"shadow_clusters": list(fleet.shadow_clusters), **overrides}
+        if fleet.record:
+            overrides = {"record": True, **overrides}
     overrides = {"max_in_flight": max(1, fleet.max_in_flight // fleet.shards), **overrides}
     return ShardConfig(
         shard=shard,
@@ -302,6 +305,7 @@ def shard_workers(
                 shard_clients.clusters,
                 shard_clients.revive_shard,
                 shard_clients.queue_polled,
+                RecordActivities().record_lines,
                 TermActivities(client).coordinator_term,
                 *MailboxActivities(client).all(),
                 *CoordinationActivities(client, known).all(),

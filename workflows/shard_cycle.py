@@ -124,6 +124,8 @@ class ShardCycle(ShardParts):
         """The background cycle's `_act`: queue the decision's starts and notices in the
         outbox, and start the chores that are due (verify, catch up, reconcile) unless the
         last ones are still out (or `chores` is False). Nothing here waits."""
+        if self.cfg.record:  # (workflows/shard_record.py)
+            self.recorder.cycle(now, decision.actions)
         self.outbox.push(batched(self._take_starts(decision), self._batch_limits()), now)
         self.outbox.tell(self.shard.operator_updates(decision, NOTICE_ITEMS))
         if self.pumping is None or self.pumping.done():  # (started, or restarted after a bug)
@@ -138,7 +140,12 @@ class ShardCycle(ShardParts):
             "verifying silent machines", partial(self.providers.verify, decision, now)
         )
         await self._notices(now)
-        self.next_reconcile = await self._reconcile(now, self.next_reconcile)
+        due = self.next_reconcile
+        self.next_reconcile = await self._reconcile(now, due)
+        if self.cfg.record:
+            if self.next_reconcile != due:  # (reconciled: what it holds, as listed)
+                self.recorder.holdings(now)
+            await self.recorder.flush()
 
     def _take_starts(self, decision: Decision) -> list[TransitionInput]:
         """The decision's transitions, after those queued since the last cycle; the queue is

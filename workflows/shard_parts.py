@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.outbox import Outbox
     from workflows.provider_sync import ProviderSync
     from workflows.shadow import ShadowSync
+    from workflows.shard_record import ShardRecorder
     from workflows.snapshot_store import SnapshotStore
 
 
@@ -104,6 +105,11 @@ class ShardParts:
     _summary_carried: Callable[[], dict[str, Any] | None]  # shard_pool.py
     _summary_restored: Callable[[Any], None]  # shard_pool.py
     build_status: Callable[[], dict[str, Any]]  # shard_builds.py
+
+    @cached_property
+    def recorder(self) -> ShardRecorder:
+        """What it records, when its config says so (`ShardConfig.record`)."""
+        return ShardRecorder(self.shard)
 
     @cached_property
     def new_clusters(self) -> NewClusters:

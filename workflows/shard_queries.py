@@ -46,6 +46,8 @@ class ShardQueries(ShardParts):
             # Providers that keep refusing it as stale past its re-epochs (issue 44).
             "fences_escalated": self.shard.fences.view(),
             "shadow": self.cfg.shadow,
+            # Its recording's lines waiting, written and dropped (`ShardConfig.record`).
+            "recording": self.recorder.status() if self.cfg.record else None,
             # The build it runs on, the one its next run will (`bigfleet rollout`).
             **self.build_status(),
             # Clusters left to their own autoscalers (bigfleet/cluster_modes.py): how many,

@@ -132,6 +132,9 @@ class ShardConfig(Model):
     unmanaged: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(
         default_factory=list, max_length=MAX_UNMANAGED
     )
+    # Record what it accepts, holds and decides (workflows/shard_record.py, activities/
+    # recording.py; off by default).
+    record: bool = False
     # Clusters left alone as those are, whose roll-ups it takes and decides on without acting
     # (bigfleet/shadow_clusters.py).
     shadow_clusters: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(
@@ -212,3 +215,10 @@ class BuildMove(Model):
     build: str = Field(default="", max_length=63, pattern=BUILD_PATTERN + "|^$")
     reason: str = Field(default="", max_length=200)
     by: str = Field(default="", max_length=100)
+
+
+class RecordBatch(Model):
+    """Lines of a live shard's recording (activities/recording.py), each one JSON object."""
+
+    shard: int = Field(ge=0)
+    lines: list[str] = Field(default_factory=list, max_length=10_000)

@@ -132,7 +132,8 @@ class Recording:
     decisions: list[tuple[float, int, str]] = field(default_factory=list)
     end: str = "missing"
     sent: dict[str, int] = field(default_factory=dict)  # roll-ups read so far, per cluster
-    source: str = "simulation"  # what wrote it: the simulator, or an operator
+    source: str = "simulation"  # what wrote it: the simulator, an operator, or live shards
+    counted: dict[str, int] = field(default_factory=dict)  # (live shards': lines by kind)
 
     def demand_scenario(self) -> Scenario:
         """The fleet with each cluster's accepted roll-ups as its timed roll-ups (the demand

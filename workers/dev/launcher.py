@@ -117,7 +117,10 @@ async def _serve(
         gateway_metrics_port=args.metrics_port + 1 if args.metrics_port else 0,
         shadow=args.shadow,
         record=Path(args.record).resolve() if args.record else None,
+        record_shards=bool(args.record_shards),
     )
+    if args.record_shards:  # (where this process's shard workers write: activities/recording.py)
+        os.environ["BIGFLEET_RECORD_DIR"] = str(Path(args.record_shards).resolve())
     procs.plan()
     watcher = asyncio.create_task(watch_server(server, stop))
     children = asyncio.create_task(watch_children(procs, stop))

@@ -113,6 +113,7 @@ class DevProcesses:
     # The gateway's own metrics (its roll-ups by outcome) on this port; 0: none.
     gateway_metrics_port: int = 0
     shadow: bool = False  # every shard in shadow mode (docs/shadow.md)
+    record_shards: bool = False  # the shards record (workflows/shard_record.py)
     record: Path | None = None  # the operator records the roll-ups it sends (docs/adoption.md)
     # Provider name -> a provider config (kind: ec2 | redfish): that provider is a real one
     # (`provider serve --config`) instead of the fleet file's simulated one.
@@ -189,6 +190,7 @@ class DevProcesses:
             "shards": self.fleet.shards,
             "cycle_seconds": self.fleet.cycle_seconds,
             **({"shadow": True} if self.shadow else {}),
+            **({"record": True} if self.record_shards else {}),
             "policy": self.fleet.policy_overrides(),
             "providers": providers,
             "operators": {

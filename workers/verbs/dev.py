@@ -65,6 +65,13 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "simulate FILE --replay` runs them on the fleet file (docs/adoption.md)",
     )
     d.add_argument(
+        "--record-shards",
+        metavar="DIR",
+        help="the shards record what they accept, hold and decide, in rotating files under DIR: "
+        "`bigfleet simulate DIR --replay --fleet FILE` replays them (docs/adoption.md). Shards "
+        "keep the setting they started with: with a state from before, add --fresh",
+    )
+    d.add_argument(
         "--shadow",
         action="store_true",
         help="run every shard in shadow mode (docs/shadow.md): it decides but starts nothing; "
