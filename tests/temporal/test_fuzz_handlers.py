@@ -118,8 +118,19 @@ def a_grace(args: list[Any]) -> bool:
     )
 
 
+def a_build_move(args: list[Any]) -> bool:
+    """What `move_to_build` rightly accepts: one valid move ({}: stay on the default build)."""
+    from activities.wire import BuildMove
+
+    try:
+        return len(args) == 1 and BuildMove.model_validate(args[0]) is not None
+    except ValueError:
+        return False
+
+
 # Entries of the catalogue a handler rightly accepts: not sent to it.
 LEGITIMATE = {
+    "move_to_build": a_build_move,
     "assign_cluster": a_cluster_name,
     "add_shard": lambda args: not args,
     "escalate_drain": a_grace,
@@ -222,7 +233,7 @@ async def test_shard_and_coordinator_survive_hostile_signals_and_updates(
         shard_updates = [
             "adopt", "release", "drain_for_transfer", "cancel_transfer", "split_out",
             "hand_out", "take_in", "retire", "decommission", "disown", "observe_records",
-            "reset_generation", "cluster_mode",
+            "reset_generation", "cluster_mode", "move_to_build",
         ]
         refused = await refused_updates(shard0, shard_updates, seed=3)
         refused |= await refused_updates(
