@@ -177,8 +177,6 @@ class ShadowClusters:
             self.error = f"at {now:.0f}: {err!r}"[:300]
 
     def _cycle(self, shard: Shard, now: float) -> None:
-        from .shard import Shard  # (a twin is a shard)
-
         self.needs.expire(now)
         if not self.needs.clusters():
             return
@@ -192,7 +190,7 @@ class ShadowClusters:
         for c in self.needs.clusters():
             health = self.needs.health(c)[1]
             has[c] = set(health.machine_ids) if health else listed.get(c, set())
-        twin = Shard(shard.id, shard.policy)
+        twin = type(shard)(shard.id, shard.policy)  # (a twin is a shard)
         twin.keep_unheard = False
         twin.needs = self.needs
         # (Each reported machine in its cluster's name and configured, as its operator says.)

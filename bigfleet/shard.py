@@ -139,12 +139,12 @@ class Shard(ShardViews):
             # A generation far ahead of the clock would make every later roll-up stale (issue 44).
             cluster = rollup.cluster
             why = self.modes.refusal(cluster)
-            if cluster in self.modes.shadow:  # (its own table: bigfleet/shadow_clusters.py)
-                why = why or self.shadows.take(rollup, now)
-                if not why:
-                    return None
             if self.generations_bounded and not why:
                 why = generation_ahead(rollup.generation, now)
+            if cluster in self.modes.shadow and not why:  # (bigfleet/shadow_clusters.py)
+                why = self.shadows.take(rollup, now)
+                if not why:
+                    return None
         if why:
             # Bounded: the cluster's name and the fields are the sender's choice.
             reason = f"roll-up from cluster {clip(cluster, 80)} rejected: {why}"

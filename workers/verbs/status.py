@@ -44,12 +44,10 @@ def register(verbs: argparse._SubParsersAction) -> None:
     c.add_argument(
         "--mode",
         choices=("managed", "unmanaged", "shadow"),
-        help="change the cluster's mode through the coordinator (docs/adoption.md): unmanaged "
-        "hands its machines back as they stand and refuses its roll-ups; shadow leaves them "
-        "alone too, takes its roll-ups and records what BigFleet would do (`bigfleet shadow "
-        "report`); managed takes them back as the providers list them. Audited: the "
-        "coordinator keeps each change (its `cluster_modes` query; the update stays in its "
-        "Temporal history)",
+        help="change the cluster's mode through the coordinator, audited (docs/adoption.md): "
+        "unmanaged hands its machines back as they stand and refuses its roll-ups; shadow "
+        "leaves them alone too and records what BigFleet would do (`bigfleet shadow report "
+        "--clusters`); managed takes them back as the providers list them",
     )
     c.add_argument(
         "--reason", default="", metavar="TEXT", help="why (recorded by the shard, with "
