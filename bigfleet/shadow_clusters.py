@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .inputs import clip
 from .inventory import CODE
 from .models import ClusterCapacityNeeds, Machine, MachineState
 from .needs import NeedsTable, needs_state, restore_needs
@@ -43,11 +44,11 @@ if TYPE_CHECKING:
     from .shard import Shard
 
 S = MachineState
-MAX_CLUSTERS = 1_000  # shadow clusters a shard follows (each a record of about 10 KB at most)
+MAX_CLUSTERS = 1_000  # shadow clusters a shard follows (each a record of about 5 KB at most)
 MAX_SEEN = 50_000  # shadow clusters' machines kept from the listings
 FREE_MAX = 4_096  # the shard's free machines offered to the twin a cycle
-RECENT = 50  # would-be actions kept per cluster
-DURATIONS = 200  # time-to-capacity samples kept per cluster and side
+RECENT = 20  # would-be actions kept per cluster
+DURATIONS = 100  # time-to-capacity samples kept per cluster and side
 FREE = (CODE[S.IDLE], CODE[S.SPECULATIVE])
 
 
@@ -233,7 +234,13 @@ class ShadowClusters:
         try:
             restore_needs(state.get("needs", []), self.needs.max_silence_seconds, self.needs)
             records = state.get("records", {})
+            if not all(isinstance(r, dict) for r in records.values()):
+                raise ValueError("records: each an object")
             self.records = {c: ShadowRecord(r) for c, r in list(records.items())[:MAX_CLUSTERS]}
+            for c, r in self.records.items():
+                r.report(c)  # (each reads back whole, or none does)
+                if r.open is not None and not (isinstance(r.open, list) and len(r.open) == 2):
+                    raise ValueError(f"records: {clip(c, 80)}: open: a pair is required")
         except (ValueError, TypeError, KeyError, AttributeError) as err:
             self.needs = NeedsTable(max_silence_seconds=self.needs.max_silence_seconds)
             self.records = {}

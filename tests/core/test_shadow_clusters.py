@@ -104,9 +104,18 @@ def test_the_shadow_crosses_a_snapshot_and_a_cluster_moved_to_managed_leaves_it(
     assert sum(a.kind == "configure" and a.cluster == "ml" for a in decision.actions) == 2
 
 
-def test_a_shadow_state_that_does_not_read_starts_the_record_afresh():
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"needs": [{"cluster": "x"}], "records": "nonsense"},
+        {"records": {"x": {"open": "zz"}}},
+        {"records": {"x": {"usd": {"actual": "a lot"}}}},
+        {"records": {"x": []}},
+    ],
+)
+def test_a_shadow_state_that_does_not_read_starts_the_record_afresh(state):
     shard = Shard(0)
-    shard.shadows.restore({"needs": [{"cluster": "x"}], "records": "nonsense"})
+    shard.shadows.restore(state)
     assert shard.shadows.report() == [] and "restoring" in shard.shadows.error
 
 
