@@ -94,7 +94,7 @@ async def test_managed_shadow_and_unmanaged_clusters_side_by_side(
             assert report["would_be"]["machines"] == 3
             # It would power on the rack's free machine for ml (the twin decides afresh every
             # cycle: the same intent counts once), at the rack's $15/h.
-            assert report["would_be"]["actions"] == {"create": 1}
+            assert set(report["would_be"]["actions"]) == {"create"}
             assert report["actual"]["cost_per_hour"] == 30.0
             assert report["would_be"]["cost_per_hour"] == 45.0
             assert report["would_be"]["time_to_capacity"]["count"] == 1
@@ -111,9 +111,11 @@ async def test_managed_shadow_and_unmanaged_clusters_side_by_side(
                 "--address", address,
             )  # fmt: skip
             assert code == 0
+            # (Its operator's next roll-up may be served at once: a third machine on its way.)
             status = await shard.query("status")
-            assert sum(status["machines"].values()) == 6 and status["machines"]["CONFIGURED"] == 4
-            assert dc.started[Transition.CONFIGURE] == 2  # taken back without a transition
+            machines = status["machines"]
+            assert sum(machines.values()) == 6 and machines["CONFIGURED"] >= 4
+            assert dc.started[Transition.DRAIN] == dc.started[Transition.DELETE] == 0
             # Its operator's next roll-up is the shard's, and served as the shadow said.
             await eventually(
                 lambda: shard.query("status"),
