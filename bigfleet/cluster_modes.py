@@ -102,7 +102,8 @@ class ClusterModes:
             return None
         self.refused += 1
         return (
-            f"cluster {clip(cluster, 80)} is unmanaged (the deployment's unmanaged_clusters): "
+            f"cluster {clip(cluster, 80)} is unmanaged (the deployment's unmanaged_clusters, "
+            "or `bigfleet cluster NAME --mode`): "
             "BigFleet leaves its machines to its own autoscaler"
         )
 
