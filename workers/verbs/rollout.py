@@ -94,6 +94,15 @@ def _fewest(views: dict[int, dict[str, Any]], share: float) -> list[int]:
     return sorted(by_size[:n])
 
 
+def build_label(st: dict[str, Any]) -> str:
+    """A shard's build for `bigfleet status` (nothing on the default build, not moving)."""
+    build, moving = st.get("build") or "", st.get("next_build")
+    if not build and moving is None:
+        return ""
+    return f"  build {build or 'default'}" + (f" -> {moving or 'default'}" if moving is not None
+                                              else "")  # fmt: skip
+
+
 async def _move(client: Any, shard: int, build: str, reason: str) -> dict[str, Any]:
     try:
         by = getpass.getuser()[:100]

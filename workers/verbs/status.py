@@ -1,6 +1,5 @@
 """`bigfleet status` (what each shard holds, and the coordinator) and `bigfleet cluster NAME`
-(one cluster as its shard sees it, or `--reset-generation`: its roll-up generation forgotten),
-with their text renderers.
+(one cluster as its shard sees it, `--reset-generation`, `--mode`), with their text renderers.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from activities.wire import COORDINATOR_ID, shard_workflow_id
 from workers.args import cluster_name, connection_options, shard_number, shard_options
 from workers.errors import CliError
 from workers.plumbing import blocking, connect, query, rpc_error, running_shards, shards_asked
+from workers.verbs.rollout import build_label
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -186,7 +186,8 @@ def render_status(st: dict[str, Any]) -> str:
     machines = {k: v for k, v in st["machines"].items() if v}
     lines = [
         f"shard-{st['shard']}  epoch {st['epoch']}  cycles {st['cycles']}  "
-        f"last cycle {st['last_cycle_ms']} ms  coordinator term {st['coordinator_term']}",
+        f"last cycle {st['last_cycle_ms']} ms  coordinator term {st['coordinator_term']}"
+        + build_label(st),
         "  machines:   "
         + (", ".join(f"{k} {v}" for k, v in machines.items()) or "none")
         + f"  (total {sum(machines.values())})",
