@@ -66,6 +66,7 @@ class ShadowRecord:
         self.recent: deque[dict[str, Any]] = deque(s.get("recent", []), RECENT)
         self.ttc = {k: deque(s.get("ttc", {}).get(k, []), DURATIONS) for k in self.usd}
         self.open: list[float | None] | None = s.get("open")  # [short since, would-be covered]
+        self.withdrawn: int = s.get("withdrawn", 0)  # short episodes its needs ended first
         # The last cycle's would-be actions: one the twin decides again next cycle (it starts
         # from what the cluster has, which did not change) is the same intent, counted once.
         self.last: set[tuple[str, str]] = set()
@@ -81,6 +82,7 @@ class ShadowRecord:
             "recent": list(self.recent),
             "ttc": {k: list(v) for k, v in self.ttc.items()},
             "open": self.open,
+            "withdrawn": self.withdrawn,
         }
 
     def cycle(self, now: float, figures: dict[str, Any], actions: list[dict[str, Any]]) -> None:
@@ -102,6 +104,8 @@ class ShadowRecord:
         want, actual = figures["want"], figures["actual"]
         if self.open is None and actual < want:
             self.open = [now, None]
+        if self.open is not None and want == 0:  # (asks for nothing now: not covered by anyone)
+            self.open, self.withdrawn = None, self.withdrawn + 1
         if self.open is not None:
             began = self.open[0] if self.open[0] is not None else now
             if self.open[1] is None and figures["would_be"] >= want:
@@ -134,6 +138,7 @@ class ShadowRecord:
             "actual": {**side("actual"), "unpriced": self.now.get("unpriced", 0)},
             "would_be": {**side("would_be"), "actions": dict(self.actions)},
             "short_since": self.open[0] if self.open else None,
+            "withdrawn": self.withdrawn,
             "recent_actions": list(self.recent),
         }
 
@@ -241,6 +246,8 @@ class ShadowClusters:
                 r.report(c)  # (each reads back whole, or none does)
                 if r.open is not None and not (isinstance(r.open, list) and len(r.open) == 2):
                     raise ValueError(f"records: {clip(c, 80)}: open: a pair is required")
+                if not isinstance(r.withdrawn, int) or not isinstance(r.cycles, int):
+                    raise ValueError(f"records: {clip(c, 80)}: counts are whole numbers")
         except (ValueError, TypeError, KeyError, AttributeError) as err:
             self.needs = NeedsTable(max_silence_seconds=self.needs.max_silence_seconds)
             self.records = {}

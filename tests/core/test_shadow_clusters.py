@@ -74,6 +74,19 @@ def shard_machines(shard: Shard) -> list:
     return [inv.machine(r) for r in inv.live_rows().tolist()]
 
 
+def test_a_need_withdrawn_before_it_is_covered_is_no_time_to_capacity():
+    """Seen on a dev fleet: a shadow cluster whose needs ended (it asks for 0) while short was
+    counted as covered by its own autoscaler after 418 s."""
+    shard, _ = fleet()
+    shard.receive(reported("ml", 1, 4, ["od-0000", "od-0001"]), 1)
+    shard.cycle(10)
+    shard.receive(reported("ml", 2, 0, ["od-0000", "od-0001"]), 60)
+    shard.cycle(70)
+    [r] = shard.shadows.report("ml")
+    assert r["actual"]["time_to_capacity"]["count"] == 0 and r["withdrawn"] == 1
+    assert r["would_be"]["time_to_capacity"]["count"] == 1 and r["short_since"] is None
+
+
 def test_without_node_reports_what_a_cluster_has_is_what_the_providers_list_in_its_name():
     shard, _ = fleet()
     assert shard.receive(rollup("ml", 1, need(2, 500)), 1) is None  # (no health)

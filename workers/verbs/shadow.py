@@ -110,8 +110,9 @@ def render_cluster(r: dict[str, Any]) -> str:
         f"  {'':<22} {'WOULD-BE':>12} {'ACTUAL':>12}",
         *(f"  {name:<22} {w:>12} {a:>12}" for name, w, a in rows),
         f"  would-be actions: {_kinds(would['actions'])}",
-        f"  short since: {_when(r['short_since'])}; machines it has that no provider listed "
-        f"(not priced): {actual['unpriced']}",
+        f"  short since: {_when(r['short_since'])}; needs withdrawn before covered: "
+        f"{r['withdrawn']}; machines it has that no provider listed (not priced): "
+        f"{actual['unpriced']}",
     ]
     lines += [
         f"  would {a['kind']:<9} {a['machine']}"
