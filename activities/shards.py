@@ -163,13 +163,15 @@ async def revive(client: Client, shard: int, from_snapshot: bool = False) -> str
     if dead.reset_to and not from_snapshot and not dead.was_reset:
         if await _reset(client, shard, dead):
             return "reset"
-    if dead.was_reset and dead.start.restarted and not dead.start.rollups_dropped:
-        # Restarted from its snapshot, reset, and dead again: what breaks it is in the
-        # snapshot itself (a roll-up taken in the last cycle before it continued as new).
-        # Once more from the snapshot, without any roll-up: the operators send theirs again.
+    # A run restarted from its snapshot that died again, reset or with no good task to be
+    # reset to: what breaks it is in the snapshot itself (a roll-up taken in the last cycle
+    # before it continued as new). Once more from the snapshot, without any roll-up: the
+    # operators send theirs again. Restarted that way and dead again: held.
+    again = dead.start.restarted and (dead.was_reset or not dead.reset_to)
+    if again and not dead.start.rollups_dropped:
         await _restart(client, shard, dead, drop_rollups=True)
         return "restarted"
-    if dead.was_reset and dead.start.restarted and not from_snapshot:
+    if again and not from_snapshot:
         # Restarted without its roll-ups, reset, and dead again: another automatic try would
         # go round the same circle. Held for an operator (`bigfleet status` says WEDGED or
         # NOT RUNNING; `bigfleet shard revive N --from-snapshot` tries the snapshot again).

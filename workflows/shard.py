@@ -90,8 +90,7 @@ class ShardWorkflow(
             self.cfg.shard, Policy(cycle_seconds=self.cfg.cycle_seconds, **self.cfg.policy)
         )
         self.fresh = inp.state is None and inp.snapshot is None
-        # What the machines cost as of the last cycle (bigfleet/spend.py; `_cycle`), when it
-        # was measured, from what, and which gauges it last set.
+        # The machines' cost as of the last cycle (spend.py), when, from what, which gauges.
         self.spend_now = None
         self.spend_at = None
         self.spend_seen = None
@@ -408,12 +407,13 @@ class ShardWorkflow(
             # decision's transitions (workflows/shadow.py).
             self.pipeline = []
             await self.shadow.follow()
+            if self.cfg.record:  # (what it would do, and what it saw: workflows/shard_record.py)
+                await self.recorder.shadow_cycle(now, decision.actions)
         elif self.background:
             self.outbox.quiet = closing
             self._queue(decision, now, chores=not closing)
-            if closing:
-                pass  # (the results wait in the mailbox for the next run)
-            elif self.mailbox and (self.collecting is None or self.collecting.done()):
+            # (Closing, the results wait in the mailbox for the next run.)
+            if not closing and self.mailbox and (self.collecting is None or self.collecting.done()):
                 self.collecting = asyncio.ensure_future(self._collect())
         else:
             self.next_reconcile = await self._act(decision, now, self.next_reconcile)

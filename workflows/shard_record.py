@@ -84,6 +84,13 @@ class ShardRecorder:
                              p.price_per_hour, states, at_risk])  # fmt: skip
         self._add({"t": t, "holdings": {"shard": self.shard.id, "profiles": rows}})
 
+    async def shadow_cycle(self, t: float, actions: Any) -> None:
+        """A shard in shadow mode: its cycle, and what it holds as the providers listed it
+        this cycle (it lists them every cycle), handed over at once."""
+        self.cycle(t, actions)
+        self.holdings(t)
+        await self.flush()
+
     async def flush(self) -> None:
         """Hand what waits to `record_lines`, a batch at a time; on failure the lines wait for
         the next call (bounded all the same)."""

@@ -58,3 +58,30 @@ async def test_a_recording_of_a_live_shard_replays_in_the_simulator(
     report = json.loads(capsys.readouterr().out)
     assert report["replay"]["live"]["rollup"] == 2
     assert report["summary"]["bands"]["<100000"]["served_fraction"] > 0.5  # (priority 1000)
+
+
+async def test_a_shard_in_shadow_mode_records_what_it_saw_and_would_do(
+    dev_env: WorkflowEnvironment, tmp_path, monkeypatch
+):
+    """Shadow mode (docs/shadow.md) lists the providers every cycle and starts nothing: its
+    recording holds the roll-ups, what it would have decided, and what it saw each cycle."""
+    client = dev_env.client
+    monkeypatch.setenv("BIGFLEET_RECORD_DIR", str(tmp_path / "rec"))
+    raw = gpu_fleet(1, {"r1": 4}, ["web"])
+    async with fleet_workers(client, raw) as sim:
+        await start(client, raw, record=True, shadow=True)
+        shard = client.get_workflow_handle("shard-0")
+        need = {"requirements": REQ, "priority": 1000, "count": 2}
+        await shard.signal("rollup", {"cluster": "web", "generation": 1, "needs": [need]})
+        await eventually(
+            lambda: shard.query("status"),
+            lambda s: s["recording"]["written"] >= 4 and s["recording"]["waiting"] == 0,
+            timeout=60,
+            what="the lines written",
+        )
+        assert sum(sim.providers["dc"].started.values()) == 0  # (shadow: nothing started)
+    lines = [json.loads(x) for x in (tmp_path / "rec" / "shard-0.jsonl").read_text().splitlines()]
+    assert [x["rollup"]["cluster"] for x in lines if "rollup" in x] == ["web"]
+    assert any("decision" in x for x in lines)  # what it would have done
+    holdings = [x["holdings"] for x in lines if "holdings" in x]
+    assert holdings and sum(sum(p[5].values()) for p in holdings[-1]["profiles"]) == 4
