@@ -148,6 +148,8 @@ class CarriesState(BuildMoves):
         await workflow.wait_condition(workflow.all_handlers_finished)
         if self.background:
             await self._empty_outbox()
+        if self.cfg.record:  # (its recording's lines do not travel: written first)
+            await self.recorder.flush()
         self._fold_results(workflow.now().timestamp())
         state = self._carried()
         # Results not folded yet travel in the snapshot too: up to `fold_per_cycle` machine

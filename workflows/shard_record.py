@@ -52,7 +52,9 @@ class ShardRecorder:
 
     def cycle(self, t: float, actions: Any) -> None:
         """A cycle: the roll-ups the shard accepted since the last one (each cluster's, as its
-        needs table holds it: the last one it took), then its decision."""
+        needs table holds it: the last one it took; a run's first cycle records every one in
+        force, so each run reads on its own), then its decision. Its lines are written before
+        the run continues as new (`_continue_as_new`)."""
         needs = self.shard.needs
         changed = []
         for cluster in needs.clusters():
