@@ -17,10 +17,10 @@ from pathlib import Path
 from temporalio import activity
 
 from activities.wire import RecordBatch
+from bigfleet.simulation.shard_recording import header_line
 
 FILE_BYTES = 64 * 1024 * 1024  # a file's size before it is rotated
 FILES = 8  # rotated files kept per shard, besides the one being written
-HEADER = "bigfleet-shard-recording"
 
 
 def default_dir() -> Path:
@@ -49,7 +49,7 @@ class RecordActivities:
             size = 0
         with path.open("a", encoding="utf-8") as out:
             if size == 0:
-                out.write(f'{{"format":"{HEADER}","version":1,"shard":{shard}}}\n')
+                out.write(header_line(shard) + "\n")
             out.write(text)
             return out.tell()
 

@@ -20,8 +20,10 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    import numpy as np
+
     from activities.wire import RecordBatch
-    from bigfleet.inventory import CODE
+    from bigfleet.inventory import CODE, GONE
     from bigfleet.models import MachineState
     from bigfleet.needs import needs_state
     from bigfleet.shard import Shard
@@ -75,15 +77,16 @@ class ShardRecorder:
         """What the shard holds per profile, with prices, as its last reconcile left it."""
         inv = self.shard.inventory
         n = inv.rows_used
+        # (The inventory's tallies by state and profile; one pass for the rebalance notices.)
+        risky = inv.profile[:n][(inv.risk[:n] > 0) & (inv.state[:n] != GONE)]
+        at_risk = np.bincount(risky.astype(np.int64), minlength=len(inv.profiles.profiles))
         rows = []
         for pid, p in enumerate(inv.profiles.profiles):
-            mine = inv.profile[:n] == pid
-            states = {s.value: int((mine & (inv.state[:n] == CODE[s])).sum()) for s in MachineState}
+            states = {s.value: int(inv.counts[CODE[s], pid]) for s in MachineState}
             states = {k: v for k, v in states.items() if v}
             if states:
-                at_risk = int((mine & (inv.risk[:n] > 0)).sum())  # (a rebalance notice)
                 rows.append([p.provider, p.instance_type, p.zone, p.capacity_type.value,
-                             p.price_per_hour, states, at_risk])  # fmt: skip
+                             p.price_per_hour, states, int(at_risk[pid])])  # fmt: skip
         self._add({"t": t, "holdings": {"shard": self.shard.id, "profiles": rows}})
 
     async def shadow_cycle(self, t: float, actions: Any) -> None:

@@ -135,6 +135,17 @@ class Recording:
     source: str = "simulation"  # what wrote it: the simulator, an operator, or live shards
     counted: dict[str, int] = field(default_factory=dict)  # (live shards': lines by kind)
 
+    def deliver(self, t: float, rollup: ClusterCapacityNeeds) -> None:
+        """A roll-up to deliver at `t`. Generations are numbered again per cluster, in order (a
+        live operator's are its clock's milliseconds, far ahead of a simulation's): only their
+        order counts. A live cluster's node health names the machines it had there, which a
+        replay's fleet does not give it: kept only from a simulation's own recording."""
+        n = self.sent[rollup.cluster] = self.sent.get(rollup.cluster, 0) + 1
+        update: dict[str, Any] = {"generation": n}
+        if self.source != "simulation":
+            update["health"] = None
+        self.rollups.append((float(t), rollup.model_copy(update=update)))
+
     def demand_scenario(self) -> Scenario:
         """The fleet with each cluster's accepted roll-ups as its timed roll-ups (the demand
         `--compare per-cluster` splits; a run of it re-sends as the simulator does, so it is
@@ -161,7 +172,7 @@ def read(path: str) -> Recording:
     if not lines:
         raise RecordingError(f"recording {path}: empty")
     try:
-        header = _json(path, 1, lines[0])
+        header = json_line(path, 1, lines[0])
     except RecordingError:
         raise RecordingError(f"recording {path} line 1: not a BigFleet recording (not JSON)"
                              ) from None  # fmt: skip
@@ -181,11 +192,12 @@ def read(path: str) -> Recording:
         raise RecordingError(f"recording {path} line 1: seed: a whole number is required")
     rec = Recording(scenario, seed, source=str(header.get("source", "simulation"))[:20])
     for n, line in enumerate(lines[1:], start=2):
-        _event(rec, path, n, _json(path, n, line))
+        _event(rec, path, n, json_line(path, n, line))
     return rec
 
 
-def _json(path: str, n: int, line: str) -> dict[str, Any]:
+def json_line(path: str, n: int, line: str) -> dict[str, Any]:
+    """Line `n` of recording `path`: one JSON object, or a `RecordingError` naming it."""
     try:
         obj = json.loads(line)
     except ValueError:
@@ -200,29 +212,14 @@ def _event(rec: Recording, path: str, n: int, obj: dict[str, Any]) -> None:
     where = f"recording {path} line {n}"
     if rec.end != "missing":
         raise RecordingError(f"{where}: an event after the recording's end")
-    t = obj.get("t")
-    if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t < float("inf"):
-        raise RecordingError(f"{where}: t: a time in seconds is required")
+    t = event_time(where, obj)
     if rec.rollups and t < rec.rollups[-1][0]:
         raise RecordingError(f"{where}: t: {t} is before the event above it")
     if "end" in obj:
         rec.end = str(obj["end"])[:20]
     elif "rollup" in obj:
         if obj.get("accepted", True):
-            try:
-                rollup = from_wire(ClusterCapacityNeeds, obj["rollup"])
-            except (ValidationError, ValueError) as err:
-                why = explain(err) if isinstance(err, ValidationError) else clip(str(err))
-                raise RecordingError(f"{where}: rollup: {why}") from None
-            # Generations numbered again per cluster, in order (a live operator's are its
-            # clock's milliseconds, far ahead of a simulation's): only their order counts.
-            # A live cluster's node health names the machines it had there, which a replay's
-            # fleet does not give it: kept only from a simulation's own recording.
-            n = rec.sent[rollup.cluster] = rec.sent.get(rollup.cluster, 0) + 1
-            update: dict[str, Any] = {"generation": n}
-            if rec.source != "simulation":
-                update["health"] = None
-            rec.rollups.append((float(t), rollup.model_copy(update=update)))
+            rec.deliver(t, event_rollup(where, obj["rollup"]))
     elif "decision" in obj:
         d = obj["decision"]
         if not isinstance(d, dict) or not isinstance(d.get("shard"), int):
@@ -230,6 +227,23 @@ def _event(rec: Recording, path: str, n: int, obj: dict[str, Any]) -> None:
         rec.decisions.append((float(t), d["shard"], str(d.get("digest", ""))[:64]))
     else:
         raise RecordingError(f"{where}: an event is a rollup, a decision or the end")
+
+
+def event_time(where: str, obj: dict[str, Any]) -> float:
+    """An event's `t`: seconds, finite, not negative (a `RecordingError` at `where` if not)."""
+    t = obj.get("t")
+    if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t < float("inf"):
+        raise RecordingError(f"{where}: t: a time in seconds is required")
+    return float(t)
+
+
+def event_rollup(where: str, raw: Any) -> ClusterCapacityNeeds:
+    """An event's roll-up, checked (a `RecordingError` at `where` naming the field if not)."""
+    try:
+        return from_wire(ClusterCapacityNeeds, raw)
+    except (ValidationError, ValueError) as err:
+        why = explain(err) if isinstance(err, ValidationError) else clip(str(err))
+        raise RecordingError(f"{where}: rollup: {why}") from None
 
 
 def compared(recorded: list[tuple[float, int, str]], replayed: list[tuple[float, int, str]]

@@ -15,19 +15,19 @@ file is refused, naming the file and the line.
 
 from __future__ import annotations
 
-import json
 import pathlib
-from typing import Any
 
-from pydantic import ValidationError
-
-from ..inputs import clip, explain
-from ..models import ClusterCapacityNeeds, from_wire
-from .recording import Recording, RecordingError
+from ..models import ClusterCapacityNeeds
+from .recording import Recording, RecordingError, event_rollup, event_time, json_line
 from .scenario import load
 
-HEADER = "bigfleet-shard-recording"  # (activities/recording.py writes it)
+HEADER = "bigfleet-shard-recording"  # (activities/recording.py writes it: `header_line`)
 KINDS = ("rollup", "decision", "holdings")
+
+
+def header_line(shard: int) -> str:
+    """The first line of each file of shard `shard`'s recording."""
+    return f'{{"format":"{HEADER}","version":1,"shard":{shard}}}'
 
 
 def _files(root: pathlib.Path) -> list[pathlib.Path]:
@@ -48,31 +48,27 @@ def read_dir(path: str, fleet_path: str) -> Recording:
     if not files:
         raise RecordingError(f"recording {path}: no shard-<n>.jsonl file in it (a directory "
                              "the shards' recorder wrote: docs/adoption.md)")  # fmt: skip
-    events: list[tuple[float, int, dict[str, Any]]] = []
+    rollups: list[tuple[float, int, ClusterCapacityNeeds]] = []
     counted = dict.fromkeys(KINDS, 0)
     for f in files:
-        for t, obj in _lines(f):
-            kind = next(k for k in KINDS if k in obj)
+        for t, kind, rollup in _events(f):
             counted[kind] += 1
-            if kind == "rollup":
-                events.append((t, len(events), obj))
+            if rollup is not None:
+                rollups.append((t, len(rollups), rollup))
     fleet = load(fleet_path)
-    events.sort(key=lambda e: (e[0], e[1]))
-    t0 = events[0][0] if events else 0.0
-    rec = Recording(fleet, fleet.seed, source="shards", end="complete")
-    for t, _, obj in events:
-        rollup = from_wire(ClusterCapacityNeeds, obj["rollup"])
-        n = rec.sent[rollup.cluster] = rec.sent.get(rollup.cluster, 0) + 1
-        rec.rollups.append((t - t0, rollup.model_copy(update={"generation": n, "health": None})))
-    last = rec.rollups[-1][0] if rec.rollups else 0.0
-    clusters = [c.model_copy(update={"rollups": [], "workload": None}) for c in fleet.clusters]
-    known = {c.name for c in fleet.clusters}
-    strangers = sorted({r.cluster for _, r in rec.rollups} - known)
+    strangers = sorted({r.cluster for _, _, r in rollups} - {c.name for c in fleet.clusters})
     if strangers:
         raise RecordingError(
             f"recording {path}: clusters {', '.join(strangers[:5])} are not in {fleet_path} "
             "(replay it on the fleet file the live fleet was started from)"
         )
+    rollups.sort(key=lambda e: (e[0], e[1]))
+    t0 = rollups[0][0] if rollups else 0.0
+    rec = Recording(fleet, fleet.seed, source="shards", end="complete")
+    for t, _, rollup in rollups:
+        rec.deliver(t - t0, rollup)
+    last = rec.rollups[-1][0] if rec.rollups else 0.0
+    clusters = [c.model_copy(update={"rollups": [], "workload": None}) for c in fleet.clusters]
     rec.scenario = fleet.model_copy(
         update={
             "clusters": clusters,
@@ -83,40 +79,23 @@ def read_dir(path: str, fleet_path: str) -> Recording:
     return rec
 
 
-def _lines(f: pathlib.Path) -> list[tuple[float, dict[str, Any]]]:
-    """A file's events after its header (time, object), checked."""
+def _events(f: pathlib.Path) -> list[tuple[float, str, ClusterCapacityNeeds | None]]:
+    """A file's events after its header (time, kind, the roll-up if it is one), checked."""
     try:
         lines = f.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
         raise RecordingError(f"recording {f}: cannot read it: {err}") from None
-    header = _json(f, 1, lines[0]) if lines else {}
+    header = json_line(str(f), 1, lines[0]) if lines else {}
     if header.get("format") != HEADER or header.get("version") != 1:
         raise RecordingError(f"recording {f} line 1: format: not a shard's recording (expected "
                              f"{HEADER!r}, version 1)")  # fmt: skip
     out = []
     for n, line in enumerate(lines[1:], start=2):
-        obj = _json(f, n, line)
-        t = obj.get("t")
-        if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t < float("inf"):
-            raise RecordingError(f"recording {f} line {n}: t: a time in seconds is required")
-        if not any(k in obj for k in KINDS):
-            raise RecordingError(f"recording {f} line {n}: an event is one of {', '.join(KINDS)}")
-        if "rollup" in obj:
-            try:
-                from_wire(ClusterCapacityNeeds, obj["rollup"])
-            except (ValidationError, ValueError) as err:
-                why = explain(err) if isinstance(err, ValidationError) else clip(str(err))
-                raise RecordingError(f"recording {f} line {n}: rollup: {why}") from None
-        out.append((float(t), obj))
+        where = f"recording {f} line {n}"
+        obj = json_line(str(f), n, line)
+        t = event_time(where, obj)
+        kind = next((k for k in KINDS if k in obj), None)
+        if kind is None:
+            raise RecordingError(f"{where}: an event is one of {', '.join(KINDS)}")
+        out.append((t, kind, event_rollup(where, obj["rollup"]) if kind == "rollup" else None))
     return out
-
-
-def _json(f: pathlib.Path, n: int, line: str) -> dict[str, Any]:
-    try:
-        obj = json.loads(line)
-    except ValueError:
-        raise RecordingError(f"recording {f} line {n}: not JSON (a damaged or truncated file?)"
-                             ) from None  # fmt: skip
-    if not isinstance(obj, dict):
-        raise RecordingError(f"recording {f} line {n}: an object is required")
-    return obj

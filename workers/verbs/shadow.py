@@ -95,20 +95,11 @@ async def _clusters(client: Any, args: argparse.Namespace, shards: list[int]) ->
 def render_cluster(r: dict[str, Any]) -> str:
     """One shadow cluster: what BigFleet would have given it against what it has."""
     would, actual = r["would_be"], r["actual"]
-    wt, at = would["time_to_capacity"], actual["time_to_capacity"]
-    rows = [
-        ("machines", str(would["machines"]), str(actual["machines"])),
-        ("cost per hour", f"${would['cost_per_hour']:.2f}", f"${actual['cost_per_hour']:.2f}"),
-        ("cost so far", f"${would['cost_usd']:.2f}", f"${actual['cost_usd']:.2f}"),
-        ("time to capacity p50", _seconds(wt["p50"]), _seconds(at["p50"])),
-        ("time to capacity p99", _seconds(wt["p99"]), _seconds(at["p99"])),
-        ("times covered", str(wt["count"]), str(at["count"])),
-    ]
+    machines = [("machines", str(would["machines"]), str(actual["machines"]))]
     lines = [
         f"cluster {r['cluster']} (shadow, shard {r['shard']}): since {_when(r['since'])}, "
         f"{r['cycles']} cycles (last {_when(r['at'])}); asks for {r['asked']} machines",
-        f"  {'':<22} {'WOULD-BE':>12} {'ACTUAL':>12}",
-        *(f"  {name:<22} {w:>12} {a:>12}" for name, w, a in rows),
+        *_table(would, actual, "times covered", machines),
         f"  would-be actions: {_kinds(would['actions'])}",
         f"  short since: {_when(r['short_since'])}; needs withdrawn before covered: "
         f"{r['withdrawn']}; machines it has that no provider listed (not priced): "
@@ -157,22 +148,32 @@ def _spend_rows(
     return rows
 
 
-def render(r: dict[str, Any]) -> str:
-    would, actual = r["would_be"], r["actual"]
+def _table(would: dict[str, Any], actual: dict[str, Any], covered: str,
+           rows: list[tuple[str, str, str]]) -> list[str]:  # fmt: skip
+    """Would-be against actual, side by side: `rows`, then cost and time to capacity."""
     wt, at = would["time_to_capacity"], actual["time_to_capacity"]
     rows = [
+        *rows,
         ("cost per hour", f"${would['cost_per_hour']:.2f}", f"${actual['cost_per_hour']:.2f}"),
         ("cost so far", f"${would['cost_usd']:.2f}", f"${actual['cost_usd']:.2f}"),
         ("time to capacity p50", _seconds(wt["p50"]), _seconds(at["p50"])),
         ("time to capacity p99", _seconds(wt["p99"]), _seconds(at["p99"])),
-        ("needs covered", str(wt["count"]), str(at["count"])),
-        *_spend_rows(would.get("spend"), actual.get("spend")),
+        (covered, str(wt["count"]), str(at["count"])),
     ]
+    return [
+        f"  {'':<22} {'WOULD-BE':>12} {'ACTUAL':>12}",
+        *(f"  {name:<22} {w:>12} {a:>12}" for name, w, a in rows),
+    ]
+
+
+def render(r: dict[str, Any]) -> str:
+    would, actual = r["would_be"], r["actual"]
     lines = [
         f"shard {r['shard']}: shadow since {_when(r['since'])}, {r['cycles']} cycles "
         f"(last {_when(r['at'])})",
-        f"  {'':<22} {'WOULD-BE':>12} {'ACTUAL':>12}",
-        *(f"  {name:<22} {w:>12} {a:>12}" for name, w, a in rows),
+        *_table(would, actual, "needs covered", []),
+        *(f"  {name:<22} {w:>12} {a:>12}"
+          for name, w, a in _spend_rows(would.get("spend"), actual.get("spend"))),  # fmt: skip
         f"  would-be actions: {_kinds(would['actions'])}",
         f"  actual changes:   {_kinds(actual['changes'])}",
         f"  short now: {r['short_now']} cluster(s); needs withdrawn before covered: "
